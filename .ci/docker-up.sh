@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Bring up a Docker engine and a local OCI registry on this machine, idempotently.
+# Host networking only: no bridge, no iptables, no masquerading (see ../shared/ENVIRONMENT.md).
+# Leaves both running; safe to call again (it only starts what is not answering).
+set -euo pipefail
+
+REGISTRY_ADDR="127.0.0.1:5000"
+REGISTRY_ROOT="${BUILDER_REGISTRY_ROOT:-/tmp/builder-registry}"
+REGISTRY_CONFIG="${BUILDER_REGISTRY_CONFIG:-/tmp/builder-registry.yml}"
+DOCKERD_LOG=/tmp/dockerd.log
+REGISTRY_LOG=/tmp/docker-registry.log
+WAIT_S="${BUILDER_DOCKER_WAIT_S:-60}"
+
+say() { printf 'docker-up: %s\n' "$*"; }
+die() { printf 'docker-up: error: %s\n' "$*" >&2; exit 1; }
+
+if [ "$(id -u)" -eq 0 ]; then SUDO=(); else SUDO=(sudo); fi
+
+apt_updated=0
+ensure_packages() {
+    # $@: pairs of "command:package"
+    local missing=() pair cmd pkg
+    for pair in "$@"; do
+        cmd="${pair%%:*}"; pkg="${pair#*:}"
+        if ! command -v "$cmd" >/dev/null 2>&1 && [ ! -x "/usr/sbin/$cmd" ] && [ ! -x "/usr/bin/$cmd" ]; then
+            missing+=("$pkg")
+        fi
+    done
+    [ "${#missing[@]}" -eq 0 ] && return 0
+    if [ "$apt_updated" -eq 0 ]; then
+        say "apt-get update"
+        "${SUDO[@]}" apt-get update -qq
+        apt_updated=1
+    fi
+    say "installing ${missing[*]}"
+    "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+engine_answers() { docker info >/dev/null 2>&1; }
+registry_answers() { curl -fsS --max-time 2 "http://${REGISTRY_ADDR}/v2/" >/dev/null 2>&1; }
+
+wait_for() {  # wait_for WHAT CHECK LOG
+    local what="$1" check="$2" log="$3" i
+    for ((i = 0; i < WAIT_S * 2; i++)); do
+        if "$check"; then return 0; fi
+        sleep 0.5
+    done
+    tail -n 30 "$log" >&2 || true
+    die "$what did not answer within ${WAIT_S}s (log: $log)"
+}
+
+# --- engine ---------------------------------------------------------------------------------
+if engine_answers; then
+    say "engine already answering"
+else
+    # dockerd comes from docker.io; curl is needed for the registry check below.
+    ensure_packages dockerd:docker.io debootstrap:debootstrap docker-registry:docker-registry curl:curl
+    say "starting dockerd (--bridge=none --iptables=false --ip-masq=false), log $DOCKERD_LOG"
+    "${SUDO[@]}" setsid dockerd --bridge=none --iptables=false --ip-masq=false >"$DOCKERD_LOG" 2>&1 < /dev/null &
+    wait_for "dockerd" engine_answers "$DOCKERD_LOG"
+    say "engine up: $(docker version --format 'server {{.Server.Version}}, API {{.Server.APIVersion}}')"
+fi
+# debootstrap and the registry may be missing even when an engine already runs.
+ensure_packages debootstrap:debootstrap docker-registry:docker-registry curl:curl
+
+# --- registry -------------------------------------------------------------------------------
+if registry_answers; then
+    say "registry already answering on $REGISTRY_ADDR"
+else
+    registry_bin="$(command -v docker-registry || true)"
+    [ -z "$registry_bin" ] && [ -x /usr/bin/docker-registry ] && registry_bin=/usr/bin/docker-registry
+    [ -n "$registry_bin" ] || die "docker-registry not found after installing the docker-registry package"
+    mkdir -p "$REGISTRY_ROOT"
+    cat >"$REGISTRY_CONFIG" <<YAML
+version: 0.1
+log:
+  level: warn
+storage:
+  filesystem:
+    rootdirectory: ${REGISTRY_ROOT}
+  delete:
+    enabled: true
+http:
+  addr: ${REGISTRY_ADDR}
+YAML
+    say "starting $registry_bin on $REGISTRY_ADDR (config $REGISTRY_CONFIG, log $REGISTRY_LOG)"
+    setsid "$registry_bin" serve "$REGISTRY_CONFIG" >"$REGISTRY_LOG" 2>&1 < /dev/null &
+    wait_for "docker-registry" registry_answers "$REGISTRY_LOG"
+    say "registry up on $REGISTRY_ADDR"
+fi
+say "ready"

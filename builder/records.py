@@ -1,0 +1,179 @@
+"""Typed records that flow through the pipeline: matrix -> combination -> image spec.
+
+Everything here is frozen and plain data, so the pure half of the pipeline (load, validate,
+rules, plan, render) can pass records around without any I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+Vendor = Literal["cuda", "rocm", "cpu"]
+VENDORS: tuple[Vendor, ...] = ("cuda", "rocm", "cpu")
+FRAMEWORKS: tuple[str, ...] = ("torch", "tensorflow", "jax", "cupy", "numba")
+
+
+@dataclass(frozen=True)
+class Base:
+    """One entry of matrix.yaml `bases:`."""
+
+    name: str
+    vendor: Vendor
+    os: str
+    version: str | None = None  # CUDA or ROCm version; None for cpu
+    image: str | None = None  # registry reference; None for a bootstrapped base
+    digest: str | None = None  # sha256:... pin
+    bootstrap: str | None = None  # "debootstrap" for a locally built base
+    line: int = 0  # where it was declared, for error messages
+
+    @property
+    def local_tag(self) -> str:
+        """Tag of a bootstrapped base inside the local engine."""
+        return f"builder-base/{self.name}:latest"
+
+    @property
+    def from_ref(self) -> str:
+        """What the Dockerfile's FROM line names."""
+        if self.bootstrap:
+            return self.local_tag
+        assert self.image is not None
+        return f"{self.image.split('@')[0]}@{self.digest}" if self.digest else self.image
+
+
+@dataclass(frozen=True)
+class Rule:
+    """An `include` or `exclude` entry: key -> value (frameworks by name)."""
+
+    fields: tuple[tuple[str, str], ...]
+    line: int = 0
+
+    def get(self, key: str) -> str | None:
+        return dict(self.fields).get(key)
+
+
+@dataclass(frozen=True)
+class IndexOverrides:
+    """Index URL templates per variant key (`torch-cu124`, `torch-cpu`, `torch-rocm*`...)."""
+
+    urls: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class Matrix:
+    path: str
+    registry: str
+    default_select: str
+    bases: tuple[Base, ...]
+    python: tuple[str, ...]
+    frameworks: tuple[tuple[str, tuple[str, ...]], ...]
+    stacks: tuple[tuple[str, tuple[str, ...]], ...]
+    exclude: tuple[Rule, ...] = ()
+    include: tuple[Rule, ...] = ()
+    index_urls: tuple[tuple[str, str], ...] = ()  # pattern -> URL override
+    ca_bundle: str | None = None
+    source: str = "https://github.com/example/gpu-images"
+
+    def base(self, name: str) -> Base:
+        for b in self.bases:
+            if b.name == name:
+                return b
+        raise KeyError(name)
+
+    def stack(self, name: str) -> tuple[str, ...]:
+        return dict(self.stacks)[name]
+
+
+@dataclass(frozen=True)
+class Combination:
+    """One point of the expansion: a base, a stack, a python and a version per framework."""
+
+    base: Base
+    stack: str
+    python: str
+    frameworks: tuple[tuple[str, str], ...]  # (framework, version), in stack order
+    origin: str = "expansion"  # "expansion" | "include"
+    line: int = 0  # the include rule's line, when origin == "include"
+
+    @property
+    def versions(self) -> dict[str, str]:
+        return dict(self.frameworks)
+
+
+@dataclass(frozen=True)
+class Install:
+    """What one framework contributes to an image, as decided by the compatibility rules."""
+
+    framework: str
+    version: str
+    requirements: tuple[str, ...]  # exact pins, e.g. "torch==2.5.1+cu124"
+    index_urls: tuple[str, ...] = ()
+    variant: str | None = None  # cu124 / rocm6.2 / cpu / cuda12 ...
+    built_cuda: str | None = None  # CUDA the wheel was built for
+    cudnn: str | None = None
+    numpy_min: str | None = None  # constraints on numpy this framework imposes (major.minor)
+    numpy_max: str | None = None
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A rule's answer: ok with an install, or not ok with a reason a user understands."""
+
+    ok: bool
+    reason: str = ""
+    install: Install | None = None
+    warnings: tuple[str, ...] = ()
+
+    @staticmethod
+    def no(reason: str) -> Verdict:
+        return Verdict(ok=False, reason=reason)
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    kind: Vendor
+    version: str | None  # base CUDA / ROCm version
+    min_driver: str | None = None  # CUDA: driver the toolkit wants (Table 3)
+    mvc_driver: str | None = None  # CUDA: minor-version-compatibility floor of the major
+    require_cuda: str | None = None  # NVIDIA_REQUIRE_CUDA value
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    """A planned image: everything render, build and test need to know."""
+
+    id: str
+    tag: str
+    base: Base
+    stack: str
+    python: str
+    frameworks: tuple[tuple[str, str], ...]
+    installs: tuple[Install, ...]
+    packages: tuple[str, ...]  # requirements.txt lines (exact pins)
+    index_urls: tuple[str, ...]
+    accelerator: Accelerator
+    python_packages: tuple[str, ...] = ()  # OS packages that provide the interpreter
+    python_bin: str = "python3"
+    warnings: tuple[str, ...] = ()
+    content_hash: str = ""
+
+    @property
+    def versions(self) -> dict[str, str]:
+        return dict(self.frameworks)
+
+
+@dataclass(frozen=True)
+class Skipped:
+    base: str
+    stack: str
+    python: str
+    frameworks: tuple[tuple[str, str], ...]
+    reason: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    images: tuple[ImageSpec, ...]
+    skipped: tuple[Skipped, ...] = ()
+    warnings: tuple[str, ...] = field(default_factory=tuple)

@@ -1,0 +1,58 @@
+"""tensorflow: tested CUDA/cuDNN per release; [and-cuda] on CUDA, -cpu on cpu, -rocm on ROCm."""
+
+from __future__ import annotations
+
+from packaging.version import Version
+
+from builder.compat import Compat
+from builder.records import Base, Install, Verdict
+from builder.rules._util import in_range, mm, release_of, span
+
+
+def decide_tensorflow(base: Base, python: str, version: str, compat: Compat) -> Verdict:
+    rel = next((r for r in compat.tensorflow if r.release == release_of(version)), None)
+    if rel is None:
+        known = ", ".join(r.release for r in compat.tensorflow)
+        return Verdict.no(
+            f"tensorflow {version} is not in the compatibility table (known: {known}); add its row to builder/data/compat.yaml"
+        )
+    if not in_range(python, rel.python):
+        return Verdict.no(f"tensorflow {version} supports Python {span(rel.python)}; this image has Python {python}")
+    if base.vendor == "cpu":
+        return Verdict(ok=True, install=Install("tensorflow", version, (f"tensorflow-cpu=={version}",), variant="cpu"))
+    assert base.version is not None
+    if base.vendor == "rocm":
+        return _rocm(base, version, compat)
+    if Version(version) < Version(compat.tf_and_cuda_from):
+        return Verdict.no(f"tensorflow {version} predates the [and-cuda] extra ({compat.tf_and_cuda_from}+); use a newer release")
+    tested, have = mm(rel.cuda), mm(base.version)
+    if have[0] != tested[0]:
+        return Verdict.no(f"tensorflow {version} is tested with CUDA {rel.cuda}; base {base.name} is CUDA {have[0]}")
+    if have < tested:
+        return Verdict.no(f"tensorflow {version} is tested with CUDA {rel.cuda}; base {base.name} has the older CUDA {base.version}")
+    install = Install(
+        "tensorflow",
+        version,
+        (f"tensorflow[and-cuda]=={version}",),
+        variant=f"cuda{tested[0]}",
+        built_cuda=rel.cuda,
+        cudnn=rel.cudnn,
+    )
+    return Verdict(ok=True, install=install)
+
+
+def _rocm(base: Base, version: str, compat: Compat) -> Verdict:
+    assert base.version is not None
+    rocm = "{}.{}".format(*mm(base.version))
+    offered = dict(compat.tf_rocm).get(rocm)
+    if not offered:
+        known = ", ".join(r for r, _ in compat.tf_rocm)
+        return Verdict.no(f"tensorflow-rocm wheels are listed for ROCm {known}; base {base.name} is ROCm {base.version}")
+    if version not in offered:
+        return Verdict.no(f"tensorflow-rocm for ROCm {rocm} exists for {', '.join(offered)} only, not {version}")
+    wheel = f"{version}.{rocm.replace('.', '')}0"
+    index = compat.tf_rocm_index_url.format(rocm=base.version)
+    install = Install("tensorflow", version, (f"tensorflow-rocm=={wheel}",), index_urls=(index,), variant=f"rocm{rocm}")
+    return Verdict(
+        ok=True, install=install, warnings=(f"tensorflow-rocm index {index} is unconfirmed; check it or override it under indexes:",)
+    )

@@ -1,0 +1,133 @@
+"""Build settings for corporate networks and offline builds: CA bundle, proxies, pip sources.
+
+By default a build trusts what the host trusts and uses the host's pip sources (environment
+and pip config files); `--no-host-settings` turns that off. Nothing here touches Docker.
+"""
+
+from __future__ import annotations
+
+import configparser
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from builder.errors import UserError
+
+CA_ENV = "BUILDER_CA_BUNDLE"
+HOST_CA_ENV = ("PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE", "CURL_CA_BUNDLE")
+HOST_CA_FILES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
+PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
+
+
+def pip_config_files(env: Mapping[str, str]) -> list[Path]:
+    """pip's own lookup order: global, user, then $PIP_CONFIG_FILE (later wins)."""
+    home = Path(env.get("HOME", "~")).expanduser()
+    xdg = env.get("XDG_CONFIG_DIRS", "/etc/xdg").split(":")
+    files = [Path(d) / "pip" / "pip.conf" for d in xdg] + [Path("/etc/pip.conf")]
+    files += [home / ".pip" / "pip.conf", Path(env.get("XDG_CONFIG_HOME", home / ".config")) / "pip" / "pip.conf"]
+    if env.get("PIP_CONFIG_FILE") and env["PIP_CONFIG_FILE"] != os.devnull:
+        files.append(Path(env["PIP_CONFIG_FILE"]))
+    return files
+
+
+@dataclass(frozen=True)
+class PipSources:
+    """Where pip looks: remote indexes go into the build; local folders feed the wheelhouse."""
+
+    index_url: str | None = None
+    extra_index_urls: tuple[str, ...] = ()
+    local_dirs: tuple[Path, ...] = ()  # find-links folders and file:// simple indexes
+
+
+@dataclass(frozen=True)
+class BuildSettings:
+    ca_bundle: Path | None = None
+    proxies: tuple[tuple[str, str], ...] = ()
+    pip: PipSources = field(default_factory=PipSources)
+
+    @property
+    def build_args(self) -> dict[str, str]:
+        """Only Docker's predefined proxy args: the classic builder keeps those out of `docker history`."""
+        return dict(self.proxies)
+
+
+def _split(value: str) -> list[str]:
+    return [part for part in value.replace("\n", " ").split() if part]
+
+
+def _local_path(location: str) -> Path | None:
+    if location.startswith("file://"):
+        return Path(unquote(urlsplit(location).path))
+    if "://" not in location:
+        return Path(location).expanduser()
+    return None
+
+
+def read_pip_sources(env: Mapping[str, str], files: list[Path] | None = None) -> PipSources:
+    """index-url, extra-index-url and find-links from pip config files and PIP_* variables."""
+    values: dict[str, str] = {}
+    for path in files if files is not None else pip_config_files(env):
+        parser = configparser.ConfigParser()
+        try:
+            parser.read(path)
+        except (configparser.Error, OSError):
+            continue
+        for section in ("global", "install"):
+            if parser.has_section(section):
+                values.update({k: v for k, v in parser.items(section) if k in ("index-url", "extra-index-url", "find-links")})
+    for key in ("index-url", "extra-index-url", "find-links"):
+        env_key = "PIP_" + key.upper().replace("-", "_")
+        if env.get(env_key):
+            values[key] = env[env_key]
+    index = values.get("index-url")
+    locations = _split(values.get("extra-index-url", "")) + _split(values.get("find-links", ""))
+    local = [p for p in (_local_path(loc) for loc in locations) if p is not None and p.is_dir()]
+    remote_extras = [loc for loc in _split(values.get("extra-index-url", "")) if _local_path(loc) is None]
+    index_path = _local_path(index) if index else None
+    if index_path is not None:
+        local += [index_path] if index_path.is_dir() else []
+        index = None
+    return PipSources(index_url=index, extra_index_urls=tuple(remote_extras), local_dirs=tuple(dict.fromkeys(local)))
+
+
+def host_ca_bundle(env: Mapping[str, str]) -> Path | None:
+    for key in HOST_CA_ENV:
+        if env.get(key) and Path(env[key]).is_file():
+            return Path(env[key])
+    return next((Path(p) for p in HOST_CA_FILES if Path(p).is_file()), None)
+
+
+def resolve(
+    env: Mapping[str, str],
+    *,
+    ca_bundle: str | None = None,
+    matrix_ca_bundle: str | None = None,
+    use_host: bool = True,
+    wheelhouse: tuple[str, ...] = (),
+    index_url: str | None = None,
+    extra_index_urls: tuple[str, ...] = (),
+) -> BuildSettings:
+    """--ca-bundle, then $BUILDER_CA_BUNDLE, then matrix.yaml build.ca_bundle, then the host's."""
+    chosen = ca_bundle or env.get(CA_ENV) or matrix_ca_bundle
+    if chosen:
+        ca: Path | None = Path(chosen).expanduser()
+        if ca is None or not ca.is_file():
+            raise UserError(f"CA bundle {chosen!r} does not exist; pass a PEM file (--ca-bundle, ${CA_ENV} or build.ca_bundle)")
+    else:
+        ca = host_ca_bundle(env) if use_host else None
+    pip = read_pip_sources(env) if use_host else PipSources()
+    extra_dirs = []
+    for folder in wheelhouse:
+        path = Path(folder).expanduser()
+        if not path.is_dir():
+            raise UserError(f"wheelhouse {folder!r} is not a folder; pass a folder of .whl files to --wheelhouse")
+        extra_dirs.append(path)
+    pip = PipSources(
+        index_url=index_url or pip.index_url,
+        extra_index_urls=tuple(dict.fromkeys([*extra_index_urls, *pip.extra_index_urls])),
+        local_dirs=tuple(dict.fromkeys([*extra_dirs, *pip.local_dirs])),
+    )
+    proxies = tuple((k, env[k]) for k in PROXY_VARS if env.get(k))
+    return BuildSettings(ca_bundle=ca, proxies=proxies, pip=pip)

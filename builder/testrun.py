@@ -1,0 +1,150 @@
+"""`builder test`: one locked-down container per image, the smoke tests run inside it, results on disk.
+
+Every container goes through `engine.tracked_container`, so it is removed after a pass, a
+failure, a timeout or Ctrl-C. Results: build/results/<id>.json, build/results/junit.xml.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from builder import engine
+from builder.diagnose import diagnose_text
+from builder.hostinfo import HostInfo
+from builder.plan import image_entry
+from builder.records import ImageSpec
+from builder.smoke import gpu_access, run_kwargs
+
+SMOKE_DIR = Path(__file__).resolve().parent / "smoke_tests"
+
+
+@dataclass(frozen=True)
+class SmokeResult:
+    id: str
+    tag: str
+    verdict: str  # passed | gpu-skipped | failed | not-built
+    gpu: dict[str, Any]
+    seconds: float
+    tests: dict[str, int] = field(default_factory=dict)
+    failures: tuple[str, ...] = ()
+    diagnoses: tuple[dict[str, str], ...] = ()
+    probe: dict[str, Any] | None = None
+    date: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _junit_counts(path: Path) -> tuple[dict[str, int], list[str]]:
+    if not path.exists():
+        return {}, []
+    root = ET.parse(path).getroot()
+    suites = [root] if root.tag == "testsuite" else list(root)
+    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    failures = []
+    for suite in suites:
+        for key in counts:
+            counts[key] += int(suite.get(key, "0"))
+        for case in suite.iter("testcase"):
+            for bad in list(case.findall("failure")) + list(case.findall("error")):
+                message = (bad.get("message") or "").splitlines()[0:1]
+                failures.append(f"{case.get('name')}: {message[0] if message else 'failed'}"[:400])
+    return counts, failures
+
+
+def verdict_of(returncode: int, counts: dict[str, int], attached: bool, vendor: str) -> str:
+    if returncode != 0 or counts.get("failures") or counts.get("errors") or not counts.get("tests"):
+        return "failed"
+    if vendor != "cpu" and not attached:
+        return "gpu-skipped"
+    return "passed"
+
+
+def _diagnoses(probe: dict[str, Any] | None, failures: list[str]) -> list[dict[str, str]]:
+    out = []
+    for name, result in ((probe or {}).get("frameworks") or {}).items():
+        if result.get("status") == "failed" and result.get("diagnosis"):
+            out.append({"framework": name, **result["diagnosis"]})
+    if not out:
+        for failure in failures:
+            found = diagnose_text(failure)
+            if found:
+                out.append({"framework": "", "cause": found.cause, "fix": found.fix})
+    return out
+
+
+def smoke_one(client: Any, spec: ImageSpec, host: HostInfo, mode: str, timeout_s: int, results_dir: Path) -> SmokeResult:
+    started = time.monotonic()
+    access = gpu_access(spec, mode, host)
+    gpu = {"attached": access.attach, "reason": access.reason}
+    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if access.failure:
+        return SmokeResult(spec.id, spec.tag, "failed", gpu, 0.0, failures=(access.failure,), date=stamp)
+    work = results_dir / spec.id
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "image.json").write_text(json.dumps(image_entry(spec), sort_keys=True), encoding="utf-8")
+    junit = work / "junit.xml"
+    probe_out = work / "probe.json"
+    for stale in (junit, probe_out):
+        stale.unlink(missing_ok=True)
+    with engine.tracked_container(client, **run_kwargs(spec, access, host, timeout_s)) as container:
+        container.start()
+        env = dict(
+            os.environ,
+            BUILDER_SMOKE_CONTAINER=container.id,
+            BUILDER_SMOKE_IMAGE_JSON=str(work / "image.json"),
+            BUILDER_SMOKE_PROBE_OUT=str(probe_out),
+            BUILDER_SMOKE_GPU="1" if access.attach else "0",
+            BUILDER_SMOKE_TIMEOUT=str(timeout_s),
+        )
+        argv = [
+            sys.executable, "-m", "pytest", str(SMOKE_DIR), "-q", "-p", "no:cacheprovider",
+            "-c", str(SMOKE_DIR / "pytest.ini"), f"--confcutdir={SMOKE_DIR}", f"--rootdir={SMOKE_DIR}", f"--junitxml={junit}",
+            "-o", f"junit_suite_name={spec.id}",
+        ]  # fmt: skip
+        try:
+            done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout_s + 120, check=False)
+            returncode, output = done.returncode, done.stdout + done.stderr
+        except subprocess.TimeoutExpired as exc:
+            returncode, output = 124, f"smoke tests timed out after {timeout_s + 120} s: {exc}"
+    (work / "pytest.log").write_text(output, encoding="utf-8")
+    counts, failures = _junit_counts(junit)
+    if returncode == 124:
+        failures.append(output)
+    probe = json.loads(probe_out.read_text(encoding="utf-8")) if probe_out.exists() else None
+    result = SmokeResult(
+        id=spec.id,
+        tag=spec.tag,
+        verdict=verdict_of(returncode, counts, access.attach, spec.base.vendor),
+        gpu=gpu,
+        seconds=round(time.monotonic() - started, 2),
+        tests=counts,
+        failures=tuple(failures),
+        diagnoses=tuple(_diagnoses(probe, failures)),
+        probe=probe,
+        date=stamp,
+    )
+    (results_dir / f"{spec.id}.json").write_text(json.dumps(result.to_json(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return result
+
+
+def merge_junit(results_dir: Path, ids: list[str]) -> Path:
+    """One JUnit file for CI dashboards: a testsuite per image."""
+    suites = ET.Element("testsuites")
+    for image in ids:
+        path = results_dir / image / "junit.xml"
+        if path.exists():
+            root = ET.parse(path).getroot()
+            suites.extend([root] if root.tag == "testsuite" else list(root))
+    out = results_dir / "junit.xml"
+    ET.ElementTree(suites).write(out, encoding="utf-8", xml_declaration=True)
+    return out

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# One-time (idempotent) set-up on a fresh Debian machine: the project venv and a Docker engine
+# with a local registry (host networking only; see .ci/docker-up.sh).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ ! -x .venv/bin/python ]; then
+    python3 -m venv .venv
+fi
+if ! .venv/bin/python -c 'import builder, hypothesis, dockerfile' 2>/dev/null; then
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+fi
+bash .ci/docker-up.sh

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The test suite: lint, types, images/ current, then pytest (unit + Docker integration tests).
+# It starts the engine itself, so a missing engine is a failure here, not a skip.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export BUILDER_REQUIRE_DOCKER=1
+.venv/bin/ruff check builder tests benchmarks
+.venv/bin/mypy builder
+.venv/bin/builder render --check
+exec .venv/bin/python -m pytest "$@"

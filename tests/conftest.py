@@ -1,0 +1,132 @@
+"""Shared fixtures for the generator-core tests (matrix, rules, plan, render, cli, properties).
+
+Everything here is pure: no Docker, no network. The embedded matrix is planned and rendered once
+per session; tests that need their own matrix write one into tmp_path with `write_matrix`.
+
+Test modules take what they need as fixtures and never `import conftest` (tests/integration has
+its own conftest.py, and pytest swaps the module named `conftest` between directories).
+"""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # so `pytest tests/...` works without an install
+    sys.path.insert(0, str(ROOT))
+
+from builder.cli import main, rendered_tree  # noqa: E402
+from builder.matrix import load_matrix  # noqa: E402
+from builder.records import ImageSpec, Matrix, Plan  # noqa: E402
+from builder.workspace import MATRIX_ENV, Workspace  # noqa: E402
+
+# A small valid matrix the error tests start from: one torch 2.5.1 image on CUDA 12.4.1.
+SMALL_MATRIX = """\
+registry: ghcr.io/example/gpu-images
+bases:
+  cuda12.4-ubuntu22.04:
+    vendor: cuda
+    version: "12.4.1"
+    os: ubuntu22.04
+    image: nvidia/cuda:12.4.1-cudnn-runtime-ubuntu22.04
+python: ["3.11"]
+frameworks:
+  torch: ["2.5.1"]
+stacks:
+  torch: [torch]
+"""
+
+WriteMatrix = Callable[..., Path]
+RunCli = Callable[..., Result]
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """The embedded matrix's plan and every file `builder render` would write, by image id."""
+
+    plan: Plan
+    files: dict[str, dict[str, bytes]]  # image id -> file name -> bytes
+
+    def spec(self, image_id: str) -> ImageSpec:
+        return next(s for s in self.plan.images if s.id == image_id)
+
+    def text(self, image_id: str, name: str) -> str:
+        return self.files[image_id][name].decode()
+
+
+@pytest.fixture(scope="session")
+def root() -> Path:
+    """The repository root (where the embedded matrix.yaml lives)."""
+    return ROOT
+
+
+@pytest.fixture(scope="session")
+def embedded_matrix_path() -> Path:
+    return ROOT / "matrix.yaml"
+
+
+@pytest.fixture(scope="session")
+def embedded_matrix(embedded_matrix_path: Path) -> Matrix:
+    return load_matrix(embedded_matrix_path)
+
+
+@pytest.fixture(scope="session")
+def embedded_workspace(embedded_matrix_path: Path) -> Workspace:
+    return Workspace(embedded_matrix_path)
+
+
+@pytest.fixture(scope="session")
+def embedded_plan(embedded_workspace: Workspace) -> Plan:
+    return embedded_workspace.plan
+
+
+@pytest.fixture(scope="session")
+def rendered(embedded_workspace: Workspace) -> Rendered:
+    files: dict[str, dict[str, bytes]] = {}
+    for rel, data in rendered_tree(embedded_workspace).items():
+        image_id, name = rel.split("/", 1)
+        files.setdefault(image_id, {})[name] = data
+    return Rendered(plan=embedded_workspace.plan, files=files)
+
+
+@pytest.fixture
+def small_matrix() -> str:
+    return SMALL_MATRIX
+
+
+@pytest.fixture
+def write_matrix(tmp_path: Path) -> WriteMatrix:
+    """Write a matrix file (dedented) into tmp_path, or `folder`, and return its path."""
+
+    def write(text: str = SMALL_MATRIX, name: str = "matrix.yaml", folder: Path | None = None) -> Path:
+        path = (folder or tmp_path) / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text), encoding="utf-8")
+        return path
+
+    return write
+
+
+@pytest.fixture
+def cli(monkeypatch: pytest.MonkeyPatch) -> RunCli:
+    """Invoke `builder ARGS...` in-process; $BUILDER_MATRIX is unset unless `env=` sets it."""
+    monkeypatch.delenv(MATRIX_ENV, raising=False)
+
+    def run(*args: str, env: dict[str, str] | None = None) -> Result:
+        return CliRunner().invoke(main, list(args), env=env, catch_exceptions=True)
+
+    return run
+
+
+@pytest.fixture
+def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Work from tmp_path, so messages name files relative to it (`matrix.yaml:12: ...`)."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path

@@ -1,0 +1,181 @@
+"""The engine edge against a real engine: connection errors, container lifecycle, helpers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+from typing import Any
+
+import docker  # type: ignore[import-untyped]
+import pytest
+from docker.errors import DockerException, NotFound  # type: ignore[import-untyped]
+
+from builder import engine
+from builder.errors import UserError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_connect_to_a_dead_socket_is_a_user_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    dead = f"unix://{tmp_path}/no-engine-{uuid.uuid4().hex[:6]}.sock"
+    monkeypatch.setenv("DOCKER_HOST", dead)
+    with pytest.raises(UserError) as info:
+        engine.connect()
+    message = str(info.value)
+    assert "\n" not in message
+    assert dead in message
+    assert "bash .ci/docker-up.sh" in message
+    assert "systemctl start docker" in message
+
+
+def test_connect_names_the_default_socket_when_docker_host_is_unset(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    monkeypatch.setattr(engine, "DEFAULT_SOCKET", "unix:///nonexistent/docker.sock")
+    def refuse(**_: Any) -> Any:
+        raise DockerException("refused")
+
+    monkeypatch.setattr(docker, "from_env", refuse)
+    with pytest.raises(UserError, match=r"nonexistent/docker.sock \(DOCKER_HOST is not set\)"):
+        engine.connect()
+
+
+def _gone(client: Any, container_id: str) -> bool:
+    try:
+        client.containers.get(container_id)
+    except NotFound:
+        return True
+    return False
+
+
+def _session_leftovers(client: Any) -> list[Any]:
+    return list(
+        client.containers.list(
+            all=True, filters={"label": f"{engine.SESSION_LABEL}={engine.SESSION_ID}"}
+        )
+    )
+
+
+@pytest.mark.docker
+def test_tracked_container_is_labelled_and_removed_after_a_normal_exit(
+    docker_client: Any, scratch_image: str
+) -> None:
+    with engine.tracked_container(
+        docker_client, image=scratch_image, labels={"purpose": "test"}, network_disabled=True
+    ) as container:
+        labels = docker_client.api.inspect_container(container.id)["Config"]["Labels"]
+        assert labels[engine.OWNER_LABEL] == engine.OWNER_VALUE
+        assert labels["purpose"] == "test"
+        assert container.id in {c.id for c in engine.owned_containers(docker_client)}
+    assert _gone(docker_client, container.id)
+    assert container.id not in engine._live
+
+
+@pytest.mark.docker
+def test_tracked_container_is_removed_when_the_block_raises(
+    docker_client: Any, scratch_image: str
+) -> None:
+    with pytest.raises(RuntimeError, match="boom"), engine.tracked_container(docker_client, image=scratch_image) as container:
+        raise RuntimeError("boom")
+    assert _gone(docker_client, container.id)
+
+
+@pytest.mark.docker
+def test_tracked_container_is_removed_on_keyboard_interrupt(
+    docker_client: Any, scratch_image: str
+) -> None:
+    with pytest.raises(KeyboardInterrupt), engine.tracked_container(docker_client, image=scratch_image) as container:
+        raise KeyboardInterrupt
+    assert _gone(docker_client, container.id)
+    assert _session_leftovers(docker_client) == []
+
+
+@pytest.mark.docker
+def test_tracked_container_removes_a_running_container(
+    docker_client: Any, scratch_image: str
+) -> None:
+    # A started container whose command cannot run ends up exited: removal must still force it.
+    with (
+        engine.tracked_container(docker_client, image=scratch_image, command=["/none"], network_disabled=True) as container,
+        pytest.raises(DockerException, match="none"),  # the engine reports the missing binary
+    ):
+        container.start()
+    assert _gone(docker_client, container.id)
+
+
+@pytest.mark.docker
+def test_cleanup_all_removes_what_a_block_could_not(docker_client: Any, scratch_image: str) -> None:
+    # A container whose create call was interrupted before its id came back: only the session
+    # label finds it.
+    orphan = docker_client.containers.create(
+        scratch_image,
+        labels={engine.OWNER_LABEL: engine.OWNER_VALUE, engine.SESSION_LABEL: engine.SESSION_ID},
+    )
+    engine._clients[id(docker_client)] = docker_client
+    assert orphan.id in engine.cleanup_all()
+    assert _gone(docker_client, orphan.id)
+    assert engine.cleanup_all() == []  # idempotent
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("how", ["sigterm", "sigint", "exit"])
+def test_a_killed_process_leaves_no_container(
+    docker_client: Any, scratch_image: str, how: str
+) -> None:
+    script = textwrap.dedent(
+        f"""
+        import sys, time
+        from builder import engine
+        client = engine.connect()
+        with engine.tracked_container(client, image={scratch_image!r}) as c:
+            print(c.id, flush=True)
+            if {how!r} == "exit":
+                sys.exit(3)
+            time.sleep(60)
+        """
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+        stderr=subprocess.DEVNULL,  # the child's KeyboardInterrupt traceback is expected
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert proc.stdout is not None
+    container_id = proc.stdout.readline().strip()
+    assert container_id, "the child did not create a container"
+    assert not _gone(docker_client, container_id)
+    if how != "exit":
+        proc.send_signal(signal.SIGTERM if how == "sigterm" else signal.SIGINT)
+    proc.wait(timeout=60)
+    assert _gone(docker_client, container_id)
+
+
+@pytest.mark.docker
+def test_helpers_report_the_engine(docker_client: Any, scratch_image: str) -> None:
+    assert engine.engine_version(docker_client)[0].isdigit()
+    runtimes = engine.gpu_runtimes(docker_client)
+    assert all(name.startswith(engine.GPU_RUNTIME_PREFIXES) for name in runtimes)
+    assert engine.image_labels(docker_client, f"builder-test/absent-{uuid.uuid4().hex}:x") is None
+    assert engine.image_labels(docker_client, scratch_image) == {}
+
+
+def test_gpu_runtimes_keeps_only_gpu_runtimes() -> None:
+    class FakeClient:
+        def info(self) -> dict[str, Any]:
+            return {"Runtimes": {"runc": {}, "nvidia": {}, "io.containerd.runc.v2": {}, "crun": {}}}
+
+    assert engine.gpu_runtimes(FakeClient()) == ["nvidia"]
+
+
+@pytest.mark.docker
+def test_no_builder_container_is_left_on_the_engine(docker_client: Any) -> None:
+    # Runs last in this module (file order): every container the tests above made is gone. Scoped
+    # to this process's session label, since other processes may share the engine.
+    assert _session_leftovers(docker_client) == []

@@ -1,0 +1,115 @@
+"""The command line surface: --help everywhere, plan --explain, probe --json."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from click.testing import Result
+
+from builder.cli import main
+from builder.records import FRAMEWORKS
+
+RunCli = Callable[..., Result]
+WriteMatrix = Callable[..., Path]
+
+# One image (torch 2.5.1 on CUDA 12.4.1, Python 3.11) and one short, known skip (Python 3.12 on Ubuntu 22.04).
+EXPLAIN_MATRIX = """\
+registry: ghcr.io/example/gpu-images
+bases:
+  cuda12.4-ubuntu22.04:
+    vendor: cuda
+    version: "12.4.1"
+    os: ubuntu22.04
+    image: nvidia/cuda:12.4.1-cudnn-runtime-ubuntu22.04
+python: ["3.11", "3.12"]
+frameworks:
+  torch: ["2.5.1"]
+stacks:
+  torch: [torch]
+"""
+SKIP_REASON = "ubuntu22.04 packages Python 3.10, 3.11, not 3.12"
+
+
+def test_top_level_help(cli: RunCli) -> None:
+    for flag in ("--help", "-h"):
+        result = cli(flag)
+        assert result.exit_code == 0, result.output
+        assert "Usage:" in result.stdout and "--matrix PATH" in result.stdout
+        for name in main.commands:
+            assert name in result.stdout
+
+
+@pytest.mark.parametrize("command", sorted(main.commands))
+def test_each_subcommand_has_help(command: str, cli: RunCli) -> None:
+    result = cli(command, "--help")
+    assert result.exit_code == 0, result.output
+    assert f" {command} [OPTIONS]" in result.stdout.splitlines()[0]
+    assert "--help" in result.stdout
+
+
+def test_documented_core_commands_exist() -> None:
+    assert {"plan", "render", "probe"} <= set(main.commands)
+
+
+def test_help_needs_no_matrix(tmp_path: Path, cli: RunCli, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # no matrix.yaml here
+    assert cli("plan", "--help").exit_code == 0
+    assert cli("render", "--help").exit_code == 0
+
+
+def test_plan_explain_prints_skipped_reasons(cli: RunCli, write_matrix: WriteMatrix) -> None:
+    matrix = write_matrix(EXPLAIN_MATRIX)
+    result = cli("--matrix", str(matrix), "plan", "--explain")
+    assert result.exit_code == 0, result.output
+    assert "torch2.5.1-cu124-py3.11-ubuntu22.04" in result.stdout
+    assert "1 skipped combinations" in result.stdout
+    assert SKIP_REASON in result.stdout
+
+
+def test_plan_without_explain_points_at_it(cli: RunCli, write_matrix: WriteMatrix) -> None:
+    result = cli("--matrix", str(write_matrix(EXPLAIN_MATRIX)), "plan")
+    assert result.exit_code == 0, result.output
+    assert SKIP_REASON not in result.stdout
+    assert "1 combinations skipped; --explain lists them with reasons" in result.stdout
+
+
+def test_plan_explain_on_the_embedded_matrix(cli: RunCli, embedded_matrix_path: Path) -> None:
+    result = cli("--matrix", str(embedded_matrix_path), "plan", "--explain")
+    assert result.exit_code == 0, result.output
+    assert "skipped combinations" in result.stdout
+    assert "ubuntu24.04 packages Python 3.12, not 3.11" in result.stdout
+    assert "numba has no ROCm GPU target" in result.stdout
+
+
+def test_plan_json_reports_the_skip_reason(cli: RunCli, write_matrix: WriteMatrix) -> None:
+    result = cli("--matrix", str(write_matrix(EXPLAIN_MATRIX)), "plan", "--format", "json")
+    data = json.loads(result.stdout)
+    assert data["skipped"] == [{"base": "cuda12.4-ubuntu22.04", "stack": "torch", "python": "3.12", "frameworks": {"torch": "2.5.1"}, "reason": SKIP_REASON}]
+
+
+def test_unknown_command_is_a_usage_error(cli: RunCli) -> None:
+    result = cli("plna")
+    assert result.exit_code == 2
+    assert "No such command" in result.output
+
+
+def test_python_dash_m_builder(root: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "builder", "--help"], cwd=root, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "Usage:" in proc.stdout
+
+
+def test_probe_json_without_frameworks(root: Path, tmp_path: Path) -> None:
+    """Nothing is installed in the project's venv: every framework is not-installed, and that is exit 0."""
+    proc = subprocess.run([str(root / ".venv" / "bin" / "builder"), "probe", "--json"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["probe"] == "hello-gpu"
+    statuses = {name: entry["status"] for name, entry in report["frameworks"].items()}
+    assert set(statuses) == set(FRAMEWORKS)
+    assert set(statuses.values()) == {"not-installed"}, statuses

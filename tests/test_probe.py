@@ -1,0 +1,438 @@
+"""hello-gpu: the real script, run in subprocesses against fake frameworks on a host without a GPU.
+
+Fake frameworks are tiny packages named torch/jax/... put first on PYTHONPATH; GPU device nodes are
+simulated with HELLO_GPU_DEV_ROOT pointing at a temp dir, so these tests mean the same on any machine.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from builder.probes import hello_gpu
+
+SCRIPT = Path(hello_gpu.__file__).resolve()
+RESULT_KEYS = {"framework", "status", "version", "build", "devices", "cpu_check", "gpu_check", "reason", "diagnosis", "seconds"}
+
+FAKE_TORCH = '''
+import os
+MODE = os.environ.get("FAKE_TORCH_MODE", "no-gpu")
+print("fake torch chatter on stdout")
+os.write(1, b"raw fd-1 chatter from a C library\\n")
+__version__ = "9.9.9+fake"
+float32 = "float32"
+
+
+class version:
+    cuda = None if MODE == "cpu-only" else "13.0"
+    hip = None
+
+
+class _cudnn:
+    @staticmethod
+    def version():
+        return 91002
+
+
+class backends:
+    cudnn = _cudnn
+
+
+class Tensor:
+    def __init__(self, rows, device):
+        self.rows, self.device = rows, device
+
+    def __matmul__(self, other):
+        cols = list(zip(*other.rows))
+        rows = [[sum(x * y for x, y in zip(r, c)) for c in cols] for r in self.rows]
+        if (MODE == "cpu-wrong" and self.device == "cpu") or (MODE == "gpu-wrong" and self.device != "cpu"):
+            rows[0][0] += 1.0
+        return Tensor(rows, self.device)
+
+    def cpu(self):
+        return Tensor(self.rows, "cpu")
+
+    def tolist(self):
+        return [list(r) for r in self.rows]
+
+
+def tensor(data, dtype=None, device="cpu"):
+    return Tensor([[float(v) for v in row] for row in data], device)
+
+
+class _Props:
+    name, major, minor, total_memory = "Fake GPU", 9, 0, 141 * 2**30
+
+
+class cuda:
+    @staticmethod
+    def is_available():
+        return MODE in ("gpu-ok", "gpu-wrong")
+
+    @staticmethod
+    def init():
+        raise RuntimeError("Found no NVIDIA driver on your system. Please check that you have an NVIDIA GPU")
+
+    @staticmethod
+    def device_count():
+        return 1
+
+    @staticmethod
+    def get_device_properties(index):
+        return _Props()
+'''
+
+FAKE_NUMBA_OLD = 'raise ImportError("Numba needs NumPy 2.0 or less. Got NumPy 2.1.")\n'
+
+# Hangs on import, with a grandchild holding the output pipes: only killing the process group ends it.
+FAKE_JAX_HANG = """
+import os, subprocess, sys, time
+grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+with open(os.environ["FAKE_PID_FILE"], "w") as f:
+    f.write(f"{os.getpid()} {grandchild.pid}")
+time.sleep(600)
+"""
+
+FAKE_CUPY_SEGV = "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n"
+
+
+@dataclass
+class ProbeRun:
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+    @property
+    def report(self) -> dict[str, Any]:
+        doc = json.loads(self.stdout)  # the whole of stdout must be one JSON document
+        assert isinstance(doc, dict)
+        return doc
+
+    def result(self, name: str) -> dict[str, Any]:
+        result = self.report["frameworks"][name]
+        assert isinstance(result, dict)
+        return result
+
+
+def run_probe(
+    tmp_path: Path,
+    *args: str,
+    fakes: dict[str, str] | None = None,
+    gpu_nodes: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
+    path: str | None = None,
+) -> ProbeRun:
+    """Run the real script with fake framework packages and simulated /dev contents."""
+    site, dev = tmp_path / "site", tmp_path / "dev"
+    dev.mkdir(exist_ok=True)
+    for node in gpu_nodes:
+        (dev / node).touch()
+    for name, source in (fakes or {}).items():
+        (site / name).mkdir(parents=True, exist_ok=True)
+        (site / name / "__init__.py").write_text(source)
+    full_env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "NUMBA_ENABLE_CUDASIM"}}
+    full_env.update(PYTHONPATH=str(site), HELLO_GPU_DEV_ROOT=str(dev), **(env or {}))
+    if path is not None:
+        full_env["PATH"] = path
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=full_env, timeout=300, check=False
+    )
+    return ProbeRun(done.returncode, done.stdout, done.stderr, time.monotonic() - started)
+
+
+def absent(name: str) -> bool:
+    """Whether the real framework is absent from the interpreter the tests run under."""
+    return importlib.util.find_spec(name) is None
+
+
+def alive(pid: int) -> bool:
+    """A process exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def wait_until(predicate: Any, seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return bool(predicate())
+
+
+# ------------------------------------------------------------------------------- the script itself
+
+
+def test_script_is_a_stdlib_only_python39_executable() -> None:
+    source = SCRIPT.read_text()
+    assert source.startswith("#!/usr/bin/env python3\n")
+    assert os.access(SCRIPT, os.X_OK), "copied alone into images as /usr/local/bin/hello-gpu"
+    tree = ast.parse(source, feature_version=(3, 9))
+    roots = {alias.name.split(".")[0] for node in tree.body if isinstance(node, ast.Import) for alias in node.names}
+    roots |= {node.module.split(".")[0] for node in tree.body if isinstance(node, ast.ImportFrom) and node.module}
+    assert roots - {"__future__"} <= sys.stdlib_module_names
+    assert "annotations" in {a.name for n in tree.body if isinstance(n, ast.ImportFrom) for a in n.names}
+
+
+# ------------------------------------------------------------------- (a) nothing installed, no GPU
+
+
+def test_nothing_installed_reports_every_framework_not_installed(tmp_path: Path) -> None:
+    run = run_probe(tmp_path, "--json", path=str(tmp_path))  # PATH without nvidia-smi
+    assert run.returncode == 0, run.stderr
+    report = run.report
+    assert {"probe", "schema", "host", "frameworks", "summary", "ok"} <= report.keys()
+    assert (report["probe"], report["schema"], report["ok"]) == ("hello-gpu", 1, True)
+    assert set(report["host"]) == {"python", "platform", "gpu_devices", "nvidia_smi"}
+    assert report["host"]["gpu_devices"] == []
+    assert report["host"]["nvidia_smi"] is None
+    assert list(report["frameworks"]) == list(hello_gpu.FRAMEWORKS)
+    for name, result in report["frameworks"].items():
+        assert set(result) == RESULT_KEYS
+        assert result["framework"] == name
+        if absent(name):
+            assert result["status"] == "not-installed"
+            assert result["gpu_check"] is None and result["diagnosis"] is None
+    assert sum(report["summary"].values()) == 5
+    assert set(report["summary"]) == {"passed", "failed", "skipped", "not-installed"}
+
+
+def test_human_table_without_json(tmp_path: Path) -> None:
+    run = run_probe(tmp_path, "--frameworks", "torch,numba", fakes={"numba": FAKE_NUMBA_OLD, "torch": FAKE_TORCH})
+    assert run.returncode == 1
+    lines = run.stdout.splitlines()
+    assert re.match(r"torch\s+skipped\s+9\.9\.9\+fake", lines[2])
+    assert re.match(r"numba\s+failed\s+-\s", lines[3])
+    assert any("fix:" in line and "numpy==2.0.*" in line for line in lines)
+    assert lines[-1] == "summary: 0 passed, 1 failed, 1 skipped, 0 not-installed -> FAILED"
+    assert "fake torch chatter" not in run.stdout  # framework output goes to stderr
+
+
+def test_unknown_framework_is_a_usage_error(tmp_path: Path) -> None:
+    run = run_probe(tmp_path, "--frameworks", "torch,pytorch")
+    assert run.returncode == 2
+    assert "pytorch" in run.stderr and run.stdout == ""
+
+
+def test_nvidia_smi_is_reported_when_it_answers(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'NVIDIA H200, 580.159, 9.0'\necho 'NVIDIA H200, 580.159, 9.0'\n")
+    smi.chmod(0o755)
+    run = run_probe(tmp_path, "--json", "--frameworks", "cupy", path=str(bin_dir))
+    assert run.report["host"]["nvidia_smi"] == {"name": "NVIDIA H200", "driver_version": "580.159", "compute_cap": "9.0"}
+
+
+def test_parse_nvidia_smi_of_old_drivers_without_compute_cap() -> None:
+    assert hello_gpu.parse_nvidia_smi("Tesla T4, 470.82.01\n") == {
+        "name": "Tesla T4", "driver_version": "470.82.01", "compute_cap": None,
+    }
+    assert hello_gpu.parse_nvidia_smi("\n") is None
+
+
+# -------------------------------------------------------------- (b) failing, hanging, crashing fakes
+
+
+def test_numba_numpy_import_error_is_failed_with_the_pin(tmp_path: Path) -> None:
+    run = run_probe(tmp_path, "--json", "--frameworks", "numba", fakes={"numba": FAKE_NUMBA_OLD})
+    assert run.returncode == 1
+    numba = run.result("numba")
+    assert numba["status"] == "failed"
+    assert numba["reason"] == "ImportError: Numba needs NumPy 2.0 or less. Got NumPy 2.1. (during import)"
+    assert "NumPy 2.1" in numba["diagnosis"]["cause"]
+    assert "numpy==2.0.*" in numba["diagnosis"]["fix"]
+    assert numba["cpu_check"] is None and numba["gpu_check"] is None
+    assert run.report["summary"]["failed"] == 1 and run.report["ok"] is False
+
+
+def test_hang_is_killed_at_the_timeout_and_the_others_are_still_reported(tmp_path: Path) -> None:
+    pid_file = tmp_path / "pids"
+    run = run_probe(
+        tmp_path, "--json", "--timeout", "2",
+        fakes={"jax": FAKE_JAX_HANG, "numba": FAKE_NUMBA_OLD, "torch": FAKE_TORCH},
+        env={"FAKE_PID_FILE": str(pid_file)},
+    )
+    assert run.returncode == 1
+    assert run.seconds < 60, "the hang (and its grandchild holding the pipes) must be killed at 2 s"
+    jax = run.result("jax")
+    assert jax["status"] == "failed"
+    assert jax["reason"] == "timed out after 2 s (during import)"
+    assert jax["diagnosis"]["cause"].startswith("the check did not finish within 2 s")
+    assert 2 <= jax["seconds"] < 30
+    assert run.result("numba")["status"] == "failed"  # checked after the hang, still reported
+    assert run.result("torch")["status"] == "skipped"
+    if absent("tensorflow") and absent("cupy"):
+        assert run.report["summary"] == {"passed": 0, "failed": 2, "skipped": 1, "not-installed": 2}
+    pids = [int(pid) for pid in pid_file.read_text().split()]
+    assert wait_until(lambda: not any(alive(pid) for pid in pids)), "hung child or grandchild left running"
+
+
+def test_segfault_is_failed_as_a_crash_and_the_others_are_still_reported(tmp_path: Path) -> None:
+    run = run_probe(tmp_path, "--json", fakes={"cupy": FAKE_CUPY_SEGV, "torch": FAKE_TORCH, "numba": FAKE_NUMBA_OLD})
+    assert run.returncode == 1
+    cupy = run.result("cupy")
+    assert cupy["status"] == "failed"
+    assert cupy["reason"] == "crashed with signal SIGSEGV (during import)"
+    assert "SIGSEGV" in cupy["diagnosis"]["cause"]
+    assert run.result("torch")["status"] == "skipped"
+    assert run.result("numba")["status"] == "failed"
+    assert "Segmentation fault" in run.stderr  # the child's faulthandler output is passed on to stderr
+
+
+# ---------------------------------------------------- (c) a fake torch with and without a GPU host
+
+
+@pytest.mark.parametrize(
+    ("mode", "nodes", "flags", "status", "reason"),
+    [
+        ("no-gpu", (), (), "skipped", "no GPU on this host (no /dev/nvidiactl, /dev/nvidia0 or /dev/kfd); torch sees no GPU"),
+        ("no-gpu", ("nvidiactl",), (), "failed", "torch sees no GPU (torch.cuda.is_available() is False; RuntimeError: Found no"),
+        ("no-gpu", ("kfd",), (), "failed", "torch sees no GPU"),
+        ("no-gpu", (), ("--require-gpu",), "failed", "no GPU on this host (no /dev/nvidiactl, /dev/nvidia0 or /dev/kfd) and --req"),
+        ("cpu-only", (), (), "skipped", "no GPU on this host (no /dev/nvidiactl, /dev/nvidia0 or /dev/kfd); CPU-only build of torch"),
+        ("cpu-only", ("nvidia0",), (), "failed", "CPU-only build of torch (torch.version.cuda is None), although this host has"),
+        ("gpu-ok", ("nvidiactl", "nvidia0"), (), "passed", ""),
+        ("gpu-wrong", ("nvidiactl", "nvidia0"), (), "failed", "GPU result disagrees with the CPU reference: 256x256 float32"),
+        ("cpu-wrong", ("nvidiactl",), (), "failed", "CPU check failed: 16x16 float32 matmul on the CPU DIFFERS"),
+    ],
+)
+def test_fake_torch_verdicts(
+    tmp_path: Path, mode: str, nodes: tuple[str, ...], flags: tuple[str, ...], status: str, reason: str
+) -> None:
+    run = run_probe(
+        tmp_path, "--json", "--frameworks", "torch", *flags,
+        fakes={"torch": FAKE_TORCH}, gpu_nodes=nodes, env={"FAKE_TORCH_MODE": mode},
+    )
+    torch = run.result("torch")
+    assert torch["status"] == status
+    assert torch["reason"].startswith(reason)
+    assert run.returncode == (1 if status == "failed" else 0)
+    assert run.report["host"]["gpu_devices"] == [str(tmp_path / "dev" / node) for node in sorted(nodes)]
+    assert torch["version"] == "9.9.9+fake"
+    assert torch["build"] == {"cuda": None if mode == "cpu-only" else "13.0", "hip": None, "cudnn": 91002}
+    assert torch["cpu_check"]["ok"] is (mode != "cpu-wrong")
+    assert (torch["diagnosis"] is not None) is (status == "failed")
+    if nodes and mode in {"no-gpu", "cpu-only"}:  # the reason names the nodes the framework failed to use
+        assert all(str(tmp_path / "dev" / node) in torch["reason"] for node in nodes)
+
+
+def test_fake_torch_on_a_gpu_reports_the_device_and_the_error(tmp_path: Path) -> None:
+    run = run_probe(
+        tmp_path, "--json", "--frameworks", "torch",
+        fakes={"torch": FAKE_TORCH}, gpu_nodes=("nvidiactl",), env={"FAKE_TORCH_MODE": "gpu-ok"},
+    )
+    torch = run.result("torch")
+    assert torch["status"] == "passed"
+    assert torch["devices"] == [{"name": "Fake GPU", "capability": "9.0", "memory_gb": 141.0}]
+    assert torch["gpu_check"]["ok"] is True and torch["gpu_check"]["max_abs_err"] == 0.0
+    assert "256x256 float32 matmul on cuda:0 matches" in torch["gpu_check"]["detail"]
+    wrong = run_probe(
+        tmp_path, "--json", "--frameworks", "torch",
+        fakes={"torch": FAKE_TORCH}, gpu_nodes=("nvidiactl",), env={"FAKE_TORCH_MODE": "gpu-wrong"},
+    ).result("torch")
+    assert wrong["gpu_check"] == {**wrong["gpu_check"], "ok": False, "max_abs_err": 1.0}
+    assert wrong["diagnosis"]["cause"].startswith("the GPU computed a different result")
+
+
+def test_a_framework_without_a_driver_on_a_gpu_host_gets_the_driver_diagnosis(tmp_path: Path) -> None:
+    torch = run_probe(
+        tmp_path, "--json", "--frameworks", "torch", fakes={"torch": FAKE_TORCH}, gpu_nodes=("nvidiactl",)
+    ).result("torch")
+    assert torch["status"] == "failed"
+    assert "libcuda is not mounted" in torch["diagnosis"]["cause"]
+    assert "--gpus all" in torch["diagnosis"]["fix"]
+
+
+@given(
+    cpu_ok=st.booleans(),
+    no_gpu=st.one_of(st.none(), st.text(max_size=20)),
+    nodes=st.lists(st.sampled_from(["/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd"]), unique=True),
+    require_gpu=st.booleans(),
+)
+def test_no_gpu_check_is_never_passed(cpu_ok: bool, no_gpu: str | None, nodes: list[str], require_gpu: bool) -> None:
+    status, reason = hello_gpu.verdict(None, {"ok": cpu_ok, "detail": "x"}, None, no_gpu, nodes, require_gpu)
+    assert status in {"skipped", "failed"}
+    assert (status == "skipped") is (cpu_ok and not nodes and not require_gpu)
+    assert reason
+
+
+# --------------------------------------------------------------------------------- (d) diagnose()
+
+SAMPLES: list[tuple[str, str]] = [
+    ("RuntimeError: CUDA driver version is insufficient for CUDA runtime version", "older than the CUDA runtime"),
+    (
+        "nvidia-container-cli: requirement error: unsatisfied condition: cuda>=12.4, please update your driver to a newer"
+        " version, or use an earlier cuda container: unknown",
+        "NVIDIA_REQUIRE_CUDA (cuda>=12.4)",
+    ),
+    ('docker: Error response from daemon: could not select device driver "" with capabilities: [[gpu]].', "Container Toolkit"),
+    ("ImportError: libcudart.so.12: cannot open shared object file: No such file or directory", "libcudart"),
+    ("Could not load dynamic library 'libcudnn.so.8'; dlerror: libcudnn.so.8: cannot open shared object file", "cuDNN"),
+    ("OSError: libcuda.so.1: cannot open shared object file: No such file or directory", "libcuda is not mounted"),
+    ("CUDA error: no kernel image is available for execution on the device", "compute capability"),
+    ("ImportError: Numba needs NumPy 1.26 or less. Got NumPy 2.0.", "numpy==1.26.*"),
+    ("AttributeError: module 'numpy' has no attribute 'row_stack'", "numpy<2.5"),
+    ("hipErrorNoDevice: Unable to open /dev/kfd read-write: Permission denied", "--group-add render"),
+    ("Failed to initialize NVML: Unknown Error", "device cgroup"),
+    ("Failed to initialize NVML: Insufficient Permissions", "label=disable"),
+    ("cudaErrorNoDevice: no CUDA-capable device is detected", "CUDA_VISIBLE_DEVICES"),
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", "XLA_PYTHON_CLIENT_PREALLOCATE"),
+    ("timed out after 180 s (during gpu check)", "within 180 s"),
+    ("crashed with signal SIGSEGV (during import)", "killed by SIGSEGV"),
+    ("CPU-only build of torch (torch.version.cuda is None), although this host has /dev/nvidiactl", "GPU wheel"),
+    ("CPU check failed: 16x16 float32 matmul on the CPU DIFFERS from the reference", "pip check"),
+    ("GPU result disagrees with the CPU reference: ...", "Xid"),
+    ("jax sees no GPU (Unknown backend gpu), although this host has /dev/nvidia0", "does not match the driver"),
+    ("no GPU on this host (no /dev/nvidiactl, /dev/nvidia0 or /dev/kfd) and --require-gpu was given", "--device /dev/kfd"),
+]
+
+
+@pytest.mark.parametrize(("message", "expected"), SAMPLES)
+def test_diagnose_each_message(message: str, expected: str) -> None:
+    found = hello_gpu.diagnose(message)
+    assert found is not None
+    cause, fix = found
+    assert expected in cause + " " + fix
+
+
+def test_every_diagnosis_row_is_exercised_and_actionable() -> None:
+    hit = set()
+    for message, _ in SAMPLES:
+        rows = [i for i, (pattern, _, _) in enumerate(hello_gpu.DIAGNOSES) if re.search(pattern, message, re.IGNORECASE)]
+        hit.add(rows[0])
+    assert hit == set(range(len(hello_gpu.DIAGNOSES)))
+    for _, cause, fix in hello_gpu.DIAGNOSES:
+        assert cause and not cause.endswith(".")
+        assert fix[0].isupper() and fix.endswith(".") and "\n" not in fix
+
+
+def test_diagnose_other_specifics() -> None:
+    assert hello_gpu.diagnose("ValueError: something unrelated") is None
+    assert hello_gpu.diagnose("CUDA_ERROR_NO_DEVICE") is not None
+    assert hello_gpu.diagnose("RESOURCE_EXHAUSTED: CUDA_ERROR_OUT_OF_MEMORY: out of memory") is not None
+    _, fix = hello_gpu.diagnose("Numba needs NumPy 2.0 or less. Got NumPy 2.1.") or ("", "")
+    assert fix == "Pin NumPy to 2.0 or older (`numpy==2.0.*`) or upgrade numba to a release that supports NumPy 2.1."
+    cause, _ = hello_gpu.diagnose("unsatisfied condition: cuda>=13.0.") or ("", "")
+    assert cause.endswith("(cuda>=13.0)")
+    # the specific cause wins over the generic "sees no GPU" row it comes wrapped in
+    cause, _ = hello_gpu.diagnose("numba sees no GPU (CudaSupportError: CUDA driver library cannot be found)") or ("", "")
+    assert "libcuda" in cause

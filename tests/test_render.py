@@ -1,0 +1,326 @@
+"""Rendered build contexts: golden files for representative images, invariants over every image,
+and the determinism of `builder render` / `render --check`.
+
+Golden files live in tests/golden/<image-id>/. After an intended template change, rewrite them with
+`UPDATE_GOLDEN=1 pytest tests/test_render.py` and read the diff before committing it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import stat
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import dockerfile
+import pytest
+from click.testing import Result
+
+from builder import render
+from builder.matrix import load_matrix
+from builder.plan import image_entry, make_plan
+from builder.records import ImageSpec
+
+if TYPE_CHECKING:
+    from conftest import Rendered
+
+RunCli = Callable[..., Result]
+WriteMatrix = Callable[..., Path]
+GOLDEN = Path(__file__).parent / "golden"
+GOLDEN_IMAGES = (
+    "torch2.5.1-cu124-py3.11-ubuntu22.04",  # CUDA torch
+    "torch2.5.1-rocm6.2-py3.11-ubuntu22.04",  # ROCm torch
+    "numba0.68.0-cpu-py3.11-debian12",  # the local Debian image, NumPy pinned under numba's ceiling
+    "tensorflow2.21.0-cu128-py3.12-ubuntu24.04",  # CUDA tensorflow
+)
+GOLDEN_FILES = ("Dockerfile", "requirements.txt")
+PIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[a-z0-9,-]+\])?==[0-9][A-Za-z0-9.+]*$")
+
+
+# ---------------------------------------------------------------- golden files
+
+
+@pytest.mark.parametrize("image_id", GOLDEN_IMAGES)
+@pytest.mark.parametrize("name", GOLDEN_FILES)
+def test_golden(image_id: str, name: str, rendered: Rendered) -> None:
+    assert image_id in rendered.files, f"{image_id} is no longer planned; pick another representative image"
+    actual = rendered.files[image_id][name]
+    path = GOLDEN / image_id / name
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(actual)
+    assert path.is_file(), f"missing {path}; run UPDATE_GOLDEN=1 pytest {Path(__file__).name}"
+    assert actual.decode() == path.read_text(encoding="utf-8"), f"{image_id}/{name} differs from {path}"
+    assert actual == path.read_bytes()
+
+
+# ---------------------------------------------------------------- invariants over every rendered image
+
+
+def instructions(text: str) -> list[Any]:
+    return list(dockerfile.parse_string(text))
+
+
+def pairs(values: tuple[str, ...]) -> dict[str, str]:
+    """ENV / LABEL values come as key, value, key, value...; values keep their quotes."""
+    return {k: v.strip('"') for k, v in zip(values[::2], values[1::2], strict=True)}
+
+
+def expected_sequence(spec: ImageSpec) -> list[str]:
+    runtime = ["FROM", "USER"] + (["ENV"] if spec.base.vendor != "cpu" else []) + (["RUN"] if spec.python_packages else []) + ["RUN"]
+    build = ["FROM", "ARG", "COPY", "RUN"]
+    final = ["FROM", "COPY", "COPY", "RUN", "ENV"] + ["ENV"] * len(spec.frameworks) + ["LABEL", "USER", "WORKDIR", "CMD"]
+    return runtime + build + final
+
+
+def each_image(rendered: Rendered) -> list[tuple[ImageSpec, str]]:
+    assert rendered.plan.images
+    return [(spec, rendered.text(spec.id, "Dockerfile")) for spec in rendered.plan.images]
+
+
+def test_every_image_has_exactly_its_files(rendered: Rendered) -> None:
+    assert set(rendered.files) == {s.id for s in rendered.plan.images}
+    for files in rendered.files.values():
+        assert set(files) == {"Dockerfile", "requirements.txt", "image.json", "hello_gpu.py"}
+
+
+def test_header_says_generated(rendered: Rendered) -> None:
+    for spec, text in each_image(rendered):
+        first = text.splitlines()[0]
+        assert "GENERATED" in first and "do not edit" in first, spec.id
+        assert rendered.text(spec.id, "requirements.txt").startswith("# GENERATED"), spec.id
+
+
+def test_parses_with_three_stages_in_the_expected_order(rendered: Rendered) -> None:
+    for spec, text in each_image(rendered):
+        parsed = instructions(text)
+        assert [i.cmd.upper() for i in parsed] == expected_sequence(spec), spec.id
+        froms = [i.value for i in parsed if i.cmd.upper() == "FROM"]
+        assert froms == [(spec.base.from_ref, "AS", "runtime"), ("runtime", "AS", "build"), ("runtime",)], spec.id
+        copy_venv = next(i for i in parsed if i.cmd.upper() == "COPY" and i.flags)
+        assert copy_venv.flags == ("--from=build",) and copy_venv.value == ("/opt/venv", "/opt/venv")
+
+
+def test_from_is_the_base(rendered: Rendered) -> None:
+    for spec, text in each_image(rendered):
+        first_from = next(i for i in instructions(text) if i.cmd.upper() == "FROM")
+        expected = spec.base.image if spec.base.bootstrap is None else f"builder-base/{spec.base.name}:latest"
+        assert first_from.value[0] == expected, spec.id
+
+
+def test_last_user_is_not_root(rendered: Rendered) -> None:
+    for spec, text in each_image(rendered):
+        users = [i.value[0] for i in instructions(text) if i.cmd.upper() == "USER"]
+        assert users[-1] not in ("root", "0", "0:0"), spec.id
+        assert users[-1] == "app"
+
+
+def test_labels(rendered: Rendered, embedded_matrix_path: Path) -> None:
+    source = load_matrix(embedded_matrix_path).source
+    for spec, text in each_image(rendered):
+        labels: dict[str, str] = {}
+        for i in instructions(text):
+            if i.cmd.upper() == "LABEL":
+                labels.update(pairs(i.value))
+        frameworks = ",".join(f"{n}={v}" for n, v in spec.frameworks)
+        assert labels["org.opencontainers.image.title"] == spec.id
+        assert labels["org.opencontainers.image.version"] == frameworks
+        assert labels["org.opencontainers.image.source"] == source
+        assert labels["io.builder.id"] == spec.id
+        assert labels["io.builder.stack"] == spec.stack
+        assert labels["io.builder.frameworks"] == frameworks
+        assert labels["io.builder.python"] == spec.python
+        assert labels["io.builder.accelerator"] == spec.base.vendor
+        assert labels.get("io.builder.accelerator-version") == spec.base.version
+
+
+def env_of(text: str) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for i in instructions(text):
+        if i.cmd.upper() == "ENV":
+            env.update(pairs(i.value))
+    return env
+
+
+def test_cuda_images_carry_the_nvidia_runtime_settings(rendered: Rendered) -> None:
+    cuda = [(spec, text) for spec, text in each_image(rendered) if spec.base.vendor == "cuda"]
+    assert cuda
+    for spec, text in cuda:
+        env = env_of(text)
+        assert env["NVIDIA_VISIBLE_DEVICES"] == "all", spec.id
+        assert env["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility", spec.id
+        assert spec.base.version is not None
+        major, minor = spec.base.version.split(".")[:2]
+        assert re.match(rf"^cuda>={major}\.{minor}( |$)", env["NVIDIA_REQUIRE_CUDA"]), spec.id
+
+
+def test_rocm_and_cpu_images_mention_nothing_nvidia(rendered: Rendered) -> None:
+    others = [(spec, text) for spec, text in each_image(rendered) if spec.base.vendor != "cuda"]
+    assert {s.base.vendor for s, _ in others} == {"rocm", "cpu"}
+    for spec, text in others:
+        assert "NVIDIA" not in text.upper(), spec.id
+
+
+def test_hello_gpu_is_installed(rendered: Rendered) -> None:
+    probe = render.PROBE.read_bytes()
+    for spec, text in each_image(rendered):
+        assert rendered.files[spec.id]["hello_gpu.py"] == probe
+        parsed = instructions(text)
+        assert any(i.cmd.upper() == "COPY" and i.value == ("hello_gpu.py", "/usr/local/bin/hello-gpu") for i in parsed), spec.id
+        assert parsed[-1].cmd.upper() == "CMD" and parsed[-1].value == ("hello-gpu",)
+
+
+def test_requirements_are_exact_pins(rendered: Rendered) -> None:
+    for spec in rendered.plan.images:
+        lines = [line for line in rendered.text(spec.id, "requirements.txt").splitlines() if not line.startswith("#")]
+        assert lines == list(spec.packages), spec.id
+        assert lines == sorted(lines)
+        for line in lines:
+            assert PIN.match(line), f"{spec.id}: {line!r} is not an exact pin"
+        if "numba" in spec.versions:
+            assert any(line.startswith("numpy==") for line in lines), f"{spec.id} has numba but no numpy pin"
+
+
+def test_no_command_substitution_in_run_lines(rendered: Rendered) -> None:
+    for spec, text in each_image(rendered):
+        for i in instructions(text):
+            if i.cmd.upper() == "RUN":
+                assert "`" not in i.original and "$(" not in i.original, f"{spec.id}: {i.original}"
+
+
+def test_image_json_is_the_plan_entry(rendered: Rendered) -> None:
+    for spec in rendered.plan.images:
+        assert json.loads(rendered.files[spec.id]["image.json"]) == json.loads(json.dumps(image_entry(spec)))
+
+
+def test_content_hash_is_the_hash_of_the_build_context(rendered: Rendered) -> None:
+    for spec in rendered.plan.images:
+        files = rendered.files[spec.id]
+        digest = hashlib.sha256()
+        for name in ("Dockerfile", "hello_gpu.py", "requirements.txt"):
+            digest.update(name.encode() + b"\0" + hashlib.sha256(files[name]).digest())
+        assert spec.content_hash == "sha256:" + digest.hexdigest(), spec.id
+
+
+def test_digest_pins_the_from_line(write_matrix: WriteMatrix) -> None:
+    digest = "sha256:" + "0123456789abcdef" * 4
+    path = write_matrix(
+        """\
+        registry: ghcr.io/example/gpu-images
+        bases:
+          cuda12.4-ubuntu22.04:
+            vendor: cuda
+            version: "12.4.1"
+            os: ubuntu22.04
+            image: nvidia/cuda:12.4.1-cudnn-runtime-ubuntu22.04
+            digest: DIGEST
+        python: ["3.11"]
+        frameworks:
+          torch: ["2.5.1"]
+        stacks:
+          torch: [torch]
+        """.replace("DIGEST", digest)
+    )
+    (spec,) = make_plan(load_matrix(path)).images
+    text = render.dockerfile(spec, render.environment(), "https://example.com/src")
+    first_from = next(i for i in instructions(text) if i.cmd.upper() == "FROM")
+    assert first_from.value == (f"nvidia/cuda:12.4.1-cudnn-runtime-ubuntu22.04@{digest}", "AS", "runtime")
+    assert f'org.opencontainers.image.base.name="nvidia/cuda:12.4.1-cudnn-runtime-ubuntu22.04@{digest}"' in text
+
+
+# ---------------------------------------------------------------- builder render / render --check
+
+
+def tree_of(folder: Path) -> dict[str, tuple[bytes, int]]:
+    return {str(p.relative_to(folder)): (p.read_bytes(), stat.S_IMODE(p.stat().st_mode)) for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def render_into(cli: RunCli, matrix: Path, out: Path, *extra: str) -> Result:
+    return cli("--matrix", str(matrix), "render", "--out", str(out), *extra)
+
+
+def test_render_twice_is_byte_identical(cli: RunCli, embedded_matrix_path: Path, tmp_path: Path, rendered: Rendered) -> None:
+    first, second = tmp_path / "a" / "images", tmp_path / "b" / "images"
+    assert render_into(cli, embedded_matrix_path, first).exit_code == 0
+    assert render_into(cli, embedded_matrix_path, second).exit_code == 0
+    tree = tree_of(first)
+    assert tree == tree_of(second)
+    assert {path: data for path, (data, _) in tree.items()} == {f"{i}/{n}": d for i, files in rendered.files.items() for n, d in files.items()}
+    for path, (_, mode) in tree.items():
+        assert mode == (0o755 if path.endswith("hello_gpu.py") else mode), path
+    assert not [p for p in (tmp_path / "a").iterdir() if p.name != "images"]  # no temporary folders left behind
+
+
+def test_render_then_check_is_current(cli: RunCli, embedded_matrix_path: Path, tmp_path: Path) -> None:
+    out = tmp_path / "images"
+    result = render_into(cli, embedded_matrix_path, out)
+    assert result.exit_code == 0, result.output
+    check = render_into(cli, embedded_matrix_path, out, "--check")
+    assert check.exit_code == 0, check.output
+    assert check.stdout == ""
+    assert "is current" in check.stderr
+    again = render_into(cli, embedded_matrix_path, out)
+    assert "0 files changed" in again.stderr
+
+
+def test_check_lists_an_edited_file_and_writes_nothing(cli: RunCli, embedded_matrix_path: Path, tmp_path: Path) -> None:
+    out = tmp_path / "images"
+    assert render_into(cli, embedded_matrix_path, out).exit_code == 0
+    edited = out / "torch2.5.1-cu124-py3.11-ubuntu22.04" / "Dockerfile"
+    edited.write_text(edited.read_text() + "RUN echo hand edit\n")
+    before = tree_of(out)
+    check = render_into(cli, embedded_matrix_path, out, "--check")
+    assert check.exit_code == 1
+    assert check.stdout.splitlines() == ["stale: images/torch2.5.1-cu124-py3.11-ubuntu22.04/Dockerfile"]
+    assert "1 stale files" in check.stderr
+    assert tree_of(out) == before
+
+
+def test_check_lists_a_stray_folder_and_writes_nothing(cli: RunCli, embedded_matrix_path: Path, tmp_path: Path) -> None:
+    out = tmp_path / "images"
+    assert render_into(cli, embedded_matrix_path, out).exit_code == 0
+    (out / "torch1.0.0-cu80-py2.7-ubuntu16.04").mkdir()
+    (out / "torch1.0.0-cu80-py2.7-ubuntu16.04" / "Dockerfile").write_text("FROM scratch\n")
+    before = tree_of(out)
+    check = render_into(cli, embedded_matrix_path, out, "--check")
+    assert check.exit_code == 1
+    assert check.stdout.splitlines() == ["stale: images/torch1.0.0-cu80-py2.7-ubuntu16.04/Dockerfile"]
+    assert tree_of(out) == before
+
+
+def test_check_on_a_missing_folder_lists_everything(cli: RunCli, embedded_matrix_path: Path, tmp_path: Path, rendered: Rendered) -> None:
+    out = tmp_path / "images"
+    check = render_into(cli, embedded_matrix_path, out, "--check")
+    assert check.exit_code == 1
+    assert len(check.stdout.splitlines()) == sum(len(f) for f in rendered.files.values())
+    assert not out.exists()
+
+
+def test_render_removes_a_stale_image_folder(cli: RunCli, embedded_matrix_path: Path, tmp_path: Path) -> None:
+    out = tmp_path / "images"
+    assert render_into(cli, embedded_matrix_path, out).exit_code == 0
+    stale = out / "torch1.0.0-cu80-py2.7-ubuntu16.04"
+    stale.mkdir()
+    (stale / "Dockerfile").write_text("FROM scratch\n")
+    (out / "torch2.5.1-cu124-py3.11-ubuntu22.04" / "requirements.txt").write_text("torch\n")
+    result = render_into(cli, embedded_matrix_path, out)
+    assert result.exit_code == 0
+    assert "2 files changed" in result.stderr
+    assert not stale.exists()
+    assert render_into(cli, embedded_matrix_path, out, "--check").exit_code == 0
+
+
+def test_render_defaults_to_images_beside_the_matrix(cli: RunCli, write_matrix: WriteMatrix, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    matrix = write_matrix(folder=tmp_path / "repo")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    result = cli("--matrix", str(matrix), "render")
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in (tmp_path / "repo" / "images").iterdir()) == ["torch2.5.1-cu124-py3.11-ubuntu22.04"]
+    assert not any(elsewhere.iterdir())
+    assert cli("--matrix", str(matrix), "render", "--check").exit_code == 0
