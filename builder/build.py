@@ -42,6 +42,22 @@ ClientFactory = Callable[[], Client]
 Log = Callable[[str, str], None]  # (image id, line)
 
 
+def is_network_failure(error: str, log: str, tail: int = 15) -> bool:
+    """Judge the final error and the lines just before it: a download that recovered earlier
+    in the log does not make a later resolver error retryable."""
+    lines = [line for line in log.splitlines() if not line.lstrip().startswith("WARNING: Retrying")]  # pip recovered
+    last = "\n".join(lines[-tail:])
+    return bool(NETWORK_PATTERNS.search(error) or NETWORK_PATTERNS.search(last))
+
+
+_CREDENTIALS = re.compile(r"(?<=://)([^/@\s:]+):([^/@\s]+)@")
+
+
+def redact(text: str) -> str:
+    """user:password@ in URLs -> user:****@ (for logs)."""
+    return _CREDENTIALS.sub(r"\1:****@", text)
+
+
 class NetworkFlake(Exception):
     """A build failed in a way a retry can fix (download errors)."""
 
@@ -88,9 +104,10 @@ def check_rendered(specs: Sequence[ImageSpec], images_dir: Path) -> None:
     for spec in specs:
         meta = images_dir / spec.id / "image.json"
         try:
-            rendered = json.loads(meta.read_text(encoding="utf-8")).get("content_hash")
+            data = json.loads(meta.read_text(encoding="utf-8"))
         except (OSError, ValueError):
-            rendered = None
+            data = None
+        rendered = data.get("content_hash") if isinstance(data, dict) else None
         if rendered != spec.content_hash:
             raise UserError(f"{images_dir.name}/{spec.id} is missing or stale; run `builder render` first")
 
@@ -106,6 +123,7 @@ class Builder:
     revision: str = "unknown"
     retries: int = 3
     backoff_s: float = 5.0
+    no_cache: bool = False
     on_line: Log | None = None
 
     def __post_init__(self) -> None:
@@ -212,13 +230,13 @@ class Builder:
         with log_path.open(mode, encoding="utf-8") as log:
             log.write(f"# build {spec.id} attempt {attempt} -> {spec.tag}\n")
             log.write(f"# local wheels: {', '.join(staged.wheels) or 'none'}\n")
-            log.write(f"# extra indexes: {' '.join(staged.extra_index_urls) or 'none'}\n")
+            log.write(f"# extra indexes: {redact(' '.join(staged.extra_index_urls)) or 'none'}\n")
             error = None
             try:
                 for chunk in self._stream(client, spec, staged.path, buildargs, labels):
                     text = chunk.get("stream") or chunk.get("status") or ""
                     if text:
-                        log.write(text)
+                        log.write(redact(text))
                         if self.on_line:
                             self.on_line(spec.id, text)
                     if "error" in chunk:
@@ -235,13 +253,13 @@ class Builder:
                 log.write(f"ERROR: {error}\n")
         if error is None:
             return
-        text = log_path.read_text(encoding="utf-8", errors="replace")
-        if NETWORK_PATTERNS.search(text.split(f"attempt {attempt} ->", 1)[-1]):
+        if is_network_failure(error, log_path.read_text(encoding="utf-8", errors="replace")):
             raise NetworkFlake(error)
         raise BuildFailed(error)
 
-    @staticmethod
-    def _stream(client: Client, spec: ImageSpec, path: Path, buildargs: dict[str, str], labels: dict[str, str]) -> Iterator[dict[str, Any]]:
+    def _stream(
+        self, client: Client, spec: ImageSpec, path: Path, buildargs: dict[str, str], labels: dict[str, str]
+    ) -> Iterator[dict[str, Any]]:
         return iter(
             client.api.build(
                 path=str(path),
@@ -249,6 +267,7 @@ class Builder:
                 rm=True,
                 forcerm=True,
                 pull=False,
+                nocache=self.no_cache,
                 network_mode="host",
                 buildargs=buildargs,
                 labels=labels,

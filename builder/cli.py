@@ -95,7 +95,8 @@ def render(ws: Workspace, check: bool, out_dir: str | None) -> None:
 def rendered_tree(ws: Workspace) -> dict[str, bytes]:
     env = render_mod.environment([ws.templates])
     probe = render_mod.probe_bytes()
-    contexts = {s.id: render_mod.context_files(s, env, ws.matrix.source, probe) for s in ws.plan.images}
+    name = ws.matrix_path.name
+    contexts = {s.id: render_mod.context_files(s, env, ws.matrix.source, probe, name) for s in ws.plan.images}
     entries = {s.id: image_entry(s) for s in ws.plan.images}
     return render_mod.tree(ws.plan, entries, contexts)
 
@@ -128,6 +129,7 @@ def _build_options(func: F) -> F:
     options = [
         click.option("-j", "--jobs", default=1, show_default=True, help="images built in parallel"),
         click.option("--force", is_flag=True, help="rebuild even when the content hash is already built"),
+        click.option("--no-cache", is_flag=True, help="with --force: do not use the engine's layer cache either"),
         click.option("--keep-going", is_flag=True, help="build the rest after a failure"),
         click.option("--push", is_flag=True, help="push built images to the registry"),
         click.option(
@@ -149,6 +151,7 @@ def _options(kwargs: dict[str, Any]) -> Any:
     return BuildOptions(
         jobs=kwargs["jobs"],
         force=kwargs["force"],
+        no_cache=kwargs["no_cache"],
         keep_going=kwargs["keep_going"],
         push=kwargs["push"],
         ca_bundle=kwargs["ca_bundle"],

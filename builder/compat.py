@@ -20,6 +20,14 @@ from builder.yamlsrc import LDict, LList, load
 
 DEFAULT_PATH = Path(__file__).parent / "data" / "compat.yaml"
 PyRange = tuple[str, str]
+SECTIONS: dict[str, tuple[str, ...]] = {
+    "cuda": ("toolkits", "mvc_floor", "require_branches", "brands"),
+    "torch": ("index_url", "releases"),
+    "tensorflow": ("releases", "and_cuda_from", "rocm_index_url", "rocm"),
+    "jax": ("bands", "cuda12_min", "cuda13_min", "numpy_min"),
+    "cupy": ("releases", "rocm_note"),
+    "numba": ("releases", "numba_cuda"),
+}
 
 
 @dataclass(frozen=True)
@@ -127,6 +135,13 @@ class _Reader:
             raise self.fail(f"missing section '{key}'", doc.line)
         return doc[key]
 
+    def sub(self, doc: LDict, section: str, key: str) -> Any:
+        """doc[section][key], refusing a missing one with the line of its section."""
+        value = self.section(doc, section)
+        if not isinstance(value, LDict):
+            raise self.fail(f"section '{section}' must be a mapping", doc.line_of(section))
+        return self.section(value, key)
+
     def rows(self, value: Any, keys: Sequence[str], sort_key: str | None, line: int) -> list[LDict]:
         if not isinstance(value, LList) or not value:
             raise self.fail("expected a non-empty list of rows", getattr(value, "line", line))
@@ -189,50 +204,59 @@ def load_compat(path: Path = DEFAULT_PATH) -> Compat:
     if not isinstance(sources, LDict) or not sources:
         raise UserError("broken compatibility table: `sources` is missing", file, 1)
     r = _Reader(file, set(sources))
+    for key, allowed in SECTIONS.items():
+        section = doc.get(key)
+        if isinstance(section, LDict):
+            unknown = sorted(set(section) - set(allowed))
+            if unknown:
+                raise r.fail(f"unknown key(s) {unknown} in section '{key}'; allowed: {list(allowed)}", section.line_of(unknown[0]))
+    unknown_top = sorted(set(doc) - {"schema", "sources", "os_python", "numpy", *SECTIONS})
+    if unknown_top:
+        raise r.fail(f"unknown section(s) {unknown_top}", doc.line_of(unknown_top[0]))
     return Compat(
         os_python=_os_python(r, doc),
         cuda_toolkits=tuple(
-            (str(row["cuda"]), str(row["driver"]))
-            for row in r.rows(r.section(doc, "cuda")["toolkits"], ("cuda", "driver"), "cuda", doc.line)
+            (str(row["cuda"]), str(row["driver"])) for row in r.rows(r.sub(doc, "cuda", "toolkits"), ("cuda", "driver"), "cuda", doc.line)
         ),
         mvc_floor=tuple(
             (str(row["major"]), str(row["driver"]))
-            for row in r.rows(r.section(doc, "cuda")["mvc_floor"], ("major", "driver"), "major", doc.line)
+            for row in r.rows(r.sub(doc, "cuda", "mvc_floor"), ("major", "driver"), "major", doc.line)
         ),
         require_branches=tuple(
             (str(row["cuda"]), tuple(int(b) for b in row["branches"]))
-            for row in r.rows(r.section(doc, "cuda")["require_branches"], ("cuda", "branches"), "cuda", doc.line)
+            for row in r.rows(r.sub(doc, "cuda", "require_branches"), ("cuda", "branches"), "cuda", doc.line)
         ),
         brands=tuple(
             (str(row["until"]), r.strs(row["names"], row.line))
-            for row in r.rows(r.section(doc, "cuda")["brands"], ("until", "names"), "until", doc.line)
+            for row in r.rows(r.sub(doc, "cuda", "brands"), ("until", "names"), "until", doc.line)
         ),
         numpy=tuple(
             (str(row["version"]), r.pyrange(row["python"], row.line))
             for row in r.rows(r.section(doc, "numpy"), ("version", "python"), "version", doc.line)
         ),
-        torch_index_url=str(r.section(doc, "torch")["index_url"]),
+        torch_index_url=str(r.sub(doc, "torch", "index_url")),
         torch=_torch(r, r.section(doc, "torch")),
         tensorflow=tuple(
             TfRelease(str(row["release"]), r.pyrange(row["python"], row.line), str(row["cuda"]), str(row["cudnn"]))
-            for row in r.rows(r.section(doc, "tensorflow")["releases"], ("release", "python", "cuda", "cudnn"), "release", doc.line)
+            for row in r.rows(r.sub(doc, "tensorflow", "releases"), ("release", "python", "cuda", "cudnn"), "release", doc.line)
         ),
-        tf_and_cuda_from=str(doc["tensorflow"]["and_cuda_from"]),
-        tf_rocm_index_url=str(doc["tensorflow"]["rocm_index_url"]),
+        tf_and_cuda_from=str(r.sub(doc, "tensorflow", "and_cuda_from")),
+        tf_rocm_index_url=str(r.sub(doc, "tensorflow", "rocm_index_url")),
         tf_rocm=tuple(
-            (str(row["rocm"]), r.strs(row["tf"], row.line)) for row in r.rows(doc["tensorflow"]["rocm"], ("rocm", "tf"), "rocm", doc.line)
+            (str(row["rocm"]), r.strs(row["tf"], row.line))
+            for row in r.rows(r.sub(doc, "tensorflow", "rocm"), ("rocm", "tf"), "rocm", doc.line)
         ),
         jax=_jax(r, r.section(doc, "jax")),
-        jax_cuda12_min=str(doc["jax"]["cuda12_min"]),
-        jax_cuda13_min=str(doc["jax"]["cuda13_min"]),
-        jax_numpy_min=tuple((str(k), str(v)) for k, v in doc["jax"]["numpy_min"].items()),
+        jax_cuda12_min=str(r.sub(doc, "jax", "cuda12_min")),
+        jax_cuda13_min=str(r.sub(doc, "jax", "cuda13_min")),
+        jax_numpy_min=tuple((str(k), str(v)) for k, v in r.sub(doc, "jax", "numpy_min").items()),
         cupy=_cupy(r, r.section(doc, "cupy")),
-        cupy_rocm_note=str(doc["cupy"]["rocm_note"]),
+        cupy_rocm_note=str(r.sub(doc, "cupy", "rocm_note")),
         numba=tuple(
             NumbaRelease(str(row["version"]), r.pyrange(row["python"], row.line), r.pyrange(row["numpy"], row.line))
-            for row in r.rows(r.section(doc, "numba")["releases"], ("version", "python", "numpy"), "version", doc.line)
+            for row in r.rows(r.sub(doc, "numba", "releases"), ("version", "python", "numpy"), "version", doc.line)
         ),
-        numba_cuda=_numba_cuda(r, doc["numba"]),
+        numba_cuda=_numba_cuda(r, r.section(doc, "numba")),
     )
 
 
@@ -242,7 +266,7 @@ def _os_python(r: _Reader, doc: LDict) -> tuple[OsPython, ...]:
 
 
 def _torch(r: _Reader, section: LDict) -> tuple[TorchRelease, ...]:
-    rows = r.rows(section["releases"], ("release", "python", "cuda", "rocm", "cudnn"), "release", section.line)
+    rows = r.rows(r.section(section, "releases"), ("release", "python", "cuda", "rocm", "cudnn"), "release", section.line)
     out = []
     for row in rows:
         cuda = r.strs(row["cuda"], row.line)
@@ -262,7 +286,7 @@ def _torch(r: _Reader, section: LDict) -> tuple[TorchRelease, ...]:
 def _jax(r: _Reader, section: LDict) -> tuple[JaxBand, ...]:
     keys = ("from", "python", "cuda12", "cuda13", "cudnn_min", "rocm")
     out = []
-    for row in r.rows(section["bands"], keys, "from", section.line):
+    for row in r.rows(r.section(section, "bands"), keys, "from", section.line):
         rocm = row["rocm"]
         jr = None
         if rocm is not None:
@@ -280,7 +304,7 @@ def _jax(r: _Reader, section: LDict) -> tuple[JaxBand, ...]:
 def _cupy(r: _Reader, section: LDict) -> tuple[CupyRelease, ...]:
     keys = ("release", "cuda", "packages", "python", "numpy")
     out = []
-    for row in r.rows(section["releases"], keys, "release", section.line):
+    for row in r.rows(r.section(section, "releases"), keys, "release", section.line):
         packages = row["packages"]
         if not isinstance(packages, dict) or not all(str(p).startswith("cupy-cuda") for p in packages.values()):
             raise r.fail("cupy packages must map a CUDA major to a cupy-cudaNNx package", row.line)

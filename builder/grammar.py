@@ -32,7 +32,7 @@ _UNSAFE = re.compile(r"[\s'\"`$;\\]")
 
 def is_version(text: str) -> bool:
     """A public PEP 440 release like 2.5.1 or 0.4.35rc1 (no local part, no epoch)."""
-    if not PEP440_STRICT.match(text):
+    if not PEP440_STRICT.fullmatch(text):
         return False
     try:
         Version(text)
@@ -42,8 +42,8 @@ def is_version(text: str) -> bool:
 
 
 def is_url(text: str) -> bool:
-    return bool(URL.match(text)) and not _UNSAFE.search(text)
+    return bool(URL.fullmatch(text)) and not _UNSAFE.search(text)
 
 
 def is_image_ref(text: str) -> bool:
-    return len(text) <= 255 and bool(IMAGE_REF.match(text))
+    return len(text) <= 255 and bool(IMAGE_REF.fullmatch(text))

@@ -42,6 +42,7 @@ class BuildOptions:
     use_host: bool = True
     wheelhouse: tuple[str, ...] = ()
     index_url: str | None = None
+    no_cache: bool = False
     extra_index_urls: tuple[str, ...] = ()
 
 
@@ -67,6 +68,7 @@ def build_images(ws: Workspace, specs: Sequence[ImageSpec], options: BuildOption
         images_dir=ws.images_dir,
         build_dir=ws.build_dir,
         revision=git_revision(ws.root),
+        no_cache=options.no_cache,
     )
     err.print(f"CA bundle: {chosen.ca_bundle or 'none'}; local wheel folders: {', '.join(map(str, chosen.pip.local_dirs)) or 'none'}")
     with Progress(

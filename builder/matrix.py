@@ -49,13 +49,14 @@ class _Ctx:
             if key not in allowed:
                 close = difflib.get_close_matches(key, allowed, n=1)
                 hint = f"did you mean '{close[0]}'?" if close else f"allowed: {', '.join(allowed)}"
-                raise self.fail(f"unknown key '{key}' in {what}; {hint}", mapping.line_of(key))
+                raise self.fail(f"unknown key {key!r} in {what}; {hint}", mapping.line_of(key))
 
     def text(self, value: Any, what: str, line: int, check: Callable[[str], object], example: str) -> str:
         if isinstance(value, bool) or value is None or isinstance(value, (LDict, LList)):
             raise self.fail(f"{what} must be a quoted string like {example}", line)
         if isinstance(value, float):
-            raise self.fail(f'{what} {value!r} was read as a number; quote it: "{value}" (e.g. {example})', line)
+            typed = getattr(value, "source", str(value))
+            raise self.fail(f'{what} {typed} was read as a number; quote it: "{typed}" (e.g. {example})', line)
         text = str(value)
         if not check(text):
             raise self.fail(f"{what} {text!r} is not valid; expected something like {example}", line)
@@ -75,7 +76,7 @@ def load_matrix(path: Path) -> Matrix:
         if key not in top:
             raise ctx.fail(f"missing required key '{key}'; see README.md 'matrix.yaml'", top.line)
 
-    registry = ctx.text(top["registry"], "registry", top.line_of("registry"), grammar.REPOSITORY.match, "ghcr.io/acme/gpu-images")
+    registry = ctx.text(top["registry"], "registry", top.line_of("registry"), grammar.REPOSITORY.fullmatch, "ghcr.io/acme/gpu-images")
     bases = _bases(ctx, ctx.mapping(top["bases"], "bases", top.line_of("bases")))
     pythons = _pythons(ctx, ctx.seq(top["python"], "python", top.line_of("python")))
     frameworks = _frameworks(ctx, ctx.mapping(top["frameworks"], "frameworks", top.line_of("frameworks")))
@@ -121,7 +122,7 @@ def _bases(ctx: _Ctx, bases: LDict) -> tuple[Base, ...]:
     out = []
     for name, spec in bases.items():
         line = bases.line_of(name)
-        if not grammar.NAME.match(name):
+        if not grammar.NAME.fullmatch(name):
             raise ctx.fail(f"base name {name!r} must be lowercase letters, digits, '.', '_' or '-'", line)
         spec = ctx.mapping(spec, f"base '{name}'", line)
         ctx.keys(spec, BASE_KEYS, f"base '{name}'")
@@ -134,12 +135,14 @@ def _bases(ctx: _Ctx, bases: LDict) -> tuple[Base, ...]:
             raise ctx.fail(f"base '{name}': unknown vendor {vendor!r}; {hint}", spec.line_of("vendor"))
         if "os" not in spec:
             raise ctx.fail(f"base '{name}' needs 'os:' (e.g. ubuntu22.04, debian12)", line)
-        os_ = ctx.text(spec["os"], f"base '{name}' os", spec.line_of("os"), grammar.OS.match, "ubuntu22.04")
+        os_ = ctx.text(spec["os"], f"base '{name}' os", spec.line_of("os"), grammar.OS.fullmatch, "ubuntu22.04")
         version = None
         if vendor in ("cuda", "rocm"):
             if "version" not in spec:
                 raise ctx.fail(f"base '{name}' ({vendor}) needs 'version:' (e.g. \"12.4.1\")", line)
-            version = ctx.text(spec["version"], f"base '{name}' version", spec.line_of("version"), grammar.ACCEL_VERSION.match, '"12.4.1"')
+            version = ctx.text(
+                spec["version"], f"base '{name}' version", spec.line_of("version"), grammar.ACCEL_VERSION.fullmatch, '"12.4.1"'
+            )
         elif "version" in spec:
             raise ctx.fail(f"base '{name}' is a cpu base; remove 'version:' (only cuda/rocm bases have one)", spec.line_of("version"))
         bootstrap = spec.get("bootstrap")
@@ -164,7 +167,7 @@ def _bases(ctx: _Ctx, bases: LDict) -> tuple[Base, ...]:
         digest = None
         if "digest" in spec:
             digest = ctx.text(
-                spec["digest"], f"base '{name}' digest", spec.line_of("digest"), grammar.DIGEST.match, '"sha256:<64 hex digits>"'
+                spec["digest"], f"base '{name}' digest", spec.line_of("digest"), grammar.DIGEST.fullmatch, '"sha256:<64 hex digits>"'
             )
             if bootstrap is not None:
                 raise ctx.fail(
@@ -177,7 +180,7 @@ def _bases(ctx: _Ctx, bases: LDict) -> tuple[Base, ...]:
 def _pythons(ctx: _Ctx, items: LList) -> tuple[str, ...]:
     if not items:
         raise ctx.fail('python is empty; list at least one version, e.g. ["3.11"]', items.line)
-    out = [ctx.text(v, "python version", items.line_of(i), grammar.PYTHON.match, '"3.11"') for i, v in enumerate(items)]
+    out = [ctx.text(v, "python version", items.line_of(i), grammar.PYTHON.fullmatch, '"3.11"') for i, v in enumerate(items)]
     _no_repeats(ctx, out, items, "python")
     return tuple(out)
 
@@ -209,7 +212,7 @@ def _stacks(ctx: _Ctx, stacks: LDict, frameworks: dict[str, tuple[str, ...]]) ->
     out = []
     for name, members in stacks.items():
         line = stacks.line_of(name)
-        if not grammar.NAME.match(name):
+        if not grammar.NAME.fullmatch(name):
             raise ctx.fail(f"stack name {name!r} must be lowercase letters, digits, '.', '_' or '-'", line)
         items = ctx.seq(members, f"stack '{name}'", line)
         if not items:
@@ -249,7 +252,7 @@ def _rules(ctx: _Ctx, value: Any, line: int, what: str, names: dict[str, set[str
             if key == "vendor" and text not in VENDORS:
                 raise ctx.fail(f"{what} names unknown vendor '{text}'; use cuda, rocm or cpu", kline)
             fields.append((key, text))
-        out.append(Rule(fields=tuple(fields), line=rule.line))
+        out.append(Rule(fields=tuple(fields), line=rule.line, key_lines=tuple((k, rule.line_of(k)) for k, _ in fields)))
     return tuple(out)
 
 
@@ -257,17 +260,17 @@ def _check_include(ctx: _Ctx, rule: Rule, stacks: dict[str, tuple[str, ...]]) ->
     keys = dict(rule.fields)
     for key in ("base", "stack", "python"):
         if key not in keys or any(c in keys[key] for c in "*?["):
-            raise ctx.fail(f"an include entry needs an exact '{key}:' (it adds one combination)", rule.line)
-    if not grammar.PYTHON.match(keys["python"]):
-        raise ctx.fail(f'include python {keys["python"]!r} is not valid; expected like "3.11"', rule.line)
+            raise ctx.fail(f"an include entry needs an exact '{key}:' (it adds one combination)", rule.line_of(key))
+    if not grammar.PYTHON.fullmatch(keys["python"]):
+        raise ctx.fail(f'include python {keys["python"]!r} is not valid; expected like "3.11"', rule.line_of("python"))
     for member in stacks[keys["stack"]]:
         if member not in keys:
             raise ctx.fail(f"include for stack '{keys['stack']}' needs '{member}: \"<version>\"'", rule.line)
         if not grammar.is_version(keys[member]):
-            raise ctx.fail(f'include {member} version {keys[member]!r} is not valid; expected like "2.5.1"', rule.line)
-    extra = set(keys) - {"base", "stack", "python", *stacks[keys["stack"]]}
+            raise ctx.fail(f'include {member} version {keys[member]!r} is not valid; expected like "2.5.1"', rule.line_of(member))
+    extra = sorted(set(keys) - {"base", "stack", "python", *stacks[keys["stack"]]})
     if extra:
-        raise ctx.fail(f"include names {', '.join(sorted(extra))}, which stack '{keys['stack']}' does not have; remove it", rule.line)
+        raise ctx.fail(f"include names {', '.join(extra)}, which stack '{keys['stack']}' does not have; remove it", rule.line_of(extra[0]))
 
 
 def _defaults(ctx: _Ctx, top: LDict) -> str:
@@ -296,7 +299,13 @@ def _indexes(ctx: _Ctx, value: Any, line: int) -> tuple[tuple[str, str], ...]:
         kline = indexes.line_of(key)
         if not key.startswith(tuple(f"{f}-" for f in FRAMEWORKS)):
             raise ctx.fail(f"indexes key {key!r}: use '<framework>-<variant>' like torch-cu124 or torch-* (globs allowed)", kline)
-        text = ctx.text(url, f"indexes.{key}", kline, grammar.is_url, "https://mirror.example.com/pytorch/{variant}")
+        text = ctx.text(
+            url,
+            f"indexes.{key}",
+            kline,
+            lambda t: grammar.is_url(t.replace("{variant}", "variant")),
+            "https://mirror.example.com/pytorch/{variant}",
+        )
         out.append((key, text))
     return tuple(out)
 

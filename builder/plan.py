@@ -71,7 +71,7 @@ def decide_combination(combo: Combination, matrix: Matrix, compat: Compat) -> Im
             if url not in index_urls:
                 index_urls.append(url)
     image = image_id(combo)
-    if not grammar.DOCKER_TAG.match(image):
+    if not grammar.DOCKER_TAG.fullmatch(image):
         return f"image id {image!r} is not a valid Docker tag (too long?); shorten the base os or versions"
     bootstrapped = combo.base.bootstrap is not None
     return ImageSpec(
@@ -141,7 +141,7 @@ def make_plan(matrix: Matrix, compat: Compat | None = None, template_dirs: Itera
     probe = render.probe_bytes()
     hashed = []
     for spec in sorted(images.values(), key=lambda s: s.id):
-        files = render.context_files(spec, env, matrix.source, probe)
+        files = render.context_files(spec, env, matrix.source, probe, Path(matrix.path).name)
         hashed.append(replace(spec, content_hash=render.content_hash(files)))
     warnings = sorted({w for spec in hashed for w in spec.warnings})
     return Plan(images=tuple(hashed), skipped=tuple(skipped), warnings=tuple(warnings))

@@ -47,9 +47,13 @@ class Rule:
 
     fields: tuple[tuple[str, str], ...]
     line: int = 0
+    key_lines: tuple[tuple[str, int], ...] = ()
 
     def get(self, key: str) -> str | None:
         return dict(self.fields).get(key)
+
+    def line_of(self, key: str) -> int:
+        return dict(self.key_lines).get(key, self.line)
 
 
 @dataclass(frozen=True)

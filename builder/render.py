@@ -17,6 +17,7 @@ from typing import Any
 
 import jinja2
 
+from builder.errors import UserError
 from builder.records import ImageSpec, Plan
 
 SHIPPED_TEMPLATES = Path(__file__).parent / "templates"
@@ -84,10 +85,10 @@ def probe_bytes() -> bytes:
     return PROBE.read_bytes()
 
 
-def context_files(spec: ImageSpec, env: jinja2.Environment, source: str, probe: bytes) -> Files:
+def context_files(spec: ImageSpec, env: jinja2.Environment, source: str, probe: bytes, matrix_name: str = "matrix.yaml") -> Files:
     """The hashed part of the build context."""
     return {
-        "Dockerfile": dockerfile(spec, env, source).encode(),
+        "Dockerfile": dockerfile(spec, env, source, matrix_name).encode(),
         "requirements.txt": requirements(spec).encode(),
         "hello_gpu.py": probe,
     }
@@ -115,18 +116,34 @@ def tree(plan: Plan, entries: Mapping[str, dict[str, Any]], contexts: Mapping[st
     return out
 
 
-def _existing(out_dir: Path) -> Files:
+def _existing(out_dir: Path) -> dict[str, bytes | None]:
+    """Files by relative path, and folders (value None) so an empty leftover counts too."""
     if not out_dir.is_dir():
         return {}
-    return {str(p.relative_to(out_dir)): p.read_bytes() for p in sorted(out_dir.rglob("*")) if p.is_file()}
+    return {str(p.relative_to(out_dir)): (p.read_bytes() if p.is_file() else None) for p in sorted(out_dir.rglob("*"))}
 
 
 def stale(out_dir: Path, expected: Mapping[str, bytes]) -> list[str]:
     """Paths (relative to out_dir) that are missing, different or should not be there."""
     have = _existing(out_dir)
+    folders = {str(Path(p).parent) for p in expected} | {"."}
     differ = [p for p, data in expected.items() if have.get(p) != data]
-    extra = [p for p in have if p not in expected]
+    extra = [p for p, data in have.items() if p not in expected and not (data is None and p in folders)]
+    listed = set(differ) | {p for p in extra if have[p] is not None}
+    extra = [p for p in extra if have[p] is not None or not any(q.startswith(p + "/") for q in listed)]
     return sorted(differ + extra)
+
+
+def guard(out_dir: Path) -> None:
+    """Refuse to replace a folder that holds anything render did not write (e.g. `--out .`)."""
+    if not out_dir.is_dir():
+        return
+    for entry in out_dir.iterdir():
+        inside = list(entry.iterdir()) if entry.is_dir() else [entry]
+        if not entry.is_dir() or any(p.is_dir() or p.name not in (*HASHED, "image.json") for p in inside):
+            raise UserError(
+                f"refusing to replace {out_dir}: {entry.name} was not written by `builder render`; choose an empty or generated folder"
+            )
 
 
 def write_tree(out_dir: Path, expected: Mapping[str, bytes]) -> list[str]:
@@ -134,6 +151,7 @@ def write_tree(out_dir: Path, expected: Mapping[str, bytes]) -> list[str]:
     changed = stale(out_dir, expected)
     if not changed:
         return []
+    guard(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
     old = out_dir.parent / f".{out_dir.name}.old-{os.getpid()}"

@@ -22,7 +22,9 @@ PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_prox
 
 
 def pip_config_files(env: Mapping[str, str]) -> list[Path]:
-    """pip's own lookup order: global, user, then $PIP_CONFIG_FILE (later wins)."""
+    """pip's own lookup order: global, user, then $PIP_CONFIG_FILE (later wins); os.devnull means none."""
+    if env.get("PIP_CONFIG_FILE") == os.devnull:
+        return []
     home = Path(env.get("HOME", "~")).expanduser()
     xdg = env.get("XDG_CONFIG_DIRS", "/etc/xdg").split(":")
     files = [Path(d) / "pip" / "pip.conf" for d in xdg] + [Path("/etc/pip.conf")]
@@ -68,13 +70,16 @@ def _local_path(location: str) -> Path | None:
 def read_pip_sources(env: Mapping[str, str], files: list[Path] | None = None) -> PipSources:
     """index-url, extra-index-url and find-links from pip config files and PIP_* variables."""
     values: dict[str, str] = {}
+    parsers = []
     for path in files if files is not None else pip_config_files(env):
-        parser = configparser.ConfigParser()
+        parser = configparser.RawConfigParser()  # as pip: '%' in a URL is literal
         try:
             parser.read(path)
         except (configparser.Error, OSError):
             continue
-        for section in ("global", "install"):
+        parsers.append(parser)
+    for section in ("global", "install"):  # pip orders by section first, then by file
+        for parser in parsers:
             if parser.has_section(section):
                 values.update({k: v for k, v in parser.items(section) if k in ("index-url", "extra-index-url", "find-links")})
     for key in ("index-url", "extra-index-url", "find-links"):

@@ -26,6 +26,12 @@ class LDict(dict[str, Any]):
         return self.key_lines.get(key, self.line)
 
 
+class LFloat(float):
+    """A number that was written as text like 3.10: keeps what the user typed for the message."""
+
+    source: str
+
+
 class LList(list[Any]):
     """A list that knows the line of itself and of each item."""
 
@@ -40,14 +46,17 @@ def _line(node: yaml.Node) -> int:
     return int(node.start_mark.line) + 1
 
 
-def _convert(node: yaml.Node, file: str, constructor: SafeConstructor) -> Any:
+def _convert(node: yaml.Node, file: str, constructor: SafeConstructor, seen: frozenset[int] = frozenset()) -> Any:
+    if id(node) in seen:
+        raise UserError("this alias refers to a value that contains it; write the values out", file, _line(node))
+    seen = seen | {id(node)} if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)) else seen
     if isinstance(node, yaml.MappingNode):
         out = LDict()
         out.line, out.key_lines = _line(node), {}
         for key_node, value_node in node.value:
             if not isinstance(key_node, yaml.ScalarNode):
                 raise UserError("mapping keys must be plain words", file, _line(key_node))
-            key = str(constructor.construct_object(key_node))
+            key = str(_construct(key_node, file, constructor))
             if key in out:
                 first = out.key_lines[key]
                 raise UserError(
@@ -55,14 +64,19 @@ def _convert(node: yaml.Node, file: str, constructor: SafeConstructor) -> Any:
                     file,
                     _line(key_node),
                 )
-            out[key] = _convert(value_node, file, constructor)
+            out[key] = _convert(value_node, file, constructor, seen)
             out.key_lines[key] = _line(key_node)
         return out
     if isinstance(node, yaml.SequenceNode):
-        items = LList(_convert(item, file, constructor) for item in node.value)
+        items = LList(_convert(item, file, constructor, seen) for item in node.value)
         items.line, items.item_lines = _line(node), [_line(item) for item in node.value]
         return items
-    return constructor.construct_object(node)
+    value = _construct(node, file, constructor)
+    if isinstance(value, float) and isinstance(node, yaml.ScalarNode):
+        kept = LFloat(value)
+        kept.source = str(node.value)
+        return kept
+    return value
 
 
 def load(path: Path, display: str | None = None) -> Any:
@@ -83,11 +97,16 @@ def load(path: Path, display: str | None = None) -> Any:
 def loads(text: str, file: str) -> Any:
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except RecursionError:
+        raise UserError("nesting is too deep to read; flatten the structure", file, 1) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = int(mark.line) + 1 if mark is not None else 1
         what = (exc.problem or exc.context or "invalid YAML").strip()
-        raise UserError(f"YAML syntax error: {what}; check indentation and quoting", file, line) from None
+        opened = exc.context_mark
+        if exc.context and opened is not None and int(opened.line) + 1 != line:
+            what += f" ({exc.context.strip()} opened on line {int(opened.line) + 1})"
+        raise UserError(f"YAML syntax error: {what}; check indentation, brackets and quoting", file, line) from None
     except yaml.YAMLError as exc:
         raise UserError(f"YAML error: {exc}".splitlines()[0], file, 1) from None
     if node is None:
@@ -98,3 +117,17 @@ def loads(text: str, file: str) -> Any:
         mark = exc.problem_mark
         line = int(mark.line) + 1 if mark is not None else 1
         raise UserError(f"cannot read value: {exc.problem}", file, line) from None
+    except RecursionError:
+        raise UserError("nesting is too deep or an alias refers to itself; write the values out", file, 1) from None
+
+
+def _construct(node: yaml.Node, file: str, constructor: SafeConstructor) -> Any:
+    """A scalar's value; an explicit tag that does not fit its text (`!!int abc`) is a UserError."""
+    try:
+        return constructor.construct_object(node)
+    except yaml.constructor.ConstructorError:
+        raise
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError):
+        raise UserError(
+            f"value {node.value!r} does not fit its tag {node.tag}; remove the tag or fix the value", file, _line(node)
+        ) from None

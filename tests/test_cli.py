@@ -89,7 +89,9 @@ def test_plan_explain_on_the_embedded_matrix(cli: RunCli, embedded_matrix_path: 
 def test_plan_json_reports_the_skip_reason(cli: RunCli, write_matrix: WriteMatrix) -> None:
     result = cli("--matrix", str(write_matrix(EXPLAIN_MATRIX)), "plan", "--format", "json")
     data = json.loads(result.stdout)
-    assert data["skipped"] == [{"base": "cuda12.4-ubuntu22.04", "stack": "torch", "python": "3.12", "frameworks": {"torch": "2.5.1"}, "reason": SKIP_REASON}]
+    assert data["skipped"] == [
+        {"base": "cuda12.4-ubuntu22.04", "stack": "torch", "python": "3.12", "frameworks": {"torch": "2.5.1"}, "reason": SKIP_REASON}
+    ]
 
 
 def test_unknown_command_is_a_usage_error(cli: RunCli) -> None:
@@ -106,7 +108,9 @@ def test_python_dash_m_builder(root: Path) -> None:
 
 def test_probe_json_without_frameworks(root: Path, tmp_path: Path) -> None:
     """Nothing is installed in the project's venv: every framework is not-installed, and that is exit 0."""
-    proc = subprocess.run([str(root / ".venv" / "bin" / "builder"), "probe", "--json"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [str(root / ".venv" / "bin" / "builder"), "probe", "--json"], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report["probe"] == "hello-gpu"

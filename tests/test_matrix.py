@@ -82,28 +82,52 @@ CASES: dict[str, Case] = {
         'version: "1.0"',
         ("is a cpu base; remove 'version:'",),
     ),
-    "yaml syntax error": Case(edit("    os: ubuntu22.04\n", "    os: ubuntu22.04: jammy\n"), "os: ubuntu22.04: jammy", ("YAML syntax error", "mapping values")),
+    "yaml syntax error": Case(
+        edit("    os: ubuntu22.04\n", "    os: ubuntu22.04: jammy\n"), "os: ubuntu22.04: jammy", ("YAML syntax error", "mapping values")
+    ),
     "yaml tab indentation": Case(edit("    os: ubuntu22.04\n", "\tos: ubuntu22.04\n"), "\tos:", ("YAML syntax error",)),
     "duplicate top key": Case(SMALL + 'python: ["3.12"]\n', "python:", ("duplicate key 'python'", "first written on line 8"), occurrence=2),
     "duplicate base key": Case(
-        edit("    os: ubuntu22.04\n", "    os: ubuntu22.04\n    os: ubuntu24.04\n"), "os: ubuntu24.04", ("duplicate key 'os'", "first written on line 6")
+        edit("    os: ubuntu22.04\n", "    os: ubuntu22.04\n    os: ubuntu24.04\n"),
+        "os: ubuntu24.04",
+        ("duplicate key 'os'", "first written on line 6"),
     ),
     "python 3.10 unquoted": Case(edit('python: ["3.11"]', "python: [3.10]"), "python:", ("read as a number", "quote it", '"3.10"')),
     "python 3.11 unquoted": Case(edit('python: ["3.11"]', "python: [3.11]"), "python:", ("read as a number", "quote it", '"3.11"')),
-    "python on its own line": Case(edit('python: ["3.11"]', 'python:\n  - "3.11"\n  - "three"'), '"three"', ("python version 'three' is not valid",)),
+    "python on its own line": Case(
+        edit('python: ["3.11"]', 'python:\n  - "3.11"\n  - "three"'), '"three"', ("python version 'three' is not valid",)
+    ),
     "framework version float": Case(edit('torch: ["2.5.1"]', "torch: [2.5]"), "torch: [2.5]", ("read as a number", "quote it")),
-    "bad version string": Case(edit('torch: ["2.5.1"]', 'torch: ["2.5.1;rm -rf /"]'), "torch: [", ("torch version", "is not valid", '"2.5.1"')),
-    "version with local part": Case(edit('torch: ["2.5.1"]', 'torch: ["2.5.1+cu124"]'), "torch: [", ("torch version '2.5.1+cu124' is not valid",)),
-    "unknown framework key": Case(edit('  torch: ["2.5.1"]', '  torch: ["2.5.1"]\n  tourch: ["2.5.1"]'), "tourch:", ("unknown key 'tourch' in frameworks", "did you mean 'torch'?")),
-    "unknown framework in stack": Case(edit("  torch: [torch]", "  torch: [tourch]"), "[tourch]", ("unknown framework 'tourch'", "did you mean 'torch'?")),
+    "bad version string": Case(
+        edit('torch: ["2.5.1"]', 'torch: ["2.5.1;rm -rf /"]'), "torch: [", ("torch version", "is not valid", '"2.5.1"')
+    ),
+    "version with local part": Case(
+        edit('torch: ["2.5.1"]', 'torch: ["2.5.1+cu124"]'), "torch: [", ("torch version '2.5.1+cu124' is not valid",)
+    ),
+    "unknown framework key": Case(
+        edit('  torch: ["2.5.1"]', '  torch: ["2.5.1"]\n  tourch: ["2.5.1"]'),
+        "tourch:",
+        ("unknown key 'tourch' in frameworks", "did you mean 'torch'?"),
+    ),
+    "unknown framework in stack": Case(
+        edit("  torch: [torch]", "  torch: [tourch]"), "[tourch]", ("unknown framework 'tourch'", "did you mean 'torch'?")
+    ),
     "stack uses framework without versions": Case(
-        edit("  torch: [torch]", "  torch: [torch]\n  jax: [jax]"), "jax: [jax]", ("stack 'jax' uses jax but frameworks.jax lists no versions",)
+        edit("  torch: [torch]", "  torch: [torch]\n  jax: [jax]"),
+        "jax: [jax]",
+        ("stack 'jax' uses jax but frameworks.jax lists no versions",),
     ),
     "exclude unknown base": Case(
-        SMALL + "exclude:\n  - stack: torch\n    base: cuda12.4-ubuntu2204\n", "base: cuda12.4-ubuntu2204", ("exclude names unknown base 'cuda12.4-ubuntu2204'", "did you mean 'cuda12.4-ubuntu22.04'?")
+        SMALL + "exclude:\n  - stack: torch\n    base: cuda12.4-ubuntu2204\n",
+        "base: cuda12.4-ubuntu2204",
+        ("exclude names unknown base 'cuda12.4-ubuntu2204'", "did you mean 'cuda12.4-ubuntu22.04'?"),
     ),
-    "exclude unknown stack": Case(SMALL + "exclude:\n  - {stack: torhc}\n", "torhc", ("exclude names unknown stack 'torhc'", "did you mean 'torch'?")),
-    "exclude unknown framework": Case(SMALL + 'exclude:\n  - {tourch: "2.5.1"}\n', "tourch", ("unknown key 'tourch' in an exclude entry", "did you mean 'torch'?")),
+    "exclude unknown stack": Case(
+        SMALL + "exclude:\n  - {stack: torhc}\n", "torhc", ("exclude names unknown stack 'torhc'", "did you mean 'torch'?")
+    ),
+    "exclude unknown framework": Case(
+        SMALL + 'exclude:\n  - {tourch: "2.5.1"}\n', "tourch", ("unknown key 'tourch' in an exclude entry", "did you mean 'torch'?")
+    ),
     "exclude unknown vendor": Case(SMALL + "exclude:\n  - {vendor: nvidia}\n", "{vendor: nvidia}", ("unknown vendor 'nvidia'",)),
     "include unknown base": Case(
         SMALL + 'include:\n  - {base: cuda12.4-ubuntu2204, stack: torch, torch: "2.5.1", python: "3.11"}\n',
@@ -111,22 +135,32 @@ CASES: dict[str, Case] = {
         ("include names unknown base 'cuda12.4-ubuntu2204'", "did you mean 'cuda12.4-ubuntu22.04'?"),
     ),
     "include unknown stack": Case(
-        SMALL + 'include:\n  - {base: cuda12.4-ubuntu22.04, stack: trch, torch: "2.5.1", python: "3.11"}\n', "trch", ("include names unknown stack 'trch'", "did you mean 'torch'?")
+        SMALL + 'include:\n  - {base: cuda12.4-ubuntu22.04, stack: trch, torch: "2.5.1", python: "3.11"}\n',
+        "trch",
+        ("include names unknown stack 'trch'", "did you mean 'torch'?"),
     ),
     "include unknown framework": Case(
-        SMALL + 'include:\n  - {base: cuda12.4-ubuntu22.04, stack: torch, tourch: "2.5.1", python: "3.11"}\n', "tourch", ("unknown key 'tourch' in an include entry", "did you mean 'torch'?")
+        SMALL + 'include:\n  - {base: cuda12.4-ubuntu22.04, stack: torch, tourch: "2.5.1", python: "3.11"}\n',
+        "tourch",
+        ("unknown key 'tourch' in an include entry", "did you mean 'torch'?"),
     ),
     "include cannot work": Case(
         SMALL + 'include:\n  - {base: cuda12.4-ubuntu22.04, stack: torch, torch: "2.13.0", python: "3.11"}\n',
         "2.13.0",
         ("this include cannot work", "torch 2.13.0 has no CUDA 12 wheel at or below 12.4.1", "change or remove it"),
     ),
-    "include without python": Case(SMALL + 'include:\n  - {base: cuda12.4-ubuntu22.04, stack: torch, torch: "2.5.1"}\n', "- {base", ("needs an exact 'python:'",)),
+    "include without python": Case(
+        SMALL + 'include:\n  - {base: cuda12.4-ubuntu22.04, stack: torch, torch: "2.5.1"}\n', "- {base", ("needs an exact 'python:'",)
+    ),
     "include bad python value": Case(
-        SMALL + 'include:\n  - base: cuda12.4-ubuntu22.04\n    stack: torch\n    torch: "2.5.1"\n    python: "3.x"\n', 'python: "3.x"', ("include python '3.x' is not valid",)
+        SMALL + 'include:\n  - base: cuda12.4-ubuntu22.04\n    stack: torch\n    torch: "2.5.1"\n    python: "3.x"\n',
+        'python: "3.x"',
+        ("include python '3.x' is not valid",),
     ),
     "include bad framework version": Case(
-        SMALL + 'include:\n  - base: cuda12.4-ubuntu22.04\n    stack: torch\n    python: "3.11"\n    torch: "latest"\n', 'torch: "latest"', ("include torch version 'latest' is not valid",)
+        SMALL + 'include:\n  - base: cuda12.4-ubuntu22.04\n    stack: torch\n    python: "3.11"\n    torch: "latest"\n',
+        'torch: "latest"',
+        ("include torch version 'latest' is not valid",),
     ),
     "image with ;": Case(image('"nvidia/cuda:12.4.1;rm"'), "image:", ("image 'nvidia/cuda:12.4.1;rm' is not valid",)),
     "image with $(": Case(image('"nvidia/cuda:$(id)"'), "image:", ("image 'nvidia/cuda:$(id)' is not valid",)),
@@ -135,15 +169,25 @@ CASES: dict[str, Case] = {
     "image with trailing newline": Case(image('"nvidia/cuda:12.4.1-cudnn-runtime-ubuntu22.04\\n"'), "image:", ("is not valid",)),
     "image block scalar": Case(image("|\n      nvidia/cuda:12.4.1-cudnn-runtime-ubuntu22.04"), "image:", ("is not valid",)),
     "image with space": Case(image('"nvidia/cuda 12.4.1"'), "image:", ("is not valid",)),
-    "image with quote": Case(image("\"nvidia/cuda:12.4'1\""), "image:", ("is not valid",)),
-    "bad digest": Case(edit(IMAGE_LINE, IMAGE_LINE + "    digest: sha256:abc\n"), "digest:", ("digest 'sha256:abc' is not valid", "64 hex digits")),
-    "digest with trailing newline": Case(edit(IMAGE_LINE, IMAGE_LINE + f'    digest: "sha256:{"a" * 64}\\n"\n'), "digest:", ("is not valid",)),
+    "image with quote": Case(image('"nvidia/cuda:12.4\'1"'), "image:", ("is not valid",)),
+    "bad digest": Case(
+        edit(IMAGE_LINE, IMAGE_LINE + "    digest: sha256:abc\n"), "digest:", ("digest 'sha256:abc' is not valid", "64 hex digits")
+    ),
+    "digest with trailing newline": Case(
+        edit(IMAGE_LINE, IMAGE_LINE + f'    digest: "sha256:{"a" * 64}\\n"\n'), "digest:", ("is not valid",)
+    ),
     "version with trailing newline": Case(edit('torch: ["2.5.1"]', 'torch: ["2.5.1\\n"]'), "torch: [", ("is not valid",)),
     "bad default select": Case(
-        edit("bases:", 'defaults:\n  select: "bse=local"\nbases:'), "select:", ("defaults.select: unknown select key 'bse'", "did you mean 'base'?")
+        edit("bases:", 'defaults:\n  select: "bse=local"\nbases:'),
+        "select:",
+        ("defaults.select: unknown select key 'bse'", "did you mean 'base'?"),
     ),
-    "bad index url": Case(SMALL + 'indexes:\n  torch-cu124: "https://mirror.example.com/$(id)"\n', "torch-cu124:", ("indexes.torch-cu124", "is not valid")),
-    "bad registry": Case(edit("registry: ghcr.io/example/gpu-images", "registry: ghcr.io/Example/GPU images"), "registry:", ("registry", "is not valid")),
+    "bad index url": Case(
+        SMALL + 'indexes:\n  torch-cu124: "https://mirror.example.com/$(id)"\n', "torch-cu124:", ("indexes.torch-cu124", "is not valid")
+    ),
+    "bad registry": Case(
+        edit("registry: ghcr.io/example/gpu-images", "registry: ghcr.io/Example/GPU images"), "registry:", ("registry", "is not valid")
+    ),
     "missing required key": Case(edit("stacks:\n  torch: [torch]\n", ""), "registry:", ("missing required key 'stacks'",)),
     "empty file": Case("", "", ("the file is empty",), at=1),
     "comment-only file": Case("# nothing here yet\n", "#", ("the file is empty",)),

@@ -104,7 +104,10 @@ def test_excluded_combinations_name_the_exclude_line(embedded_plan: Plan, embedd
     assert excluded
     assert all(s.reason == f"excluded by matrix.yaml:{line}" or s.reason.endswith(f"matrix.yaml:{line}") for s in excluded)
     # an include takes its combination back out of the skipped list
-    assert not any(s.base == "local-debian12" and s.stack == "numba" and dict(s.frameworks) == {"numba": "0.68.0"} and s.python == "3.11" for s in excluded)
+    assert not any(
+        s.base == "local-debian12" and s.stack == "numba" and dict(s.frameworks) == {"numba": "0.68.0"} and s.python == "3.11"
+        for s in excluded
+    )
 
 
 def test_default_selection_is_the_four_local_images(embedded_workspace: Workspace) -> None:
@@ -127,7 +130,15 @@ def test_torch_cpu_index_on_the_local_image(embedded_workspace: Workspace) -> No
 @pytest.mark.parametrize(
     ("expr", "expected"),
     [
-        ("stack=torch,base=cuda12.*", {"torch2.5.1-cu124-py3.11-ubuntu22.04", "torch2.5.1-cu128-py3.12-ubuntu24.04", "torch2.13.0-cu128-py3.12-ubuntu24.04", "torch2.14.1-cu128-py3.12-ubuntu24.04"}),
+        (
+            "stack=torch,base=cuda12.*",
+            {
+                "torch2.5.1-cu124-py3.11-ubuntu22.04",
+                "torch2.5.1-cu128-py3.12-ubuntu24.04",
+                "torch2.13.0-cu128-py3.12-ubuntu24.04",
+                "torch2.14.1-cu128-py3.12-ubuntu24.04",
+            },
+        ),
         ("torch=2.5.*,vendor=rocm", {"torch2.5.1-rocm6.2-py3.11-ubuntu22.04", "torch2.5.1-rocm6.4-py3.11-ubuntu22.04"}),
         ("id=numba*-cu13*", {"numba0.60.0-cu130-py3.12-ubuntu24.04", "numba0.68.0-cu130-py3.12-ubuntu24.04"}),
         ("tensorflow=*,os=debian12", {"tensorflow2.21.0-cpu-py3.11-debian12"}),
@@ -155,7 +166,10 @@ def test_select_on_the_command_line(cli: RunCli, embedded_matrix_path: Path) -> 
     assert all(i["stack"] == "torch" and i["base"]["name"].startswith("cuda12.") for i in data["images"])
 
 
-@pytest.mark.parametrize(("expr", "words"), [("flavour=cuda", "unknown select key 'flavour'"), ("stak=torch", "did you mean 'stack'?"), ("torch", "must look like key=value")])
+@pytest.mark.parametrize(
+    ("expr", "words"),
+    [("flavour=cuda", "unknown select key 'flavour'"), ("stak=torch", "did you mean 'stack'?"), ("torch", "must look like key=value")],
+)
 def test_bad_select_is_an_error(expr: str, words: str, cli: RunCli, embedded_matrix_path: Path) -> None:
     result = cli("--matrix", str(embedded_matrix_path), "plan", "--select", expr)
     assert result.exit_code == 2
@@ -190,7 +204,9 @@ def test_plan_json_shape(cli: RunCli, embedded_matrix_path: Path, embedded_plan:
 
 
 def test_plan_json_documented_example(cli: RunCli, embedded_matrix_path: Path) -> None:
-    data = plan_json(cli, "--matrix", str(embedded_matrix_path), "plan", "--format", "json", "--select", "id=torch2.5.1-cu124-py3.11-ubuntu22.04")
+    data = plan_json(
+        cli, "--matrix", str(embedded_matrix_path), "plan", "--format", "json", "--select", "id=torch2.5.1-cu124-py3.11-ubuntu22.04"
+    )
     (entry,) = data["images"]
     assert entry["id"] == "torch2.5.1-cu124-py3.11-ubuntu22.04"
     assert entry["tag"] == "ghcr.io/example/gpu-images:torch2.5.1-cu124-py3.11-ubuntu22.04"
@@ -215,7 +231,9 @@ def test_plan_github_matrix(cli: RunCli, embedded_matrix_path: Path, embedded_pl
     for entry, spec in zip(data["include"], embedded_plan.images, strict=True):
         assert entry["select"] == f"id={spec.id}"
         assert entry["gpu"] is (spec.base.vendor != "cpu")
-    selected = json.loads(cli("--matrix", str(embedded_matrix_path), "plan", "--format", "github", "--select", "base=local-debian12").stdout)
+    selected = json.loads(
+        cli("--matrix", str(embedded_matrix_path), "plan", "--format", "github", "--select", "base=local-debian12").stdout
+    )
     assert {e["id"] for e in selected["include"]} == set(LOCAL_IMAGES)
 
 
@@ -302,7 +320,7 @@ def test_index_url_override_with_variant_placeholder(write_matrix: WriteMatrix) 
 def test_bases_that_would_share_an_id_are_an_error(write_matrix: WriteMatrix) -> None:
     text = TWO_BASES.replace(
         "  cpu-ubuntu24.04:",
-        "  cuda12.4.0-ubuntu22.04:\n    vendor: cuda\n    version: \"12.4.0\"\n    os: ubuntu22.04\n    image: nvidia/cuda:12.4.0-runtime-ubuntu22.04\n  cpu-ubuntu24.04:",
+        '  cuda12.4.0-ubuntu22.04:\n    vendor: cuda\n    version: "12.4.0"\n    os: ubuntu22.04\n    image: nvidia/cuda:12.4.0-runtime-ubuntu22.04\n  cpu-ubuntu24.04:',
     )
     with pytest.raises(UserError, match="produce the same image id torch2.5.1-cu124-py3.11-ubuntu22.04"):
         make_plan(load_matrix(write_matrix(text)))
@@ -318,14 +336,18 @@ def test_include_adds_a_combination_the_expansion_lacks(write_matrix: WriteMatri
 # ---------------------------------------------------------------- where the matrix is found
 
 
-def test_matrix_option_from_another_folder(cli: RunCli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, embedded_matrix_path: Path, embedded_plan: Plan) -> None:
+def test_matrix_option_from_another_folder(
+    cli: RunCli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, embedded_matrix_path: Path, embedded_plan: Plan
+) -> None:
     monkeypatch.chdir(tmp_path)
     data = plan_json(cli, "--matrix", str(embedded_matrix_path), "plan", "--format", "json")
     assert [i["id"] for i in data["images"]] == [s.id for s in embedded_plan.images]
     assert [i["content_hash"] for i in data["images"]] == [s.content_hash for s in embedded_plan.images]
 
 
-def test_matrix_from_environment_in_another_folder(cli: RunCli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, embedded_matrix_path: Path, embedded_plan: Plan) -> None:
+def test_matrix_from_environment_in_another_folder(
+    cli: RunCli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, embedded_matrix_path: Path, embedded_plan: Plan
+) -> None:
     monkeypatch.chdir(tmp_path)
     data = plan_json(cli, "plan", "--format", "json", env={"BUILDER_MATRIX": str(embedded_matrix_path)})
     assert [i["id"] for i in data["images"]] == [s.id for s in embedded_plan.images]
@@ -339,7 +361,14 @@ def test_matrix_option_wins_over_environment(cli: RunCli, write_matrix: WriteMat
 
 def test_real_executable_from_another_folder(tmp_path: Path, root: Path, embedded_plan: Plan) -> None:
     env = {"PATH": "/usr/bin:/bin", "BUILDER_MATRIX": str(root / "matrix.yaml")}
-    proc = subprocess.run([str(root / ".venv" / "bin" / "builder"), "plan", "--format", "github"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [str(root / ".venv" / "bin" / "builder"), "plan", "--format", "github"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert len(json.loads(proc.stdout)["include"]) == len(embedded_plan.images)
     assert not any(tmp_path.iterdir())  # plan writes nothing

@@ -27,7 +27,7 @@ from builder.probes import hello_gpu
 SCRIPT = Path(hello_gpu.__file__).resolve()
 RESULT_KEYS = {"framework", "status", "version", "build", "devices", "cpu_check", "gpu_check", "reason", "diagnosis", "seconds"}
 
-FAKE_TORCH = '''
+FAKE_TORCH = """
 import os
 MODE = os.environ.get("FAKE_TORCH_MODE", "no-gpu")
 print("fake torch chatter on stdout")
@@ -93,7 +93,7 @@ class cuda:
     @staticmethod
     def get_device_properties(index):
         return _Props()
-'''
+"""
 
 FAKE_NUMBA_OLD = 'raise ImportError("Numba needs NumPy 2.0 or less. Got NumPy 2.1.")\n'
 
@@ -149,9 +149,7 @@ def run_probe(
     if path is not None:
         full_env["PATH"] = path
     started = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=full_env, timeout=300, check=False
-    )
+    done = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=full_env, timeout=300, check=False)
     return ProbeRun(done.returncode, done.stdout, done.stderr, time.monotonic() - started)
 
 
@@ -244,7 +242,9 @@ def test_nvidia_smi_is_reported_when_it_answers(tmp_path: Path) -> None:
 
 def test_parse_nvidia_smi_of_old_drivers_without_compute_cap() -> None:
     assert hello_gpu.parse_nvidia_smi("Tesla T4, 470.82.01\n") == {
-        "name": "Tesla T4", "driver_version": "470.82.01", "compute_cap": None,
+        "name": "Tesla T4",
+        "driver_version": "470.82.01",
+        "compute_cap": None,
     }
     assert hello_gpu.parse_nvidia_smi("\n") is None
 
@@ -267,7 +267,10 @@ def test_numba_numpy_import_error_is_failed_with_the_pin(tmp_path: Path) -> None
 def test_hang_is_killed_at_the_timeout_and_the_others_are_still_reported(tmp_path: Path) -> None:
     pid_file = tmp_path / "pids"
     run = run_probe(
-        tmp_path, "--json", "--timeout", "2",
+        tmp_path,
+        "--json",
+        "--timeout",
+        "2",
         fakes={"jax": FAKE_JAX_HANG, "numba": FAKE_NUMBA_OLD, "torch": FAKE_TORCH},
         env={"FAKE_PID_FILE": str(pid_file)},
     )
@@ -315,12 +318,16 @@ def test_segfault_is_failed_as_a_crash_and_the_others_are_still_reported(tmp_pat
         ("cpu-wrong", ("nvidiactl",), (), "failed", "CPU check failed: 16x16 float32 matmul on the CPU DIFFERS"),
     ],
 )
-def test_fake_torch_verdicts(
-    tmp_path: Path, mode: str, nodes: tuple[str, ...], flags: tuple[str, ...], status: str, reason: str
-) -> None:
+def test_fake_torch_verdicts(tmp_path: Path, mode: str, nodes: tuple[str, ...], flags: tuple[str, ...], status: str, reason: str) -> None:
     run = run_probe(
-        tmp_path, "--json", "--frameworks", "torch", *flags,
-        fakes={"torch": FAKE_TORCH}, gpu_nodes=nodes, env={"FAKE_TORCH_MODE": mode},
+        tmp_path,
+        "--json",
+        "--frameworks",
+        "torch",
+        *flags,
+        fakes={"torch": FAKE_TORCH},
+        gpu_nodes=nodes,
+        env={"FAKE_TORCH_MODE": mode},
     )
     torch = run.result("torch")
     assert torch["status"] == status
@@ -337,8 +344,13 @@ def test_fake_torch_verdicts(
 
 def test_fake_torch_on_a_gpu_reports_the_device_and_the_error(tmp_path: Path) -> None:
     run = run_probe(
-        tmp_path, "--json", "--frameworks", "torch",
-        fakes={"torch": FAKE_TORCH}, gpu_nodes=("nvidiactl",), env={"FAKE_TORCH_MODE": "gpu-ok"},
+        tmp_path,
+        "--json",
+        "--frameworks",
+        "torch",
+        fakes={"torch": FAKE_TORCH},
+        gpu_nodes=("nvidiactl",),
+        env={"FAKE_TORCH_MODE": "gpu-ok"},
     )
     torch = run.result("torch")
     assert torch["status"] == "passed"
@@ -346,17 +358,20 @@ def test_fake_torch_on_a_gpu_reports_the_device_and_the_error(tmp_path: Path) ->
     assert torch["gpu_check"]["ok"] is True and torch["gpu_check"]["max_abs_err"] == 0.0
     assert "256x256 float32 matmul on cuda:0 matches" in torch["gpu_check"]["detail"]
     wrong = run_probe(
-        tmp_path, "--json", "--frameworks", "torch",
-        fakes={"torch": FAKE_TORCH}, gpu_nodes=("nvidiactl",), env={"FAKE_TORCH_MODE": "gpu-wrong"},
+        tmp_path,
+        "--json",
+        "--frameworks",
+        "torch",
+        fakes={"torch": FAKE_TORCH},
+        gpu_nodes=("nvidiactl",),
+        env={"FAKE_TORCH_MODE": "gpu-wrong"},
     ).result("torch")
     assert wrong["gpu_check"] == {**wrong["gpu_check"], "ok": False, "max_abs_err": 1.0}
     assert wrong["diagnosis"]["cause"].startswith("the GPU computed a different result")
 
 
 def test_a_framework_without_a_driver_on_a_gpu_host_gets_the_driver_diagnosis(tmp_path: Path) -> None:
-    torch = run_probe(
-        tmp_path, "--json", "--frameworks", "torch", fakes={"torch": FAKE_TORCH}, gpu_nodes=("nvidiactl",)
-    ).result("torch")
+    torch = run_probe(tmp_path, "--json", "--frameworks", "torch", fakes={"torch": FAKE_TORCH}, gpu_nodes=("nvidiactl",)).result("torch")
     assert torch["status"] == "failed"
     assert "libcuda is not mounted" in torch["diagnosis"]["cause"]
     assert "--gpus all" in torch["diagnosis"]["fix"]

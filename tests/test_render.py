@@ -249,7 +249,9 @@ def test_render_twice_is_byte_identical(cli: RunCli, embedded_matrix_path: Path,
     assert render_into(cli, embedded_matrix_path, second).exit_code == 0
     tree = tree_of(first)
     assert tree == tree_of(second)
-    assert {path: data for path, (data, _) in tree.items()} == {f"{i}/{n}": d for i, files in rendered.files.items() for n, d in files.items()}
+    assert {path: data for path, (data, _) in tree.items()} == {
+        f"{i}/{n}": d for i, files in rendered.files.items() for n, d in files.items()
+    }
     for path, (_, mode) in tree.items():
         assert mode == (0o755 if path.endswith("hello_gpu.py") else mode), path
     assert not [p for p in (tmp_path / "a").iterdir() if p.name != "images"]  # no temporary folders left behind
@@ -292,6 +294,19 @@ def test_check_lists_a_stray_folder_and_writes_nothing(cli: RunCli, embedded_mat
     assert tree_of(out) == before
 
 
+def test_check_lists_an_empty_stray_folder_and_render_removes_it(cli: RunCli, embedded_matrix_path: Path, tmp_path: Path) -> None:
+    """images/ is wiped and regenerated: a leftover folder, even an empty one, is stale."""
+    out = tmp_path / "images"
+    assert render_into(cli, embedded_matrix_path, out).exit_code == 0
+    (out / "torch1.0.0-cu80-py2.7-ubuntu16.04").mkdir()
+    check = render_into(cli, embedded_matrix_path, out, "--check")
+    assert (out / "torch1.0.0-cu80-py2.7-ubuntu16.04").is_dir()  # --check writes nothing
+    assert check.exit_code == 1, check.output
+    assert "torch1.0.0-cu80-py2.7-ubuntu16.04" in check.stdout
+    assert render_into(cli, embedded_matrix_path, out).exit_code == 0
+    assert not (out / "torch1.0.0-cu80-py2.7-ubuntu16.04").exists()
+
+
 def test_check_on_a_missing_folder_lists_everything(cli: RunCli, embedded_matrix_path: Path, tmp_path: Path, rendered: Rendered) -> None:
     out = tmp_path / "images"
     check = render_into(cli, embedded_matrix_path, out, "--check")
@@ -314,7 +329,9 @@ def test_render_removes_a_stale_image_folder(cli: RunCli, embedded_matrix_path: 
     assert render_into(cli, embedded_matrix_path, out, "--check").exit_code == 0
 
 
-def test_render_defaults_to_images_beside_the_matrix(cli: RunCli, write_matrix: WriteMatrix, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_render_defaults_to_images_beside_the_matrix(
+    cli: RunCli, write_matrix: WriteMatrix, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     matrix = write_matrix(folder=tmp_path / "repo")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()

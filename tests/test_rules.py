@@ -115,7 +115,7 @@ def test_torch_rocm_variant_must_share_the_major(compat: Compat) -> None:
 
 
 def test_torch_release_without_rocm_wheels(compat: Compat) -> None:
-    refused(decide_torch(ROCM72, "3.12", "2.14.1", compat), "torch 2.14.1", "no ROCM wheels")
+    refused(decide_torch(ROCM72, "3.12", "2.14.1", compat), "torch 2.14.1", "no ROCm wheels")
 
 
 @pytest.mark.parametrize(("python", "version"), [("3.13", "2.5.1"), ("3.8", "2.5.1"), ("3.9", "2.13.0"), ("3.16", "2.13.0")])
@@ -421,7 +421,9 @@ def test_decide_dispatches_by_framework(compat: Compat) -> None:
 # ---------------------------------------------------------------- CUDA drivers
 
 
-@pytest.mark.parametrize(("cuda", "driver"), [("12.4.1", "550.54.15"), ("13.0.0", "580.65.06"), ("11.8.0", "520.61.05"), ("12.4", "550.54.14")])
+@pytest.mark.parametrize(
+    ("cuda", "driver"), [("12.4.1", "550.54.15"), ("13.0.0", "580.65.06"), ("11.8.0", "520.61.05"), ("12.4", "550.54.14")]
+)
 def test_toolkit_driver(cuda: str, driver: str, compat: Compat) -> None:
     assert toolkit_driver(cuda, compat) == driver
 
@@ -430,7 +432,9 @@ def test_toolkit_driver_unknown_release(compat: Compat) -> None:
     assert toolkit_driver("12.7.0", compat) is None  # there is no CUDA 12.7
 
 
-@pytest.mark.parametrize(("cuda", "driver"), [("12.4.1", "525.60.13"), ("12.8.1", "525.60.13"), ("11.8.0", "450.80.02"), ("13.0.0", "580.0")])
+@pytest.mark.parametrize(
+    ("cuda", "driver"), [("12.4.1", "525.60.13"), ("12.8.1", "525.60.13"), ("11.8.0", "450.80.02"), ("13.0.0", "580.0")]
+)
 def test_mvc_driver(cuda: str, driver: str, compat: Compat) -> None:
     assert mvc_driver(cuda, compat) == driver
 
@@ -483,7 +487,13 @@ def test_python_offered_by_os(os: str, python: str, packages: tuple[str, ...], b
     assert (row.packages, row.bin) == (packages, binary)
 
 
-@pytest.mark.parametrize(("os", "python", "reason"), [("debian12", "3.12", "debian12 packages Python 3.11, not 3.12"), ("ubuntu24.04", "3.11", "ubuntu24.04 packages Python 3.12, not 3.11")])
+@pytest.mark.parametrize(
+    ("os", "python", "reason"),
+    [
+        ("debian12", "3.12", "debian12 packages Python 3.11, not 3.12"),
+        ("ubuntu24.04", "3.11", "ubuntu24.04 packages Python 3.12, not 3.11"),
+    ],
+)
 def test_python_not_offered_by_os(os: str, python: str, reason: str, compat: Compat) -> None:
     assert decide_python(base("cpu", os=os), python, compat) == reason
 
@@ -532,17 +542,27 @@ def test_table_refuses_unsorted_rows(tmp_path: Path) -> None:
 
 
 def test_table_refuses_an_unknown_key(tmp_path: Path) -> None:
-    path, line = broken_copy(tmp_path, '{cuda: "12.4.1", driver: "550.54.15", source: S1}', '{cuda: "12.4.1", driver: "550.54.15", drvier: "1", source: S1}')
+    path, line = broken_copy(
+        tmp_path, '{cuda: "12.4.1", driver: "550.54.15", source: S1}', '{cuda: "12.4.1", driver: "550.54.15", drvier: "1", source: S1}'
+    )
     refuses(path, line, "unknown key", "drvier")
 
 
 def test_table_refuses_a_row_without_source(tmp_path: Path) -> None:
-    path, line = broken_copy(tmp_path, '{version: "0.60.0", python: ["3.9", "3.12"], numpy: ["1.22", "2.0"], source: S17}', '{version: "0.60.0", python: ["3.9", "3.12"], numpy: ["1.22", "2.0"]}')
+    path, line = broken_copy(
+        tmp_path,
+        '{version: "0.60.0", python: ["3.9", "3.12"], numpy: ["1.22", "2.0"], source: S17}',
+        '{version: "0.60.0", python: ["3.9", "3.12"], numpy: ["1.22", "2.0"]}',
+    )
     refuses(path, line, "no source")
 
 
 def test_table_refuses_an_unknown_source_key(tmp_path: Path) -> None:
-    path, line = broken_copy(tmp_path, '{rocm: "6.2", tf: ["2.14.1", "2.15.1", "2.16.1"], source: S14}', '{rocm: "6.2", tf: ["2.14.1", "2.15.1", "2.16.1"], source: S99}')
+    path, line = broken_copy(
+        tmp_path,
+        '{rocm: "6.2", tf: ["2.14.1", "2.15.1", "2.16.1"], source: S14}',
+        '{rocm: "6.2", tf: ["2.14.1", "2.15.1", "2.16.1"], source: S99}',
+    )
     refuses(path, line, "unknown source", "S99")
 
 
@@ -552,7 +572,9 @@ def test_table_refuses_min_above_max(tmp_path: Path) -> None:
 
 
 def test_table_refuses_an_unparsable_version(tmp_path: Path) -> None:
-    path, line = broken_copy(tmp_path, '{version: "2.0.2", python: ["3.9", "3.12"], source: PYPI}', '{version: "two", python: ["3.9", "3.12"], source: PYPI}')
+    path, line = broken_copy(
+        tmp_path, '{version: "2.0.2", python: ["3.9", "3.12"], source: PYPI}', '{version: "two", python: ["3.9", "3.12"], source: PYPI}'
+    )
     refuses(path, line, "'two' is not a version")
 
 

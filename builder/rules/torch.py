@@ -40,7 +40,8 @@ def decide_torch(base: Base, python: str, version: str, compat: Compat) -> Verdi
         assert base.version is not None
         variants = rel.cuda if base.vendor == "cuda" else rel.rocm
         if not variants:
-            return Verdict.no(f"torch {version} ships no {base.vendor.upper()} wheels in the table; use another torch release")
+            kind = "CUDA" if base.vendor == "cuda" else "ROCm"
+            return Verdict.no(f"torch {version} ships no {kind} wheels in the table; use another torch release")
         found = pick_variant(variants, base.version)
         if found is None:
             kind = "CUDA" if base.vendor == "cuda" else "ROCm"

@@ -54,9 +54,7 @@ def scratch_image(docker_client: Any) -> Iterator[str]:
         info.size = len(data)
         tar.addfile(info, io.BytesIO(data))
     repository, tag = SCRATCH_IMAGE.rsplit(":", 1)
-    docker_client.api.import_image(
-        src=buf.getvalue(), repository=repository, tag=tag, changes=['CMD ["/none"]']
-    )
+    docker_client.api.import_image(src=buf.getvalue(), repository=repository, tag=tag, changes=['CMD ["/none"]'])
     yield SCRATCH_IMAGE
     with contextlib.suppress(Exception):  # still in use by a leaked container: the tests say so
         docker_client.api.remove_image(SCRATCH_IMAGE)

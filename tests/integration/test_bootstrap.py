@@ -43,9 +43,7 @@ def private_dirs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
 
 
 def _run(client: Any, image: str, script: str) -> tuple[int, str]:
-    with engine.tracked_container(
-        client, image=image, command=["/bin/sh", "-c", script], network_disabled=True
-    ) as container:
+    with engine.tracked_container(client, image=image, command=["/bin/sh", "-c", script], network_disabled=True) as container:
         container.start()
         status = container.wait(timeout=120)["StatusCode"]
         return status, container.logs().decode()
@@ -120,9 +118,7 @@ def fake_base(docker_client: Any, private_dirs: Path) -> Iterator[Base]:
 
 @pytest.mark.docker
 @pytest.mark.usefixtures("fast_retries")
-def test_network_failures_are_retried(
-    docker_client: Any, fake_base: Base, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_network_failures_are_retried(docker_client: Any, fake_base: Base, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[Path] = []
 
     def flaky(recipe: dict[str, Any], rootfs: Path, log: Any) -> None:
@@ -168,9 +164,7 @@ def test_deterministic_failures_are_not_retried_and_leave_nothing(
 
 
 @pytest.mark.docker
-def test_ctrl_c_leaves_no_tag_and_no_scratch_dir(
-    docker_client: Any, fake_base: Base, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_ctrl_c_leaves_no_tag_and_no_scratch_dir(docker_client: Any, fake_base: Base, monkeypatch: pytest.MonkeyPatch) -> None:
     def interrupted(recipe: dict[str, Any], rootfs: Path, log: Any) -> None:
         _fake_rootfs(rootfs)
         raise KeyboardInterrupt
@@ -184,16 +178,16 @@ def test_ctrl_c_leaves_no_tag_and_no_scratch_dir(
 
 
 @pytest.mark.docker
-def test_a_second_process_waits_for_the_lock(
-    docker_client: Any, fake_base: Base, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_second_process_waits_for_the_lock(docker_client: Any, fake_base: Base, monkeypatch: pytest.MonkeyPatch) -> None:
     lock_path = bootstrap.LOCK_DIR / f"builder-bootstrap-{fake_base.name}.lock"
     holder = subprocess.Popen(
-        [sys.executable, "-c",
-         "import filelock, sys, time\n"
-         f"with filelock.FileLock({str(lock_path)!r}):\n"
-         "    print('held', flush=True); time.sleep(2)\n"],
-        stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-c",
+            f"import filelock, sys, time\nwith filelock.FileLock({str(lock_path)!r}):\n    print('held', flush=True); time.sleep(2)\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     assert holder.stdout is not None
     assert holder.stdout.readline().strip() == "held"
@@ -211,9 +205,7 @@ def test_a_second_process_waits_for_the_lock(
 
 
 @pytest.fixture(scope="module")
-def built_debian12(
-    docker_client: Any, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[Base, BootstrapResult, list[str]]]:
+def built_debian12(docker_client: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Base, BootstrapResult, list[str]]]:
     # A fresh name, so this really runs debootstrap (the shared local-debian12 base may exist).
     base = _base(f"itest-debian12-{uuid.uuid4().hex[:6]}")
     logs: list[str] = []
@@ -229,9 +221,7 @@ def built_debian12(
 
 
 @pytest.mark.docker
-def test_debootstrap_builds_a_working_debian12_base(
-    docker_client: Any, built_debian12: tuple[Base, BootstrapResult, list[str]]
-) -> None:
+def test_debootstrap_builds_a_working_debian12_base(docker_client: Any, built_debian12: tuple[Base, BootstrapResult, list[str]]) -> None:
     base, result, logs = built_debian12
     assert result.built
     assert result.tag == base.local_tag
@@ -249,8 +239,8 @@ def test_debootstrap_builds_a_working_debian12_base(
         base.local_tag,
         "python3 -c 'import venv, ssl, sys; print(sys.version_info[:2])' && command -v useradd"
         " && test -s /etc/ssl/certs/ca-certificates.crt"
-        " && test -z \"$(ls /var/cache/apt/archives/*.deb 2>/dev/null)\""
-        " && test -z \"$(ls /var/lib/apt/lists 2>/dev/null)\" && echo ok",
+        ' && test -z "$(ls /var/cache/apt/archives/*.deb 2>/dev/null)"'
+        ' && test -z "$(ls /var/lib/apt/lists 2>/dev/null)" && echo ok',
     )
     assert status == 0, out
     assert "(3, 11)" in out
@@ -259,9 +249,7 @@ def test_debootstrap_builds_a_working_debian12_base(
 
 
 @pytest.mark.docker
-def test_a_second_ensure_base_is_a_fast_skip(
-    docker_client: Any, built_debian12: tuple[Base, BootstrapResult, list[str]]
-) -> None:
+def test_a_second_ensure_base_is_a_fast_skip(docker_client: Any, built_debian12: tuple[Base, BootstrapResult, list[str]]) -> None:
     base, first, _ = built_debian12
     image_id = docker_client.api.inspect_image(base.local_tag)["Id"]
     start = time.monotonic()

@@ -21,9 +21,7 @@ from builder.errors import UserError
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_connect_to_a_dead_socket_is_a_user_error(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+def test_connect_to_a_dead_socket_is_a_user_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     dead = f"unix://{tmp_path}/no-engine-{uuid.uuid4().hex[:6]}.sock"
     monkeypatch.setenv("DOCKER_HOST", dead)
     with pytest.raises(UserError) as info:
@@ -40,6 +38,7 @@ def test_connect_names_the_default_socket_when_docker_host_is_unset(
 ) -> None:
     monkeypatch.delenv("DOCKER_HOST", raising=False)
     monkeypatch.setattr(engine, "DEFAULT_SOCKET", "unix:///nonexistent/docker.sock")
+
     def refuse(**_: Any) -> Any:
         raise DockerException("refused")
 
@@ -57,20 +56,12 @@ def _gone(client: Any, container_id: str) -> bool:
 
 
 def _session_leftovers(client: Any) -> list[Any]:
-    return list(
-        client.containers.list(
-            all=True, filters={"label": f"{engine.SESSION_LABEL}={engine.SESSION_ID}"}
-        )
-    )
+    return list(client.containers.list(all=True, filters={"label": f"{engine.SESSION_LABEL}={engine.SESSION_ID}"}))
 
 
 @pytest.mark.docker
-def test_tracked_container_is_labelled_and_removed_after_a_normal_exit(
-    docker_client: Any, scratch_image: str
-) -> None:
-    with engine.tracked_container(
-        docker_client, image=scratch_image, labels={"purpose": "test"}, network_disabled=True
-    ) as container:
+def test_tracked_container_is_labelled_and_removed_after_a_normal_exit(docker_client: Any, scratch_image: str) -> None:
+    with engine.tracked_container(docker_client, image=scratch_image, labels={"purpose": "test"}, network_disabled=True) as container:
         labels = docker_client.api.inspect_container(container.id)["Config"]["Labels"]
         assert labels[engine.OWNER_LABEL] == engine.OWNER_VALUE
         assert labels["purpose"] == "test"
@@ -80,18 +71,14 @@ def test_tracked_container_is_labelled_and_removed_after_a_normal_exit(
 
 
 @pytest.mark.docker
-def test_tracked_container_is_removed_when_the_block_raises(
-    docker_client: Any, scratch_image: str
-) -> None:
+def test_tracked_container_is_removed_when_the_block_raises(docker_client: Any, scratch_image: str) -> None:
     with pytest.raises(RuntimeError, match="boom"), engine.tracked_container(docker_client, image=scratch_image) as container:
         raise RuntimeError("boom")
     assert _gone(docker_client, container.id)
 
 
 @pytest.mark.docker
-def test_tracked_container_is_removed_on_keyboard_interrupt(
-    docker_client: Any, scratch_image: str
-) -> None:
+def test_tracked_container_is_removed_on_keyboard_interrupt(docker_client: Any, scratch_image: str) -> None:
     with pytest.raises(KeyboardInterrupt), engine.tracked_container(docker_client, image=scratch_image) as container:
         raise KeyboardInterrupt
     assert _gone(docker_client, container.id)
@@ -99,9 +86,7 @@ def test_tracked_container_is_removed_on_keyboard_interrupt(
 
 
 @pytest.mark.docker
-def test_tracked_container_removes_a_running_container(
-    docker_client: Any, scratch_image: str
-) -> None:
+def test_tracked_container_removes_a_running_container(docker_client: Any, scratch_image: str) -> None:
     # A started container whose command cannot run ends up exited: removal must still force it.
     with (
         engine.tracked_container(docker_client, image=scratch_image, command=["/none"], network_disabled=True) as container,
@@ -127,9 +112,7 @@ def test_cleanup_all_removes_what_a_block_could_not(docker_client: Any, scratch_
 
 @pytest.mark.docker
 @pytest.mark.parametrize("how", ["sigterm", "sigint", "exit"])
-def test_a_killed_process_leaves_no_container(
-    docker_client: Any, scratch_image: str, how: str
-) -> None:
+def test_a_killed_process_leaves_no_container(docker_client: Any, scratch_image: str, how: str) -> None:
     script = textwrap.dedent(
         f"""
         import sys, time
@@ -143,7 +126,10 @@ def test_a_killed_process_leaves_no_container(
         """
     )
     proc = subprocess.Popen(
-        [sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
         stderr=subprocess.DEVNULL,  # the child's KeyboardInterrupt traceback is expected
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )

@@ -1,0 +1,254 @@
+"""The CI slice, for real: bootstrap the Debian base, build the default selection (torch,
+tensorflow, jax, numba on the local base), smoke-test it in locked-down containers, and prove
+the promises around it: incremental rebuilds, no secrets in images, nothing left behind.
+
+The build runs with planted credentials in a proxy URL and an index URL; a local server that
+plays both roles records that they reached the build, and the images must not contain them.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.server
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from builder import engine
+from builder.workspace import Workspace
+
+pytestmark = pytest.mark.docker
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "build" / "results"
+PROXY_SECRET = "s3cret-proxy-7f3a"
+INDEX_SECRET = "s3cret-index-91bc"
+SLICE = Workspace.locate(str(ROOT / "matrix.yaml")).selected(None, use_default=True)
+
+
+def builder(*args: str, env: dict[str, str] | None = None, timeout: int = 2400) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "builder", *args],
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+class _Recorder(http.server.BaseHTTPRequestHandler):
+    """Answers 404 to everything, as proxy or index, and remembers what it was sent."""
+
+    seen: list[tuple[str, dict[str, str]]] = []
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        self.seen.append((self.path, {k.lower(): v for k, v in self.headers.items()}))
+        self.send_response(404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - signature of the base class
+        return
+
+
+@pytest.fixture(scope="module")
+def recorder() -> Iterator[tuple[int, list[tuple[str, dict[str, str]]]]]:
+    _Recorder.seen = []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1], _Recorder.seen
+    server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def slice_build(docker_client: Any, recorder: tuple[int, list[Any]]) -> subprocess.CompletedProcess[str]:
+    """`builder build -j 2` of the default selection, with the planted credentials."""
+    port, _ = recorder
+    done = builder(
+        "build",
+        "-j",
+        "2",
+        "--extra-index-url",
+        f"http://ci-user:{INDEX_SECRET}@127.0.0.1:{port}/simple/",
+        env={"HTTP_PROXY": f"http://proxy-user:{PROXY_SECRET}@127.0.0.1:{port}"},
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
+
+
+def _build_statuses() -> dict[str, str]:
+    return {r["id"]: r["status"] for r in json.loads((RESULTS / "build.json").read_text())}
+
+
+def test_the_slice_covers_four_frameworks() -> None:
+    stacks = sorted(s.stack for s in SLICE)
+    assert stacks == ["jax", "numba", "tensorflow", "torch"]
+    assert all(s.base.bootstrap == "debootstrap" for s in SLICE)
+
+
+def test_slice_builds_with_plan_tags_and_labels(slice_build: Any, docker_client: Any) -> None:
+    assert set(_build_statuses()) == {s.id for s in SLICE}
+    assert set(_build_statuses().values()) <= {"built", "up-to-date"}
+    for spec in SLICE:
+        labels = engine.image_labels(docker_client, spec.tag)
+        assert labels is not None, f"{spec.tag} is missing"
+        assert labels["io.builder.content-hash"] == spec.content_hash
+        assert labels["io.builder.frameworks"] == ",".join(f"{n}={v}" for n, v in spec.frameworks)
+        assert labels["org.opencontainers.image.title"] == spec.id
+
+
+def test_planted_credentials_reached_the_build(slice_build: Any, recorder: tuple[int, list[Any]]) -> None:
+    """Otherwise the no-secrets test below would prove nothing."""
+    _, seen = recorder
+    proxy_auth = base64.b64encode(f"proxy-user:{PROXY_SECRET}".encode()).decode()
+    index_auth = base64.b64encode(f"ci-user:{INDEX_SECRET}".encode()).decode()
+    headers = [h for _, h in seen]
+    if _build_statuses() and set(_build_statuses().values()) == {"up-to-date"}:
+        pytest.skip("every image was already built, so no build ran to receive the credentials")
+    assert any(proxy_auth in h.get("proxy-authorization", "") for h in headers), seen[:3]
+    assert any(index_auth in h.get("authorization", "") for h in headers), seen[:3]
+
+
+def _image_bytes_contain(client: Any, tag: str, needle: bytes) -> list[str]:
+    """Members of every layer of `docker save` that contain `needle`."""
+    hits = []
+    data = b"".join(client.api.get_image(tag))
+    with tarfile.open(fileobj=io.BytesIO(data)) as outer:
+        for member in outer.getmembers():
+            if not member.isfile():
+                continue
+            blob = outer.extractfile(member)
+            if blob is None:
+                continue
+            content = blob.read()
+            if needle in content:
+                hits.append(member.name)
+            if member.name.endswith("layer.tar"):
+                with tarfile.open(fileobj=io.BytesIO(content)) as layer:
+                    for entry in layer.getmembers():
+                        inner = layer.extractfile(entry) if entry.isfile() else None
+                        if inner is not None and needle in inner.read():
+                            hits.append(f"{member.name}:{entry.name}")
+    return hits
+
+
+def test_no_secrets_in_final_images(slice_build: Any, docker_client: Any) -> None:
+    for spec in SLICE:
+        inspect = docker_client.api.inspect_image(spec.tag)
+        history = json.dumps(docker_client.api.history(spec.tag))
+        config = json.dumps(inspect["Config"])
+        for secret in (PROXY_SECRET, INDEX_SECRET):
+            assert secret not in history, f"{spec.id}: secret in docker history"
+            assert secret not in config, f"{spec.id}: secret in env or labels"
+    # Every byte of every layer, for the smallest image of the slice.
+    numba = next(s for s in SLICE if s.stack == "numba")
+    for secret in (PROXY_SECRET, INDEX_SECRET):
+        assert _image_bytes_contain(docker_client, numba.tag, secret.encode()) == []
+
+
+def test_build_logs_do_not_print_secrets(slice_build: Any) -> None:
+    for log in (ROOT / "build" / "logs").glob("*.log"):
+        text = log.read_text(errors="replace")
+        assert PROXY_SECRET not in text and INDEX_SECRET not in text, log.name
+
+
+def test_second_build_skips_everything(slice_build: Any) -> None:
+    done = builder("build", "-j", "2")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert set(_build_statuses().values()) == {"up-to-date"}
+
+
+def test_smoke_tests_pass_and_leave_no_container(slice_build: Any, docker_client: Any) -> None:
+    done = builder("test")
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    for spec in SLICE:
+        result = json.loads((RESULTS / f"{spec.id}.json").read_text())
+        assert result["verdict"] == "passed", result["failures"]
+        assert result["tests"]["tests"] >= 8 and result["tests"]["failures"] == 0
+        probe = result["probe"]["frameworks"][spec.stack]
+        assert probe["status"] == "skipped", "no GPU here: nothing may claim passed"
+        assert probe["cpu_check"]["ok"] is True
+        assert probe["version"].split("+")[0] == spec.versions[spec.stack]
+    junit = (RESULTS / "junit.xml").read_text()
+    assert junit.count("<testsuite ") == len(SLICE)
+    assert engine.owned_containers(docker_client) == []
+
+
+def _wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_ctrl_c_during_a_build_leaves_no_container_and_no_half_tag(slice_build: Any, docker_client: Any) -> None:
+    numba = next(s for s in SLICE if s.stack == "numba")
+    before_id = docker_client.api.inspect_image(numba.tag)["Id"]
+    before_containers = {c["Id"] for c in docker_client.api.containers(all=True)}
+    log = ROOT / "build" / "logs" / f"{numba.id}.log"
+    log.unlink(missing_ok=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "builder", "build", "--force", "--select", f"id={numba.id}"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _wait_for(lambda: log.exists() and "pip install" in log.read_text(errors="replace"), 300, "the pip step")
+        time.sleep(2)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=120) != 0
+    finally:
+        proc.kill()
+    _wait_for(lambda: {c["Id"] for c in docker_client.api.containers(all=True)} <= before_containers, 60, "build containers to go")
+    assert docker_client.api.inspect_image(numba.tag)["Id"] == before_id, "the tag moved to a half-built image"
+
+
+def test_ctrl_c_during_smoke_tests_removes_the_container(slice_build: Any, docker_client: Any) -> None:
+    tf = next(s for s in SLICE if s.stack == "tensorflow")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "builder", "test", "--select", f"id={tf.id}"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _wait_for(lambda: bool(engine.owned_containers(docker_client)), 120, "the smoke container")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=120) != 0
+    finally:
+        proc.kill()
+    assert engine.owned_containers(docker_client) == []
+
+
+def test_a_hung_image_is_killed_at_the_timeout(slice_build: Any, docker_client: Any) -> None:
+    tf = next(s for s in SLICE if s.stack == "tensorflow")
+    done = builder("test", "--select", f"id={tf.id}", "--timeout", "2")
+    assert done.returncode == 1
+    result = json.loads((RESULTS / f"{tf.id}.json").read_text())
+    assert result["verdict"] == "failed"
+    assert "timed out" in json.dumps(result["failures"])
+    assert engine.owned_containers(docker_client) == []
+
+
+def test_engine_down_is_one_line_and_exit_2() -> None:
+    done = builder("build", env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: no Docker engine answers"), done.stderr

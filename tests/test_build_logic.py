@@ -1,0 +1,421 @@
+"""The pure decisions around build and test: network-flake classification, what is already built,
+whether images/ is current, smoke verdicts, and JUnit counting and merging. No engine involved.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from builder.build import HASH_LABEL, NETWORK_PATTERNS, Builder, BuildFailed, NetworkFlake, built_hashes, check_rendered
+from builder.context import Staged
+from builder.errors import UserError
+from builder.records import Accelerator, Base, ImageSpec
+from builder.settings import BuildSettings
+from builder.testrun import _junit_counts, merge_junit, verdict_of
+
+# -- NETWORK_PATTERNS -------------------------------------------------------------------------
+NETWORK_FAILURES = [
+    # pip, DNS down
+    "WARNING: Retrying (Retry(total=4, connect=None, read=None, redirect=None, status=None)) after connection broken by "
+    "'NewConnectionError('<pip._vendor.urllib3.connection.HTTPSConnection object at 0x7f3c2a1b5d50>: Failed to establish "
+    "a new connection: [Errno -3] Temporary failure in name resolution')': /simple/torch/",
+    # pip, slow mirror
+    "pip._vendor.urllib3.exceptions.ReadTimeoutError: HTTPSConnectionPool(host='files.pythonhosted.org', port=443): Read timed out.",
+    "ERROR: Exception:\nTraceback (most recent call last):\n  ...\nReadTimeoutError: HTTPSConnectionPool(host='download.pytorch.org', port=443)",
+    "pip._vendor.urllib3.exceptions.ConnectTimeoutError: (<HTTPSConnection(host='pypi.org', port=443)>, 'Connection to pypi.org timed out.')",
+    # pip, reset mid-download
+    "ERROR: Could not install packages due to an OSError: [Errno 104] Connection reset by peer",
+    "pip._vendor.urllib3.exceptions.ProtocolError: ('Connection broken: IncompleteRead(1048576 bytes read, 734003200 more expected)', "
+    "IncompleteRead(1048576 bytes read, 734003200 more expected))",
+    "ERROR: HTTP error 503 while getting https://download.pytorch.org/whl/cpu/torch-2.13.0%2Bcpu-cp311-cp311-manylinux_2_28_x86_64.whl",
+    "ERROR: Could not install packages due to an OSError: HTTPSConnectionPool(host='pypi.org', port=443): Max retries exceeded "
+    "with url: /simple/numpy/ (Caused by ProxyError('Unable to connect to proxy', OSError('Tunnel connection failed: 502 Bad Gateway')))",
+    # apt
+    "E: Failed to fetch http://deb.debian.org/debian/pool/main/p/python3.11/python3.11_3.11.2-6+deb12u6_amd64.deb  "
+    "Temporary failure resolving 'deb.debian.org'",
+    "E: Failed to fetch http://archive.ubuntu.com/ubuntu/dists/jammy/InRelease  Could not connect to archive.ubuntu.com:80 "
+    "(185.125.190.36), connection timed out",
+    "E: Failed to fetch https://repo.radeon.com/rocm/apt/6.2/dists/jammy/InRelease  Connection failed [IP: 13.82.220.49 443]",
+    "E: Failed to fetch http://archive.ubuntu.com/ubuntu/dists/jammy-updates/main/binary-amd64/Packages.xz  Hash Sum mismatch",
+    "W: Some index files failed to download. They have been ignored, or old ones used instead.\n"
+    "E: Failed to fetch http://security.ubuntu.com/ubuntu/dists/jammy-security/InRelease  Connection refused",
+]
+
+DETERMINISTIC_FAILURES = [
+    "ERROR: Could not find a version that satisfies the requirement torch==9.9 (from versions: 2.5.1, 2.13.0)\n"
+    "ERROR: No matching distribution found for torch==9.9",
+    "ERROR: Cannot install numba==0.60.0 and numpy==2.4.6 because these package versions have conflicting dependencies.\n\n"
+    "The conflict is caused by:\n    The user requested numpy==2.4.6\n    numba 0.60.0 depends on numpy<2.1 and >=1.22\n\n"
+    "ERROR: ResolutionImpossible: for help visit https://pip.pypa.io/en/latest/topics/dependency-resolution/#dealing-with-dependency-conflicts",
+    "ERROR: pip's dependency resolver does not currently take into account all the packages that are installed. This behaviour "
+    "is the source of the following dependency conflicts.\nnumba 0.60.0 requires numpy<2.1,>=1.22, but you have numpy 2.4.6 which is incompatible.",
+    "numba 0.60.0 has requirement numpy<2.1,>=1.22, but you have numpy 2.4.6.",
+    "dockerfile parse error on line 17: unknown instruction: RUNN",
+    "Error response from daemon: dockerfile parse error line 3: FROM requires either one or three arguments",
+    "/bin/sh: 1: Syntax error: Unterminated quoted string",
+    "E: Unable to locate package python3.13-venv",
+    "E: Package 'python3.12-venv' has no installation candidate",
+    "ERROR: torch-2.13.0+cpu-cp312-cp312-manylinux_2_28_x86_64.whl is not a supported wheel on this platform.",
+    "ERROR: HTTP error 404 while getting https://download.pytorch.org/whl/cpu/torch-9.9.9%2Bcpu-cp311-cp311-linux_x86_64.whl",
+    "ERROR: THESE PACKAGES DO NOT MATCH THE HASHES FROM THE REQUIREMENTS FILE.",
+    "The command '/bin/sh -c set -eu; /opt/venv/bin/python -m pip check' returned a non-zero code: 1",
+]
+
+
+@pytest.mark.parametrize("log", NETWORK_FAILURES)
+def test_network_failures_are_retryable(log: str) -> None:
+    assert NETWORK_PATTERNS.search(log) is not None
+
+
+@pytest.mark.parametrize("log", DETERMINISTIC_FAILURES)
+def test_deterministic_failures_are_not_retried(log: str) -> None:
+    assert NETWORK_PATTERNS.search(log) is None
+
+
+def test_network_patterns_ignore_case() -> None:
+    assert NETWORK_PATTERNS.search("TEMPORARY FAILURE IN NAME RESOLUTION")
+    assert NETWORK_PATTERNS.search("connection reset by peer")
+
+
+# How one failed attempt is classified: a fake engine streams a build log (no Docker).
+RECOVERED_RETRY = (
+    "WARNING: Retrying (Retry(total=4, connect=None, read=None, redirect=None, status=None)) after connection broken by "
+    "'ReadTimeoutError(\"HTTPSConnectionPool(host='pypi.org', port=443): Read timed out. (read timeout=15)\")': /simple/numpy/\n"
+)
+
+
+class StreamApi:
+    def __init__(self, chunks: list[dict[str, str]]) -> None:
+        self.chunks = chunks
+
+    def build(self, **kwargs: Any) -> list[dict[str, str]]:
+        return self.chunks
+
+
+class StreamClient:
+    def __init__(self, chunks: list[dict[str, str]]) -> None:
+        self.api = StreamApi(chunks)
+
+
+def _attempt(tmp_path: Path, chunks: list[dict[str, str]]) -> None:
+    client = StreamClient(chunks)
+    builder = Builder(make_client=lambda: client, settings=BuildSettings(), images_dir=tmp_path, build_dir=tmp_path)
+    builder._attempt(client, A, Staged(tmp_path, (), ()), tmp_path / "build.log", 1)
+
+
+def test_attempt_failing_on_a_network_error_is_a_flake(tmp_path: Path) -> None:
+    with pytest.raises(NetworkFlake):
+        _attempt(
+            tmp_path,
+            [{"stream": "Collecting numpy==2.4.6\n"}, {"stream": NETWORK_FAILURES[1] + "\n"}, {"error": "returned a non-zero code: 2"}],
+        )
+
+
+def test_attempt_failing_deterministically_is_not_a_flake(tmp_path: Path) -> None:
+    with pytest.raises(BuildFailed):
+        _attempt(tmp_path, [{"stream": DETERMINISTIC_FAILURES[0] + "\n"}, {"error": "returned a non-zero code: 1"}])
+
+
+def test_recovered_pip_retry_does_not_make_a_resolver_error_a_flake(tmp_path: Path) -> None:
+    """pip logs a retry warning, the download then succeeds, and the resolver fails: deterministic, fail once."""
+    chunks = [
+        {"stream": RECOVERED_RETRY},
+        {"stream": "Collecting numpy==2.4.6\n  Downloading numpy-2.4.6-cp311-cp311-manylinux_2_17_x86_64.whl (16.4 MB)\n"},
+        {"stream": DETERMINISTIC_FAILURES[1] + "\n"},
+        {"error": "The command '/bin/sh -c set -eu; ...' returned a non-zero code: 1"},
+    ]
+    with pytest.raises(BuildFailed):
+        _attempt(tmp_path, chunks)
+
+
+# -- built_hashes -----------------------------------------------------------------------------
+class FakeApi:
+    def __init__(self, images: list[dict[str, Any]]) -> None:
+        self._images = images
+        self.calls: list[dict[str, Any]] = []
+
+    def images(self, filters: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        self.calls.append({"filters": filters})
+        return self._images
+
+
+class FakeClient:
+    def __init__(self, images: list[dict[str, Any]]) -> None:
+        self.api = FakeApi(images)
+
+
+def test_built_hashes_maps_every_tag_to_its_hash() -> None:
+    client = FakeClient(
+        [
+            {"Id": "sha256:1", "RepoTags": ["reg/x:a", "reg/x:a-latest"], "Labels": {HASH_LABEL: "sha256:aaa", "other": "1"}},
+            {"Id": "sha256:2", "RepoTags": ["reg/x:b"], "Labels": {HASH_LABEL: "sha256:bbb"}},
+            {"Id": "sha256:3", "RepoTags": None, "Labels": {HASH_LABEL: "sha256:dangling"}},
+            {"Id": "sha256:4", "RepoTags": [], "Labels": {HASH_LABEL: "sha256:untagged"}},
+        ]
+    )
+    assert built_hashes(client) == {"reg/x:a": "sha256:aaa", "reg/x:a-latest": "sha256:aaa", "reg/x:b": "sha256:bbb"}
+    assert client.api.calls == [{"filters": {"label": HASH_LABEL}}]
+
+
+def test_built_hashes_empty_engine() -> None:
+    assert built_hashes(FakeClient([])) == {}
+
+
+def test_hash_label_name() -> None:
+    assert HASH_LABEL == "io.builder.content-hash"
+
+
+# -- check_rendered ----------------------------------------------------------------------------
+def _spec(image_id: str, content_hash: str) -> ImageSpec:
+    return ImageSpec(
+        id=image_id,
+        tag=f"reg/x:{image_id}",
+        base=Base("local-debian12", "cpu", "debian12", bootstrap="debootstrap"),
+        stack="numeric",
+        python="3.11",
+        frameworks=(("numba", "0.68.0"),),
+        installs=(),
+        packages=("numba==0.68.0", "numpy==2.4.6"),
+        index_urls=(),
+        accelerator=Accelerator("cpu", None),
+        content_hash=content_hash,
+    )
+
+
+def _render(images: Path, spec: ImageSpec, content_hash: str | None = None, raw: str | None = None) -> None:
+    folder = images / spec.id
+    folder.mkdir(parents=True, exist_ok=True)
+    text = raw if raw is not None else json.dumps({"id": spec.id, "content_hash": content_hash or spec.content_hash})
+    (folder / "image.json").write_text(text, encoding="utf-8")
+
+
+A = _spec("numba0.68.0-cpu-py3.11-debian12", "sha256:" + "a" * 64)
+B = _spec("numba0.68.0-cpu-py3.12-ubuntu24.04", "sha256:" + "b" * 64)
+
+
+def test_check_rendered_passes_for_matching_images(tmp_path: Path) -> None:
+    images = tmp_path / "images"
+    _render(images, A)
+    _render(images, B)
+    check_rendered([A, B], images)  # no error
+    check_rendered([], images)
+
+
+def test_check_rendered_missing_folder(tmp_path: Path) -> None:
+    images = tmp_path / "images"
+    _render(images, A)
+    with pytest.raises(UserError) as info:
+        check_rendered([A, B], images)
+    assert str(info.value) == f"images/{B.id} is missing or stale; run `builder render` first"
+
+
+def test_check_rendered_missing_image_json(tmp_path: Path) -> None:
+    images = tmp_path / "images"
+    (images / A.id).mkdir(parents=True)
+    (images / A.id / "Dockerfile").write_text("FROM x\n", encoding="utf-8")
+    with pytest.raises(UserError, match=rf"images/{A.id} is missing or stale"):
+        check_rendered([A], images)
+
+
+def test_check_rendered_stale_hash(tmp_path: Path) -> None:
+    images = tmp_path / "images"
+    _render(images, A, content_hash="sha256:" + "0" * 64)
+    with pytest.raises(UserError, match=rf"images/{A.id} is missing or stale; run `builder render` first"):
+        check_rendered([A], images)
+
+
+@pytest.mark.parametrize("raw", ["", "{not json", '{"id": "x"}', '{"content_hash": null}'])
+def test_check_rendered_broken_image_json(tmp_path: Path, raw: str) -> None:
+    images = tmp_path / "images"
+    _render(images, A, raw=raw)
+    with pytest.raises(UserError, match="missing or stale"):
+        check_rendered([A], images)
+
+
+def test_check_rendered_non_object_image_json_is_a_user_error(tmp_path: Path) -> None:
+    """A valid-JSON but non-object image.json (here `[]`) is just as stale: a UserError, not a traceback."""
+    images = tmp_path / "images"
+    _render(images, A, raw="[]")
+    with pytest.raises(UserError, match="missing or stale"):
+        check_rendered([A], images)
+
+
+def test_check_rendered_names_the_images_folder(tmp_path: Path) -> None:
+    out = tmp_path / "rendered"
+    with pytest.raises(UserError, match=rf"^rendered/{A.id} is missing or stale"):
+        check_rendered([A], out)
+
+
+# -- verdict_of -------------------------------------------------------------------------------
+OK = {"tests": 7, "failures": 0, "errors": 0, "skipped": 0}
+
+
+@pytest.mark.parametrize(
+    ("returncode", "counts", "attached", "vendor", "verdict"),
+    [
+        # passed only with tests that ran clean, and for GPU images only with a GPU
+        (0, OK, True, "cuda", "passed"),
+        (0, OK, True, "rocm", "passed"),
+        (0, OK, False, "cpu", "passed"),
+        (0, OK, True, "cpu", "passed"),
+        (0, {**OK, "skipped": 2}, True, "cuda", "passed"),
+        # a GPU image without a GPU is never "passed"
+        (0, OK, False, "cuda", "gpu-skipped"),
+        (0, OK, False, "rocm", "gpu-skipped"),
+        # failures, errors, non-zero exit, no tests
+        (1, OK, True, "cuda", "failed"),
+        (124, OK, False, "cpu", "failed"),
+        (5, {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}, True, "cuda", "failed"),
+        (0, {**OK, "failures": 1}, True, "cuda", "failed"),
+        (0, {**OK, "errors": 1}, False, "cpu", "failed"),
+        (0, {**OK, "failures": 1}, False, "cuda", "failed"),
+        (0, {**OK, "tests": 0}, False, "cpu", "failed"),
+        (0, {}, True, "cuda", "failed"),
+        (0, {}, False, "cuda", "failed"),
+        (1, {}, False, "rocm", "failed"),
+    ],
+)
+def test_verdict_of(returncode: int, counts: dict[str, int], attached: bool, vendor: str, verdict: str) -> None:
+    assert verdict_of(returncode, counts, attached, vendor) == verdict
+
+
+@pytest.mark.parametrize("vendor", ["cuda", "rocm"])
+@pytest.mark.parametrize("tests", [1, 3, 50])
+def test_gpu_image_without_gpu_is_never_passed(vendor: str, tests: int) -> None:
+    for returncode in (0, 1):
+        assert verdict_of(returncode, {"tests": tests}, False, vendor) != "passed"
+
+
+def test_all_tests_skipped_is_not_passed() -> None:
+    """Every smoke test skipped (e.g. conftest.py's skip when the BUILDER_SMOKE_* variables are missing)
+    means nothing was checked: like zero tests, that must not be "passed" (and so never published)."""
+    assert verdict_of(0, {"tests": 5, "failures": 0, "errors": 0, "skipped": 5}, True, "cuda") == "failed"
+
+
+# -- JUnit ------------------------------------------------------------------------------------
+PYTEST_JUNIT = """\
+<?xml version="1.0" encoding="utf-8"?>
+<testsuites name="pytest tests">
+  <testsuite name="{name}" errors="1" failures="2" skipped="1" tests="6" time="3.2" timestamp="2026-11-30T01:00:00" hostname="h">
+    <testcase classname="test_image" name="test_python_version" time="0.1"/>
+    <testcase classname="test_image" name="test_torch_version" time="0.1">
+      <failure message="AssertionError: torch 2.5.0 != 2.5.1&#10;assert '2.5.0' == '2.5.1'">long traceback</failure>
+    </testcase>
+    <testcase classname="test_image" name="test_gpu_matmul" time="0.1">
+      <failure message="">no message</failure>
+    </testcase>
+    <testcase classname="test_image" name="test_probe" time="0.1">
+      <error message="failed on setup with &quot;docker exec failed&quot;">setup error</error>
+    </testcase>
+    <testcase classname="test_image" name="test_rocm" time="0.0">
+      <skipped type="pytest.skip" message="not a ROCm image">skip</skipped>
+    </testcase>
+    <testcase classname="test_image" name="test_user" time="0.1"/>
+  </testsuite>
+</testsuites>
+"""
+
+BARE_SUITE = """\
+<?xml version="1.0" encoding="utf-8"?>
+<testsuite name="{name}" errors="0" failures="0" skipped="0" tests="2" time="1.0">
+  <testcase classname="test_image" name="test_python_version" time="0.1"/>
+  <testcase classname="test_image" name="test_user" time="0.1"/>
+</testsuite>
+"""
+
+TWO_SUITES = """\
+<testsuites>
+  <testsuite name="{name}-a" tests="2" failures="1"><testcase name="t1"><failure message="boom">x</failure></testcase><testcase name="t2"/></testsuite>
+  <testsuite name="{name}-b" tests="3" errors="0" skipped="3"/>
+</testsuites>
+"""
+
+
+def _write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return path
+
+
+def test_junit_counts_pytest_layout(tmp_path: Path) -> None:
+    counts, failures = _junit_counts(_write(tmp_path / "junit.xml", PYTEST_JUNIT.format(name="img")))
+    assert counts == {"tests": 6, "failures": 2, "errors": 1, "skipped": 1}
+    assert failures == [
+        "test_torch_version: AssertionError: torch 2.5.0 != 2.5.1",
+        "test_gpu_matmul: failed",
+        'test_probe: failed on setup with "docker exec failed"',
+    ]
+
+
+def test_junit_counts_bare_testsuite(tmp_path: Path) -> None:
+    counts, failures = _junit_counts(_write(tmp_path / "junit.xml", BARE_SUITE.format(name="img")))
+    assert counts == {"tests": 2, "failures": 0, "errors": 0, "skipped": 0}
+    assert failures == []
+
+
+def test_junit_counts_sums_suites_and_defaults_missing_attributes(tmp_path: Path) -> None:
+    counts, failures = _junit_counts(_write(tmp_path / "junit.xml", TWO_SUITES.format(name="img")))
+    assert counts == {"tests": 5, "failures": 1, "errors": 0, "skipped": 3}
+    assert failures == ["t1: boom"]
+
+
+def test_junit_counts_missing_file(tmp_path: Path) -> None:
+    assert _junit_counts(tmp_path / "nope.xml") == ({}, [])
+
+
+def test_junit_failure_lines_are_bounded(tmp_path: Path) -> None:
+    long = "x" * 1000
+    text = f'<testsuite tests="1" failures="1"><testcase name="t"><failure message="{long}&#10;second line"/></testcase></testsuite>'
+    _, failures = _junit_counts(_write(tmp_path / "junit.xml", text))
+    assert failures == [("t: " + long)[:400]]
+    assert len(failures[0]) == 400
+
+
+def test_junit_counts_feed_the_verdict(tmp_path: Path) -> None:
+    counts, _ = _junit_counts(_write(tmp_path / "bad.xml", PYTEST_JUNIT.format(name="img")))
+    assert verdict_of(0, counts, True, "cuda") == "failed"
+    counts, _ = _junit_counts(_write(tmp_path / "good.xml", BARE_SUITE.format(name="img")))
+    assert verdict_of(0, counts, True, "cuda") == "passed"
+    assert verdict_of(0, counts, False, "cuda") == "gpu-skipped"
+    assert verdict_of(0, _junit_counts(tmp_path / "absent.xml")[0], True, "cpu") == "failed"
+
+
+def test_merge_junit_one_suite_per_image_in_order(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    _write(results / "img-1" / "junit.xml", PYTEST_JUNIT.format(name="img-1"))
+    _write(results / "img-2" / "junit.xml", BARE_SUITE.format(name="img-2"))
+    _write(results / "img-4" / "junit.xml", TWO_SUITES.format(name="img-4"))
+    _write(results / "not-selected" / "junit.xml", BARE_SUITE.format(name="not-selected"))
+    out = merge_junit(results, ["img-2", "img-1", "img-3-not-run", "img-4"])
+    assert out == results / "junit.xml"
+    assert out.read_bytes().startswith(b"<?xml version='1.0' encoding='utf-8'?>")
+    root = ET.parse(out).getroot()
+    assert root.tag == "testsuites"
+    assert [s.get("name") for s in root] == ["img-2", "img-1", "img-4-a", "img-4-b"]
+    assert all(s.tag == "testsuite" for s in root)
+    assert [len(s.findall("testcase")) for s in root] == [2, 6, 2, 0]
+    # the merged file counts as the sum of its parts
+    counts, failures = _junit_counts(out)
+    assert counts == {"tests": 13, "failures": 3, "errors": 1, "skipped": 4}
+    assert len(failures) == 4
+
+
+def test_merge_junit_with_nothing_to_merge(tmp_path: Path) -> None:
+    out = merge_junit(tmp_path, ["a", "b"])
+    root = ET.parse(out).getroot()
+    assert root.tag == "testsuites"
+    assert list(root) == []
+    assert _junit_counts(out) == ({"tests": 0, "failures": 0, "errors": 0, "skipped": 0}, [])
+
+
+def test_merge_junit_overwrites_the_previous_merge(tmp_path: Path) -> None:
+    _write(tmp_path / "img" / "junit.xml", BARE_SUITE.format(name="img"))
+    merge_junit(tmp_path, ["img"])
+    out = merge_junit(tmp_path, ["img"])
+    assert [s.get("name") for s in ET.parse(out).getroot()] == ["img"]
