@@ -227,7 +227,7 @@ class Builder:
         buildargs["PIP_EXTRA_INDEX_URL"] = " ".join(staged.extra_index_urls)
         labels = {HASH_LABEL: spec.content_hash, REVISION_LABEL: self.revision}
         mode = "w" if attempt == 1 else "a"
-        with log_path.open(mode, encoding="utf-8") as log:
+        with log_path.open(mode, encoding="utf-8", buffering=1) as log:  # line-buffered: `tail -f` works
             log.write(f"# build {spec.id} attempt {attempt} -> {spec.tag}\n")
             log.write(f"# local wheels: {', '.join(staged.wheels) or 'none'}\n")
             log.write(f"# extra indexes: {redact(' '.join(staged.extra_index_urls)) or 'none'}\n")

@@ -71,7 +71,9 @@ def pairs(values: tuple[str, ...]) -> dict[str, str]:
 
 
 def expected_sequence(spec: ImageSpec) -> list[str]:
-    runtime = ["FROM", "USER"] + (["ENV"] if spec.base.vendor != "cpu" else []) + (["RUN"] if spec.python_packages else []) + ["RUN"]
+    runtime = (
+        ["FROM", "USER"] + (["ENV"] if spec.base.vendor != "cpu" else []) + (["COPY", "RUN"] if spec.python_packages else []) + ["RUN"]
+    )
     build = ["FROM", "ARG", "COPY", "RUN"]
     final = ["FROM", "COPY", "COPY", "RUN", "ENV"] + ["ENV"] * len(spec.frameworks) + ["LABEL", "USER", "WORKDIR", "CMD"]
     return runtime + build + final
