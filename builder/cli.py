@@ -6,6 +6,7 @@ import functools
 import json
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import click
@@ -61,11 +62,11 @@ def plan(ws: Workspace, select_expr: str | None, fmt: str, explain: bool) -> Non
     """Expand and validate the matrix; print the images it yields."""
     images = ws.selected(select_expr, use_default=False)
     if fmt == "json":
-        emit_json(plan_json(images, ws.plan.skipped))
+        emit_json(plan_json(images, ws.decided.skipped))
     elif fmt == "github":
         click.echo(json.dumps(github_matrix(images), sort_keys=True))
     else:
-        print_table(out, ws.plan, images, explain)
+        print_table(out, ws.decided, images, explain)
 
 
 @main.command()
@@ -86,19 +87,19 @@ def render(ws: Workspace, check: bool, out_dir: str | None) -> None:
         if stale:
             click.echo(f"{len(stale)} stale files; run `builder render`", err=True)
             sys.exit(1)
-        click.echo(f"{target.name}/ is current ({len(ws.plan.images)} images)", err=True)
+        click.echo(f"{target.name}/ is current ({len(ws.decided.images)} images)", err=True)
         return
     changed = render_mod.write_tree(target, expected)
-    click.echo(f"rendered {len(ws.plan.images)} images into {target}; {len(changed)} files changed", err=True)
+    click.echo(f"rendered {len(ws.decided.images)} images into {target}; {len(changed)} files changed", err=True)
 
 
 def rendered_tree(ws: Workspace) -> dict[str, bytes]:
     env = render_mod.environment([ws.templates])
     probe = render_mod.probe_bytes()
     name = ws.matrix_path.name
-    contexts = {s.id: render_mod.context_files(s, env, ws.matrix.source, probe, name) for s in ws.plan.images}
-    entries = {s.id: image_entry(s) for s in ws.plan.images}
-    return render_mod.tree(ws.plan, entries, contexts)
+    contexts = {s.id: render_mod.context_files(s, env, ws.matrix.source, probe, name) for s in ws.decided.images}
+    entries = {s.id: image_entry(replace(s, content_hash=render_mod.content_hash(contexts[s.id]))) for s in ws.decided.images}
+    return render_mod.tree(entries, contexts)
 
 
 @main.command()

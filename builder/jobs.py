@@ -61,7 +61,7 @@ def build_images(ws: Workspace, specs: Sequence[ImageSpec], options: BuildOption
         index_url=options.index_url,
         extra_index_urls=options.extra_index_urls,
     )
-    client = engine.connect()
+    client = engine.connect()  # fail with the one-line fix before any progress is drawn; reused for --push
     builder = Builder(
         make_client=lambda: engine.connect(timeout=3600),
         settings=chosen,

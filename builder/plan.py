@@ -134,17 +134,26 @@ def _add(images: dict[str, ImageSpec], spec: ImageSpec, matrix: Matrix, line: in
     images[spec.id] = spec
 
 
-def make_plan(matrix: Matrix, compat: Compat | None = None, template_dirs: Iterable[Path] = ()) -> Plan:
+def make_plan(matrix: Matrix, compat: Compat | None = None, template_dirs: Iterable[Path] = (), *, hashed: bool = True) -> Plan:
+    """The images and the skipped combinations; `hashed=False` leaves content_hash empty
+    (rendering is the costly part; `with_hashes` fills it in for the images that need it)."""
     compat = compat or table()
     images, skipped = _collect(matrix, compat)
+    specs = tuple(sorted(images.values(), key=lambda s: s.id))
+    if hashed:
+        specs = with_hashes(specs, matrix, template_dirs)
+    warnings = sorted({w for spec in specs for w in spec.warnings})
+    return Plan(images=specs, skipped=tuple(skipped), warnings=tuple(warnings))
+
+
+def with_hashes(specs: tuple[ImageSpec, ...], matrix: Matrix, template_dirs: Iterable[Path] = ()) -> tuple[ImageSpec, ...]:
+    """Each spec with the hash of its rendered build context."""
     env = render.environment(template_dirs)
     probe = render.probe_bytes()
-    hashed = []
-    for spec in sorted(images.values(), key=lambda s: s.id):
-        files = render.context_files(spec, env, matrix.source, probe, Path(matrix.path).name)
-        hashed.append(replace(spec, content_hash=render.content_hash(files)))
-    warnings = sorted({w for spec in hashed for w in spec.warnings})
-    return Plan(images=tuple(hashed), skipped=tuple(skipped), warnings=tuple(warnings))
+    name = Path(matrix.path).name
+    return tuple(
+        replace(spec, content_hash=render.content_hash(render.context_files(spec, env, matrix.source, probe, name))) for spec in specs
+    )
 
 
 def image_entry(spec: ImageSpec) -> dict[str, Any]:

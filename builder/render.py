@@ -18,7 +18,7 @@ from typing import Any
 import jinja2
 
 from builder.errors import UserError
-from builder.records import ImageSpec, Plan
+from builder.records import ImageSpec
 
 SHIPPED_TEMPLATES = Path(__file__).parent / "templates"
 PROBE = Path(__file__).parent / "probes" / "hello_gpu.py"
@@ -106,13 +106,13 @@ def image_json(entry: dict[str, Any]) -> bytes:
     return (json.dumps(entry, indent=2, sort_keys=True) + "\n").encode()
 
 
-def tree(plan: Plan, entries: Mapping[str, dict[str, Any]], contexts: Mapping[str, Files]) -> Files:
-    """Every file images/ should hold, by relative path."""
+def tree(entries: Mapping[str, dict[str, Any]], contexts: Mapping[str, Files]) -> Files:
+    """Every file images/ should hold, by relative path: each context plus its image.json."""
     out: Files = {}
-    for spec in plan.images:
-        for name, data in contexts[spec.id].items():
-            out[f"{spec.id}/{name}"] = data
-        out[f"{spec.id}/image.json"] = image_json(entries[spec.id])
+    for image, files in contexts.items():
+        for name, data in files.items():
+            out[f"{image}/{name}"] = data
+        out[f"{image}/image.json"] = image_json(entries[image])
     return out
 
 

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -83,6 +84,25 @@ def _diagnoses(probe: dict[str, Any] | None, failures: list[str]) -> list[dict[s
     return out
 
 
+def probe_command(timeout_s: int) -> str:
+    """hello-gpu inside the container, killed by `timeout` at the limit."""
+    return f"timeout -s KILL {timeout_s} hello-gpu --json --timeout {max(30, timeout_s // 2)}"
+
+
+def run_probe(container: Any, timeout_s: int, out: Path) -> None:
+    """Run the probe with `exec` and write {rc, stdout, stderr} to `out` atomically, whatever happens."""
+    record: dict[str, Any] = {"rc": -1, "stdout": "", "stderr": ""}
+    try:
+        rc, (stdout, stderr) = container.exec_run(["sh", "-c", probe_command(timeout_s)], demux=True)
+        record = {"rc": rc, "stdout": (stdout or b"").decode(errors="replace"), "stderr": (stderr or b"").decode(errors="replace")}
+    except Exception as exc:  # noqa: BLE001 - the container went away (timeout, Ctrl-C): say so in the record
+        record["stderr"] = f"probe exec failed: {exc}"
+    finally:
+        tmp = out.with_suffix(".tmp")
+        tmp.write_text(json.dumps(record), encoding="utf-8")
+        tmp.replace(out)
+
+
 def smoke_one(client: Any, spec: ImageSpec, host: HostInfo, mode: str, timeout_s: int, results_dir: Path) -> SmokeResult:
     started = time.monotonic()
     access = gpu_access(spec, mode, host)
@@ -97,15 +117,21 @@ def smoke_one(client: Any, spec: ImageSpec, host: HostInfo, mode: str, timeout_s
     probe_out = work / "probe.json"
     for stale in (junit, probe_out):
         stale.unlink(missing_ok=True)
-    with engine.tracked_container(client, **run_kwargs(spec, access, host, timeout_s)) as container:
+    probe_raw = work / "probe-run.json"
+    probe_raw.unlink(missing_ok=True)
+    with ThreadPoolExecutor(1) as pool, engine.tracked_container(client, **run_kwargs(spec, access, host, timeout_s)) as container:
         container.start()
+        # The probe is the long pole: start it now, while pytest is still starting up.
+        pool.submit(run_probe, container, timeout_s, probe_raw)
         env = dict(
             os.environ,
             BUILDER_SMOKE_CONTAINER=container.id,
             BUILDER_SMOKE_IMAGE_JSON=str(work / "image.json"),
+            BUILDER_SMOKE_PROBE_RAW=str(probe_raw),
             BUILDER_SMOKE_PROBE_OUT=str(probe_out),
             BUILDER_SMOKE_GPU="1" if access.attach else "0",
             BUILDER_SMOKE_TIMEOUT=str(timeout_s),
+            PYTEST_DISABLE_PLUGIN_AUTOLOAD="1",  # the smoke tests need core pytest only: faster start
         )
         argv = [
             sys.executable, "-m", "pytest", str(SMOKE_DIR), "-q", "-p", "no:cacheprovider",

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder.matrix import load_matrix
-from builder.plan import make_plan
+from builder.plan import make_plan, with_hashes
 from builder.records import ImageSpec, Matrix, Plan
 from builder.select import parse_select, select
 
@@ -49,8 +49,15 @@ class Workspace:
     def plan(self) -> Plan:
         return make_plan(self.matrix, template_dirs=[self.templates])
 
+    @functools.cached_property
+    def decided(self) -> Plan:
+        """The plan without content hashes: enough to select from."""
+        return make_plan(self.matrix, template_dirs=[self.templates], hashed=False)
+
     def selected(self, expr: str | None, *, use_default: bool) -> tuple[ImageSpec, ...]:
-        """Images matching --select, else the matrix's defaults.select when asked, else all."""
+        """Images matching --select, else the matrix's defaults.select when asked, else all;
+        only the chosen ones are rendered for their content hash."""
         if expr is None and use_default:
             expr = self.matrix.default_select
-        return select(self.plan.images, parse_select(expr or ""))
+        chosen = select(self.decided.images, parse_select(expr or ""))
+        return with_hashes(chosen, self.matrix, [self.templates])

@@ -15,6 +15,9 @@ from yaml.constructor import SafeConstructor
 
 from builder.errors import UserError
 
+# libyaml's composer when present (about 15x faster); both give the same nodes and marks.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 
 class LDict(dict[str, Any]):
     """A mapping that knows the line of itself and of each key."""
@@ -96,7 +99,7 @@ def load(path: Path, display: str | None = None) -> Any:
 
 def loads(text: str, file: str) -> Any:
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        node = yaml.compose(text, Loader=_LOADER)
     except RecursionError:
         raise UserError("nesting is too deep to read; flatten the structure", file, 1) from None
     except yaml.MarkedYAMLError as exc:

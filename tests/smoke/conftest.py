@@ -1,20 +1,32 @@
 """Fixtures for the in-container smoke tests, run by `builder test` (one pytest run per image).
 
 `builder test` starts a locked-down container of the image and passes it here through
-environment variables; testinfra's docker:// backend runs commands inside it.
+environment variables; testinfra's docker:// backend runs commands inside it. Every command
+the tests need starts at once and runs concurrently (each is its own `docker exec`), so a
+test run lasts about as long as the probe itself.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import testinfra
 
 CONTAINER_ENV = "BUILDER_SMOKE_CONTAINER"
+COMMANDS = {
+    "pip_check": "python -m pip check",
+    "identity": "id -u && id -un",
+    "environment": "env",
+    "numpy": "python -c 'import numpy; print(numpy.__version__)'",
+}
 
 
 def _need(name: str) -> str:
@@ -22,6 +34,10 @@ def _need(name: str) -> str:
     if not value:
         pytest.skip(f"{name} is not set: these tests run inside `builder test`, which starts the container")
     return value
+
+
+def _timeout() -> int:
+    return int(os.environ.get("BUILDER_SMOKE_TIMEOUT", "300"))
 
 
 @pytest.fixture(scope="session")
@@ -40,14 +56,36 @@ def gpu_attached() -> bool:
     return os.environ.get("BUILDER_SMOKE_GPU") == "1"
 
 
+def _started_probe(path: Path, timeout: int) -> SimpleNamespace:
+    """The probe run `builder test` started before pytest (see builder.testrun.run_probe)."""
+    deadline = time.monotonic() + timeout + 60
+    while not path.exists():
+        if time.monotonic() > deadline:
+            return SimpleNamespace(rc=124, stdout="", stderr="the probe started by builder test never finished")
+        time.sleep(0.1)
+    return SimpleNamespace(**json.loads(path.read_text(encoding="utf-8")))
+
+
 @pytest.fixture(scope="session")
-def probe(host: Any) -> dict[str, Any]:
+def runs(host: Any) -> Iterator[dict[str, Future[Any]]]:
+    """Start hello-gpu (unless `builder test` already did) and every other command now, concurrently."""
+    timeout = _timeout()
+    started = os.environ.get("BUILDER_SMOKE_PROBE_RAW")
+    with ThreadPoolExecutor(max_workers=len(COMMANDS) + 1) as pool:
+        futures = {name: pool.submit(host.run, command) for name, command in COMMANDS.items()}
+        if started:
+            futures["probe"] = pool.submit(_started_probe, Path(started), timeout)
+        else:
+            futures["probe"] = pool.submit(host.run, f"timeout -s KILL {timeout} hello-gpu --json --timeout {max(30, timeout // 2)}")
+        yield futures
+
+
+@pytest.fixture(scope="session")
+def probe(runs: dict[str, Future[Any]]) -> dict[str, Any]:
     """hello-gpu's JSON from inside the container, saved for the results file."""
-    timeout = int(os.environ.get("BUILDER_SMOKE_TIMEOUT", "300"))
-    per_framework = max(30, timeout // 2)
-    run = host.run(f"timeout -s KILL {timeout} hello-gpu --json --timeout {per_framework}")
+    run = runs["probe"].result()
     if run.rc in (124, 137):
-        pytest.fail(f"hello-gpu timed out after {timeout} s inside the container")
+        pytest.fail(f"hello-gpu timed out after {_timeout()} s inside the container")
     try:
         data: dict[str, Any] = json.loads(run.stdout)
     except ValueError:
