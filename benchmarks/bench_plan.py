@@ -151,7 +151,7 @@ def write_matrix(folder: Path, size: int, profile: Profile) -> Path:
 def plan_and_render(matrix_path: Path, out: Path) -> dict[str, Any]:
     started = time.perf_counter()
     ws = Workspace(matrix_path)
-    plan = ws.plan
+    plan = ws.decided  # what `builder render` plans; the content hashes come from the render itself
     planned = time.perf_counter()
     changed = render.write_tree(out, rendered_tree(ws))
     rendered = time.perf_counter()
