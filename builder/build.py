@@ -318,7 +318,10 @@ class Builder:
                     finished, _ = wait(running, timeout=0.5, return_when=FIRST_COMPLETED)
                     for future in finished:
                         spec = running.pop(future)
-                        result = future.result()
+                        try:
+                            result = future.result()
+                        except Exception as exc:  # noqa: BLE001 - an unexpected fault fails this image, not the run
+                            result = BuildResult(spec.id, "failed", error=f"{type(exc).__name__}: {exc}")
                         done[spec.id] = result
                         if on_done:
                             on_done(result)

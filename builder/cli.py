@@ -7,6 +7,7 @@ import json
 import sys
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -76,8 +77,6 @@ def plan(ws: Workspace, select_expr: str | None, fmt: str, explain: bool) -> Non
 @user_errors
 def render(ws: Workspace, check: bool, out_dir: str | None) -> None:
     """Write images/<id>/ build contexts from the plan."""
-    from pathlib import Path
-
     target = Path(out_dir).absolute() if out_dir else ws.images_dir
     expected = rendered_tree(ws)
     if check:
