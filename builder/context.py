@@ -64,7 +64,7 @@ def _project(filename: str) -> str | None:
 
 def _fits(filename: str, version: Version, python: str) -> bool:
     """Exact version, a tag this image's CPython and this machine's architecture accept."""
-    name_, wheel_version, _, tags = parse_wheel_filename(filename)
+    _, wheel_version, _, tags = parse_wheel_filename(filename)
     if wheel_version != version:
         return False
     cp = "cp" + python.replace(".", "")
