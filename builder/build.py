@@ -99,6 +99,20 @@ def git_revision(root: Path) -> str:
     return done.stdout.strip() if done.returncode == 0 else "unknown"
 
 
+def _image_id(client: Client, ref: str) -> str | None:
+    try:
+        return str(client.api.inspect_image(ref)["Id"])
+    except Exception:  # noqa: BLE001 - no such image (docker.errors.NotFound) or an engine hiccup: nothing to replace
+        return None
+
+
+def _remove_replaced(client: Client, image_id: str) -> None:
+    """The image a rebuild took the tag from is garbage now (nightly rebuilds would fill the disk);
+    the engine refuses while another tag, a container or a child image still uses it, and that is fine."""
+    with contextlib.suppress(Exception):
+        client.api.remove_image(image_id)
+
+
 def check_rendered(specs: Sequence[ImageSpec], images_dir: Path) -> None:
     """Refuse to build from a stale images/: the rendered context must be the planned one."""
     for spec in specs:
@@ -184,6 +198,7 @@ class Builder:
         staging = self.build_dir / "contexts"
         staging.mkdir(parents=True, exist_ok=True)
         staged = context.stage(spec, self.images_dir / spec.id, staging, self.settings)
+        replaced = _image_id(client, spec.tag)
         try:
             for attempt in Retrying(
                 stop=stop_after_attempt(self.retries),
@@ -203,8 +218,10 @@ class Builder:
             return self._failed(spec, started, attempts, log_path, exc.message, status)
         finally:
             shutil.rmtree(staged.path, ignore_errors=True)
-        size = client.api.inspect_image(spec.tag).get("Size", 0) / 1e6
-        return BuildResult(spec.id, "built", time.monotonic() - started, round(size, 1), attempts, str(log_path))
+        built = client.api.inspect_image(spec.tag)
+        if replaced and replaced != built["Id"]:
+            _remove_replaced(client, replaced)
+        return BuildResult(spec.id, "built", time.monotonic() - started, round(built.get("Size", 0) / 1e6, 1), attempts, str(log_path))
 
     def _failed(self, spec: ImageSpec, started: float, attempts: int, log_path: Path, error: str, status: str = "failed") -> BuildResult:
         text = log_path.read_text(encoding="utf-8", errors="replace") if log_path.exists() else error

@@ -74,6 +74,14 @@ def recorder() -> Iterator[tuple[int, list[tuple[str, dict[str, str]]]]]:
     server.shutdown()
 
 
+@pytest.fixture(scope="module", autouse=True)
+def no_garbage_left(docker_client: Any) -> Iterator[None]:
+    """Each run of this module builds with a new planted index URL, so the build stages miss the
+    layer cache and leave untagged images; prune those afterwards (CI runs on a disk that persists)."""
+    yield
+    docker_client.api.prune_images(filters={"dangling": True})
+
+
 @pytest.fixture(scope="module")
 def slice_build(docker_client: Any, recorder: tuple[int, list[Any]]) -> subprocess.CompletedProcess[str]:
     """`builder build --force -j 2` of the default selection, with the planted credentials.
