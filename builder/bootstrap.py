@@ -8,7 +8,6 @@ tag first), and the rootfs scratch directory is removed however the build ends.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -27,9 +26,8 @@ from typing import Any
 import docker  # type: ignore[import-untyped]
 import filelock
 import tenacity
-from docker.errors import APIError, NotFound  # type: ignore[import-untyped]
 
-from builder.engine import image_labels
+from builder.engine import image_id, image_labels, remove_image_quietly
 from builder.errors import UserError
 from builder.records import Base
 
@@ -206,13 +204,13 @@ def _build(client: docker.DockerClient, tag: str, recipe: dict[str, Any], digest
         subprocess.run(["tar", "--numeric-owner", "-C", str(rootfs), "-cf", str(tarball), "."], check=True)
         _remove_tree(rootfs)  # free the disk before the engine copies the tarball
         log(f"importing {tarball.stat().st_size / 1e6:.0f} MB into the engine as {temp_ref}")
-        old = _image_id(client, tag)
+        old = image_id(client, tag)
         _import(client, tarball, temp_ref, recipe, digest)
         client.api.tag(temp_ref, repository, tag.rsplit(":", 1)[1])
-        if old and old != _image_id(client, tag):
-            _remove_image_quietly(client, old)
+        if old and old != image_id(client, tag):
+            remove_image_quietly(client, old)
     finally:
-        _remove_image_quietly(client, temp_ref)
+        remove_image_quietly(client, temp_ref)
         _remove_tree(scratch)
 
 
@@ -329,19 +327,6 @@ def _import(client: docker.DockerClient, tarball: Path, ref: str, recipe: dict[s
     labels = image_labels(client, ref)
     if labels is None or labels.get(HASH_LABEL) != digest:
         raise UserError(f"importing the base into the engine produced no image {ref} with its labels")
-
-
-def _image_id(client: docker.DockerClient, ref: str) -> str | None:
-    try:
-        return str(client.api.inspect_image(ref)["Id"])
-    except NotFound:
-        return None
-
-
-def _remove_image_quietly(client: docker.DockerClient, ref: str) -> None:
-    # Only drops a tag or an unused image; an image something still uses stays (409).
-    with contextlib.suppress(NotFound, APIError):
-        client.api.remove_image(ref)
 
 
 def _mounts_under(path: Path) -> list[str]:

@@ -22,7 +22,7 @@ from typing import Any
 
 from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from builder import bootstrap, context
+from builder import bootstrap, context, engine
 from builder.diagnose import diagnose_text
 from builder.errors import UserError
 from builder.records import Base, ImageSpec
@@ -97,20 +97,6 @@ def git_revision(root: Path) -> str:
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
     return done.stdout.strip() if done.returncode == 0 else "unknown"
-
-
-def _image_id(client: Client, ref: str) -> str | None:
-    try:
-        return str(client.api.inspect_image(ref)["Id"])
-    except Exception:  # noqa: BLE001 - no such image (docker.errors.NotFound) or an engine hiccup: nothing to replace
-        return None
-
-
-def _remove_replaced(client: Client, image_id: str) -> None:
-    """The image a rebuild took the tag from is garbage now (nightly rebuilds would fill the disk);
-    the engine refuses while another tag, a container or a child image still uses it, and that is fine."""
-    with contextlib.suppress(Exception):
-        client.api.remove_image(image_id)
 
 
 def check_rendered(specs: Sequence[ImageSpec], images_dir: Path) -> None:
@@ -198,7 +184,7 @@ class Builder:
         staging = self.build_dir / "contexts"
         staging.mkdir(parents=True, exist_ok=True)
         staged = context.stage(spec, self.images_dir / spec.id, staging, self.settings)
-        replaced = _image_id(client, spec.tag)
+        replaced = engine.image_id(client, spec.tag)
         try:
             for attempt in Retrying(
                 stop=stop_after_attempt(self.retries),
@@ -219,8 +205,8 @@ class Builder:
         finally:
             shutil.rmtree(staged.path, ignore_errors=True)
         built = client.api.inspect_image(spec.tag)
-        if replaced and replaced != built["Id"]:
-            _remove_replaced(client, replaced)
+        if replaced and replaced != built["Id"]:  # the old image is garbage now; nightly rebuilds would fill the disk
+            engine.remove_image_quietly(client, replaced)
         return BuildResult(spec.id, "built", time.monotonic() - started, round(built.get("Size", 0) / 1e6, 1), attempts, str(log_path))
 
     def _failed(self, spec: ImageSpec, started: float, attempts: int, log_path: Path, error: str, status: str = "failed") -> BuildResult:

@@ -75,6 +75,20 @@ def image_labels(client: docker.DockerClient, ref: str) -> dict[str, str] | None
     return {str(k): str(v) for k, v in labels.items()}
 
 
+def image_id(client: docker.DockerClient, ref: str) -> str | None:
+    """The local image id a reference points to, None when there is none."""
+    try:
+        return str(client.api.inspect_image(ref)["Id"])
+    except NotFound:
+        return None
+
+
+def remove_image_quietly(client: docker.DockerClient, ref: str) -> None:
+    """Drop a tag or an unused image; one that a tag, a container or a child image still uses stays (409)."""
+    with contextlib.suppress(NotFound, APIError):
+        client.api.remove_image(ref)
+
+
 def engine_version(client: docker.DockerClient) -> str:
     return str(client.version().get("Version", "unknown"))
 

@@ -20,6 +20,8 @@ from typing import Any
 import pytest
 import testinfra
 
+from builder.testrun import probe_command
+
 CONTAINER_ENV = "BUILDER_SMOKE_CONTAINER"
 COMMANDS = {
     "pip_check": "nice -n 19 python -m pip check",  # low priority: the probe is the critical path
@@ -76,7 +78,7 @@ def runs(host: Any) -> Iterator[dict[str, Future[Any]]]:
         if started:
             futures["probe"] = pool.submit(_started_probe, Path(started), timeout)
         else:
-            futures["probe"] = pool.submit(host.run, f"timeout -s KILL {timeout} hello-gpu --json --timeout {max(30, timeout // 2)}")
+            futures["probe"] = pool.submit(host.run, probe_command(timeout))
         yield futures
 
 
