@@ -23,7 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from builder import context, settings  # noqa: E402
+from builder.engine import settings  # noqa: E402
+from builder.engine import staging as context  # noqa: E402
 from builder.workspace import Workspace  # noqa: E402
 
 BUILDER = [sys.executable, "-m", "builder"]

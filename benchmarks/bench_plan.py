@@ -35,10 +35,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from builder import render  # noqa: E402
-from builder.cli import rendered_tree  # noqa: E402
-from builder.compat import table  # noqa: E402
-from builder.expand import expand  # noqa: E402
+from builder.compat.facts import table  # noqa: E402
+from builder.render import tree as render  # noqa: E402
+from builder.spec.expand import expand  # noqa: E402
 from builder.workspace import Workspace  # noqa: E402
 
 SIZES = (1_000, 10_000)
@@ -153,7 +152,7 @@ def plan_and_render(matrix_path: Path, out: Path) -> dict[str, Any]:
     ws = Workspace(matrix_path)
     plan = ws.decided  # what `builder render` plans; the content hashes come from the render itself
     planned = time.perf_counter()
-    changed = render.write_tree(out, rendered_tree(ws))
+    changed = render.write_tree(out, ws.rendered_tree())
     rendered = time.perf_counter()
     return {
         "combinations": sum(1 for _ in expand(ws.matrix)),

@@ -1,22 +1,24 @@
-"""The `builder` command line: thin click commands over the pipeline modules."""
+"""The `builder` command line: thin click commands; the work is in app, spec, render, host and ui.
+
+Errors a user can fix are one line `error: ...` with exit code 2; exit 1 means "ran, but
+something failed". Logs and progress go to stderr, data and summaries to stdout.
+"""
 
 from __future__ import annotations
 
 import functools
 import json
 import sys
-from collections.abc import Callable
-from dataclasses import replace
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 from rich.console import Console
 
-from builder import render as render_mod
 from builder.errors import UserError
-from builder.plan import image_entry
-from builder.planview import github_matrix, plan_json, print_table
+from builder.render import tree as render_tree
+from builder.spec.formats import github_matrix, plan_json
 from builder.workspace import Workspace
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -40,6 +42,10 @@ def user_errors(func: F) -> F:
 
 def emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=True))
+
+
+def _exit_for(ok: bool) -> None:
+    sys.exit(0 if ok else 1)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -67,6 +73,8 @@ def plan(ws: Workspace, select_expr: str | None, fmt: str, explain: bool) -> Non
     elif fmt == "github":
         click.echo(json.dumps(github_matrix(images), sort_keys=True))
     else:
+        from builder.ui.plan import print_table
+
         print_table(out, ws.decided, images, explain)
 
 
@@ -78,9 +86,9 @@ def plan(ws: Workspace, select_expr: str | None, fmt: str, explain: bool) -> Non
 def render(ws: Workspace, check: bool, out_dir: str | None) -> None:
     """Write images/<id>/ build contexts from the plan."""
     target = Path(out_dir).absolute() if out_dir else ws.images_dir
-    expected = rendered_tree(ws)
+    expected = ws.rendered_tree()
     if check:
-        stale = render_mod.stale(target, expected)
+        stale = render_tree.stale(target, expected)
         for path in stale:
             click.echo(f"stale: {target.name}/{path}")
         if stale:
@@ -88,17 +96,8 @@ def render(ws: Workspace, check: bool, out_dir: str | None) -> None:
             sys.exit(1)
         click.echo(f"{target.name}/ is current ({len(ws.decided.images)} images)", err=True)
         return
-    changed = render_mod.write_tree(target, expected)
+    changed = render_tree.write_tree(target, expected)
     click.echo(f"rendered {len(ws.decided.images)} images into {target}; {len(changed)} files changed", err=True)
-
-
-def rendered_tree(ws: Workspace) -> dict[str, bytes]:
-    env = render_mod.environment([ws.templates])
-    probe = render_mod.probe_bytes()
-    name = ws.matrix_path.name
-    contexts = {s.id: render_mod.context_files(s, env, ws.matrix.source, probe, name) for s in ws.decided.images}
-    entries = {s.id: image_entry(replace(s, content_hash=render_mod.content_hash(contexts[s.id]))) for s in ws.decided.images}
-    return render_mod.tree(entries, contexts)
 
 
 @main.command()
@@ -109,44 +108,42 @@ def probe(as_json: bool, timeout: int, require_gpu: bool) -> None:
     """Run the hello-GPU probes in this Python environment (no Docker)."""
     import subprocess
 
-    args = [sys.executable, str(render_mod.PROBE), "--timeout", str(timeout)]
+    from builder.render.context import PROBE
+
+    args = [sys.executable, str(PROBE), "--timeout", str(timeout)]
     args += ["--json"] if as_json else []
     args += ["--require-gpu"] if require_gpu else []
     sys.exit(subprocess.call(args))
 
 
-def _gpu_option(func: F) -> F:
-    return click.option(
-        "--gpu",
-        type=click.Choice(["auto", "require", "off"]),
-        default="auto",
-        show_default=True,
-        help="attach GPUs: if present / always (fail without) / never",
-    )(func)
+def _options(*options: Callable[[F], F]) -> Callable[[F], F]:
+    def apply(func: F) -> F:
+        for option in reversed(options):
+            func = option(func)
+        return func
+
+    return apply
 
 
-def _build_options(func: F) -> F:
-    options = [
-        click.option("-j", "--jobs", default=1, show_default=True, help="images built in parallel"),
-        click.option("--force", is_flag=True, help="rebuild even when the content hash is already built"),
-        click.option("--no-cache", is_flag=True, help="with --force: do not use the engine's layer cache either"),
-        click.option("--keep-going", is_flag=True, help="build the rest after a failure"),
-        click.option("--push", is_flag=True, help="push built images to the registry"),
-        click.option(
-            "--ca-bundle", metavar="FILE", help="PEM bundle pip/apt trust during the build (or $BUILDER_CA_BUNDLE, build.ca_bundle)"
-        ),
-        click.option("--no-host-settings", is_flag=True, help="do not take the host's CA bundle and pip sources"),
-        click.option("--wheelhouse", metavar="DIR", multiple=True, help="folder of wheels; pinned ones are copied into the build"),
-        click.option("--index-url", metavar="URL", help="primary package index for the build (company mirror)"),
-        click.option("--extra-index-url", metavar="URL", multiple=True, help="more package indexes for the build"),
-    ]
-    for option in reversed(options):
-        func = option(func)
-    return func
+gpu_option = click.option(
+    "--gpu", type=click.Choice(["auto", "require", "off"]), default="auto", show_default=True, help="attach GPUs: if present / always (fail without) / never"
+)
+build_options = _options(
+    click.option("-j", "--jobs", default=1, show_default=True, help="images built in parallel"),
+    click.option("--force", is_flag=True, help="rebuild even when the content hash is already built"),
+    click.option("--no-cache", is_flag=True, help="with --force: do not use the engine's layer cache either"),
+    click.option("--keep-going", is_flag=True, help="build the rest after a failure"),
+    click.option("--push", is_flag=True, help="push built images to the registry"),
+    click.option("--ca-bundle", metavar="FILE", help="PEM bundle pip/apt trust during the build (or $BUILDER_CA_BUNDLE, build.ca_bundle)"),
+    click.option("--no-host-settings", is_flag=True, help="do not take the host's CA bundle and pip sources"),
+    click.option("--wheelhouse", metavar="DIR", multiple=True, help="folder of wheels; pinned ones are copied into the build"),
+    click.option("--index-url", metavar="URL", help="primary package index for the build (company mirror)"),
+    click.option("--extra-index-url", metavar="URL", multiple=True, help="more package indexes for the build"),
+)
 
 
-def _options(kwargs: dict[str, Any]) -> Any:
-    from builder.jobs import BuildOptions
+def _build_options(kwargs: dict[str, Any]) -> Any:
+    from builder.app import BuildOptions
 
     return BuildOptions(
         jobs=kwargs["jobs"],
@@ -162,58 +159,73 @@ def _options(kwargs: dict[str, Any]) -> Any:
     )
 
 
-def _exit_for(ok: bool) -> None:
-    sys.exit(0 if ok else 1)
-
-
 @main.command()
 @select_option
-@_build_options
+@build_options
 @click.pass_obj
 @user_errors
 def build(ws: Workspace, /, select_expr: str | None, **kwargs: Any) -> None:
     """Build what is stale (default: the matrix's defaults.select)."""
-    from builder import jobs
+    from builder import app
+    from builder.ui.build import BuildProgress, print_build_summary
 
-    results = jobs.build_images(ws, ws.selected(select_expr, use_default=True), _options(kwargs), out, err)
-    _exit_for(all(r.status in ("built", "up-to-date") for r in results))
+    results = app.build_images(ws, ws.selected(select_expr, use_default=True), _build_options(kwargs), BuildProgress(err))
+    print_build_summary(out, results)
+    _exit_for(all(r.status in app.BUILT for r in results))
 
 
 @main.command()
 @select_option
-@_gpu_option
+@gpu_option
 @click.option("--timeout", "timeout_s", default=600, show_default=True, help="seconds per image before the container is killed")
 @click.pass_obj
 @user_errors
 def test(ws: Workspace, select_expr: str | None, gpu: str, timeout_s: int) -> None:
     """Smoke-test built images in locked-down containers; results in build/results/."""
-    from builder import jobs
+    from builder import app
+    from builder.ui.test import TestLines, print_test_summary
 
-    results = jobs.test_images(ws, ws.selected(select_expr, use_default=True), gpu, timeout_s, out, err)
-    _exit_for(all(r.verdict in ("passed", "gpu-skipped") for r in results))
+    results = app.test_images(ws, ws.selected(select_expr, use_default=True), app.TestOptions(gpu, timeout_s), TestLines(err))
+    print_test_summary(out, results)
+    _exit_for(all(r.verdict in app.TEST_OK for r in results))
+
+
+class _RunSummary:
+    """app.RunEvents for the terminal: progress while it runs, each stage's table when it ends."""
+
+    def __init__(self) -> None:
+        from builder.ui.build import BuildProgress
+        from builder.ui.test import TestLines
+
+        self.build = BuildProgress(err)
+        self.test = TestLines(err)
+
+    def built(self, results: Sequence[Any]) -> None:
+        from builder.ui.build import print_build_summary
+
+        print_build_summary(out, results)
+
+    def tested(self, results: Sequence[Any]) -> None:
+        from builder.ui.test import print_test_summary
+
+        if results:
+            print_test_summary(out, results)
 
 
 @main.command()
 @select_option
-@_build_options
-@_gpu_option
+@build_options
+@gpu_option
 @click.option("--timeout", "timeout_s", default=600, show_default=True, help="seconds per image for the smoke tests")
 @click.pass_obj
 @user_errors
 def run(ws: Workspace, /, select_expr: str | None, gpu: str, timeout_s: int, **kwargs: Any) -> None:
     """The main job: check images/ is current, build (bootstrapping local bases), smoke-test, summarize."""
-    from builder import jobs
+    from builder import app
 
-    expected = rendered_tree(ws)
-    stale = render_mod.stale(ws.images_dir, expected)
-    if stale:
-        raise UserError(f"images/ is stale ({len(stale)} files, e.g. {stale[0]}); run `builder render` and commit the result")
     specs = ws.selected(select_expr, use_default=True)
-    built = jobs.build_images(ws, specs, _options(kwargs), out, err)
-    ready = tuple(s for s, r in zip(specs, built, strict=True) if r.status in ("built", "up-to-date"))
-    tested = jobs.test_images(ws, ready, gpu, timeout_s, out, err) if ready else []
-    ok = len(ready) == len(specs) and all(r.verdict in ("passed", "gpu-skipped") for r in tested)
-    _exit_for(ok)
+    built, tested = app.run(ws, specs, _build_options(kwargs), app.TestOptions(gpu, timeout_s), _RunSummary())
+    _exit_for(app.run_ok(specs, built, tested))
 
 
 @main.command()
@@ -223,17 +235,19 @@ def run(ws: Workspace, /, select_expr: str | None, gpu: str, timeout_s: int, **k
 @user_errors
 def doctor(ws: Workspace, select_expr: str | None, fmt: str) -> None:
     """What this host can run: engine, GPU vendor, driver, runtime, a verdict per planned image."""
-    from builder import doctor as doctor_mod
-    from builder import hostinfo
+    from builder.host import doctor as doctor_mod
+    from builder.host import facts
 
-    host = hostinfo.gather()
+    host = facts.gather()
     checks = doctor_mod.host_checks(host)
     images = ws.selected(select_expr, use_default=False) if ws.matrix_path.exists() else ()
     verdicts = doctor_mod.image_verdicts(host, images)
     if fmt == "json":
         emit_json(doctor_mod.report_json(host, checks, verdicts))
     else:
-        doctor_mod.render_table(out, host, checks, verdicts)
+        from builder.ui.doctor import render_table
+
+        render_table(out, host, checks, verdicts)
     _exit_for(not any(c.status == "fail" for c in checks) and not any(v.status == "fail" for v in verdicts))
 
 

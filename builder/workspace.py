@@ -1,16 +1,22 @@
-"""Where a command works: the matrix file, the folders beside it, and its plan."""
+"""Where a command works: the matrix file, the folders beside it (templates/, images/, build/),
+its plan, and what it renders to.
+
+Everything here is pure and lazy: a command pays only for what it asks for.
+"""
 
 from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from builder.matrix import load_matrix
-from builder.plan import make_plan, with_hashes
 from builder.records import ImageSpec, Matrix, Plan
-from builder.select import parse_select, select
+from builder.render.context import Files, content_hash, contexts
+from builder.render.tree import expected_tree
+from builder.spec.matrix import load_matrix
+from builder.spec.plan import make_plan
+from builder.spec.select import parse_select, select
 
 MATRIX_ENV = "BUILDER_MATRIX"
 
@@ -46,18 +52,39 @@ class Workspace:
         return load_matrix(self.matrix_path)
 
     @functools.cached_property
-    def plan(self) -> Plan:
-        return make_plan(self.matrix, template_dirs=[self.templates])
-
-    @functools.cached_property
     def decided(self) -> Plan:
         """The plan without content hashes: enough to select from."""
-        return make_plan(self.matrix, template_dirs=[self.templates], hashed=False)
+        return make_plan(self.matrix)
+
+    @functools.cached_property
+    def _contexts(self) -> dict[str, Files]:
+        return {}
+
+    def contexts(self, specs: tuple[ImageSpec, ...]) -> dict[str, Files]:
+        """Build contexts by image id, each rendered at most once per workspace."""
+        missing = [spec for spec in specs if spec.id not in self._contexts]
+        if missing:
+            self._contexts.update(contexts(missing, self.matrix, [self.templates]))
+        return {spec.id: self._contexts[spec.id] for spec in specs}
+
+    def hashed(self, specs: tuple[ImageSpec, ...]) -> tuple[ImageSpec, ...]:
+        rendered = self.contexts(specs)
+        return tuple(replace(spec, content_hash=content_hash(rendered[spec.id])) for spec in specs)
+
+    @functools.cached_property
+    def plan(self) -> Plan:
+        """The plan with every image's content hash."""
+        decided = self.decided
+        return Plan(images=self.hashed(decided.images), skipped=decided.skipped, warnings=decided.warnings)
 
     def selected(self, expr: str | None, *, use_default: bool) -> tuple[ImageSpec, ...]:
         """Images matching --select, else the matrix's defaults.select when asked, else all;
         only the chosen ones are rendered for their content hash."""
         if expr is None and use_default:
             expr = self.matrix.default_select
-        chosen = select(self.decided.images, parse_select(expr or ""))
-        return with_hashes(chosen, self.matrix, [self.templates])
+        return self.hashed(select(self.decided.images, parse_select(expr or "")))
+
+    def rendered_tree(self) -> Files:
+        """Every file images/ should hold (see builder.render.tree.expected_tree)."""
+        images = self.decided.images
+        return expected_tree(images, self.contexts(images))

@@ -22,9 +22,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # so `pytest tests/...` works without an install
     sys.path.insert(0, str(ROOT))
 
-from builder.cli import main, rendered_tree  # noqa: E402
-from builder.matrix import load_matrix  # noqa: E402
+from builder.cli import main  # noqa: E402
 from builder.records import ImageSpec, Matrix, Plan  # noqa: E402
+from builder.spec.matrix import load_matrix  # noqa: E402
 from builder.workspace import MATRIX_ENV, Workspace  # noqa: E402
 
 # A small valid matrix the error tests start from: one torch 2.5.1 image on CUDA 12.4.1.
@@ -52,7 +52,8 @@ class Rendered:
     """The embedded matrix's plan and every file `builder render` would write, by image id."""
 
     plan: Plan
-    files: dict[str, dict[str, bytes]]  # image id -> file name -> bytes
+    files: dict[str, dict[str, bytes]]  # image id -> file name -> bytes, as images/<id>/ holds them
+    contexts: dict[str, dict[str, bytes]]  # image id -> file name -> bytes of the build context (with the probe)
 
     def spec(self, image_id: str) -> ImageSpec:
         return next(s for s in self.plan.images if s.id == image_id)
@@ -90,10 +91,11 @@ def embedded_plan(embedded_workspace: Workspace) -> Plan:
 @pytest.fixture(scope="session")
 def rendered(embedded_workspace: Workspace) -> Rendered:
     files: dict[str, dict[str, bytes]] = {}
-    for rel, data in rendered_tree(embedded_workspace).items():
+    for rel, data in embedded_workspace.rendered_tree().items():
         image_id, name = rel.split("/", 1)
         files.setdefault(image_id, {})[name] = data
-    return Rendered(plan=embedded_workspace.plan, files=files)
+    contexts = embedded_workspace.contexts(embedded_workspace.plan.images)
+    return Rendered(plan=embedded_workspace.plan, files=files, contexts=contexts)
 
 
 @pytest.fixture

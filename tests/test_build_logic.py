@@ -12,12 +12,13 @@ from typing import Any
 
 import pytest
 
-from builder.build import HASH_LABEL, NETWORK_PATTERNS, Builder, BuildFailed, NetworkFlake, built_hashes, check_rendered
-from builder.context import Staged
+from builder.engine.build import HASH_LABEL, Builder, BuildFailed, NetworkFlake, built_hashes, check_rendered
+from builder.engine.failures import NETWORK_PATTERNS
+from builder.engine.settings import BuildSettings
+from builder.engine.staging import Staged
 from builder.errors import UserError
 from builder.records import Accelerator, Base, ImageSpec
-from builder.settings import BuildSettings
-from builder.testrun import _junit_counts, merge_junit, verdict_of
+from builder.smoke.runner import _junit_counts, merge_junit, verdict_of
 
 # -- NETWORK_PATTERNS -------------------------------------------------------------------------
 NETWORK_FAILURES = [

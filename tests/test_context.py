@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from builder import context
-from builder.context import Staged, local_wheels, needed_indexes, pip_conf, stage
+from builder.engine import staging as context
+from builder.engine.settings import BuildSettings, PipSources
+from builder.engine.staging import Staged, local_wheels, needed_indexes, pip_conf, stage
 from builder.records import Accelerator, Base, ImageSpec, Install
-from builder.settings import BuildSettings, PipSources
+from builder.render.context import PROBE, PROBE_NAME
 
 ARCH = platform.machine()
 OTHER_ARCH = "aarch64" if ARCH == "x86_64" else "x86_64"
@@ -143,13 +144,12 @@ def _tree(folder: Path) -> dict[str, bytes]:
 
 @pytest.fixture
 def source(tmp_path: Path) -> Path:
-    """A rendered images/<id>/ folder."""
+    """A rendered images/<id>/ folder (the probe is not committed there; staging adds it)."""
     folder = tmp_path / "images" / _spec().id
     folder.mkdir(parents=True)
     (folder / "Dockerfile").write_text("FROM builder-base/local-debian12:latest\n", encoding="utf-8")
     (folder / "requirements.txt").write_text("\n".join(PACKAGES) + "\n", encoding="utf-8")
     (folder / "image.json").write_text('{"content_hash": "sha256:1"}\n', encoding="utf-8")
-    (folder / "hello_gpu.py").write_text("print('hi')\n", encoding="utf-8")
     return folder
 
 
@@ -296,10 +296,13 @@ def test_stage_copies_only_the_pinned_wheels(tmp_path: Path, source: Path, find_
     target = tmp_path / "contexts" / spec.id
     expected_wheels = tuple(sorted(EXPECTED["3.11"].values()))
     assert staged == Staged(path=target, wheels=expected_wheels, extra_index_urls=(HOST_EXTRA,))
-    # the rendered files, plus .builder/
+    # the rendered files, plus the probe and .builder/
     tree = _tree(target)
-    assert {k: v for k, v in tree.items() if not k.startswith(".builder/")} == before
-    assert sorted(tree) == sorted([*before, ".builder/ca.pem", ".builder/pip.conf", *(f".builder/wheels/{n}" for n in expected_wheels)])
+    assert {k: v for k, v in tree.items() if not k.startswith(".builder/") and k != PROBE_NAME} == before
+    assert tree[PROBE_NAME] == PROBE.read_bytes()
+    assert sorted(tree) == sorted(
+        [*before, PROBE_NAME, ".builder/ca.pem", ".builder/pip.conf", *(f".builder/wheels/{n}" for n in expected_wheels)]
+    )
     for name in expected_wheels:
         assert tree[f".builder/wheels/{name}"] == b"PK\x03\x04 fake wheel " + name.encode()
     assert tree[".builder/ca.pem"] == ca.read_bytes()

@@ -7,10 +7,12 @@ import json
 import pytest
 from rich.console import Console
 
-from builder import doctor
-from builder.diagnose import Diagnosis, diagnose_text
-from builder.hostinfo import AmdInfo, DeviceNode, EngineFacts, HostInfo, NvidiaGpu, NvidiaInfo
+from builder.host import doctor
+from builder.host.diagnose import Diagnosis, diagnose_text
+from builder.host.facts import AmdInfo, DeviceNode, EngineFacts, HostInfo, NvidiaGpu, NvidiaInfo
+from builder.probes import hello_gpu
 from builder.records import Accelerator, Base, ImageSpec, Install
+from builder.ui.doctor import render_table
 
 ENGINE = EngineFacts(reachable=True, version="27.1.1", runtimes=("nvidia",))
 H200 = NvidiaGpu(0, "NVIDIA H200", "9.0", 143771)
@@ -342,7 +344,7 @@ def test_render_table_prints_host_images_and_unchecked() -> None:
     h = host(nvidia(P100))
     image = cuda_image(torch("2.9.1", "cu130"), other("tensorflow", "2.18.0", "cuda12"))
     console = Console(record=True, width=300, color_system=None)
-    doctor.render_table(console, h, doctor.host_checks(h), doctor.image_verdicts(h, [image]))
+    render_table(console, h, doctor.host_checks(h), doctor.image_verdicts(h, [image]))
     out = console.export_text()
     assert "Host" in out and "Images" in out and image.id in out
     assert "use a cu126 image" in out and "fail" in out
@@ -352,7 +354,7 @@ def test_render_table_prints_host_images_and_unchecked() -> None:
 def test_render_table_does_not_eat_brackets_as_markup() -> None:
     h = host(nvidia(H200), engine=EngineFacts(reachable=True, runtimes=()))
     console = Console(record=True, width=300, color_system=None)
-    doctor.render_table(console, h, doctor.host_checks(h), [])
+    render_table(console, h, doctor.host_checks(h), [])
     assert "capabilities: [[gpu]]" in console.export_text()
 
 
@@ -413,7 +415,6 @@ def test_diagnose_text_trims_very_long_lines() -> None:
 
 
 def test_diagnose_text_uses_the_probe_table_by_default() -> None:
-    hello_gpu = pytest.importorskip("builder.probes.hello_gpu", reason="hello_gpu (the DIAGNOSES table) is not in the tree yet")
     log = "Traceback...\nRuntimeError: CUDA driver version is insufficient for CUDA runtime version\n"
     got = diagnose_text(log)
     assert got is not None
@@ -422,7 +423,6 @@ def test_diagnose_text_uses_the_probe_table_by_default() -> None:
 
 
 def test_troubleshooting_doc_covers_every_known_message() -> None:
-    hello_gpu = pytest.importorskip("builder.probes.hello_gpu", reason="hello_gpu (the DIAGNOSES table) is not in the tree yet")
     import re
     from pathlib import Path
 

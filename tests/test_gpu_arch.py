@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from builder import gpu_arch
+from builder.compat import gpu_arch
 from builder.errors import UserError
 
 
@@ -96,7 +96,7 @@ GOOD_ROW = """\
 
 def _load(tmp_path: Path, text: str) -> tuple[gpu_arch.ArchRange, ...]:
     path = tmp_path / "gpu_arch.yaml"
-    path.write_text(text, encoding="utf-8")
+    path.write_text("schema: 1\n" + text, encoding="utf-8")
     return gpu_arch.load_table(path)
 
 

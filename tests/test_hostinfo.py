@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
-from builder import hostinfo
+from builder.engine import client as engine
 from builder.errors import UserError
-from builder.hostinfo import EngineFacts, NvidiaGpu
+from builder.host import facts as hostinfo
+from builder.host.facts import EngineFacts, NvidiaGpu
 
 # Format as measured on the H200 machine (driver there: 580.159.04).
 H200 = "NVIDIA H200, 580.159.03, 9.0, 143771\n"
@@ -214,7 +215,6 @@ class FakeClient:
 
 
 def test_engine_facts_from_builder_engine(monkeypatch: pytest.MonkeyPatch) -> None:
-    engine = pytest.importorskip("builder.engine", reason="builder.engine (docker SDK) not importable")
     FakeClient.closed = False
     monkeypatch.setattr(engine, "connect", lambda **_: FakeClient())
     monkeypatch.setattr(engine, "engine_version", lambda client: "27.1.1")
@@ -225,7 +225,6 @@ def test_engine_facts_from_builder_engine(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def test_engine_facts_unreachable(monkeypatch: pytest.MonkeyPatch) -> None:
-    engine = pytest.importorskip("builder.engine", reason="builder.engine (docker SDK) not importable")
 
     def refuse(**_: Any) -> None:
         raise UserError("no Docker engine answers at unix:///var/run/docker.sock: refused\nmore")

@@ -16,7 +16,7 @@ import pytest
 from click.testing import Result
 
 from builder.errors import UserError
-from builder.matrix import load_matrix
+from builder.spec.matrix import load_matrix
 
 SMALL = """\
 registry: ghcr.io/example/gpu-images

@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from click.testing import Result
 
-from builder import grammar
 from builder.errors import UserError
-from builder.matrix import load_matrix
-from builder.plan import make_plan
 from builder.records import Plan
-from builder.select import parse_select, select
+from builder.spec import grammar
+from builder.spec.matrix import load_matrix
+from builder.spec.plan import make_plan
+from builder.spec.select import parse_select, select
 from builder.workspace import Workspace
 
 RunCli = Callable[..., Result]
@@ -80,9 +80,10 @@ def test_ids_are_unique_valid_tags_and_readable(embedded_plan: Plan) -> None:
 
 
 def test_plan_is_deterministic(embedded_matrix_path: Path) -> None:
-    first = make_plan(load_matrix(embedded_matrix_path), template_dirs=[embedded_matrix_path.parent / "templates"])
-    second = make_plan(load_matrix(embedded_matrix_path), template_dirs=[embedded_matrix_path.parent / "templates"])
+    first = Workspace(embedded_matrix_path).plan
+    second = Workspace(embedded_matrix_path).plan
     assert first == second
+    assert all(s.content_hash.startswith("sha256:") for s in first.images)
     assert [s.id for s in first.images] == sorted(s.id for s in first.images)
 
 

@@ -11,18 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from builder.compat import DEFAULT_PATH, Compat, load_compat, table
+from builder.compat.facts import DEFAULT_PATH, Compat, load_compat, table
+from builder.compat.rules import decide
+from builder.compat.rules.cuda import accelerator, mvc_driver, require_cuda, toolkit_driver
+from builder.compat.rules.cupy import decide_cupy
+from builder.compat.rules.jax import decide_jax
+from builder.compat.rules.numba import decide_numba
+from builder.compat.rules.numpy import pick_numpy
+from builder.compat.rules.python import decide_python
+from builder.compat.rules.tensorflow import decide_tensorflow
+from builder.compat.rules.torch import decide_torch, pick_variant
 from builder.errors import UserError
 from builder.records import Base, Install, Vendor, Verdict
-from builder.rules import decide
-from builder.rules.cuda import accelerator, mvc_driver, require_cuda, toolkit_driver
-from builder.rules.cupy import decide_cupy
-from builder.rules.jax import decide_jax
-from builder.rules.numba import decide_numba
-from builder.rules.numpy import pick_numpy
-from builder.rules.python import decide_python
-from builder.rules.tensorflow import decide_tensorflow
-from builder.rules.torch import decide_torch, pick_variant
 
 
 @pytest.fixture(scope="module")

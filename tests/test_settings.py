@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from builder import settings
+from builder.engine import settings
+from builder.engine.settings import PROXY_VARS, BuildSettings, PipSources, pip_config_files, read_pip_sources, resolve
 from builder.errors import UserError
-from builder.settings import PROXY_VARS, BuildSettings, PipSources, pip_config_files, read_pip_sources, resolve
 
 PROXIES = {
     "HTTP_PROXY": "http://proxy.corp:3128",

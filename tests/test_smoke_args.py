@@ -12,10 +12,10 @@ import pytest
 from docker.models.containers import _create_container_args  # type: ignore[import-untyped]
 from docker.types import DeviceRequest  # type: ignore[import-untyped]
 
-from builder import smoke
-from builder.hostinfo import AmdInfo, DeviceNode, EngineFacts, HostInfo, NvidiaGpu, NvidiaInfo
+from builder.host.facts import AmdInfo, DeviceNode, EngineFacts, HostInfo, NvidiaGpu, NvidiaInfo
 from builder.records import Accelerator, Base, ImageSpec, Install
-from builder.smoke import GpuAccess, gpu_access, gpu_kwargs, run_kwargs
+from builder.smoke import args as smoke
+from builder.smoke.args import GpuAccess, gpu_access, gpu_kwargs, run_kwargs
 
 REGISTRY = "ghcr.io/example/gpu-images"
 TIMEOUT_S = 300

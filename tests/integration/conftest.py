@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # so `pytest tests/integration` works without an install
     sys.path.insert(0, str(ROOT))
 
-from builder import engine  # noqa: E402
+from builder.engine import client as engine  # noqa: E402
 from builder.errors import UserError  # noqa: E402
 
 NO_ENGINE = "no Docker engine: start one with bash .ci/docker-up.sh"

@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from builder import bootstrap, engine
-from builder.bootstrap import BootstrapResult, DebootstrapFailed, ensure_base
+from builder.engine import bootstrap
+from builder.engine import client as engine
+from builder.engine.bootstrap import BootstrapResult, DebootstrapFailed, ensure_base
 from builder.errors import UserError
 from builder.records import Base
 

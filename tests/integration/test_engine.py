@@ -15,7 +15,7 @@ import docker  # type: ignore[import-untyped]
 import pytest
 from docker.errors import DockerException, NotFound  # type: ignore[import-untyped]
 
-from builder import engine
+from builder.engine import client as engine
 from builder.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -116,7 +116,7 @@ def test_a_killed_process_leaves_no_container(docker_client: Any, scratch_image:
     script = textwrap.dedent(
         f"""
         import sys, time
-        from builder import engine
+        from builder.engine import client as engine
         client = engine.connect()
         with engine.tracked_container(client, image={scratch_image!r}) as c:
             print(c.id, flush=True)

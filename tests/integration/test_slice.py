@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from builder import engine
+from builder.engine import client as engine
 from builder.workspace import Workspace
 
 pytestmark = pytest.mark.docker
@@ -171,7 +171,9 @@ def test_no_secrets_in_final_images(slice_build: Any, docker_client: Any) -> Non
 
 
 def test_build_logs_do_not_print_secrets(slice_build: Any) -> None:
-    for log in (ROOT / "build" / "logs").glob("*.log"):
+    logs = sorted((ROOT / "build" / "logs").glob("*.log"))
+    assert {f"{s.id}.log" for s in SLICE} <= {log.name for log in logs}, "the build wrote no per-image logs to check"
+    for log in logs:
         text = log.read_text(errors="replace")
         assert PROXY_SECRET not in text and INDEX_SECRET not in text, log.name
 
@@ -274,7 +276,7 @@ def test_engine_down_is_one_line_and_exit_2() -> None:
 
 def test_push_to_the_local_registry_returns_its_digest(slice_build: Any, docker_client: Any) -> None:
     """`--push` goes through push.push_image; the registry from .ci/docker-up.sh is on 127.0.0.1:5000."""
-    from builder.push import push_image
+    from builder.engine.push import push_image
 
     numba = next(s for s in SLICE if s.stack == "numba")
     target = f"127.0.0.1:5000/builder-test/slice:{numba.id}"

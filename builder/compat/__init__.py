@@ -1,0 +1,1 @@
+"""Compatibility facts (data/*.yaml, loaded with guards) and the rules that decide each combination (pure)."""

@@ -1,0 +1,84 @@
+"""cupy: cupy-cuda11x/12x/13x by CUDA major and release; no ROCm 6 wheels exist."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from builder.compat.facts import Compat
+from builder.compat.tables import PyRange, Table
+from builder.compat.versions import in_range, mm, newest_at_or_below, span
+from builder.records import Base, Install, Verdict
+from builder.yamlsrc import LDict
+
+SECTION_KEYS = ("releases", "rocm_note")
+
+
+@dataclass(frozen=True)
+class CupyRelease:
+    release: str
+    cuda: tuple[str, str]
+    packages: tuple[tuple[str, str], ...]  # CUDA major -> package
+    python: PyRange
+    numpy: tuple[str, str]
+
+
+@dataclass(frozen=True)
+class CupyFacts:
+    releases: tuple[CupyRelease, ...]  # each applies from `release` up to the next row
+    rocm_note: str
+
+
+def load(t: Table, section: LDict) -> CupyFacts:
+    keys = ("release", "cuda", "packages", "python", "numpy")
+    out = []
+    for row in t.rows(t.section(section, "releases"), keys, "release", section.line):
+        packages = row["packages"]
+        if not isinstance(packages, dict) or not all(str(p).startswith("cupy-cuda") for p in packages.values()):
+            raise t.fail("cupy packages must map a CUDA major to a cupy-cudaNNx package", row.line)
+        out.append(
+            CupyRelease(
+                str(row["release"]),
+                t.pyrange(row["cuda"], row.line),
+                tuple(sorted((str(k), str(v)) for k, v in packages.items())),
+                t.pyrange(row["python"], row.line),
+                t.pyrange(row["numpy"], row.line),
+            )
+        )
+    return CupyFacts(releases=tuple(out), rocm_note=str(t.section(section, "rocm_note")))
+
+
+def decide_cupy(base: Base, python: str, version: str, compat: Compat) -> Verdict:
+    facts = compat.facts(CupyFacts)
+    if base.vendor == "cpu":
+        return Verdict.no("cupy is a GPU array library with no CPU build; use a CUDA base")
+    if base.vendor == "rocm":
+        return Verdict.no(facts.rocm_note)
+    assert base.version is not None
+    i = newest_at_or_below(version, [row.release for row in facts.releases])
+    if i is None:
+        return Verdict.no(f"cupy {version} predates the table (from {facts.releases[0].release}); use a newer cupy")
+    row = facts.releases[i]
+    if mm(version)[0] != mm(row.release)[0]:
+        return Verdict.no(f"cupy {version} is not in the compatibility table; add its row to builder/compat/data/compat.yaml")
+    if not in_range(python, row.python):
+        return Verdict.no(f"cupy {version} supports Python {span(row.python)}; this image has Python {python}")
+    major = str(mm(base.version)[0])
+    package = dict(row.packages).get(major)
+    if package is None:
+        have = ", ".join(p for _, p in row.packages)
+        return Verdict.no(f"cupy {version} ships {have}, nothing for CUDA {major}; base {base.name} is CUDA {base.version}")
+    if not in_range(base.version, row.cuda):
+        return Verdict.no(f"cupy {version} supports CUDA {span(row.cuda)}; base {base.name} is CUDA {base.version}")
+    install = Install(
+        "cupy",
+        version,
+        (f"{package}=={version}",),
+        variant=package.removeprefix("cupy-"),
+        built_cuda=major,
+        numpy_min=row.numpy[0],
+        numpy_max=row.numpy[1],
+    )
+    return Verdict(ok=True, install=install)
+
+
+decide = decide_cupy

@@ -1,0 +1,99 @@
+"""tensorflow: tested CUDA/cuDNN per release; [and-cuda] on CUDA, -cpu on cpu, -rocm on ROCm."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from packaging.version import Version
+
+from builder.compat.facts import Compat
+from builder.compat.tables import PyRange, Table
+from builder.compat.versions import in_range, mm, release_of, span
+from builder.records import Base, Install, Verdict
+from builder.yamlsrc import LDict
+
+SECTION_KEYS = ("releases", "and_cuda_from", "rocm_index_url", "rocm")
+
+
+@dataclass(frozen=True)
+class TfRelease:
+    release: str
+    python: PyRange
+    cuda: str
+    cudnn: str
+
+
+@dataclass(frozen=True)
+class TensorflowFacts:
+    releases: tuple[TfRelease, ...]
+    and_cuda_from: str
+    rocm_index_url: str
+    rocm: tuple[tuple[str, tuple[str, ...]], ...]  # ROCm minor -> tensorflow-rocm releases
+
+
+def load(t: Table, section: LDict) -> TensorflowFacts:
+    return TensorflowFacts(
+        releases=tuple(
+            TfRelease(str(row["release"]), t.pyrange(row["python"], row.line), str(row["cuda"]), str(row["cudnn"]))
+            for row in t.rows(t.section(section, "releases"), ("release", "python", "cuda", "cudnn"), "release", section.line)
+        ),
+        and_cuda_from=str(t.section(section, "and_cuda_from")),
+        rocm_index_url=str(t.section(section, "rocm_index_url")),
+        rocm=tuple(
+            (str(row["rocm"]), t.strs(row["tf"], row.line))
+            for row in t.rows(t.section(section, "rocm"), ("rocm", "tf"), "rocm", section.line)
+        ),
+    )
+
+
+def decide_tensorflow(base: Base, python: str, version: str, compat: Compat) -> Verdict:
+    facts = compat.facts(TensorflowFacts)
+    rel = next((r for r in facts.releases if r.release == release_of(version)), None)
+    if rel is None:
+        known = ", ".join(r.release for r in facts.releases)
+        return Verdict.no(
+            f"tensorflow {version} is not in the compatibility table (known: {known}); add its row to builder/compat/data/compat.yaml"
+        )
+    if not in_range(python, rel.python):
+        return Verdict.no(f"tensorflow {version} supports Python {span(rel.python)}; this image has Python {python}")
+    if base.vendor == "cpu":
+        return Verdict(ok=True, install=Install("tensorflow", version, (f"tensorflow-cpu=={version}",), variant="cpu"))
+    assert base.version is not None
+    if base.vendor == "rocm":
+        return _rocm(base, version, facts)
+    if Version(version) < Version(facts.and_cuda_from):
+        return Verdict.no(f"tensorflow {version} predates the [and-cuda] extra ({facts.and_cuda_from}+); use a newer release")
+    tested, have = mm(rel.cuda), mm(base.version)
+    if have[0] != tested[0]:
+        return Verdict.no(f"tensorflow {version} is tested with CUDA {rel.cuda}; base {base.name} is CUDA {have[0]}")
+    if have < tested:
+        return Verdict.no(f"tensorflow {version} is tested with CUDA {rel.cuda}; base {base.name} has the older CUDA {base.version}")
+    install = Install(
+        "tensorflow",
+        version,
+        (f"tensorflow[and-cuda]=={version}",),
+        variant=f"cuda{tested[0]}",
+        built_cuda=rel.cuda,
+        cudnn=rel.cudnn,
+    )
+    return Verdict(ok=True, install=install)
+
+
+def _rocm(base: Base, version: str, facts: TensorflowFacts) -> Verdict:
+    assert base.version is not None
+    rocm = "{}.{}".format(*mm(base.version))
+    offered = dict(facts.rocm).get(rocm)
+    if not offered:
+        known = ", ".join(r for r, _ in facts.rocm)
+        return Verdict.no(f"tensorflow-rocm wheels are listed for ROCm {known}; base {base.name} is ROCm {base.version}")
+    if version not in offered:
+        return Verdict.no(f"tensorflow-rocm for ROCm {rocm} exists for {', '.join(offered)} only, not {version}")
+    wheel = f"{version}.{rocm.replace('.', '')}0"
+    index = facts.rocm_index_url.format(rocm=base.version)
+    install = Install("tensorflow", version, (f"tensorflow-rocm=={wheel}",), index_urls=(index,), variant=f"rocm{rocm}")
+    return Verdict(
+        ok=True, install=install, warnings=(f"tensorflow-rocm index {index} is unconfirmed; check it or override it under indexes:",)
+    )
+
+
+decide = decide_tensorflow

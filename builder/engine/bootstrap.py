@@ -1,0 +1,342 @@
+"""Local base images made with debootstrap, for machines that cannot pull from a registry.
+
+A base is identified by its recipe (release, variant, packages, mirror, arch). The recipe's hash is
+stored as a label on the image, so a second `ensure_base` with the same recipe is a label lookup,
+not a rebuild. The final tag appears only after a complete import (the import goes to a temporary
+tag first), and the rootfs scratch directory is removed however the build ends.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import docker  # type: ignore[import-untyped]
+import filelock
+import tenacity
+
+from builder.engine.client import image_id, image_labels, remove_image_quietly
+from builder.engine.failures import any_network
+from builder.errors import UserError
+from builder.records import Base
+
+Log = Callable[[str], None]
+
+# os name in matrix.yaml -> Debian release codename debootstrap knows.
+RELEASES: dict[str, str] = {
+    "debian11": "bullseye",
+    "debian12": "bookworm",
+    "debian13": "trixie",
+}
+# What the image template relies on: a venv-capable python3, TLS roots for pip, and useradd for
+# the non-root user (`passwd`; minbase has it as a Priority: required package, listed so the
+# dependency is explicit rather than an accident of the variant).
+PACKAGES: tuple[str, ...] = ("ca-certificates", "passwd", "python3", "python3-venv")
+VARIANT = "minbase"
+# Bump when the procedure below changes what ends up in the image (cleanup, config changes).
+RECIPE_SCHEMA = 1
+
+HASH_LABEL = "io.builder.recipe-hash"
+RECIPE_LABEL = "io.builder.recipe"
+BASE_NAME_LABEL = "org.opencontainers.image.base.name"
+BOOTSTRAP_LABEL = "io.builder.bootstrap"
+
+SCRATCH_DIR = Path(os.environ.get("BUILDER_SCRATCH_DIR", "/var/tmp"))
+LOCK_DIR = Path(os.environ.get("BUILDER_LOCK_DIR", tempfile.gettempdir()))
+DEBOOTSTRAP_ATTEMPTS = 3
+DEBOOTSTRAP_WAIT_MIN_S = 2.0
+DEBOOTSTRAP_WAIT_MAX_S = 30.0
+
+_MACHINE_TO_DEB = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64", "ppc64le": "ppc64el", "s390x": "s390x"}
+_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+@dataclass(frozen=True)
+class BootstrapResult:
+    tag: str
+    built: bool  # False: an image with the same recipe hash was already there
+    seconds: float
+    recipe_hash: str
+
+
+class DebootstrapFailed(Exception):
+    """debootstrap exited non-zero; `network` says whether retrying could help."""
+
+    def __init__(self, returncode: int, lines: Sequence[str]) -> None:
+        self.returncode = returncode
+        self.lines = list(lines)
+        # debootstrap exits 1 for everything; its wget messages tell a flaky network from a bad recipe.
+        self.network = any_network(self.lines)
+        errors = [ln for ln in self.lines if ln.startswith("E:")] or self.lines[-1:] or ["no output"]
+        super().__init__(f"debootstrap exited {returncode}: {errors[-1].strip()}")
+
+
+def release_for(base: Base) -> str:
+    if base.bootstrap != "debootstrap":
+        raise UserError(
+            f"base '{base.name}' (line {base.line}): bootstrap '{base.bootstrap}' is not supported; supported: debootstrap",
+            line=base.line,
+        )
+    try:
+        return RELEASES[base.os]
+    except KeyError:
+        supported = ", ".join(f"{os_} ({rel})" for os_, rel in RELEASES.items())
+        raise UserError(
+            f"base '{base.name}' (line {base.line}): os '{base.os}' cannot be bootstrapped with debootstrap; supported: {supported}",
+            line=base.line,
+        ) from None
+
+
+def host_arch() -> str:
+    machine = platform.machine().lower()
+    if machine in _MACHINE_TO_DEB:
+        return _MACHINE_TO_DEB[machine]
+    return subprocess.run(["dpkg", "--print-architecture"], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def recipe_for(base: Base, mirror: str, arch: str | None = None) -> dict[str, Any]:
+    return {
+        "arch": arch or host_arch(),
+        "include": sorted(PACKAGES),
+        "mirror": mirror,
+        "release": release_for(base),
+        "schema": RECIPE_SCHEMA,
+        "tool": "debootstrap",
+        "variant": VARIANT,
+    }
+
+
+def canonical_json(recipe: dict[str, Any]) -> str:
+    return json.dumps(recipe, sort_keys=True, separators=(",", ":"))
+
+
+def recipe_hash(recipe: dict[str, Any]) -> str:
+    return "sha256:" + hashlib.sha256(canonical_json(recipe).encode()).hexdigest()
+
+
+def ensure_base(
+    client: docker.DockerClient,
+    base: Base,
+    *,
+    mirror: str = "http://deb.debian.org/debian",
+    force: bool = False,
+    log: Log,
+) -> BootstrapResult:
+    """Make sure `base.local_tag` holds an image built from this recipe; build it if not."""
+    start = time.monotonic()
+    recipe = recipe_for(base, mirror)
+    digest = recipe_hash(recipe)
+    tag = base.local_tag
+
+    def current() -> bool:
+        return not force and (image_labels(client, tag) or {}).get(HASH_LABEL) == digest
+
+    if current():
+        return BootstrapResult(tag, built=False, seconds=time.monotonic() - start, recipe_hash=digest)
+
+    LOCK_DIR.mkdir(parents=True, exist_ok=True)
+    lock = filelock.FileLock(str(LOCK_DIR / f"builder-bootstrap-{_safe(base.name)}.lock"))
+    try:
+        lock.acquire(timeout=0)
+    except filelock.Timeout:
+        log(f"waiting for another process that is bootstrapping {tag}")
+        lock.acquire()
+    try:
+        if current():  # the other process built the same recipe while we waited
+            return BootstrapResult(tag, built=False, seconds=time.monotonic() - start, recipe_hash=digest)
+        _check_tools()
+        log(f"bootstrapping {tag}: debian {recipe['release']} ({VARIANT}) from {mirror}")
+        _build(client, tag, recipe, digest, log)
+    finally:
+        lock.release()
+    seconds = time.monotonic() - start
+    log(f"built {tag} in {seconds:.0f}s")
+    return BootstrapResult(tag, built=True, seconds=seconds, recipe_hash=digest)
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+
+
+def _debootstrap_binary() -> str | None:
+    return shutil.which("debootstrap") or next((p for p in ("/usr/sbin/debootstrap", "/sbin/debootstrap") if os.access(p, os.X_OK)), None)
+
+
+def _check_tools() -> None:
+    if _debootstrap_binary() is None:
+        raise UserError("debootstrap is not installed: apt-get install debootstrap (bash .ci/docker-up.sh does)")
+    if os.geteuid() != 0:
+        raise UserError("bootstrapping a base needs root (debootstrap creates device nodes): run as root, or pull a prebuilt base instead")
+
+
+def _build(client: docker.DockerClient, tag: str, recipe: dict[str, Any], digest: str, log: Log) -> None:
+    SCRATCH_DIR.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="builder-bootstrap-", dir=SCRATCH_DIR))
+    repository = tag.rsplit(":", 1)[0]
+    temp_ref = f"{repository}:tmp-{uuid.uuid4().hex[:12]}"
+    try:
+        rootfs = scratch / "rootfs"
+        _debootstrap_with_retries(recipe, rootfs, log)
+        _tidy_rootfs(rootfs)
+        tarball = scratch / "rootfs.tar"
+        subprocess.run(["tar", "--numeric-owner", "-C", str(rootfs), "-cf", str(tarball), "."], check=True)
+        _remove_tree(rootfs)  # free the disk before the engine copies the tarball
+        log(f"importing {tarball.stat().st_size / 1e6:.0f} MB into the engine as {temp_ref}")
+        old = image_id(client, tag)
+        _import(client, tarball, temp_ref, recipe, digest)
+        client.api.tag(temp_ref, repository, tag.rsplit(":", 1)[1])
+        if old and old != image_id(client, tag):
+            remove_image_quietly(client, old)
+    finally:
+        remove_image_quietly(client, temp_ref)
+        _remove_tree(scratch)
+
+
+def _debootstrap_with_retries(recipe: dict[str, Any], rootfs: Path, log: Log) -> None:
+    def before_sleep(state: tenacity.RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome else None
+        log(f"debootstrap failed on the network ({exc}); retrying (attempt {state.attempt_number + 1} of {DEBOOTSTRAP_ATTEMPTS})")
+
+    retrying = tenacity.Retrying(
+        retry=tenacity.retry_if_exception(lambda exc: isinstance(exc, DebootstrapFailed) and exc.network),
+        stop=tenacity.stop_after_attempt(DEBOOTSTRAP_ATTEMPTS),
+        wait=tenacity.wait_exponential(multiplier=DEBOOTSTRAP_WAIT_MIN_S, min=DEBOOTSTRAP_WAIT_MIN_S, max=DEBOOTSTRAP_WAIT_MAX_S),
+        before_sleep=before_sleep,
+        reraise=True,
+    )
+    try:
+        for attempt in retrying:
+            with attempt:
+                if rootfs.exists():  # a half-made tree from the failed attempt
+                    _remove_tree(rootfs)
+                rootfs.mkdir()
+                run_debootstrap(recipe, rootfs, log)
+    except DebootstrapFailed as exc:
+        what = "the mirror could not be reached" if exc.network else "the recipe failed"
+        raise UserError(
+            f"bootstrapping debian {recipe['release']} from {recipe['mirror']} failed ({what}): "
+            f"{exc}; check the mirror (and HTTP proxy settings), the output above has details"
+        ) from None
+
+
+def run_debootstrap(recipe: dict[str, Any], rootfs: Path, log: Log) -> None:
+    """One debootstrap run, output streamed to `log`; raises DebootstrapFailed on a non-zero exit."""
+    binary = _debootstrap_binary() or "debootstrap"
+    argv = [
+        binary,
+        f"--variant={recipe['variant']}",
+        f"--arch={recipe['arch']}",
+        f"--include={','.join(recipe['include'])}",
+        recipe["release"],
+        str(rootfs),
+        recipe["mirror"],
+    ]
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive", "LC_ALL": "C", "PATH": os.environ.get("PATH", "") + ":/usr/sbin:/sbin"}
+    lines: list[str] = []
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        errors="replace",
+        env=env,
+    )
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line.rstrip("\n"))
+            log(lines[-1])
+        returncode = proc.wait()
+    except BaseException:
+        # Ctrl-C reaches debootstrap too; give it time to unmount /proc and /sys in the target.
+        _stop(proc)
+        raise
+    if returncode != 0:
+        raise DebootstrapFailed(returncode, lines)
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _tidy_rootfs(rootfs: Path) -> None:
+    """Drop what makes the image bigger without making it more useful, and host leftovers."""
+    for pattern in ("var/cache/apt/archives/*.deb", "var/lib/apt/lists/*"):
+        for path in rootfs.glob(pattern):
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+    # debootstrap copies the host's resolver config and name in; the engine supplies its own.
+    for name, content in (("etc/resolv.conf", ""), ("etc/hostname", "localhost\n")):
+        target = rootfs / name
+        if target.is_file() and not target.is_symlink():
+            target.write_text(content)
+
+
+def _label_change(key: str, value: str) -> str:
+    # Dockerfile syntax: inside double quotes, backslash escapes `"`, `\` and `$` (no expansion).
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$")
+    return f'LABEL {key}="{escaped}"'
+
+
+def _import(client: docker.DockerClient, tarball: Path, ref: str, recipe: dict[str, Any], digest: str) -> None:
+    repository, tag = ref.rsplit(":", 1)
+    changes = [
+        _label_change(HASH_LABEL, digest),
+        _label_change(RECIPE_LABEL, canonical_json(recipe)),
+        _label_change(BASE_NAME_LABEL, f"debian:{recipe['release']}"),
+        _label_change(BOOTSTRAP_LABEL, f"debootstrap {recipe['variant']} from {recipe['mirror']}"),
+        f"ENV PATH={_PATH}",
+        'CMD ["/bin/bash"]',
+    ]
+    output = client.api.import_image(src=str(tarball), repository=repository, tag=tag, changes=changes)
+    for line in str(output).splitlines():
+        message = json.loads(line) if line.strip().startswith("{") else {}
+        if "error" in message:
+            raise UserError(f"importing the base into the engine failed: {message['error']}")
+    labels = image_labels(client, ref)
+    if labels is None or labels.get(HASH_LABEL) != digest:
+        raise UserError(f"importing the base into the engine produced no image {ref} with its labels")
+
+
+def _mounts_under(path: Path) -> list[str]:
+    prefix = str(path.resolve())
+    found = []
+    with open("/proc/self/mountinfo") as mountinfo:
+        for line in mountinfo:
+            point = line.split()[4].encode().decode("unicode_escape")
+            if point == prefix or point.startswith(prefix + "/"):
+                found.append(point)
+    return sorted(found, key=len, reverse=True)
+
+
+def _remove_tree(path: Path) -> None:
+    """rmtree that never descends into a mount (an interrupted debootstrap can leave /proc or a
+    bind-mounted /dev inside the target): unmount first, and leave the tree if that fails."""
+    if not path.exists():
+        return
+    for point in _mounts_under(path):
+        subprocess.run(["umount", "-l", point], check=False, capture_output=True)
+    if _mounts_under(path):
+        raise RuntimeError(f"not removing {path}: something is still mounted under it")
+    shutil.rmtree(path)

@@ -1,0 +1,367 @@
+"""`builder doctor`: what this host can run, judged from a HostInfo record and the plan.
+
+Pure functions: no subprocess, no Docker. `host.facts.gather()` does the looking; this module
+turns what it saw into host checks and one verdict per image, each with a reason and the fix.
+Verdicts: `ok`, `warn` (runs, with a caveat), `fail` (cannot work here), `n/a` (this host has
+no GPU of the image's vendor, so the GPU tests will be skipped rather than pass or fail).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from builder.compat import gpu_arch
+from builder.compat.versions import release_tuple  # driver versions compare numerically: 580.159.03 > 580.65.06
+from builder.host.facts import AmdInfo, EngineFacts, HostInfo, NvidiaGpu, NvidiaInfo
+from builder.records import Accelerator, ImageSpec, Install
+
+Status = Literal["ok", "warn", "fail", "n/a"]
+_SEVERITY: dict[Status, int] = {"fail": 0, "warn": 1, "n/a": 2, "ok": 3}
+
+NO_NVIDIA = "no NVIDIA GPU on this host; the GPU checks will be skipped"
+NO_KFD = "no /dev/kfd on this host (no AMD GPU, or amdgpu not loaded); the GPU checks will be skipped"
+TOOLKIT_FIX = "install nvidia-container-toolkit and run nvidia-ctk runtime configure --runtime=docker, then restart docker"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One finding about the host, or about one image on this host."""
+
+    name: str
+    status: Status
+    detail: str
+    fix: str = ""
+
+
+@dataclass(frozen=True)
+class ImageVerdict:
+    image: str
+    vendor: str
+    status: Status
+    reason: str
+    fix: str = ""
+    findings: tuple[Check, ...] = ()  # every finding, worst first; reason/fix come from the worst
+    unchecked: tuple[str, ...] = ()  # what could not be judged, e.g. no CC facts for a variant
+
+
+# --- host checks ---------------------------------------------------------------------------
+
+
+def driver_fix(error: str) -> str:
+    lowered = error.lower()
+    if "version mismatch" in lowered:
+        return "the loaded kernel module and the user-space driver differ (usually after an upgrade): reboot"
+    if "couldn't communicate" in lowered or "could not communicate" in lowered:
+        return (
+            "the kernel module is not loaded: check `lsmod | grep nvidia` and `dmesg | grep -i nvrm`; "
+            "reinstall the driver, or reboot after a kernel update"
+        )
+    if "not found" in lowered:
+        return "put nvidia-smi on PATH (it ships with the NVIDIA driver utilities)"
+    return "run nvidia-smi by hand and check `dmesg | grep -i nvrm`; reinstall the driver if it stays broken"
+
+
+def _engine_check(engine: EngineFacts) -> Check:
+    if not engine.reachable:
+        return Check(
+            "engine",
+            "fail",
+            f"not reachable: {engine.error or 'no answer'}",
+            "start the engine (sudo systemctl start docker) or point DOCKER_HOST at it",
+        )
+    runtimes = ", ".join(engine.runtimes) or "no GPU runtime"
+    return Check("engine", "ok", f"version {engine.version or 'unknown'}; {runtimes}")
+
+
+def _has_nvidia_runtime(engine: EngineFacts) -> bool:
+    return any(name.startswith("nvidia") for name in engine.runtimes)
+
+
+def _runtime_check(engine: EngineFacts) -> Check:
+    if _has_nvidia_runtime(engine):
+        return Check("nvidia runtime", "ok", f"engine runtimes: {', '.join(engine.runtimes)}")
+    return Check(
+        "nvidia runtime",
+        "warn",
+        "the engine lists no nvidia runtime; `--gpus all` may fail with 'could not select device driver \"\" with capabilities: [[gpu]]'",
+        TOOLKIT_FIX,
+    )
+
+
+def _gpu_check(gpu: NvidiaGpu) -> Check:
+    memory = f", {gpu.memory_mib / 1024:.1f} GiB" if gpu.memory_mib is not None else ""
+    if gpu.compute_cap is None:
+        return Check(
+            f"gpu {gpu.index}",
+            "warn",
+            f"{gpu.name}{memory}; compute capability not reported (driver older than ~510?)",
+            "update the driver; until then compute capability is not checked",
+        )
+    return Check(
+        f"gpu {gpu.index}",
+        "ok",
+        f"{gpu.name}, compute capability {gpu.compute_cap}{memory}",
+    )
+
+
+def _nvidia_checks(nvidia: NvidiaInfo, engine: EngineFacts) -> list[Check]:
+    if nvidia.status == "absent":
+        return [
+            Check(
+                "nvidia driver",
+                "n/a",
+                "nvidia-smi not found: no NVIDIA driver on this host",
+            )
+        ]
+    if nvidia.status == "no_devices":
+        return [Check("nvidia driver", "n/a", f"driver loaded, no GPU: {nvidia.error}")]
+    if nvidia.status == "failed":
+        error = nvidia.error or "nvidia-smi failed"
+        return [
+            Check(
+                "nvidia driver",
+                "fail",
+                f"nvidia-smi failed: {error}",
+                driver_fix(error),
+            )
+        ]
+    count = len(nvidia.gpus)
+    checks = [
+        Check(
+            "nvidia driver",
+            "ok",
+            f"driver {nvidia.driver}; {count} GPU{'s' * (count != 1)}",
+        )
+    ]
+    checks += [_gpu_check(gpu) for gpu in nvidia.gpus]
+    if engine.reachable:
+        checks.append(_runtime_check(engine))
+    return checks
+
+
+def _group_finding(amd: AmdInfo) -> Check:
+    nodes = ([amd.kfd] if amd.kfd else []) + list(amd.render_nodes)
+    missing = {node.gid: node for node in nodes if not node.user_in_group}
+    if not missing:
+        groups = sorted({node.group_label for node in nodes})
+        return Check("amd groups", "ok", f"you are in the owning group(s): {', '.join(groups)}")
+    names = ", ".join(sorted(node.group_label for node in missing.values()))
+    paths = ", ".join(node.path for node in nodes if not node.user_in_group)
+    adds = " ".join(f"--group-add {gid}" for gid in sorted(missing))
+    return Check(
+        "amd groups",
+        "warn",
+        f"you are not in group(s) {names}, which own {paths}",
+        f"sudo usermod -aG {names.replace(', ', ',')} $USER (then log in again); run containers "
+        f"with {adds} (numeric, so it works when the image has no such group)",
+    )
+
+
+def _amd_checks(amd: AmdInfo) -> list[Check]:
+    if amd.kfd is None:
+        return [
+            Check(
+                "amd /dev/kfd",
+                "n/a",
+                "no /dev/kfd: no AMD GPU, or the amdgpu driver is not loaded",
+            )
+        ]
+    checks = [Check("amd /dev/kfd", "ok", f"present (group {amd.kfd.group_label})")]
+    if not amd.render_nodes:
+        checks.append(
+            Check(
+                "amd render nodes",
+                "fail",
+                "/dev/kfd exists but /dev/dri has no renderD* nodes",
+                "install or reload the kernel driver (amdgpu-dkms) and check `ls -l /dev/dri`",
+            )
+        )
+    else:
+        listed = ", ".join(f"{node.path} ({node.group_label})" for node in amd.render_nodes)
+        checks.append(Check("amd render nodes", "ok", listed))
+    checks.append(_group_finding(amd))
+    return checks
+
+
+def host_checks(host: HostInfo) -> list[Check]:
+    """The host section of `builder doctor`: engine, NVIDIA driver and GPUs, AMD device nodes."""
+    return [
+        _engine_check(host.engine),
+        *_nvidia_checks(host.nvidia, host.engine),
+        *_amd_checks(host.amd),
+    ]
+
+
+# --- image verdicts ------------------------------------------------------------------------
+
+
+def _install_label(install: Install) -> str:
+    if install.framework == "torch" and install.variant and "+" not in install.version:
+        return f"torch {install.version}+{install.variant}"
+    return f"{install.framework} {install.version}" + (f" ({install.variant})" if install.variant else "")
+
+
+def _cuda_label(version: str | None) -> str:
+    major = (version or "?").split(".")[0]
+    return f"CUDA {major}.x"
+
+
+def _driver_finding(driver: str | None, acc: Accelerator) -> Check | None:
+    floor, wanted = acc.mvc_driver, acc.min_driver
+    if floor is None and wanted is None:
+        return None
+    if driver is None:
+        return Check(
+            "driver",
+            "warn",
+            "nvidia-smi reported no driver version; driver not checked",
+        )
+    have = release_tuple(driver)
+    if floor is not None and have < release_tuple(floor):
+        return Check(
+            "driver",
+            "fail",
+            f"needs driver >= {floor} for {_cuda_label(acc.version)} (minor-version compatibility); host has {driver}",
+            "update the driver or use an older CUDA base",
+        )
+    if wanted is not None and have < release_tuple(wanted):
+        how = "through minor version compatibility" if floor else "only if minor version compatibility covers it"
+        return Check(
+            "driver",
+            "warn",
+            f"driver {driver} is older than {wanted}, which CUDA {acc.version} wants; runs {how}, but PTX JIT of newer PTX fails",
+            f"update the driver to >= {wanted}",
+        )
+    return Check("driver", "ok", f"driver {driver} >= {wanted or floor}")
+
+
+def _suggest(install: Install, ccs: Sequence[str]) -> str:
+    """A variant of the same release covering every GPU, preferring the same naming (cu126 for cu130)."""
+    common: set[str] | None = None
+    for cc in ccs:
+        found = set(gpu_arch.variants_for(install.framework, install.version, cc))
+        common = found if common is None else common & found
+    candidates = [v for v in gpu_arch.variants_for(install.framework, install.version, ccs[0]) if v in (common or set())]
+    prefix = "".join(ch for ch in (install.variant or "") if ch.isalpha())
+    same = [v for v in candidates if "".join(ch for ch in v if ch.isalpha()) == prefix]
+    if same or candidates:
+        return f"use a {(same or candidates)[0]} image"
+    return f"no {install.framework} {install.version} wheel variant covers it: use an older release or another GPU"
+
+
+def _who(gpu: NvidiaGpu, many: bool) -> str:
+    return f"GPU {gpu.index} is {gpu.compute_cap} ({gpu.name})" if many else f"this GPU is {gpu.compute_cap} ({gpu.name})"
+
+
+def _arch_finding(install: Install, gpus: Sequence[NvidiaGpu], unchecked: list[str]) -> Check | None:
+    label = _install_label(install)
+    row = gpu_arch.lookup(install.framework, install.variant, install.version)
+    if row is None:
+        unchecked.append(f"{label}: compute capability range unknown, not checked")
+        return None
+    known = [gpu for gpu in gpus if gpu.compute_cap is not None]
+    unchecked += [f"GPU {g.index} ({g.name}): compute capability not reported" for g in gpus if g.compute_cap is None]
+    if not known:
+        return None
+    jit = [g for g in known if row.jit_only(g.compute_cap or "0")]
+    outside = [g for g in known if not row.contains(g.compute_cap or "0") and g not in jit]
+    many = len(gpus) > 1
+    supports = f"{label} supports compute capability {row.label}"
+    if outside:
+        usable = [gpu for gpu in known if gpu not in outside]
+        detail = f"{supports}; {_who(outside[0], many)}"
+        suggestion = _suggest(install, [gpu.compute_cap or "0" for gpu in known])
+        if usable:
+            ids = ",".join(str(gpu.index) for gpu in usable)
+            return Check(
+                "compute capability",
+                "warn",
+                detail,
+                f"restrict it to GPU {ids} (NVIDIA_VISIBLE_DEVICES={ids}), or {suggestion}",
+            )
+        return Check("compute capability", "fail", detail, suggestion)
+    if jit:
+        return Check(
+            "compute capability",
+            "warn",
+            f"{supports}; {_who(jit[0], many)}: runs through PTX JIT (slow first start)",
+            "use a newer wheel variant when one ships kernels for this GPU",
+        )
+    ccs = ", ".join(sorted({gpu.compute_cap or "" for gpu in known}))
+    return Check("compute capability", "ok", f"{supports}; GPU {ccs}")
+
+
+def _cuda_verdict(host: HostInfo, image: ImageSpec) -> ImageVerdict:
+    nvidia = host.nvidia
+    if nvidia.status == "failed":
+        error = nvidia.error or "nvidia-smi failed"
+        return ImageVerdict(
+            image.id,
+            "cuda",
+            "fail",
+            f"the NVIDIA driver does not answer: {error}",
+            driver_fix(error),
+        )
+    if not nvidia.has_gpu:
+        return ImageVerdict(image.id, "cuda", "n/a", NO_NVIDIA)
+    unchecked: list[str] = []
+    findings = [_driver_finding(nvidia.driver, image.accelerator)]
+    if findings[0] is None:
+        unchecked.append(f"no driver minimum known for CUDA {image.accelerator.version}")
+    findings += [_arch_finding(install, nvidia.gpus, unchecked) for install in image.installs]
+    if host.engine.reachable and not _has_nvidia_runtime(host.engine):
+        findings.append(_runtime_check(host.engine))
+    return _combine(image, "cuda", [f for f in findings if f is not None], unchecked)
+
+
+def _rocm_verdict(host: HostInfo, image: ImageSpec) -> ImageVerdict:
+    amd = host.amd
+    if not amd.present:
+        return ImageVerdict(image.id, "rocm", "n/a", NO_KFD)
+    findings = [check for check in _amd_checks(amd) if check.name != "amd /dev/kfd"]
+    unchecked = [f"ROCm {image.accelerator.version}: host driver/GPU support for this ROCm release is not checked"]
+    return _combine(image, "rocm", findings, unchecked)
+
+
+def _combine(image: ImageSpec, vendor: str, findings: list[Check], unchecked: list[str]) -> ImageVerdict:
+    ordered = tuple(sorted(findings, key=lambda check: _SEVERITY[check.status]))
+    if not ordered:
+        return ImageVerdict(image.id, vendor, "ok", "nothing to check", unchecked=tuple(unchecked))
+    worst = ordered[0]
+    if worst.status == "ok":
+        reason = "; ".join(check.detail for check in ordered)
+        return ImageVerdict(image.id, vendor, "ok", reason, "", ordered, tuple(unchecked))
+    more = sum(1 for check in ordered[1:] if check.status in ("fail", "warn"))
+    reason = worst.detail + (f" (+{more} more)" if more else "")
+    return ImageVerdict(image.id, vendor, worst.status, reason, worst.fix, ordered, tuple(unchecked))
+
+
+def image_verdict(host: HostInfo, image: ImageSpec) -> ImageVerdict:
+    kind = image.accelerator.kind
+    if kind == "cuda":
+        return _cuda_verdict(host, image)
+    if kind == "rocm":
+        return _rocm_verdict(host, image)
+    return ImageVerdict(image.id, "cpu", "ok", "CPU image: needs no GPU")
+
+
+def image_verdicts(host: HostInfo, images: Sequence[ImageSpec]) -> list[ImageVerdict]:
+    """One verdict per image: can it use this host's GPU, and if not, what to do instead."""
+    return [image_verdict(host, image) for image in images]
+
+
+# --- data out -------------------------------------------------------------------------------
+
+
+def report_json(host: HostInfo, checks: Sequence[Check], verdicts: Sequence[ImageVerdict]) -> dict[str, object]:
+    counts = Counter(verdict.status for verdict in verdicts)
+    return {
+        "host": dataclasses.asdict(host),
+        "checks": [dataclasses.asdict(check) for check in checks],
+        "images": [dataclasses.asdict(verdict) for verdict in verdicts],
+        "summary": {status: counts.get(status, 0) for status in ("ok", "warn", "fail", "n/a")},
+    }

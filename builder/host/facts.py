@@ -1,0 +1,257 @@
+"""What this host offers to GPU containers: the engine, NVIDIA GPUs, AMD device nodes.
+
+Gathering is the only I/O `builder doctor` does; every source (commands, the /dev tree, the
+engine, the user's groups) is a parameter, so tests hand in fixtures and the verdicts in
+`doctor.py` stay pure functions over the `HostInfo` record built here.
+"""
+
+from __future__ import annotations
+
+import grp
+import os
+import re
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from builder.errors import UserError
+
+Runner = Callable[[list[str]], tuple[int, str]]
+Identity = Callable[[], tuple[int, frozenset[int]]]  # (effective uid, group ids)
+GroupName = Callable[[int], str | None]
+
+NVIDIA_SMI_FIELDS = ("name", "driver_version", "compute_cap", "memory.total")
+NVIDIA_SMI_QUERY = (
+    "nvidia-smi",
+    f"--query-gpu={','.join(NVIDIA_SMI_FIELDS)}",
+    "--format=csv,noheader,nounits",
+)
+# Drivers older than ~510 do not know the compute_cap field; ask again without it.
+_FALLBACK_FIELDS = ("name", "driver_version", "memory.total")
+_NOT_A_FIELD = re.compile(r"is not a valid field", re.IGNORECASE)
+_NO_DEVICES = re.compile(r"No devices were found", re.IGNORECASE)
+_UNSET = {"", "[n/a]", "n/a", "[not supported]", "[unknown error]"}
+RUN_TIMEOUT_S = 30
+
+NvidiaStatus = Literal["ok", "absent", "no_devices", "failed"]
+
+
+@dataclass(frozen=True)
+class EngineFacts:
+    reachable: bool
+    version: str | None = None
+    runtimes: tuple[str, ...] = ()
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class NvidiaGpu:
+    index: int  # position in nvidia-smi's list, i.e. what NVIDIA_VISIBLE_DEVICES takes
+    name: str
+    compute_cap: str | None  # "9.0"; None when the driver does not report it
+    memory_mib: int | None
+
+
+@dataclass(frozen=True)
+class NvidiaInfo:
+    """`absent`: no nvidia-smi; `no_devices`: driver up, no GPU; `failed`: driver broken."""
+
+    status: NvidiaStatus
+    driver: str | None = None
+    gpus: tuple[NvidiaGpu, ...] = ()
+    error: str | None = None
+    device_nodes: bool = False  # /dev/nvidiactl exists
+
+    @property
+    def has_gpu(self) -> bool:
+        return self.status == "ok" and bool(self.gpus)
+
+
+@dataclass(frozen=True)
+class DeviceNode:
+    path: str  # as seen on the host, e.g. /dev/dri/renderD128
+    gid: int
+    group: str | None  # owning group's name; None when the host has no name for the gid
+    user_in_group: bool  # the current user can open it through group membership (or is root)
+
+    @property
+    def group_label(self) -> str:
+        return self.group or str(self.gid)
+
+
+@dataclass(frozen=True)
+class AmdInfo:
+    kfd: DeviceNode | None = None
+    render_nodes: tuple[DeviceNode, ...] = ()
+
+    @property
+    def present(self) -> bool:
+        return self.kfd is not None
+
+
+@dataclass(frozen=True)
+class HostInfo:
+    engine: EngineFacts
+    nvidia: NvidiaInfo
+    amd: AmdInfo
+
+
+def run_command(argv: list[str]) -> tuple[int, str]:
+    """Run a command; (exit code, stdout+stderr). 127 = not found, 124 = timed out."""
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False)
+    except FileNotFoundError:
+        return 127, f"{argv[0]}: command not found"
+    except subprocess.TimeoutExpired:
+        return 124, f"{argv[0]}: timed out after {RUN_TIMEOUT_S} s"
+    except OSError as exc:
+        return 126, f"{argv[0]}: {exc}"
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def current_identity() -> tuple[int, frozenset[int]]:
+    return os.geteuid(), frozenset(os.getgroups()) | {os.getegid()}
+
+
+def group_name(gid: int) -> str | None:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return None
+
+
+def _value(text: str) -> str | None:
+    text = text.strip()
+    return None if text.lower() in _UNSET else text
+
+
+def parse_gpu_csv(output: str, fields: tuple[str, ...] = NVIDIA_SMI_FIELDS) -> tuple[str | None, tuple[NvidiaGpu, ...]]:
+    """(driver version, GPUs) from `--format=csv,noheader,nounits` output; other lines are ignored."""
+    driver: str | None = None
+    gpus: list[NvidiaGpu] = []
+    for line in output.splitlines():
+        # Split from the right: a GPU name is the one field that could contain a comma.
+        parts = line.rsplit(",", len(fields) - 1)
+        if len(parts) != len(fields) or not parts[0].strip():
+            continue
+        row = dict(zip(fields, parts, strict=True))
+        memory = _value(row.get("memory.total", ""))
+        cc = _value(row.get("compute_cap", ""))
+        if cc is not None and not re.fullmatch(r"\d+\.\d+", cc):
+            continue
+        if memory is not None and not memory.isdigit():
+            continue
+        driver = driver or _value(row["driver_version"])
+        gpus.append(
+            NvidiaGpu(
+                index=len(gpus),
+                name=row["name"].strip(),
+                compute_cap=cc,
+                memory_mib=int(memory) if memory is not None else None,
+            )
+        )
+    return driver, tuple(gpus)
+
+
+def _first_line(text: str) -> str:
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()
+    return ""
+
+
+def gather_nvidia(run: Runner = run_command, dev_root: Path = Path("/")) -> NvidiaInfo:
+    nodes = (dev_root / "dev" / "nvidiactl").exists()
+    rc, out = run(list(NVIDIA_SMI_QUERY))
+    fields: tuple[str, ...] = NVIDIA_SMI_FIELDS
+    if rc != 0 and _NOT_A_FIELD.search(out):
+        fields = _FALLBACK_FIELDS
+        rc, out = run(
+            [
+                NVIDIA_SMI_QUERY[0],
+                f"--query-gpu={','.join(fields)}",
+                *NVIDIA_SMI_QUERY[2:],
+            ]
+        )
+    if rc == 127:
+        error = "nvidia-smi not found, but /dev/nvidiactl exists" if nodes else None
+        return NvidiaInfo(status="failed" if nodes else "absent", error=error, device_nodes=nodes)
+    if _NO_DEVICES.search(out):
+        return NvidiaInfo(status="no_devices", error=_first_line(out), device_nodes=nodes)
+    driver, gpus = parse_gpu_csv(out, fields) if rc == 0 else (None, ())
+    if not gpus:
+        error = _first_line(out) or f"nvidia-smi exited with {rc} and printed nothing"
+        return NvidiaInfo(status="failed", error=error, device_nodes=nodes)
+    return NvidiaInfo(status="ok", driver=driver, gpus=gpus, device_nodes=nodes)
+
+
+def _device_node(path: Path, dev_root: Path, uid: int, gids: frozenset[int], name: GroupName) -> DeviceNode:
+    gid = path.stat().st_gid
+    return DeviceNode(
+        path="/" + str(path.relative_to(dev_root)),
+        gid=gid,
+        group=name(gid),
+        user_in_group=uid == 0 or gid in gids,
+    )
+
+
+def _render_number(path: Path) -> int:
+    digits = path.name.removeprefix("renderD")
+    return int(digits) if digits.isdigit() else 1 << 30
+
+
+def gather_amd(
+    dev_root: Path = Path("/"),
+    identity: Identity = current_identity,
+    name: GroupName = group_name,
+) -> AmdInfo:
+    kfd_path = dev_root / "dev" / "kfd"
+    if not kfd_path.exists():
+        return AmdInfo()
+    uid, gids = identity()
+    nodes = sorted((dev_root / "dev" / "dri").glob("renderD*"), key=_render_number)
+    return AmdInfo(
+        kfd=_device_node(kfd_path, dev_root, uid, gids, name),
+        render_nodes=tuple(_device_node(p, dev_root, uid, gids, name) for p in nodes),
+    )
+
+
+def engine_facts() -> EngineFacts:
+    """Ask the configured engine (builder.engine) for its version and GPU runtimes."""
+    # Imported here: only a caller that wants engine facts pays for the docker SDK.
+    from docker.errors import DockerException  # type: ignore[import-untyped]
+
+    from builder.engine import client as engine_mod
+
+    try:
+        client = engine_mod.connect(timeout=RUN_TIMEOUT_S)
+    except (UserError, DockerException, OSError) as exc:
+        return EngineFacts(reachable=False, error=_first_line(str(exc)) or type(exc).__name__)
+    try:
+        return EngineFacts(
+            reachable=True,
+            version=engine_mod.engine_version(client),
+            runtimes=tuple(sorted(engine_mod.gpu_runtimes(client))),
+        )
+    except (DockerException, OSError) as exc:
+        return EngineFacts(reachable=False, error=_first_line(str(exc)) or type(exc).__name__)
+    finally:
+        client.close()
+
+
+def gather(
+    run: Runner = run_command,
+    dev_root: Path = Path("/"),
+    engine: Callable[[], EngineFacts] | None = None,
+    *,
+    identity: Identity = current_identity,
+    name: GroupName = group_name,
+) -> HostInfo:
+    """Collect everything doctor judges. `engine=None` asks builder.engine."""
+    return HostInfo(
+        engine=(engine or engine_facts)(),
+        nvidia=gather_nvidia(run, dev_root),
+        amd=gather_amd(dev_root, identity, name),
+    )

@@ -1,0 +1,1 @@
+"""Plan -> build contexts: Dockerfiles from the jinja2 templates, content hashes, images/ written safely."""

@@ -1,0 +1,66 @@
+"""One image's build context, in memory: the rendered files, the probe, and the content hash (pure).
+
+The context is Dockerfile + requirements.txt + hello_gpu.py. images/<id>/ commits the first two
+plus image.json (the plan entry, which records the hash); the probe exists once, in the package
+(builder/probes/hello_gpu.py), and the build stages it into the context. The content hash covers
+all three context files, so it changes exactly when what the engine builds changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from builder.records import ImageSpec, Matrix
+from builder.render.templates import dockerfile, environment, requirements
+
+PROBE = Path(__file__).resolve().parents[1] / "probes" / "hello_gpu.py"
+PROBE_NAME = "hello_gpu.py"
+CONTEXT = ("Dockerfile", "requirements.txt", PROBE_NAME)  # what the engine builds; all of it is hashed
+COMMITTED = ("Dockerfile", "requirements.txt", "image.json")  # what images/<id>/ holds
+Files = dict[str, bytes]
+
+
+def probe_bytes() -> bytes:
+    return PROBE.read_bytes()
+
+
+def context_files(spec: ImageSpec, env: jinja2.Environment, source: str, probe: bytes, matrix_name: str = "matrix.yaml") -> Files:
+    """The build context of one image (everything the content hash covers)."""
+    return {
+        "Dockerfile": dockerfile(spec, env, source, matrix_name).encode(),
+        "requirements.txt": requirements(spec).encode(),
+        PROBE_NAME: probe,
+    }
+
+
+def content_hash(files: Mapping[str, bytes]) -> str:
+    digest = hashlib.sha256()
+    for name in sorted(files):
+        if name in CONTEXT:
+            digest.update(name.encode() + b"\0" + hashlib.sha256(files[name]).digest())
+    return "sha256:" + digest.hexdigest()
+
+
+def image_json(entry: dict[str, Any]) -> bytes:
+    return (json.dumps(entry, indent=2, sort_keys=True) + "\n").encode()
+
+
+def contexts(specs: Iterable[ImageSpec], matrix: Matrix, template_dirs: Iterable[Path] = ()) -> dict[str, Files]:
+    """image id -> its build context, rendered once per call."""
+    env = environment(template_dirs)
+    probe = probe_bytes()
+    name = Path(matrix.path).name
+    return {spec.id: context_files(spec, env, matrix.source, probe, name) for spec in specs}
+
+
+def with_hashes(specs: tuple[ImageSpec, ...], matrix: Matrix, template_dirs: Iterable[Path] = ()) -> tuple[ImageSpec, ...]:
+    """Each spec with the hash of its rendered build context."""
+    rendered = contexts(specs, matrix, template_dirs)
+    return tuple(replace(spec, content_hash=content_hash(rendered[spec.id])) for spec in specs)

@@ -1,0 +1,84 @@
+"""Smoke-test run arguments: how a locked-down container with the right GPU access is created.
+
+Pure functions of (image spec, --gpu mode, host facts): unit tests pin the exact docker SDK
+arguments for CUDA, ROCm and cpu images without an engine or a GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from docker.types import DeviceRequest  # type: ignore[import-untyped]
+
+from builder.host.facts import HostInfo
+from builder.records import ImageSpec
+
+GPU_MODES = ("auto", "require", "off")
+MEMORY_LIMIT = "8g"
+PIDS_LIMIT = 1024
+TMPFS = {"/tmp": "rw,nosuid,nodev,size=2g"}
+
+
+@dataclass(frozen=True)
+class GpuAccess:
+    """Whether this run attaches GPUs, and why; `failure` when --gpu require cannot be met."""
+
+    attach: bool
+    reason: str
+    failure: str | None = None
+
+
+def gpu_access(spec: ImageSpec, mode: str, host: HostInfo) -> GpuAccess:
+    vendor = spec.base.vendor
+    if vendor == "cpu":
+        return GpuAccess(False, "cpu image: no GPU needed")
+    if mode == "off":
+        return GpuAccess(False, "--gpu off: GPU checks are skipped")
+    if vendor == "cuda":
+        present = host.nvidia.has_gpu
+        what = "no NVIDIA GPU on this host (nvidia-smi found none)"
+    else:
+        present = host.amd.present
+        what = "no AMD GPU on this host (no /dev/kfd)"
+    if present:
+        return GpuAccess(True, f"{vendor} GPU found on this host")
+    if mode == "require":
+        return GpuAccess(False, what, failure=f"--gpu require: {what}")
+    return GpuAccess(False, f"{what}: GPU checks are skipped")
+
+
+def gpu_kwargs(spec: ImageSpec, access: GpuAccess, host: HostInfo) -> dict[str, Any]:
+    """`--gpus all` for CUDA; /dev/kfd + /dev/dri with the nodes' groups for ROCm."""
+    if not access.attach:
+        return {}
+    if spec.base.vendor == "cuda":
+        return {"device_requests": [DeviceRequest(count=-1, capabilities=[["gpu"]])]}
+    devices = ["/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm"]
+    nodes = [n for n in (host.amd.kfd, *host.amd.render_nodes) if n is not None]
+    gids = sorted({str(n.gid) for n in nodes}) or ["video", "render"]
+    return {"devices": devices, "group_add": gids}
+
+
+def run_kwargs(spec: ImageSpec, access: GpuAccess, host: HostInfo, timeout_s: int, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """docker SDK `containers.create` arguments for a locked-down smoke container.
+
+    The container only sleeps (bounded by the timeout, so it ends itself even if we vanish);
+    the checks run in it through `exec`.
+    """
+    kwargs: dict[str, Any] = {
+        "image": spec.tag,
+        "command": ["sleep", str(timeout_s + 60)],
+        "network_disabled": True,
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges"],
+        "read_only": True,
+        "tmpfs": dict(TMPFS),
+        "mem_limit": MEMORY_LIMIT,
+        "pids_limit": PIDS_LIMIT,
+        "environment": {"HOME": "/tmp", "XDG_CACHE_HOME": "/tmp/.cache", **(env or {})},
+        "labels": {"io.builder.image-id": spec.id},
+        "detach": True,
+    }
+    kwargs.update(gpu_kwargs(spec, access, host))
+    return kwargs

@@ -1,0 +1,98 @@
+"""Fixtures for the in-container smoke tests, run by `builder test` (one pytest run per image).
+
+`builder test` starts a locked-down container of the image and passes it here through
+environment variables; testinfra's docker:// backend runs commands inside it. Every command
+the tests need starts at once and runs concurrently (each is its own `docker exec`), so a
+test run lasts about as long as the probe itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import testinfra
+
+from builder.smoke.runner import probe_command
+
+CONTAINER_ENV = "BUILDER_SMOKE_CONTAINER"
+COMMANDS = {
+    "pip_check": "nice -n 19 python -m pip check",  # low priority: the probe is the critical path
+    "identity": "id -u && id -un",
+    "environment": "env",
+    "numpy": "nice -n 19 python -c 'import numpy; print(numpy.__version__)'",
+}
+
+
+def _need(name: str) -> str:
+    value = os.environ.get(name)
+    if not value:
+        pytest.skip(f"{name} is not set: these tests run inside `builder test`, which starts the container")
+    return value
+
+
+def _timeout() -> int:
+    return int(os.environ.get("BUILDER_SMOKE_TIMEOUT", "300"))
+
+
+@pytest.fixture(scope="session")
+def host() -> Any:
+    return testinfra.get_host(f"docker://{_need(CONTAINER_ENV)}")
+
+
+@pytest.fixture(scope="session")
+def spec() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(Path(_need("BUILDER_SMOKE_IMAGE_JSON")).read_text(encoding="utf-8"))
+    return data
+
+
+@pytest.fixture(scope="session")
+def gpu_attached() -> bool:
+    return os.environ.get("BUILDER_SMOKE_GPU") == "1"
+
+
+def _started_probe(path: Path, timeout: int) -> SimpleNamespace:
+    """The probe run `builder test` started before pytest (see builder.smoke.runner.run_probe)."""
+    deadline = time.monotonic() + timeout + 60
+    while not path.exists():
+        if time.monotonic() > deadline:
+            return SimpleNamespace(rc=124, stdout="", stderr="the probe started by builder test never finished")
+        time.sleep(0.1)
+    return SimpleNamespace(**json.loads(path.read_text(encoding="utf-8")))
+
+
+@pytest.fixture(scope="session")
+def runs(host: Any) -> Iterator[dict[str, Future[Any]]]:
+    """Start hello-gpu (unless `builder test` already did) and every other command now, concurrently."""
+    timeout = _timeout()
+    started = os.environ.get("BUILDER_SMOKE_PROBE_RAW")
+    with ThreadPoolExecutor(max_workers=len(COMMANDS) + 1) as pool:
+        futures = {name: pool.submit(host.run, command) for name, command in COMMANDS.items()}
+        if started:
+            futures["probe"] = pool.submit(_started_probe, Path(started), timeout)
+        else:
+            futures["probe"] = pool.submit(host.run, probe_command(timeout))
+        yield futures
+
+
+@pytest.fixture(scope="session")
+def probe(runs: dict[str, Future[Any]]) -> dict[str, Any]:
+    """hello-gpu's JSON from inside the container, saved for the results file."""
+    run = runs["probe"].result()
+    if run.rc in (124, 137):
+        pytest.fail(f"hello-gpu timed out after {_timeout()} s inside the container")
+    try:
+        data: dict[str, Any] = json.loads(run.stdout)
+    except ValueError:
+        pytest.fail(f"hello-gpu printed no JSON (exit {run.rc}): {run.stderr.strip()[-500:]}")
+    out = os.environ.get("BUILDER_SMOKE_PROBE_OUT")
+    if out:
+        Path(out).write_text(json.dumps(data, indent=2, sort_keys=True), encoding="utf-8")
+    return data

@@ -1,0 +1,109 @@
+"""What must hold inside every built image: the probe verdicts, the planned versions, the hardening."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import Future
+from typing import Any
+
+import docker  # type: ignore[import-untyped]
+import pytest
+
+GPU_VENDORS = ("cuda", "rocm")
+
+
+def _public(version: str | None) -> str | None:
+    return version.split("+")[0] if version else version
+
+
+def test_every_framework_imports_and_computes(probe: dict[str, Any], spec: dict[str, Any]) -> None:
+    """Collect every failure first, then fail once with all of them."""
+    problems = []
+    for name in spec["frameworks"]:
+        result = probe["frameworks"].get(name, {})
+        status = result.get("status")
+        if status in (None, "not-installed"):
+            problems.append(f"{name}: not installed in the image")
+        elif status == "failed":
+            diagnosis = result.get("diagnosis") or {}
+            problems.append(f"{name}: {result.get('reason')} -> {diagnosis.get('cause', '')} {diagnosis.get('fix', '')}".strip())
+        elif not (result.get("cpu_check") or {}).get("ok"):
+            problems.append(f"{name}: CPU check failed: {(result.get('cpu_check') or {}).get('detail')}")
+    assert not problems, "; ".join(problems)
+
+
+def test_gpu_verdicts_are_honest(probe: dict[str, Any], spec: dict[str, Any], gpu_attached: bool) -> None:
+    """With a GPU every framework must pass on it; without one nothing may claim `passed`."""
+    statuses = {name: probe["frameworks"][name]["status"] for name in spec["frameworks"]}
+    if gpu_attached and spec["base"]["vendor"] in GPU_VENDORS:
+        assert all(s == "passed" for s in statuses.values()), statuses
+    else:
+        assert all(s == "skipped" for s in statuses.values()), statuses
+
+
+def test_versions_equal_the_plan(probe: dict[str, Any], spec: dict[str, Any]) -> None:
+    mismatches = []
+    for name, planned in spec["frameworks"].items():
+        found = _public(probe["frameworks"][name].get("version"))
+        if found != planned:
+            mismatches.append(f"{name}: planned {planned}, found {found}")
+    torch = probe["frameworks"].get("torch")
+    variant = spec.get("variants", {}).get("torch")
+    if torch and variant:
+        build = torch.get("build") or {}
+        if variant.startswith("cu"):
+            expected = f"{variant[2:-1]}.{variant[-1]}"
+            if build.get("cuda") != expected:
+                mismatches.append(f"torch.version.cuda: planned {expected} ({variant}), found {build.get('cuda')}")
+        elif variant.startswith("rocm"):
+            if not build.get("hip"):
+                mismatches.append(f"torch.version.hip: planned {variant}, found none")
+        elif build.get("cuda") or build.get("hip"):
+            mismatches.append(f"torch: planned a cpu build, found cuda={build.get('cuda')} hip={build.get('hip')}")
+    python = probe["host"]["python"]
+    if not python.startswith(spec["python"] + "."):
+        mismatches.append(f"python: planned {spec['python']}, found {python}")
+    assert not mismatches, "; ".join(mismatches)
+
+
+def test_numpy_pin_holds(runs: dict[str, Future[Any]], spec: dict[str, Any]) -> None:
+    pins = [p.split("==", 1)[1] for p in spec["packages"] if p.startswith("numpy==")]
+    if not pins:
+        pytest.skip("the plan pins no NumPy for this image (no framework in it has a NumPy ceiling)")
+    run = runs["numpy"].result()
+    assert run.rc == 0, run.stderr
+    assert run.stdout.strip() == pins[0]
+
+
+def test_default_user_is_not_root(runs: dict[str, Future[Any]]) -> None:
+    run = runs["identity"].result()
+    assert run.rc == 0, run.stderr
+    uid, name = run.stdout.split()
+    assert uid != "0" and name != "root", f"default user is {name} ({uid})"
+
+
+def test_accelerator_environment(runs: dict[str, Future[Any]], spec: dict[str, Any]) -> None:
+    env = dict(line.split("=", 1) for line in runs["environment"].result().stdout.splitlines() if "=" in line)
+    if spec["base"]["vendor"] == "cuda":
+        assert env.get("NVIDIA_VISIBLE_DEVICES") == "all"
+        assert env.get("NVIDIA_DRIVER_CAPABILITIES") == "compute,utility"
+        major, minor = spec["base"]["version"].split(".")[:2]
+        assert env.get("NVIDIA_REQUIRE_CUDA", "").startswith(f"cuda>={major}.{minor}")
+    else:
+        assert not [k for k in env if k.startswith("NVIDIA_")], "non-CUDA image sets NVIDIA_* variables"
+
+
+def test_pip_check_is_clean(runs: dict[str, Future[Any]]) -> None:
+    run = runs["pip_check"].result()
+    assert run.rc == 0, run.stdout + run.stderr
+
+
+def test_labels(spec: dict[str, Any]) -> None:
+    labels = docker.from_env().api.inspect_image(spec["tag"])["Config"]["Labels"]
+    assert labels.get("io.builder.content-hash") == spec["content_hash"]
+    assert labels.get("io.builder.id") == spec["id"]
+    assert json.dumps(spec["frameworks"], sort_keys=True) == json.dumps(
+        dict(item.split("=", 1) for item in labels["io.builder.frameworks"].split(",")), sort_keys=True
+    )
+    for key in ("title", "version", "source", "revision"):
+        assert labels.get(f"org.opencontainers.image.{key}"), f"missing OCI label {key}"

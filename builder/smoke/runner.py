@@ -1,0 +1,228 @@
+"""The smoke-test runner: one locked-down container per image, the checks (checks/) run against it, results on disk.
+
+Every container goes through `engine.tracked_container`, so it is removed after a pass, a
+failure, a timeout or Ctrl-C. Results: build/results/<id>.json, build/results/junit.xml.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from builder.engine import client as engine
+from builder.host.diagnose import diagnose_text
+from builder.host.facts import HostInfo
+from builder.records import ImageSpec
+from builder.smoke.args import GpuAccess, gpu_access, run_kwargs
+from builder.spec.plan import image_entry
+
+CHECKS_DIR = Path(__file__).resolve().parent / "checks"
+
+
+@dataclass(frozen=True)
+class SmokeResult:
+    id: str
+    tag: str
+    verdict: str  # passed | gpu-skipped | failed | not-built
+    gpu: dict[str, Any]
+    seconds: float
+    tests: dict[str, int] = field(default_factory=dict)
+    failures: tuple[str, ...] = ()
+    diagnoses: tuple[dict[str, str], ...] = ()
+    probe: dict[str, Any] | None = None
+    date: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _junit_counts(path: Path) -> tuple[dict[str, int], list[str]]:
+    if not path.exists():
+        return {}, []
+    root = ET.parse(path).getroot()
+    suites = [root] if root.tag == "testsuite" else list(root)
+    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    failures = []
+    for suite in suites:
+        for key in counts:
+            counts[key] += int(suite.get(key, "0"))
+        for case in suite.iter("testcase"):
+            for bad in list(case.findall("failure")) + list(case.findall("error")):
+                message = (bad.get("message") or "").splitlines()[0:1]
+                failures.append(f"{case.get('name')}: {message[0] if message else 'failed'}"[:400])
+    return counts, failures
+
+
+def verdict_of(returncode: int, counts: dict[str, int], attached: bool, vendor: str) -> str:
+    ran = counts.get("tests", 0) - counts.get("skipped", 0)
+    if returncode != 0 or counts.get("failures") or counts.get("errors") or ran <= 0:
+        return "failed"  # nothing checked is not a pass
+    if vendor != "cpu" and not attached:
+        return "gpu-skipped"
+    return "passed"
+
+
+def _diagnoses(probe: dict[str, Any] | None, failures: list[str]) -> list[dict[str, str]]:
+    out = []
+    for name, result in ((probe or {}).get("frameworks") or {}).items():
+        if result.get("status") == "failed" and result.get("diagnosis"):
+            out.append({"framework": name, **result["diagnosis"]})
+    if not out:
+        for failure in failures:
+            found = diagnose_text(failure)
+            if found:
+                out.append({"framework": "", "cause": found.cause, "fix": found.fix})
+    return out
+
+
+def probe_command(timeout_s: int) -> str:
+    """hello-gpu inside the container, killed by `timeout` at the limit."""
+    return f"timeout -s KILL {timeout_s} hello-gpu --json --timeout {max(30, timeout_s // 2)}"
+
+
+def run_probe(container: Any, timeout_s: int, out: Path) -> None:
+    """Run the probe with `exec` and write {rc, stdout, stderr} to `out` atomically, whatever happens."""
+    record: dict[str, Any] = {"rc": -1, "stdout": "", "stderr": ""}
+    try:
+        rc, (stdout, stderr) = container.exec_run(["sh", "-c", probe_command(timeout_s)], demux=True)
+        record = {"rc": rc, "stdout": (stdout or b"").decode(errors="replace"), "stderr": (stderr or b"").decode(errors="replace")}
+    except Exception as exc:  # noqa: BLE001 - the container went away (timeout, Ctrl-C): say so in the record
+        record["stderr"] = f"probe exec failed: {exc}"
+    finally:
+        tmp = out.with_suffix(".tmp")
+        tmp.write_text(json.dumps(record), encoding="utf-8")
+        tmp.replace(out)
+
+
+@dataclass(frozen=True)
+class Workdir:
+    """build/results/<id>/: what one run reads and writes (the plan entry, the probe's and pytest's output)."""
+
+    path: Path
+
+    @property
+    def image_json(self) -> Path:
+        return self.path / "image.json"
+
+    @property
+    def junit(self) -> Path:
+        return self.path / "junit.xml"
+
+    @property
+    def probe_raw(self) -> Path:
+        return self.path / "probe-run.json"
+
+    @property
+    def probe_out(self) -> Path:
+        return self.path / "probe.json"
+
+    @property
+    def pytest_log(self) -> Path:
+        return self.path / "pytest.log"
+
+    def prepare(self, spec: ImageSpec) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.image_json.write_text(json.dumps(image_entry(spec), sort_keys=True), encoding="utf-8")
+        for stale in (self.junit, self.probe_out, self.probe_raw):
+            stale.unlink(missing_ok=True)
+
+
+def pytest_argv(spec: ImageSpec, work: Workdir) -> list[str]:
+    """pytest over the checks folder only: its own ini and conftest, none of the caller's."""
+    return [
+        sys.executable, "-m", "pytest", str(CHECKS_DIR), "-q", "-p", "no:cacheprovider",
+        "-c", str(CHECKS_DIR / "pytest.ini"), f"--confcutdir={CHECKS_DIR}", f"--rootdir={CHECKS_DIR}", f"--junitxml={work.junit}",
+        "-o", f"junit_suite_name={spec.id}",
+    ]  # fmt: skip
+
+
+def checks_env(container_id: str, work: Workdir, attached: bool, timeout_s: int) -> dict[str, str]:
+    return dict(
+        os.environ,
+        BUILDER_SMOKE_CONTAINER=container_id,
+        BUILDER_SMOKE_IMAGE_JSON=str(work.image_json),
+        BUILDER_SMOKE_PROBE_RAW=str(work.probe_raw),
+        BUILDER_SMOKE_PROBE_OUT=str(work.probe_out),
+        BUILDER_SMOKE_GPU="1" if attached else "0",
+        BUILDER_SMOKE_TIMEOUT=str(timeout_s),
+        PYTEST_DISABLE_PLUGIN_AUTOLOAD="1",  # the checks need core pytest only: faster start
+    )
+
+
+def run_checks(client: Any, spec: ImageSpec, access: GpuAccess, host: HostInfo, timeout_s: int, work: Workdir) -> tuple[int, str]:
+    """Start the container, the probe in it, and pytest against it; (pytest exit code, its output)."""
+    with ThreadPoolExecutor(1) as pool, engine.tracked_container(client, **run_kwargs(spec, access, host, timeout_s)) as container:
+        container.start()
+        # The probe is the long pole: start it now, while pytest is still starting up.
+        pool.submit(run_probe, container, timeout_s, work.probe_raw)
+        try:
+            done = subprocess.run(
+                pytest_argv(spec, work),
+                env=checks_env(container.id, work, access.attach, timeout_s),
+                capture_output=True,
+                text=True,
+                timeout=timeout_s + 120,
+                check=False,
+            )
+            return done.returncode, done.stdout + done.stderr
+        except subprocess.TimeoutExpired as exc:
+            return 124, f"smoke tests timed out after {timeout_s + 120} s: {exc}"
+
+
+def judge(spec: ImageSpec, access: GpuAccess, returncode: int, output: str, work: Workdir, started: float, stamp: str) -> SmokeResult:
+    """The verdict of one run from what it left in its workdir."""
+    counts, failures = _junit_counts(work.junit)
+    if returncode == 124:
+        failures.append(output)
+    probe = json.loads(work.probe_out.read_text(encoding="utf-8")) if work.probe_out.exists() else None
+    return SmokeResult(
+        id=spec.id,
+        tag=spec.tag,
+        verdict=verdict_of(returncode, counts, access.attach, spec.base.vendor),
+        gpu={"attached": access.attach, "reason": access.reason},
+        seconds=round(time.monotonic() - started, 2),
+        tests=counts,
+        failures=tuple(failures),
+        diagnoses=tuple(_diagnoses(probe, failures)),
+        probe=probe,
+        date=stamp,
+    )
+
+
+def smoke_one(client: Any, spec: ImageSpec, host: HostInfo, mode: str, timeout_s: int, results_dir: Path) -> SmokeResult:
+    """Test one built image: GPU access decided, checks run, verdict written to results/<id>.json."""
+    started = time.monotonic()
+    access = gpu_access(spec, mode, host)
+    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if access.failure:
+        gpu = {"attached": access.attach, "reason": access.reason}
+        return SmokeResult(spec.id, spec.tag, "failed", gpu, 0.0, failures=(access.failure,), date=stamp)
+    work = Workdir(results_dir / spec.id)
+    work.prepare(spec)
+    returncode, output = run_checks(client, spec, access, host, timeout_s, work)
+    work.pytest_log.write_text(output, encoding="utf-8")
+    result = judge(spec, access, returncode, output, work, started, stamp)
+    (results_dir / f"{spec.id}.json").write_text(json.dumps(result.to_json(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return result
+
+
+def merge_junit(results_dir: Path, ids: list[str]) -> Path:
+    """One JUnit file for CI dashboards: a testsuite per image."""
+    suites = ET.Element("testsuites")
+    for image in ids:
+        path = results_dir / image / "junit.xml"
+        if path.exists():
+            root = ET.parse(path).getroot()
+            suites.extend([root] if root.tag == "testsuite" else list(root))
+    out = results_dir / "junit.xml"
+    ET.ElementTree(suites).write(out, encoding="utf-8", xml_declaration=True)
+    return out

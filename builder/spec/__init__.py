@@ -1,0 +1,1 @@
+"""What to build: matrix.yaml read with line numbers, validated, expanded, selected and planned (pure)."""

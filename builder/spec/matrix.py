@@ -1,0 +1,326 @@
+"""Load and validate matrix.yaml into a `Matrix` record.
+
+Every problem is a `UserError` naming the file, the line and the fix. Values that end up in a
+Dockerfile are checked against `builder.grammar` here, before anything is planned or rendered.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from builder.errors import UserError
+from builder.records import FRAMEWORKS, VENDORS, Base, Matrix, Rule
+from builder.spec import grammar
+from builder.yamlsrc import LDict, LList, load
+
+TOP_KEYS = ("registry", "defaults", "bases", "python", "frameworks", "stacks", "exclude", "include", "indexes", "build", "source")
+REQUIRED_TOP = ("registry", "bases", "python", "frameworks", "stacks")
+BASE_KEYS = ("vendor", "version", "os", "image", "digest", "bootstrap")
+BOOTSTRAPS = ("debootstrap",)
+RULE_KEYS = ("base", "stack", "python", "vendor", *FRAMEWORKS)
+BUILD_KEYS = ("ca_bundle",)
+
+
+class _Ctx:
+    """The file being validated; turns (message, line) into UserErrors."""
+
+    def __init__(self, file: str) -> None:
+        self.file = file
+
+    def fail(self, message: str, line: int) -> UserError:
+        return UserError(message, self.file, line)
+
+    def mapping(self, value: Any, what: str, line: int) -> LDict:
+        if not isinstance(value, LDict):
+            raise self.fail(f"{what} must be a mapping (key: value lines)", getattr(value, "line", line))
+        return value
+
+    def seq(self, value: Any, what: str, line: int) -> LList:
+        if not isinstance(value, LList):
+            raise self.fail(f'{what} must be a list, e.g. ["a", "b"]', getattr(value, "line", line))
+        return value
+
+    def keys(self, mapping: LDict, allowed: Iterable[str], what: str) -> None:
+        allowed = tuple(allowed)
+        for key in mapping:
+            if key not in allowed:
+                close = difflib.get_close_matches(key, allowed, n=1)
+                hint = f"did you mean '{close[0]}'?" if close else f"allowed: {', '.join(allowed)}"
+                raise self.fail(f"unknown key {key!r} in {what}; {hint}", mapping.line_of(key))
+
+    def text(self, value: Any, what: str, line: int, check: Callable[[str], object], example: str) -> str:
+        if isinstance(value, bool) or value is None or isinstance(value, (LDict, LList)):
+            raise self.fail(f"{what} must be a quoted string like {example}", line)
+        if isinstance(value, float):
+            typed = getattr(value, "source", str(value))
+            raise self.fail(f'{what} {typed} was read as a number; quote it: "{typed}" (e.g. {example})', line)
+        text = str(value)
+        if not check(text):
+            raise self.fail(f"{what} {text!r} is not valid; expected something like {example}", line)
+        return text
+
+
+def load_matrix(path: Path) -> Matrix:
+    """Read and validate a matrix file; raises UserError (file:line: fix) on any problem."""
+    display = _display(path)
+    doc = load(path, display)
+    ctx = _Ctx(display)
+    if doc is None:
+        raise ctx.fail("the file is empty; start from the example in README.md", 1)
+    top = ctx.mapping(doc, "the top level", 1)
+    ctx.keys(top, TOP_KEYS, "the top level")
+    for key in REQUIRED_TOP:
+        if key not in top:
+            raise ctx.fail(f"missing required key '{key}'; see README.md 'matrix.yaml'", top.line)
+
+    registry = ctx.text(top["registry"], "registry", top.line_of("registry"), grammar.REPOSITORY.fullmatch, "ghcr.io/acme/gpu-images")
+    bases = _bases(ctx, ctx.mapping(top["bases"], "bases", top.line_of("bases")))
+    pythons = _pythons(ctx, ctx.seq(top["python"], "python", top.line_of("python")))
+    frameworks = _frameworks(ctx, ctx.mapping(top["frameworks"], "frameworks", top.line_of("frameworks")))
+    stacks = _stacks(ctx, ctx.mapping(top["stacks"], "stacks", top.line_of("stacks")), dict(frameworks))
+    names = {"base": {b.name for b in bases}, "stack": {s for s, _ in stacks}}
+    exclude = _rules(ctx, top.get("exclude"), top.line_of("exclude"), "exclude", names)
+    include = _rules(ctx, top.get("include"), top.line_of("include"), "include", names)
+    for rule in include:
+        _check_include(ctx, rule, dict(stacks))
+    default_select = _defaults(ctx, top)
+    indexes = _indexes(ctx, top.get("indexes"), top.line_of("indexes"))
+    ca_bundle = _build(ctx, top.get("build"), top.line_of("build"), path.parent)
+    source = "https://github.com/example/gpu-images"
+    if "source" in top:
+        source = ctx.text(top["source"], "source", top.line_of("source"), grammar.is_url, "https://github.com/acme/gpu-images")
+    return Matrix(
+        path=display,
+        registry=registry,
+        default_select=default_select,
+        bases=bases,
+        python=pythons,
+        frameworks=frameworks,
+        stacks=stacks,
+        exclude=exclude,
+        include=include,
+        index_urls=indexes,
+        ca_bundle=ca_bundle,
+        source=source,
+    )
+
+
+def _display(path: Path) -> str:
+    """The path as people should read it in messages: relative to the working folder when inside it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _bases(ctx: _Ctx, bases: LDict) -> tuple[Base, ...]:
+    if not bases:
+        raise ctx.fail("bases is empty; declare at least one base", bases.line)
+    out = []
+    for name, spec in bases.items():
+        line = bases.line_of(name)
+        if not grammar.NAME.fullmatch(name):
+            raise ctx.fail(f"base name {name!r} must be lowercase letters, digits, '.', '_' or '-'", line)
+        spec = ctx.mapping(spec, f"base '{name}'", line)
+        ctx.keys(spec, BASE_KEYS, f"base '{name}'")
+        if "vendor" not in spec:
+            raise ctx.fail(f"base '{name}' needs 'vendor: cuda|rocm|cpu'", line)
+        vendor = spec["vendor"]
+        if vendor not in VENDORS:
+            close = difflib.get_close_matches(str(vendor), VENDORS, n=1)
+            hint = f"did you mean '{close[0]}'?" if close else "use cuda, rocm or cpu"
+            raise ctx.fail(f"base '{name}': unknown vendor {vendor!r}; {hint}", spec.line_of("vendor"))
+        if "os" not in spec:
+            raise ctx.fail(f"base '{name}' needs 'os:' (e.g. ubuntu22.04, debian12)", line)
+        os_ = ctx.text(spec["os"], f"base '{name}' os", spec.line_of("os"), grammar.OS.fullmatch, "ubuntu22.04")
+        version = None
+        if vendor in ("cuda", "rocm"):
+            if "version" not in spec:
+                raise ctx.fail(f"base '{name}' ({vendor}) needs 'version:' (e.g. \"12.4.1\")", line)
+            version = ctx.text(
+                spec["version"], f"base '{name}' version", spec.line_of("version"), grammar.ACCEL_VERSION.fullmatch, '"12.4.1"'
+            )
+        elif "version" in spec:
+            raise ctx.fail(f"base '{name}' is a cpu base; remove 'version:' (only cuda/rocm bases have one)", spec.line_of("version"))
+        bootstrap = spec.get("bootstrap")
+        image = spec.get("image")
+        if bootstrap is not None:
+            if bootstrap not in BOOTSTRAPS:
+                raise ctx.fail(f"base '{name}': unknown bootstrap {bootstrap!r}; supported: debootstrap", spec.line_of("bootstrap"))
+            if image is not None:
+                raise ctx.fail(f"base '{name}' has both 'image' and 'bootstrap'; keep one", spec.line_of("image"))
+            if vendor != "cpu" or not os_.startswith("debian"):
+                raise ctx.fail(
+                    f"base '{name}': debootstrap builds Debian cpu bases only (vendor: cpu, os: debian12)", spec.line_of("bootstrap")
+                )
+        elif image is None:
+            raise ctx.fail(
+                f"base '{name}' needs 'image:' (e.g. nvidia/cuda:12.4.1-cudnn-runtime-ubuntu22.04) or 'bootstrap: debootstrap'", line
+            )
+        else:
+            image = ctx.text(
+                image, f"base '{name}' image", spec.line_of("image"), grammar.is_image_ref, "nvidia/cuda:12.4.1-cudnn-runtime-ubuntu22.04"
+            )
+        digest = None
+        if "digest" in spec:
+            digest = ctx.text(
+                spec["digest"], f"base '{name}' digest", spec.line_of("digest"), grammar.DIGEST.fullmatch, '"sha256:<64 hex digits>"'
+            )
+            if bootstrap is not None:
+                raise ctx.fail(
+                    f"base '{name}' is bootstrapped locally; a digest pin applies to registry images only", spec.line_of("digest")
+                )
+        out.append(Base(name=name, vendor=vendor, os=os_, version=version, image=image, digest=digest, bootstrap=bootstrap, line=line))
+    return tuple(out)
+
+
+def _pythons(ctx: _Ctx, items: LList) -> tuple[str, ...]:
+    if not items:
+        raise ctx.fail('python is empty; list at least one version, e.g. ["3.11"]', items.line)
+    out = [ctx.text(v, "python version", items.line_of(i), grammar.PYTHON.fullmatch, '"3.11"') for i, v in enumerate(items)]
+    _no_repeats(ctx, out, items, "python")
+    return tuple(out)
+
+
+def _no_repeats(ctx: _Ctx, values: list[str], items: LList, what: str) -> None:
+    seen: set[str] = set()
+    for i, value in enumerate(values):
+        if value in seen:
+            raise ctx.fail(f"{what} lists {value!r} twice; remove one", items.line_of(i))
+        seen.add(value)
+
+
+def _frameworks(ctx: _Ctx, frameworks: LDict) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    ctx.keys(frameworks, FRAMEWORKS, "frameworks")
+    out = []
+    for name, versions in frameworks.items():
+        items = ctx.seq(versions, f"frameworks.{name}", frameworks.line_of(name))
+        if not items:
+            raise ctx.fail(f"frameworks.{name} is empty; list a version or remove the key", frameworks.line_of(name))
+        values = [ctx.text(v, f"{name} version", items.line_of(i), grammar.is_version, '"2.5.1"') for i, v in enumerate(items)]
+        _no_repeats(ctx, values, items, f"frameworks.{name}")
+        out.append((name, tuple(values)))
+    return tuple(out)
+
+
+def _stacks(ctx: _Ctx, stacks: LDict, frameworks: dict[str, tuple[str, ...]]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    if not stacks:
+        raise ctx.fail("stacks is empty; e.g. stacks: {torch: [torch]}", stacks.line)
+    out = []
+    for name, members in stacks.items():
+        line = stacks.line_of(name)
+        if not grammar.NAME.fullmatch(name):
+            raise ctx.fail(f"stack name {name!r} must be lowercase letters, digits, '.', '_' or '-'", line)
+        items = ctx.seq(members, f"stack '{name}'", line)
+        if not items:
+            raise ctx.fail(f"stack '{name}' is empty; list its frameworks", line)
+        for i, member in enumerate(items):
+            if member not in FRAMEWORKS:
+                close = difflib.get_close_matches(str(member), FRAMEWORKS, n=1)
+                hint = f"did you mean '{close[0]}'?" if close else f"known: {', '.join(FRAMEWORKS)}"
+                raise ctx.fail(f"stack '{name}': unknown framework {member!r}; {hint}", items.line_of(i))
+            if member not in frameworks:
+                raise ctx.fail(
+                    f"stack '{name}' uses {member} but frameworks.{member} lists no versions; add it under frameworks:", items.line_of(i)
+                )
+        _no_repeats(ctx, [str(m) for m in items], items, f"stack '{name}'")
+        out.append((name, tuple(str(m) for m in items)))
+    return tuple(out)
+
+
+def _rules(ctx: _Ctx, value: Any, line: int, what: str, names: dict[str, set[str]]) -> tuple[Rule, ...]:
+    if value is None:
+        return ()
+    items = ctx.seq(value, what, line)
+    out = []
+    for i, item in enumerate(items):
+        rule = ctx.mapping(item, f"{what} entry", items.line_of(i))
+        ctx.keys(rule, RULE_KEYS, f"an {what} entry")
+        if not rule:
+            raise ctx.fail(f"empty {what} entry; name at least one of {', '.join(RULE_KEYS)}", rule.line)
+        fields = []
+        for key, raw in rule.items():
+            kline = rule.line_of(key)
+            text = ctx.text(raw, f"{what}.{key}", kline, lambda t: bool(t) and not any(c in t for c in " \n'\"`$;\\"), '"2.5.1"')
+            if key in names and not any(c in text for c in "*?[") and text not in names[key]:
+                close = difflib.get_close_matches(text, sorted(names[key]), n=1)
+                hint = f"did you mean '{close[0]}'?" if close else f"known: {', '.join(sorted(names[key]))}"
+                raise ctx.fail(f"{what} names unknown {key} '{text}'; {hint}", kline)
+            if key == "vendor" and text not in VENDORS:
+                raise ctx.fail(f"{what} names unknown vendor '{text}'; use cuda, rocm or cpu", kline)
+            fields.append((key, text))
+        out.append(Rule(fields=tuple(fields), line=rule.line, key_lines=tuple((k, rule.line_of(k)) for k, _ in fields)))
+    return tuple(out)
+
+
+def _check_include(ctx: _Ctx, rule: Rule, stacks: dict[str, tuple[str, ...]]) -> None:
+    keys = dict(rule.fields)
+    for key in ("base", "stack", "python"):
+        if key not in keys or any(c in keys[key] for c in "*?["):
+            raise ctx.fail(f"an include entry needs an exact '{key}:' (it adds one combination)", rule.line_of(key))
+    if not grammar.PYTHON.fullmatch(keys["python"]):
+        raise ctx.fail(f'include python {keys["python"]!r} is not valid; expected like "3.11"', rule.line_of("python"))
+    for member in stacks[keys["stack"]]:
+        if member not in keys:
+            raise ctx.fail(f"include for stack '{keys['stack']}' needs '{member}: \"<version>\"'", rule.line)
+        if not grammar.is_version(keys[member]):
+            raise ctx.fail(f'include {member} version {keys[member]!r} is not valid; expected like "2.5.1"', rule.line_of(member))
+    extra = sorted(set(keys) - {"base", "stack", "python", *stacks[keys["stack"]]})
+    if extra:
+        raise ctx.fail(f"include names {', '.join(extra)}, which stack '{keys['stack']}' does not have; remove it", rule.line_of(extra[0]))
+
+
+def _defaults(ctx: _Ctx, top: LDict) -> str:
+    if "defaults" not in top:
+        return ""
+    defaults = ctx.mapping(top["defaults"], "defaults", top.line_of("defaults"))
+    ctx.keys(defaults, ("select",), "defaults")
+    if "select" not in defaults:
+        return ""
+    text = ctx.text(defaults["select"], "defaults.select", defaults.line_of("select"), lambda t: True, '"base=local-debian12"')
+    from builder.spec.select import parse_select  # local import: select depends on records only
+
+    try:
+        parse_select(text)
+    except UserError as exc:
+        raise ctx.fail(f"defaults.select: {exc.message}", defaults.line_of("select")) from None
+    return text
+
+
+def _indexes(ctx: _Ctx, value: Any, line: int) -> tuple[tuple[str, str], ...]:
+    if value is None:
+        return ()
+    indexes = ctx.mapping(value, "indexes", line)
+    out = []
+    for key, url in indexes.items():
+        kline = indexes.line_of(key)
+        if not key.startswith(tuple(f"{f}-" for f in FRAMEWORKS)):
+            raise ctx.fail(f"indexes key {key!r}: use '<framework>-<variant>' like torch-cu124 or torch-* (globs allowed)", kline)
+        text = ctx.text(
+            url,
+            f"indexes.{key}",
+            kline,
+            lambda t: grammar.is_url(t.replace("{variant}", "variant")),
+            "https://mirror.example.com/pytorch/{variant}",
+        )
+        out.append((key, text))
+    return tuple(out)
+
+
+def _build(ctx: _Ctx, value: Any, line: int, root: Path) -> str | None:
+    if value is None:
+        return None
+    build = ctx.mapping(value, "build", line)
+    ctx.keys(build, BUILD_KEYS, "build")
+    if "ca_bundle" not in build:
+        return None
+    text = ctx.text(
+        build["ca_bundle"], "build.ca_bundle", build.line_of("ca_bundle"), lambda t: bool(t), "/etc/ssl/certs/ca-certificates.crt"
+    )
+    path = Path(text) if Path(text).is_absolute() else root / text
+    if not path.is_file():
+        raise ctx.fail(f"build.ca_bundle {text!r} does not exist; give a PEM file path", build.line_of("ca_bundle"))
+    return str(path)

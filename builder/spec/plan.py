@@ -1,0 +1,177 @@
+"""Plan: expand the matrix, apply the compatibility rules, and describe every image.
+
+Pure: no Docker, no network. The plan carries no content hashes: those come from rendering the
+build contexts (builder.render.context.with_hashes), one stage later.
+"""
+
+from __future__ import annotations
+
+from fnmatch import fnmatchcase
+from typing import Any
+
+from builder.compat.facts import Compat, table
+from builder.compat.rules import decide
+from builder.compat.rules.cuda import accelerator
+from builder.compat.rules.numpy import pick_numpy
+from builder.compat.rules.python import decide_python
+from builder.errors import UserError
+from builder.records import Combination, ImageSpec, Install, Matrix, Plan, Skipped
+from builder.spec import grammar
+from builder.spec.expand import excluded_by, expand, included
+
+
+def image_id(combo: Combination) -> str:
+    """Readable, deterministic, a valid Docker tag: torch2.5.1-cu124-py3.11-ubuntu22.04."""
+    base = combo.base
+    if base.vendor == "cuda" and base.version:
+        major, minor = base.version.split(".")[:2]
+        accel = f"cu{major}{minor}"
+    elif base.vendor == "rocm" and base.version:
+        accel = f"rocm{base.version}"
+    else:
+        accel = "cpu"
+    frameworks = "-".join(f"{name}{version}" for name, version in combo.frameworks)
+    return f"{frameworks}-{accel}-py{combo.python}-{base.os}"
+
+
+def _override(url: str, install: Install, overrides: tuple[tuple[str, str], ...]) -> str:
+    """Apply `indexes:` from matrix.yaml (first matching `<framework>-<variant>` glob wins)."""
+    key = f"{install.framework}-{install.variant}"
+    for pattern, replacement in overrides:
+        if fnmatchcase(key, pattern):
+            return replacement.replace("{variant}", install.variant or "")
+    return url
+
+
+def decide_combination(combo: Combination, matrix: Matrix, compat: Compat) -> ImageSpec | str:
+    """The image for a combination, or why it cannot work."""
+    interpreter = decide_python(combo.base, combo.python, compat)
+    if isinstance(interpreter, str):
+        return interpreter
+    installs: list[Install] = []
+    warnings: list[str] = []
+    for name, version in combo.frameworks:
+        verdict = decide(name, combo.base, combo.python, version, compat)
+        if not verdict.ok or verdict.install is None:
+            return verdict.reason
+        installs.append(verdict.install)
+        warnings.extend(verdict.warnings)
+    try:
+        numpy = pick_numpy(tuple(installs), combo.python, compat)
+    except ValueError as exc:
+        return str(exc)
+    packages = sorted({req for i in installs for req in i.requirements} | ({f"numpy=={numpy}"} if numpy else set()))
+    index_urls: list[str] = []
+    for install in installs:
+        for url in install.index_urls:
+            url = _override(url, install, matrix.index_urls)
+            if url not in index_urls:
+                index_urls.append(url)
+    image = image_id(combo)
+    if not grammar.DOCKER_TAG.fullmatch(image):
+        return f"image id {image!r} is not a valid Docker tag (too long?); shorten the base os or versions"
+    bootstrapped = combo.base.bootstrap is not None
+    return ImageSpec(
+        id=image,
+        tag=f"{matrix.registry}:{image}",
+        base=combo.base,
+        stack=combo.stack,
+        python=combo.python,
+        frameworks=combo.frameworks,
+        installs=tuple(installs),
+        packages=tuple(packages),
+        index_urls=tuple(index_urls),
+        accelerator=accelerator(combo.base, compat),
+        python_packages=() if bootstrapped else interpreter.packages,
+        python_bin=interpreter.bin,
+        warnings=tuple(warnings),
+    )
+
+
+def _skipped(combo: Combination, reason: str) -> Skipped:
+    return Skipped(base=combo.base.name, stack=combo.stack, python=combo.python, frameworks=combo.frameworks, reason=reason)
+
+
+def _collect(matrix: Matrix, compat: Compat) -> tuple[dict[str, ImageSpec], list[Skipped]]:
+    images: dict[str, ImageSpec] = {}
+    skipped: list[Skipped] = []
+    for combo in expand(matrix):
+        rule = excluded_by(matrix, combo)
+        if rule is not None:
+            skipped.append(_skipped(combo, f"excluded by {matrix.path}:{rule.line}"))
+            continue
+        decided = decide_combination(combo, matrix, compat)
+        if isinstance(decided, str):
+            skipped.append(_skipped(combo, decided))
+        else:
+            _add(images, decided, matrix)
+    for combo in included(matrix):
+        decided = decide_combination(combo, matrix, compat)
+        if isinstance(decided, str):
+            raise UserError(f"this include cannot work: {decided}; change or remove it", matrix.path, combo.line)
+        images.pop(decided.id, None)  # an include re-adds what an exclude removed or the expansion had
+        _add(images, decided, matrix, combo.line)
+        skipped = [s for s in skipped if not _same(s, combo)]
+    return images, skipped
+
+
+def _same(skip: Skipped, combo: Combination) -> bool:
+    return (skip.base, skip.stack, skip.python, skip.frameworks) == (combo.base.name, combo.stack, combo.python, combo.frameworks)
+
+
+def _add(images: dict[str, ImageSpec], spec: ImageSpec, matrix: Matrix, line: int = 0) -> None:
+    other = images.get(spec.id)
+    if other is not None and other.base.name != spec.base.name:
+        raise UserError(
+            f"bases '{other.base.name}' and '{spec.base.name}' produce the same image id {spec.id}; "
+            "give them different os or versions, or exclude one",
+            matrix.path,
+            line or spec.base.line,
+        )
+    images[spec.id] = spec
+
+
+def make_plan(matrix: Matrix, compat: Compat | None = None) -> Plan:
+    """The images (without content hashes) and the skipped combinations."""
+    compat = compat or table()
+    images, skipped = _collect(matrix, compat)
+    specs = tuple(sorted(images.values(), key=lambda s: s.id))
+    warnings = sorted({w for spec in specs for w in spec.warnings})
+    return Plan(images=specs, skipped=tuple(skipped), warnings=tuple(warnings))
+
+
+def image_entry(spec: ImageSpec) -> dict[str, Any]:
+    """The plan JSON entry for an image (also written as images/<id>/image.json)."""
+    base: dict[str, Any] = {"name": spec.base.name, "vendor": spec.base.vendor, "os": spec.base.os}
+    for key in ("version", "image", "digest", "bootstrap"):
+        value = getattr(spec.base, key)
+        if value is not None:
+            base[key] = value
+    base["from"] = spec.base.from_ref
+    accel = {k: v for k, v in vars(spec.accelerator).items() if v is not None}
+    return {
+        "id": spec.id,
+        "tag": spec.tag,
+        "base": base,
+        "stack": spec.stack,
+        "python": spec.python,
+        "frameworks": dict(spec.frameworks),
+        "packages": list(spec.packages),
+        "index_urls": list(spec.index_urls),
+        "content_hash": spec.content_hash,
+        "accelerator": accel,
+        "variants": {i.framework: i.variant for i in spec.installs},
+        "cudnn": {i.framework: i.cudnn for i in spec.installs if i.cudnn},
+        "notes": [note for i in spec.installs for note in i.notes],
+        "warnings": list(spec.warnings),
+    }
+
+
+def skipped_entry(skip: Skipped) -> dict[str, Any]:
+    return {
+        "base": skip.base,
+        "stack": skip.stack,
+        "python": skip.python,
+        "frameworks": dict(skip.frameworks),
+        "reason": skip.reason,
+    }

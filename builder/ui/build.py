@@ -1,0 +1,58 @@
+"""`builder build` on the terminal: live progress on stderr, the summary table on stdout."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from builder.engine.build import BuildResult
+from builder.ui.status import styled
+
+
+class BuildProgress:
+    """app.BuildEvents drawn with rich on stderr: one bar overall, one line per image being built."""
+
+    def __init__(self, err: Console) -> None:
+        columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn())
+        self.progress = Progress(*columns, console=err, transient=False)
+        self.overall: Any = None
+        self.steps: dict[str, Any] = {}
+
+    def begin(self, total: int) -> None:
+        self.overall = self.progress.add_task("building", total=total)
+        self.progress.start()
+
+    def end(self) -> None:
+        self.progress.stop()
+
+    def info(self, text: str) -> None:
+        self.progress.console.print(text, highlight=False)
+
+    def line(self, image: str, text: str) -> None:
+        if text.startswith("Step "):
+            task = self.steps.get(image)
+            if task is None:
+                task = self.steps[image] = self.progress.add_task(image, total=None)
+            self.progress.update(task, description=f"{image}: {text.strip()[:70]}")
+
+    def done(self, result: BuildResult) -> None:
+        self.progress.advance(self.overall)
+        if result.id in self.steps:
+            self.progress.remove_task(self.steps.pop(result.id))
+        self.progress.console.print(f"{styled(result.status)} {result.id} ({result.seconds:.1f}s)")
+
+
+def print_build_summary(out: Console, results: Sequence[BuildResult]) -> None:
+    table = Table(title="build", title_justify="left")
+    for column in ("image", "status", "seconds", "size MB", "attempts", "log / cause"):
+        table.add_column(column, overflow="fold")
+    for r in results:
+        detail = r.cause or r.error or (r.log or "")
+        if r.fix:
+            detail += f" -> {r.fix}"
+        table.add_row(r.id, styled(r.status), f"{r.seconds:.1f}", "" if r.size_mb is None else f"{r.size_mb:.0f}", str(r.attempts), detail)
+    out.print(table)

@@ -1,0 +1,17 @@
+"""Colours for statuses and verdicts, shared by every table."""
+
+from __future__ import annotations
+
+STYLE = {
+    "built": "green",
+    "up-to-date": "green",
+    "passed": "green",
+    "gpu-skipped": "yellow",
+    "failed": "red",
+    "interrupted": "red",
+    "not-built": "yellow",
+}
+
+
+def styled(status: str) -> str:
+    return f"[{STYLE.get(status, 'white')}]{status}[/]"

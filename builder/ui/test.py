@@ -1,0 +1,45 @@
+"""`builder test` on the terminal: a line per image on stderr, the summary table on stdout."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.console import Console
+from rich.table import Table
+
+from builder.records import ImageSpec
+from builder.smoke.runner import SmokeResult
+from builder.ui.status import styled
+
+
+class TestLines:
+    """app.TestEvents as plain lines on stderr."""
+
+    def __init__(self, err: Console) -> None:
+        self.err = err
+
+    def started(self, spec: ImageSpec) -> None:
+        self.err.print(f"testing {spec.id} ...")
+
+    def done(self, result: SmokeResult) -> None:
+        self.err.print(f"{styled(result.verdict)} {result.id} ({result.seconds:.1f}s)")
+
+
+def print_test_summary(out: Console, results: Sequence[SmokeResult]) -> None:
+    table = Table(title="smoke tests", title_justify="left")
+    for column in ("image", "verdict", "frameworks", "gpu", "tests", "seconds", "diagnosis"):
+        table.add_column(column, overflow="fold")
+    for r in results:
+        frameworks = " ".join(
+            f"{name}:{res.get('status')}"
+            for name, res in ((r.probe or {}).get("frameworks") or {}).items()
+            if res.get("status") != "not-installed"
+        )
+        tests = (
+            f"{r.tests.get('tests', 0) - r.tests.get('failures', 0) - r.tests.get('errors', 0)}/{r.tests.get('tests', 0)}"
+            if r.tests
+            else "-"
+        )
+        diagnosis = "; ".join(f"{d.get('framework', '')}: {d['cause']} -> {d['fix']}" for d in r.diagnoses) or "; ".join(r.failures)[:300]
+        table.add_row(r.id, styled(r.verdict), frameworks, r.gpu.get("reason", ""), tests, f"{r.seconds:.1f}", diagnosis)
+    out.print(table)
