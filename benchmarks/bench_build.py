@@ -42,7 +42,8 @@ def noop_rebuild(ws: Workspace) -> tuple[float, float]:
     chosen = settings.resolve(os.environ)
     staging = Path(tempfile.mkdtemp(prefix="bench-contexts-"))
     try:
-        staged = [context.stage(s, ws.images_dir / s.id, staging, chosen) for s in specs]
+        rendered = ws.contexts(specs)
+        staged = [context.stage(s, rendered[s.id], staging, chosen) for s in specs]
         args = [
             ["docker", "build", "-q", "--network", "host", "-t", f"bench/{s.id}:plain", str(st.path)]
             for s, st in zip(specs, staged, strict=True)
@@ -103,7 +104,7 @@ def main() -> None:
         )
     if not args.skip_parallel:
         one, two = parallel()
-        subprocess.run(["docker", "image", "prune", "-f"], check=False, capture_output=True)  # the --no-cache build stages
+        subprocess.run([*BUILDER, "clean"], cwd=ROOT, check=False, capture_output=True)  # the --no-cache build stages (only the tool's own)
         rows.append(("(c) full rebuild of the slice", f"-j 2 {two:.1f} s", f"-j 1 {one:.1f} s", f"{two / one:.2f}", "(lower is better)"))
     widths = [max(len(r[i]) for r in [("case", "ours", "baseline", "ratio", "target"), *rows]) for i in range(5)]
     for row in [("case", "ours", "baseline", "ratio", "target"), *rows]:

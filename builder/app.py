@@ -10,17 +10,18 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol
 
 from builder.engine import client as engine
-from builder.engine import push, settings
-from builder.engine.build import Builder, BuildResult, check_rendered, git_revision
+from builder.engine import leftovers, push, settings
+from builder.engine.build import Builder, BuildResult, git_revision
+from builder.engine.image_build import Run
 from builder.engine.settings import BuildSettings
-from builder.errors import UserError
+from builder.errors import RunFailure, UserError
 from builder.host import facts as hostinfo
 from builder.records import ImageSpec
-from builder.render.tree import stale
+from builder.render.tree import LOCK_DIR, expected_tree, stale, stale_images
 from builder.smoke.runner import SmokeResult, merge_junit, smoke_one
 from builder.workspace import Workspace
 
@@ -88,37 +89,65 @@ def build_settings(ws: Workspace, options: BuildOptions) -> BuildSettings:
     )
 
 
+def check_rendered(ws: Workspace, specs: Sequence[ImageSpec]) -> None:
+    """Refuse to build unless images/<id>/ is exactly what the plan renders (no edits, no links, no extras)."""
+    expected = expected_tree(specs, ws.contexts(tuple(specs)))
+    differ = stale_images(ws.images_dir, expected, [s.id for s in specs])
+    if differ:
+        raise UserError(
+            f"{ws.images_dir.name}/{differ[0]} differs from what the plan renders ({len(differ)} file(s): edited, linked, missing or "
+            "stale); run `builder render` (it keeps hand edits unless --force) and build again"
+        )
+
+
 def build_images(ws: Workspace, specs: Sequence[ImageSpec], options: BuildOptions, events: BuildEvents) -> list[BuildResult]:
-    """Build what is stale, push when asked; results in build/results/build.json."""
-    check_rendered(specs, ws.images_dir)
+    """Build what is stale, push when asked; results in build/results/build.json, also when interrupted."""
+    check_rendered(ws, specs)
     chosen = build_settings(ws, options)
     client = engine.connect()  # fail with the one-line fix before any progress is drawn; reused for --push
-    builder = Builder(
-        make_client=lambda: engine.connect(timeout=3600),
+    run = Run(
         settings=chosen,
-        images_dir=ws.images_dir,
         build_dir=ws.build_dir,
+        lock_dir=LOCK_DIR,
         revision=git_revision(ws.root),
         no_cache=options.no_cache,
         on_line=events.line,
     )
+    builder = Builder(make_client=lambda: engine.connect(timeout=3600), run=run, contexts=ws.contexts(tuple(specs)))
     events.info(f"CA bundle: {chosen.ca_bundle or 'none'}; local wheel folders: {', '.join(map(str, chosen.pip.local_dirs)) or 'none'}")
     events.begin(len(specs))
     try:
-        results = builder.build_all(specs, jobs=options.jobs, force=options.force, keep_going=options.keep_going, on_done=events.done)
+        with leftovers.active_run():
+            results = builder.build_all(specs, jobs=options.jobs, force=options.force, keep_going=options.keep_going, on_done=events.done)
+    except KeyboardInterrupt:
+        write_results(ws, "build.json", [asdict(r) for r in builder.partial])
+        raise
     finally:
         events.end()
     if options.push:
-        push_built(client, specs, results, events)
+        results = push_built(client, specs, results, events)
     write_results(ws, "build.json", [asdict(r) for r in results])
     return results
 
 
-def push_built(client: Any, specs: Sequence[ImageSpec], results: Sequence[BuildResult], events: BuildEvents) -> None:
+def push_built(client: Any, specs: Sequence[ImageSpec], results: Sequence[BuildResult], events: BuildEvents) -> list[BuildResult]:
+    """Push each built image; a push that fails is recorded on its result (exit 1), never a traceback."""
     by_id = {s.id: s for s in specs}
+    out = []
     for result in results:
         if result.status in BUILT:
-            push.push_image(client, by_id[result.id].tag, log=events.info)
+            try:
+                outcome = push.push_image(client, by_id[result.id].tag, log=events.info)
+            except RunFailure as exc:
+                outcome = f"failed: {exc.message}"
+                events.info(f"error: {exc.message}")
+            result = replace(result, push=outcome)
+        out.append(result)
+    return out
+
+
+def build_ok(results: Sequence[BuildResult]) -> bool:
+    return all(r.status in BUILT and not (r.push or "").startswith("failed") for r in results)
 
 
 # -- test ---------------------------------------------------------------------------------------
@@ -127,20 +156,31 @@ def push_built(client: Any, specs: Sequence[ImageSpec], results: Sequence[BuildR
 def test_images(ws: Workspace, specs: Sequence[ImageSpec], options: TestOptions, events: TestEvents) -> list[SmokeResult]:
     """Smoke-test each built image; results in build/results/<id>.json and junit.xml."""
     client = engine.connect()
+    engine.remove_leftover_containers(client)  # a killed run's smoke containers
     host = hostinfo.gather(engine=lambda: hostinfo.EngineFacts(True, engine.engine_version(client), tuple(engine.gpu_runtimes(client))))
     results_dir = ws.build_dir / "results"
     results_dir.mkdir(parents=True, exist_ok=True)
     results = []
-    for spec in specs:
-        if engine.image_labels(client, spec.tag) is None:
-            result = not_built(spec)
-        else:
-            events.started(spec)
-            result = smoke_one(client, spec, host, options.gpu, options.timeout_s, results_dir)
-        events.done(result)
-        results.append(result)
+    with leftovers.active_run():
+        for spec in specs:
+            result = _test_one(client, spec, host, options, results_dir, events)
+            events.done(result)
+            results.append(result)
     merge_junit(results_dir, [s.id for s in specs])
     return results
+
+
+def _test_one(client: Any, spec: ImageSpec, host: Any, options: TestOptions, results_dir: Any, events: TestEvents) -> SmokeResult:
+    try:
+        if engine.image_labels(client, spec.tag) is None:
+            return not_built(spec)
+        events.started(spec)
+        return smoke_one(client, spec, host, options.gpu, options.timeout_s, results_dir)
+    except Exception as exc:
+        if not engine.is_engine_fault(exc):
+            raise
+        gpu = {"attached": False, "reason": "the engine failed"}
+        return SmokeResult(spec.id, spec.tag, "failed", gpu, 0.0, failures=(f"engine connection failed: {' '.join(str(exc).split())[:300]}",))
 
 
 def not_built(spec: ImageSpec) -> SmokeResult:
@@ -154,19 +194,22 @@ def run(
     ws: Workspace, specs: Sequence[ImageSpec], build: BuildOptions, test: TestOptions, events: RunEvents
 ) -> tuple[list[BuildResult], list[SmokeResult]]:
     """The main job: images/ must be current, then build, then test what built."""
-    found = stale(ws.images_dir, ws.rendered_tree())
+    found = stale(ws.images_dir, ws.rendered_tree())  # renders every context once; selected() reuses them
     if found:
         raise UserError(f"images/ is stale ({len(found)} files, e.g. {found[0]}); run `builder render` and commit the result")
     built = build_images(ws, specs, build, events.build)
     events.built(built)
     ready = tuple(s for s, r in zip(specs, built, strict=True) if r.status in BUILT)
-    tested = test_images(ws, ready, test, events.test) if ready else []
+    try:
+        tested = test_images(ws, ready, test, events.test) if ready else []
+    except UserError as exc:  # the engine answered for the build and went away before the tests
+        raise RunFailure(f"the smoke tests could not start after the build: {exc.message}") from None
     events.tested(tested)
     return built, tested
 
 
 def run_ok(specs: Sequence[ImageSpec], built: Sequence[BuildResult], tested: Sequence[SmokeResult]) -> bool:
-    return all(r.status in BUILT for r in built) and len(tested) == len(specs) and all(r.verdict in TEST_OK for r in tested)
+    return build_ok(built) and len(tested) == len(specs) and all(r.verdict in TEST_OK for r in tested)
 
 
 def write_results(ws: Workspace, name: str, data: Any) -> None:

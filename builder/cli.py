@@ -8,36 +8,63 @@ from __future__ import annotations
 
 import functools
 import json
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import FrameType
 from typing import Any, TypeVar
 
 import click
 from rich.console import Console
 
-from builder.errors import UserError
+from builder.errors import Interrupted, RunFailure, UserError
 from builder.render import tree as render_tree
 from builder.spec.formats import github_matrix, plan_json
 from builder.workspace import Workspace
 
 F = TypeVar("F", bound=Callable[..., Any])
+MAX_JOBS = 32  # parallel builds; more only thrash the engine and the disk
+MAX_TIMEOUT_S = 24 * 3600
 out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True, soft_wrap=True)
 
 
 def user_errors(func: F) -> F:
-    """UserError -> one line on stderr, exit 2, no traceback."""
+    """One line on stderr, never a traceback: UserError exits 2, RunFailure and a lost engine exit 1,
+    Ctrl-C / SIGTERM / SIGHUP exit 128 + signal after every cleanup ran."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
+        for sig in previous:
+            signal.signal(sig, _interrupt)
         try:
             return func(*args, **kwargs)
         except UserError as exc:
             click.echo(f"error: {exc}", err=True)
             sys.exit(2)
+        except RunFailure as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(1)
+        except KeyboardInterrupt as exc:
+            signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+            click.echo(f"interrupted by {signal.Signals(signum).name}: running builds were cancelled, containers removed", err=True)
+            sys.exit(128 + signum)
+        except Exception as exc:
+            if "builder.engine.client" in sys.modules and sys.modules["builder.engine.client"].is_engine_fault(exc):
+                click.echo(f"error: the Docker engine failed mid-run: {' '.join(str(exc).split())[:300]}", err=True)
+                sys.exit(1)
+            raise
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
     return wrapper  # type: ignore[return-value]
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise Interrupted(signum)
 
 
 def emit_json(data: Any) -> None:
@@ -48,7 +75,27 @@ def _exit_for(ok: bool) -> None:
     sys.exit(0 if ok else 1)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Group(click.Group):
+    """Usage errors as one line too (`error: ...`, exit 2), like every other error of the tool."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs["standalone_mode"] = False
+        try:
+            return super().main(*args, **kwargs)
+        except click.exceptions.NoArgsIsHelpError as exc:
+            click.echo(exc.ctx.get_help() if exc.ctx else exc.format_message())
+            sys.exit(0)
+        except click.exceptions.UsageError as exc:
+            command = f"builder {exc.ctx.command_path.split(' ', 1)[1]} --help" if exc.ctx and " " in exc.ctx.command_path else "builder --help"
+            click.echo(f"error: {exc.format_message()} (see `{command}`)", err=True)
+            sys.exit(2)
+        except click.exceptions.Abort:
+            sys.exit(130)
+        except click.exceptions.Exit as exc:
+            sys.exit(exc.exit_code)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--matrix", "matrix_path", metavar="PATH", help="matrix file (default ./matrix.yaml or $BUILDER_MATRIX)")
 @click.pass_context
 def main(ctx: click.Context, matrix_path: str | None) -> None:
@@ -81,9 +128,10 @@ def plan(ws: Workspace, select_expr: str | None, fmt: str, explain: bool) -> Non
 @main.command()
 @click.option("--check", is_flag=True, help="write nothing; exit 1 listing stale files")
 @click.option("--out", "out_dir", metavar="DIR", help="output folder (default images/ beside the matrix)")
+@click.option("--force", is_flag=True, help="replace generated files that were edited by hand (never other files)")
 @click.pass_obj
 @user_errors
-def render(ws: Workspace, check: bool, out_dir: str | None) -> None:
+def render(ws: Workspace, check: bool, out_dir: str | None, force: bool) -> None:
     """Write images/<id>/ build contexts from the plan."""
     target = Path(out_dir).absolute() if out_dir else ws.images_dir
     expected = ws.rendered_tree()
@@ -96,13 +144,13 @@ def render(ws: Workspace, check: bool, out_dir: str | None) -> None:
             sys.exit(1)
         click.echo(f"{target.name}/ is current ({len(ws.decided.images)} images)", err=True)
         return
-    changed = render_tree.write_tree(target, expected)
+    changed = render_tree.write_tree(target, expected, force=force)
     click.echo(f"rendered {len(ws.decided.images)} images into {target}; {len(changed)} files changed", err=True)
 
 
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="print the probe's JSON document")
-@click.option("--timeout", default=180, show_default=True, help="seconds per framework")
+@click.option("--timeout", default=180, show_default=True, type=click.IntRange(1, MAX_TIMEOUT_S), help="seconds per framework")
 @click.option("--require-gpu", is_flag=True, help="no GPU is a failure, not a skip")
 def probe(as_json: bool, timeout: int, require_gpu: bool) -> None:
     """Run the hello-GPU probes in this Python environment (no Docker)."""
@@ -129,7 +177,7 @@ gpu_option = click.option(
     "--gpu", type=click.Choice(["auto", "require", "off"]), default="auto", show_default=True, help="attach GPUs: if present / always (fail without) / never"
 )
 build_options = _options(
-    click.option("-j", "--jobs", default=1, show_default=True, help="images built in parallel"),
+    click.option("-j", "--jobs", default=1, show_default=True, type=click.IntRange(1, MAX_JOBS), help="images built in parallel"),
     click.option("--force", is_flag=True, help="rebuild even when the content hash is already built"),
     click.option("--no-cache", is_flag=True, help="with --force: do not use the engine's layer cache either"),
     click.option("--keep-going", is_flag=True, help="build the rest after a failure"),
@@ -171,13 +219,15 @@ def build(ws: Workspace, /, select_expr: str | None, **kwargs: Any) -> None:
 
     results = app.build_images(ws, ws.selected(select_expr, use_default=True), _build_options(kwargs), BuildProgress(err))
     print_build_summary(out, results)
-    _exit_for(all(r.status in app.BUILT for r in results))
+    _exit_for(app.build_ok(results))
 
 
 @main.command()
 @select_option
 @gpu_option
-@click.option("--timeout", "timeout_s", default=600, show_default=True, help="seconds per image before the container is killed")
+@click.option(
+    "--timeout", "timeout_s", default=600, show_default=True, type=click.IntRange(1, MAX_TIMEOUT_S), help="seconds per image before the container is killed"
+)
 @click.pass_obj
 @user_errors
 def test(ws: Workspace, select_expr: str | None, gpu: str, timeout_s: int) -> None:
@@ -216,7 +266,9 @@ class _RunSummary:
 @select_option
 @build_options
 @gpu_option
-@click.option("--timeout", "timeout_s", default=600, show_default=True, help="seconds per image for the smoke tests")
+@click.option(
+    "--timeout", "timeout_s", default=600, show_default=True, type=click.IntRange(1, MAX_TIMEOUT_S), help="seconds per image for the smoke tests"
+)
 @click.pass_obj
 @user_errors
 def run(ws: Workspace, /, select_expr: str | None, gpu: str, timeout_s: int, **kwargs: Any) -> None:
@@ -226,6 +278,30 @@ def run(ws: Workspace, /, select_expr: str | None, gpu: str, timeout_s: int, **k
     specs = ws.selected(select_expr, use_default=True)
     built, tested = app.run(ws, specs, _build_options(kwargs), app.TestOptions(gpu, timeout_s), _RunSummary())
     _exit_for(app.run_ok(specs, built, tested))
+
+
+@main.command()
+@click.option("--stale", is_flag=True, help="also remove this matrix's images that the plan no longer lists")
+@click.option("--all", "everything", is_flag=True, help="also remove the current images and the bootstrapped bases")
+@click.option("--dry-run", is_flag=True, help="list what would be removed, remove nothing")
+@click.pass_obj
+@user_errors
+def clean(ws: Workspace, stale: bool, everything: bool, dry_run: bool) -> None:
+    """Remove the containers, images and files this tool made and no longer needs (only those)."""
+    from builder.engine import client as engine
+    from builder.engine import leftovers
+
+    planned = {s.tag for s in ws.decided.images} if stale else None
+    removed = leftovers.clean(
+        engine.connect(), ws.build_dir, repository=ws.matrix.registry, planned=planned, everything=everything, dry_run=dry_run
+    )
+    verb = "would remove" if dry_run else "removed"
+    for kind, names in (("container", removed.containers), ("image", removed.images), ("folder", removed.folders)):
+        for name in names:
+            click.echo(f"{verb} {kind} {name}")
+    for note in removed.skipped:
+        click.echo(f"kept {note}", err=True)
+    click.echo(f"{verb} {removed.count()} item(s)", err=True)
 
 
 @main.command()

@@ -1,4 +1,5 @@
-"""The one error type users see: a one-line message, exit code 2."""
+"""The two errors users see, each one line on stderr: what they can fix (exit 2), and what failed
+while running (exit 1)."""
 
 from __future__ import annotations
 
@@ -18,3 +19,23 @@ class UserError(Exception):
         if self.file:
             return f"{self.file}: {self.message}"
         return self.message
+
+
+class RunFailure(Exception):
+    """The run started but something outside the user's input failed (a registry that is down,
+    an engine lost mid-run); printed as one line `error: message`, exit code 1."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM/SIGHUP: unwinds like KeyboardInterrupt, so every cleanup runs; exit 128 + signal."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum

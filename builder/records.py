@@ -79,6 +79,7 @@ class Matrix:
     index_urls: tuple[tuple[str, str], ...] = ()  # pattern -> URL override
     ca_bundle: str | None = None
     source: str = "https://github.com/example/gpu-images"
+    default_select_line: int = 0
 
     def base(self, name: str) -> Base:
         for b in self.bases:

@@ -11,12 +11,13 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from builder.errors import UserError
 from builder.records import ImageSpec, Matrix, Plan
 from builder.render.context import Files, content_hash, contexts
 from builder.render.tree import expected_tree
 from builder.spec.matrix import load_matrix
 from builder.spec.plan import make_plan
-from builder.spec.select import parse_select, select
+from builder.spec.select import no_match, parse_select, select
 
 MATRIX_ENV = "BUILDER_MATRIX"
 
@@ -80,9 +81,16 @@ class Workspace:
     def selected(self, expr: str | None, *, use_default: bool) -> tuple[ImageSpec, ...]:
         """Images matching --select, else the matrix's defaults.select when asked, else all;
         only the chosen ones are rendered for their content hash."""
-        if expr is None and use_default:
+        from_default = expr is None and use_default
+        if from_default:
             expr = self.matrix.default_select
-        return self.hashed(select(self.decided.images, parse_select(expr or "")))
+        selector = parse_select(expr or "")
+        chosen = select(self.decided.images, selector)
+        if selector and not chosen:
+            if from_default:
+                raise UserError(no_match(selector, self.decided.images, "defaults.select"), self.matrix.path, self.matrix.default_select_line)
+            raise UserError(no_match(selector, self.decided.images, "--select"))
+        return self.hashed(chosen)
 
     def rendered_tree(self) -> Files:
         """Every file images/ should hold (see builder.render.tree.expected_tree)."""

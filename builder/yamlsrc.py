@@ -17,6 +17,12 @@ from builder.errors import UserError
 
 # libyaml's composer when present (about 15x faster); both give the same nodes and marks.
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+MAX_BYTES = 16 * 2**20  # a matrix or table bigger than this is a mistake, not a matrix
+# Aliases may repeat a value (`*defaults`), but not multiply the document: the values produced may
+# exceed the nodes written by this many times (plus a small allowance) before the file is refused.
+# The "billion laughs" file (9 aliases of 9 aliases ...) stops here after a few thousand values.
+ALIAS_FACTOR = 4
+ALIAS_ALLOWANCE = 10_000
 
 
 class LDict(dict[str, Any]):
@@ -49,7 +55,41 @@ def _line(node: yaml.Node) -> int:
     return int(node.start_mark.line) + 1
 
 
-def _convert(node: yaml.Node, file: str, constructor: SafeConstructor, seen: frozenset[int] = frozenset()) -> Any:
+class _Budget:
+    """How many values conversion may still produce (see ALIAS_FACTOR)."""
+
+    def __init__(self, root: yaml.Node, file: str) -> None:
+        self.file = file
+        self.left = ALIAS_FACTOR * _distinct_nodes(root) + ALIAS_ALLOWANCE
+
+    def spend(self, node: yaml.Node) -> None:
+        self.left -= 1
+        if self.left < 0:
+            raise UserError(
+                "YAML aliases expand this file far beyond what is written in it; write the values out instead of nesting aliases",
+                self.file,
+                _line(node),
+            )
+
+
+def _distinct_nodes(root: yaml.Node) -> int:
+    """Nodes as written (an alias counts once, however often it is used)."""
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            stack += [part for pair in node.value for part in pair]
+        elif isinstance(node, yaml.SequenceNode):
+            stack += node.value
+    return len(seen)
+
+
+def _convert(node: yaml.Node, file: str, constructor: SafeConstructor, budget: _Budget, seen: frozenset[int] = frozenset()) -> Any:
+    budget.spend(node)
     if id(node) in seen:
         raise UserError("this alias refers to a value that contains it; write the values out", file, _line(node))
     seen = seen | {id(node)} if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)) else seen
@@ -67,11 +107,11 @@ def _convert(node: yaml.Node, file: str, constructor: SafeConstructor, seen: fro
                     file,
                     _line(key_node),
                 )
-            out[key] = _convert(value_node, file, constructor, seen)
+            out[key] = _convert(value_node, file, constructor, budget, seen)
             out.key_lines[key] = _line(key_node)
         return out
     if isinstance(node, yaml.SequenceNode):
-        items = LList(_convert(item, file, constructor, seen) for item in node.value)
+        items = LList(_convert(item, file, constructor, budget, seen) for item in node.value)
         items.line, items.item_lines = _line(node), [_line(item) for item in node.value]
         return items
     value = _construct(node, file, constructor)
@@ -86,6 +126,8 @@ def load(path: Path, display: str | None = None) -> Any:
     """Parse a YAML file into LDict/LList/scalars; YAML errors become one-line UserErrors."""
     file = display or str(path)
     try:
+        if path.stat().st_size > MAX_BYTES:
+            raise UserError(f"the file is larger than {MAX_BYTES // 2**20} MiB; a matrix this big is a mistake (or split it)", file)
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise UserError(
@@ -98,6 +140,8 @@ def load(path: Path, display: str | None = None) -> Any:
 
 
 def loads(text: str, file: str) -> Any:
+    if len(text) > MAX_BYTES:
+        raise UserError(f"the file is larger than {MAX_BYTES // 2**20} MiB; a matrix this big is a mistake (or split it)", file)
     try:
         node = yaml.compose(text, Loader=_LOADER)
     except RecursionError:
@@ -115,7 +159,7 @@ def loads(text: str, file: str) -> Any:
     if node is None:
         return None
     try:
-        return _convert(node, file, SafeConstructor())
+        return _convert(node, file, SafeConstructor(), _Budget(node, file))
     except yaml.constructor.ConstructorError as exc:
         mark = exc.problem_mark
         line = int(mark.line) + 1 if mark is not None else 1

@@ -92,6 +92,8 @@ def embedded_plan(embedded_workspace: Workspace) -> Plan:
 def rendered(embedded_workspace: Workspace) -> Rendered:
     files: dict[str, dict[str, bytes]] = {}
     for rel, data in embedded_workspace.rendered_tree().items():
+        if "/" not in rel:
+            continue  # images/.rendered.json, the manifest of the whole tree
         image_id, name = rel.split("/", 1)
         files.setdefault(image_id, {})[name] = data
     contexts = embedded_workspace.contexts(embedded_workspace.plan.images)

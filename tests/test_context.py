@@ -143,14 +143,13 @@ def _tree(folder: Path) -> dict[str, bytes]:
 
 
 @pytest.fixture
-def source(tmp_path: Path) -> Path:
-    """A rendered images/<id>/ folder (the probe is not committed there; staging adds it)."""
-    folder = tmp_path / "images" / _spec().id
-    folder.mkdir(parents=True)
-    (folder / "Dockerfile").write_text("FROM builder-base/local-debian12:latest\n", encoding="utf-8")
-    (folder / "requirements.txt").write_text("\n".join(PACKAGES) + "\n", encoding="utf-8")
-    (folder / "image.json").write_text('{"content_hash": "sha256:1"}\n', encoding="utf-8")
-    return folder
+def source() -> dict[str, bytes]:
+    """A rendered build context, as render hands it to staging (from memory, never images/)."""
+    return {
+        "Dockerfile": b"FROM builder-base/local-debian12:latest\n",
+        "requirements.txt": ("\n".join(PACKAGES) + "\n").encode(),
+        PROBE_NAME: PROBE.read_bytes(),
+    }
 
 
 @pytest.fixture
@@ -289,69 +288,72 @@ def test_pip_conf() -> None:
 
 
 # -- stage --------------------------------------------------------------------------------------
-def test_stage_copies_only_the_pinned_wheels(tmp_path: Path, source: Path, find_links: Path, simple_index: Path, ca: Path) -> None:
+def test_stage_copies_only_the_pinned_wheels(
+    tmp_path: Path, source: dict[str, bytes], find_links: Path, simple_index: Path, ca: Path
+) -> None:
     spec = _spec()
-    before = _tree(source)
     staged = stage(spec, source, tmp_path / "contexts", _settings(find_links, simple_index, ca=ca, index_url=MIRROR, extras=(HOST_EXTRA,)))
     target = tmp_path / "contexts" / spec.id
     expected_wheels = tuple(sorted(EXPECTED["3.11"].values()))
     assert staged == Staged(path=target, wheels=expected_wheels, extra_index_urls=(HOST_EXTRA,))
-    # the rendered files, plus the probe and .builder/
+    # the rendered context, plus .builder/
     tree = _tree(target)
-    assert {k: v for k, v in tree.items() if not k.startswith(".builder/") and k != PROBE_NAME} == before
-    assert tree[PROBE_NAME] == PROBE.read_bytes()
-    assert sorted(tree) == sorted(
-        [*before, PROBE_NAME, ".builder/ca.pem", ".builder/pip.conf", *(f".builder/wheels/{n}" for n in expected_wheels)]
-    )
+    assert {k: v for k, v in tree.items() if not k.startswith(".builder/")} == source
+    assert sorted(tree) == sorted([*source, ".builder/ca.pem", ".builder/pip.conf", *(f".builder/wheels/{n}" for n in expected_wheels)])
     for name in expected_wheels:
         assert tree[f".builder/wheels/{name}"] == b"PK\x03\x04 fake wheel " + name.encode()
     assert tree[".builder/ca.pem"] == ca.read_bytes()
     assert tree[".builder/pip.conf"].decode() == (
-        f"[global]\ndisable-pip-version-check = true\nindex-url = {MIRROR}\nfind-links = /tmp/builder/wheels\n"
+        f"[global]\ndisable-pip-version-check = true\nindex-url = {MIRROR}\nextra-index-url =\n    {HOST_EXTRA}\n"
+        "find-links = /tmp/builder/wheels\n"
     )
-    # images/<id> is untouched
-    assert _tree(source) == before
-    assert not (source / ".builder").exists()
+    assert (target.stat().st_mode & 0o777) == 0o700
 
 
-def test_stage_keeps_the_framework_index_when_its_wheel_is_not_local(tmp_path: Path, source: Path, find_links: Path) -> None:
+def test_stage_serves_a_pip_conf_with_credentials_instead_of_writing_it(tmp_path: Path, source: dict[str, bytes]) -> None:
+    secret_index = "https://ci:s3cret@mirror.corp/simple"
+    staged = stage(_spec(), source, tmp_path / "contexts", _settings(index_url=secret_index))
+    assert not (staged.path / ".builder" / "pip.conf").exists()
+    assert staged.secret_pip_conf is not None and secret_index.encode() in staged.secret_pip_conf
+    assert not [p for p in staged.path.rglob("*") if p.is_file() and b"s3cret" in p.read_bytes()]
+
+
+def test_stage_keeps_the_framework_index_when_its_wheel_is_not_local(tmp_path: Path, source: dict[str, bytes], find_links: Path) -> None:
     staged = stage(_spec(), source, tmp_path / "contexts", _settings(find_links, extras=(HOST_EXTRA,)))
     assert staged.extra_index_urls == (TORCH_CPU_INDEX, HOST_EXTRA)
     assert staged.wheels == tuple(sorted(v for k, v in EXPECTED["3.11"].items() if not k.startswith("torch")))
     assert (staged.path / ".builder" / "pip.conf").read_text(encoding="utf-8") == (
-        "[global]\ndisable-pip-version-check = true\nfind-links = /tmp/builder/wheels\n"
+        f"[global]\ndisable-pip-version-check = true\nextra-index-url =\n    {TORCH_CPU_INDEX}\n    {HOST_EXTRA}\n"
+        "find-links = /tmp/builder/wheels\n"
     )
 
 
-def test_stage_does_not_repeat_an_index_the_host_also_names(tmp_path: Path, source: Path, simple_index: Path) -> None:
+def test_stage_does_not_repeat_an_index_the_host_also_names(tmp_path: Path, source: dict[str, bytes], simple_index: Path) -> None:
     with_torch = stage(_spec(), source, tmp_path / "a", _settings(simple_index, extras=(TORCH_CPU_INDEX, HOST_EXTRA)))
     assert with_torch.extra_index_urls == (HOST_EXTRA,)
     without = stage(_spec(), source, tmp_path / "b", _settings(extras=(TORCH_CPU_INDEX, HOST_EXTRA)))
     assert without.extra_index_urls == (TORCH_CPU_INDEX, HOST_EXTRA)
 
 
-def test_stage_without_local_sources(tmp_path: Path, source: Path) -> None:
-    before = _tree(source)
+def test_stage_without_local_sources(tmp_path: Path, source: dict[str, bytes]) -> None:
     staged = stage(_spec(), source, tmp_path / "contexts", BuildSettings())
     assert staged == Staged(path=tmp_path / "contexts" / _spec().id, wheels=(), extra_index_urls=(TORCH_CPU_INDEX,))
     builder_dir = staged.path / ".builder"
     assert sorted(p.name for p in builder_dir.iterdir()) == ["pip.conf"]
-    assert (builder_dir / "pip.conf").read_text(encoding="utf-8") == "[global]\ndisable-pip-version-check = true\n"
-    assert _tree(source) == before
+    assert (builder_dir / "pip.conf").read_text(encoding="utf-8") == (
+        f"[global]\ndisable-pip-version-check = true\nextra-index-url =\n    {TORCH_CPU_INDEX}\n"
+    )
 
 
 def test_stage_for_python_312_takes_cp312_wheels(tmp_path: Path, find_links: Path, simple_index: Path) -> None:
     spec = _spec("3.12")
-    src = tmp_path / "images" / spec.id
-    src.mkdir(parents=True)
-    (src / "Dockerfile").write_text("FROM x\n", encoding="utf-8")
-    staged = stage(spec, src, tmp_path / "contexts", _settings(find_links, simple_index))
+    staged = stage(spec, {"Dockerfile": b"FROM x\n"}, tmp_path / "contexts", _settings(find_links, simple_index))
     assert staged.wheels == tuple(sorted(EXPECTED["3.12"].values()))
     assert sorted(p.name for p in (staged.path / ".builder" / "wheels").iterdir()) == list(staged.wheels)
     assert staged.extra_index_urls == ()
 
 
-def test_stage_replaces_a_stale_staging_folder(tmp_path: Path, source: Path, find_links: Path) -> None:
+def test_stage_replaces_a_stale_staging_folder(tmp_path: Path, source: dict[str, bytes], find_links: Path) -> None:
     stale = tmp_path / "contexts" / _spec().id
     (stale / ".builder" / "wheels").mkdir(parents=True)
     (stale / ".builder" / "wheels" / "old-1.0-py3-none-any.whl").write_bytes(b"old")
@@ -361,7 +363,7 @@ def test_stage_replaces_a_stale_staging_folder(tmp_path: Path, source: Path, fin
     assert "old-1.0-py3-none-any.whl" not in {p.name for p in (staged.path / ".builder" / "wheels").iterdir()}
 
 
-def test_stage_leaves_the_wheelhouse_untouched(tmp_path: Path, source: Path, find_links: Path, simple_index: Path) -> None:
+def test_stage_leaves_the_wheelhouse_untouched(tmp_path: Path, source: dict[str, bytes], find_links: Path, simple_index: Path) -> None:
     before = (_tree(find_links), _tree(simple_index.parent))
     staged = stage(_spec(), source, tmp_path / "contexts", _settings(find_links, simple_index))
     shutil.rmtree(staged.path)  # what build_one does afterwards

@@ -23,6 +23,7 @@ from click.testing import Result
 from builder.records import ImageSpec
 from builder.render import templates
 from builder.render.context import PROBE
+from builder.render.tree import MANIFEST, manifest_bytes
 from builder.spec.matrix import load_matrix
 from builder.spec.plan import image_entry, make_plan
 from builder.workspace import Workspace
@@ -31,6 +32,20 @@ if TYPE_CHECKING:
     from conftest import Rendered
 
 RunCli = Callable[..., Result]
+SMALL_TWO = """\
+registry: ghcr.io/example/gpu-images
+bases:
+  cuda12.4-ubuntu22.04:
+    vendor: cuda
+    version: "12.4.1"
+    os: ubuntu22.04
+    image: nvidia/cuda:12.4.1-cudnn-runtime-ubuntu22.04
+python: ["3.11"]
+frameworks:
+  torch: ["2.4.1", "2.5.1"]
+stacks:
+  torch: [torch]
+"""
 WriteMatrix = Callable[..., Path]
 GOLDEN = Path(__file__).parent / "golden"
 GOLDEN_MATRIX = GOLDEN / "matrix.yaml"  # a small fixture matrix, not the shipped one
@@ -53,7 +68,7 @@ def golden_tree() -> dict[str, bytes]:
 
 
 def test_golden_matrix_plans_exactly_the_golden_images(golden_tree: dict[str, bytes]) -> None:
-    assert {path.split("/")[0] for path in golden_tree} == set(GOLDEN_IMAGES)
+    assert {path.split("/")[0] for path in golden_tree if "/" in path} == set(GOLDEN_IMAGES)
 
 
 @pytest.mark.parametrize("image_id", GOLDEN_IMAGES)
@@ -86,7 +101,7 @@ def expected_sequence(spec: ImageSpec) -> list[str]:
     runtime = (
         ["FROM", "USER"] + (["ENV"] if spec.base.vendor != "cpu" else []) + (["COPY", "RUN"] if spec.python_packages else []) + ["RUN"]
     )
-    build = ["FROM", "ARG", "COPY", "RUN"]
+    build = ["FROM", "ARG", "LABEL", "ARG", "ARG", "COPY", "RUN"]
     final = ["FROM", "COPY", "COPY", "RUN", "ENV"] + ["ENV"] * len(spec.frameworks) + ["LABEL", "USER", "WORKDIR", "CMD"]
     return runtime + build + final
 
@@ -266,12 +281,13 @@ def test_render_twice_is_byte_identical(cli: RunCli, embedded_matrix_path: Path,
     assert render_into(cli, embedded_matrix_path, second).exit_code == 0
     tree = tree_of(first)
     assert tree == tree_of(second)
-    assert {path: data for path, (data, _) in tree.items()} == {
-        f"{i}/{n}": d for i, files in rendered.files.items() for n, d in files.items()
-    }
-    for path, (_, mode) in tree.items():
-        assert mode == (0o755 if path.endswith("hello_gpu.py") else mode), path
+    files = {f"{i}/{n}": d for i, files in rendered.files.items() for n, d in files.items()}
+    assert {path: data for path, (data, _) in tree.items()} == {**files, MANIFEST: manifest_bytes(files)}
     assert not [p for p in (tmp_path / "a").iterdir() if p.name != "images"]  # no temporary folders left behind
+    mask = os.umask(0)
+    os.umask(mask)
+    for folder in [first, *(p for p in first.iterdir() if p.is_dir())]:
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o777 & ~mask, folder  # not mkdtemp's 0700
 
 
 def test_render_then_check_is_current(cli: RunCli, embedded_matrix_path: Path, tmp_path: Path) -> None:
@@ -311,8 +327,8 @@ def test_check_lists_a_stray_folder_and_writes_nothing(cli: RunCli, embedded_mat
     assert tree_of(out) == before
 
 
-def test_check_lists_an_empty_stray_folder_and_render_removes_it(cli: RunCli, embedded_matrix_path: Path, tmp_path: Path) -> None:
-    """images/ is wiped and regenerated: a leftover folder, even an empty one, is stale."""
+def test_check_lists_an_empty_stray_folder_and_render_keeps_it(cli: RunCli, embedded_matrix_path: Path, tmp_path: Path) -> None:
+    """A folder render did not make is stale for --check, and render refuses to delete it."""
     out = tmp_path / "images"
     assert render_into(cli, embedded_matrix_path, out).exit_code == 0
     (out / "torch1.0.0-cu80-py2.7-ubuntu16.04").mkdir()
@@ -320,29 +336,45 @@ def test_check_lists_an_empty_stray_folder_and_render_removes_it(cli: RunCli, em
     assert (out / "torch1.0.0-cu80-py2.7-ubuntu16.04").is_dir()  # --check writes nothing
     assert check.exit_code == 1, check.output
     assert "torch1.0.0-cu80-py2.7-ubuntu16.04" in check.stdout
-    assert render_into(cli, embedded_matrix_path, out).exit_code == 0
-    assert not (out / "torch1.0.0-cu80-py2.7-ubuntu16.04").exists()
+    refused = render_into(cli, embedded_matrix_path, out)
+    assert refused.exit_code == 2
+    assert refused.stderr.splitlines() == [
+        f"error: {out}/torch1.0.0-cu80-py2.7-ubuntu16.04 is an empty folder that `builder render` did not make; "
+        "move it out of images/ or delete it, then render again"
+    ]
+    assert (out / "torch1.0.0-cu80-py2.7-ubuntu16.04").is_dir()
 
 
 def test_check_on_a_missing_folder_lists_everything(cli: RunCli, embedded_matrix_path: Path, tmp_path: Path, rendered: Rendered) -> None:
     out = tmp_path / "images"
     check = render_into(cli, embedded_matrix_path, out, "--check")
     assert check.exit_code == 1
-    assert len(check.stdout.splitlines()) == sum(len(f) for f in rendered.files.values())
+    assert len(check.stdout.splitlines()) == sum(len(f) for f in rendered.files.values()) + 1  # + the manifest
     assert not out.exists()
 
 
-def test_render_removes_a_stale_image_folder(cli: RunCli, embedded_matrix_path: Path, tmp_path: Path) -> None:
+def test_render_removes_an_image_folder_it_rendered_for_an_older_plan(cli: RunCli, write_matrix: WriteMatrix, tmp_path: Path) -> None:
+    out = tmp_path / "images"
+    wider = write_matrix(SMALL_TWO, name="wide.yaml")
+    assert render_into(cli, wider, out).exit_code == 0
+    assert (out / "torch2.4.1-cu124-py3.11-ubuntu22.04").is_dir()
+    narrower = write_matrix(name="matrix.yaml")
+    result = render_into(cli, narrower, out)
+    assert result.exit_code == 0, result.output
+    assert not (out / "torch2.4.1-cu124-py3.11-ubuntu22.04").exists()  # render's own, listed in its manifest
+    assert render_into(cli, narrower, out, "--check").exit_code == 0
+
+
+def test_render_refuses_a_hand_edit_unless_forced(cli: RunCli, embedded_matrix_path: Path, tmp_path: Path) -> None:
     out = tmp_path / "images"
     assert render_into(cli, embedded_matrix_path, out).exit_code == 0
-    stale = out / "torch1.0.0-cu80-py2.7-ubuntu16.04"
-    stale.mkdir()
-    (stale / "Dockerfile").write_text("FROM scratch\n")
-    (out / "torch2.5.1-cu124-py3.11-ubuntu22.04" / "requirements.txt").write_text("torch\n")
-    result = render_into(cli, embedded_matrix_path, out)
-    assert result.exit_code == 0
-    assert "2 files changed" in result.stderr
-    assert not stale.exists()
+    edited = out / "torch2.5.1-cu124-py3.11-ubuntu22.04" / "requirements.txt"
+    edited.write_text("torch\n")
+    refused = render_into(cli, embedded_matrix_path, out)
+    assert refused.exit_code == 2 and "was edited by hand" in refused.stderr and "--force" in refused.stderr
+    assert edited.read_text() == "torch\n"
+    forced = render_into(cli, embedded_matrix_path, out, "--force")
+    assert forced.exit_code == 0 and "1 files changed" in forced.stderr
     assert render_into(cli, embedded_matrix_path, out, "--check").exit_code == 0
 
 
@@ -355,6 +387,6 @@ def test_render_defaults_to_images_beside_the_matrix(
     monkeypatch.chdir(elsewhere)
     result = cli("--matrix", str(matrix), "render")
     assert result.exit_code == 0, result.output
-    assert sorted(p.name for p in (tmp_path / "repo" / "images").iterdir()) == ["torch2.5.1-cu124-py3.11-ubuntu22.04"]
+    assert sorted(p.name for p in (tmp_path / "repo" / "images").iterdir()) == [MANIFEST, "torch2.5.1-cu124-py3.11-ubuntu22.04"]
     assert not any(elsewhere.iterdir())
     assert cli("--matrix", str(matrix), "render", "--check").exit_code == 0

@@ -32,9 +32,12 @@ def _conf(path: Path, text: str) -> Path:
     return path
 
 
+TEST_CA = Path(__file__).parent / "fixtures" / "test-ca.pem"  # a real self-signed certificate: bundles are parsed
+
+
 def _pem(path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(f"-----BEGIN CERTIFICATE-----\n{path.name}\n-----END CERTIFICATE-----\n", encoding="utf-8")
+    path.write_bytes(TEST_CA.read_bytes())
     return path
 
 
@@ -315,8 +318,35 @@ def test_missing_ca_bundle_is_a_user_error(isolated: Path, source: str) -> None:
 
 
 def test_ca_bundle_folder_is_a_user_error(isolated: Path) -> None:
-    with pytest.raises(UserError, match="does not exist"):
+    with pytest.raises(UserError, match="is a folder; give the PEM file inside it"):
         resolve({}, ca_bundle=str(isolated))
+
+
+@pytest.mark.parametrize("content", [b"", b"garbage\n", b"-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n", b"\xff\xfe"])
+def test_a_ca_bundle_without_certificates_is_refused_before_any_build(isolated: Path, content: bytes) -> None:
+    bundle = isolated / "bad.pem"
+    bundle.write_bytes(content)
+    with pytest.raises(UserError, match="holds no usable PEM certificates"):
+        resolve({}, ca_bundle=str(bundle))
+
+
+@pytest.mark.parametrize("url", ["not-a-url", "ftp://mirror/simple", "https://", "http:///simple", "file://relative/x", "https://a b/"])
+def test_index_urls_must_be_http_or_file(url: str) -> None:
+    with pytest.raises(UserError, match="is not a package index URL"):
+        resolve({}, use_host=False, index_url=url)
+    with pytest.raises(UserError, match="--extra-index-url"):
+        resolve({}, use_host=False, extra_index_urls=(url,))
+
+
+def test_a_bad_index_url_in_the_host_pip_config_names_its_source(isolated: Path) -> None:
+    with pytest.raises(UserError, match="the host's pip configuration"):
+        resolve({"PIP_INDEX_URL": "htps://mirror.corp/simple", "PIP_CONFIG_FILE": "/dev/null"})
+
+
+def test_credentials_never_reach_the_url_error() -> None:
+    with pytest.raises(UserError) as caught:
+        resolve({}, use_host=False, index_url="ftp://ci:s3cret@mirror/simple")
+    assert "s3cret" not in str(caught.value)
 
 
 def test_explicit_missing_ca_is_an_error_even_when_the_host_has_one(isolated: Path) -> None:

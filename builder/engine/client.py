@@ -12,6 +12,7 @@ import atexit
 import contextlib
 import os
 import signal
+import socket
 import threading
 import uuid
 from collections.abc import Iterator, Mapping
@@ -26,10 +27,32 @@ from builder.errors import UserError
 OWNER_LABEL = "io.builder.owner"
 OWNER_VALUE = "builder"
 OWNER_FILTER = f"{OWNER_LABEL}={OWNER_VALUE}"
-# Per-process label: lets cleanup find a container whose create call was interrupted before
-# its id came back to us.
+# Per-process label: lets cleanup find a container whose create call was interrupted before its
+# id came back to us, and lets a later run tell a dead run's leftovers (host, pid and the pid's
+# start time, so a reused pid is not mistaken for the dead run) from a live run's containers.
 SESSION_LABEL = "io.builder.session"
-SESSION_ID = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+HOST = socket.gethostname()
+
+
+def process_start(pid: int) -> str | None:
+    """The start time of a process (clock ticks since boot, from /proc), None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+SESSION_ID = f"{HOST}:{os.getpid()}:{process_start(os.getpid())}:{uuid.uuid4().hex[:8]}"
+
+
+def session_alive(session: str) -> bool | None:
+    """Whether the run that labelled something is still running; None when it cannot be told
+    (another host shares this engine, or the label predates this format): then leave it alone."""
+    parts = session.split(":")
+    if len(parts) != 4 or parts[0] != HOST or not parts[1].isdigit():
+        return None
+    return process_start(int(parts[1])) == parts[2]
 
 DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 START_ENGINE_HINT = "start one: bash .ci/docker-up.sh, or sudo systemctl start docker"
@@ -102,6 +125,26 @@ def gpu_runtimes(client: docker.DockerClient) -> list[str]:
 def owned_containers(client: docker.DockerClient) -> list[Any]:
     """Every container (any state) this tool created on the engine, from any process."""
     return list(client.containers.list(all=True, filters={"label": OWNER_FILTER}))
+
+
+def remove_leftover_containers(client: docker.DockerClient) -> list[str]:
+    """Remove the containers of runs that are gone (SIGKILL, a crash): ids removed. Containers of
+    live runs, and of runs this host cannot judge, stay."""
+    removed = []
+    for entry in client.api.containers(all=True, filters={"label": OWNER_FILTER}):
+        session = (entry.get("Labels") or {}).get(SESSION_LABEL, "")
+        if session != SESSION_ID and session_alive(session) is False:
+            with contextlib.suppress(NotFound, APIError):
+                client.api.remove_container(entry["Id"], force=True, v=True)
+                removed.append(str(entry["Id"]))
+    return removed
+
+
+def is_engine_fault(exc: BaseException) -> bool:
+    """An error from talking to the engine (it went away, timed out, broke a stream)."""
+    import requests
+
+    return isinstance(exc, (DockerException, requests.exceptions.RequestException, ConnectionError))
 
 
 def _owner_labels(labels: Mapping[str, str] | list[str] | None) -> dict[str, str]:

@@ -57,3 +57,39 @@ def is_network_build_failure(error: str, log: str) -> bool:
 
 def any_network(lines: Iterable[str]) -> bool:
     return any(is_network_failure(line) for line in lines)
+
+
+# (regex, cause, fix) for failed builds, most specific first; {ca_bundle} is the bundle the build trusted.
+BUILD_DIAGNOSES: tuple[tuple[str, str, str], ...] = (
+    (
+        TLS_PATTERNS.pattern,
+        "TLS verification failed inside the build: pip or apt does not trust the server's certificate "
+        "(usually a TLS-intercepting proxy, or a mirror with a private CA)",
+        "The build trusted {ca_bundle}; pass the CA that signs the server's certificate with --ca-bundle FILE "
+        "(or $BUILDER_CA_BUNDLE, or build.ca_bundle in matrix.yaml). Not retried: it fails the same way every time.",
+    ),
+    (
+        r"HTTP error 401|401 Client Error|401 Unauthorized|HTTP error 403|403 Client Error|403 Forbidden",
+        "the package index refused the build's credentials (401/403)",
+        "Check the user and password or token in --index-url / --extra-index-url or your pip config.",
+    ),
+    (
+        r"THESE PACKAGES DO NOT MATCH THE HASHES",
+        "a downloaded package does not match the hash pinned for it",
+        "Something changed the file (a mirror, a proxy, a re-upload): check the index, then re-lock the image.",
+    ),
+    (
+        r"No matching distribution found for ([^\s]+)",
+        "no index the build can reach offers \\1 for this image's Python and platform",
+        "Check the version and the indexes (a company mirror may lack it), or change the matrix.",
+    ),
+)
+
+
+def diagnose_build(text: str, ca_bundle: str) -> tuple[str, str] | None:
+    """(cause, fix) of the first BUILD_DIAGNOSES row found in a failed build's log, or None."""
+    for pattern, cause, fix in BUILD_DIAGNOSES:
+        match = re.search(pattern, text, re.IGNORECASE)
+        if match:
+            return match.expand(cause), match.expand(fix).replace("{ca_bundle}", ca_bundle)
+    return None

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import configparser
 import os
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from builder.engine import secrets
 from builder.errors import UserError
+from builder.spec import grammar
 
 CA_ENV = "BUILDER_CA_BUNDLE"
 HOST_CA_ENV = ("PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE", "CURL_CA_BUNDLE")
@@ -117,12 +120,16 @@ def resolve(
     """--ca-bundle, then $BUILDER_CA_BUNDLE, then matrix.yaml build.ca_bundle, then the host's."""
     chosen = ca_bundle or env.get(CA_ENV) or matrix_ca_bundle
     if chosen:
-        ca: Path | None = Path(chosen).expanduser()
-        if ca is None or not ca.is_file():
-            raise UserError(f"CA bundle {chosen!r} does not exist; pass a PEM file (--ca-bundle, ${CA_ENV} or build.ca_bundle)")
+        ca: Path | None = check_ca_bundle(Path(chosen).expanduser(), chosen)
     else:
         ca = host_ca_bundle(env) if use_host else None
+    for url, source in [(index_url, "--index-url"), *((u, "--extra-index-url") for u in extra_index_urls)]:
+        if url is not None:
+            check_index_url(url, source)
     pip = read_pip_sources(env) if use_host else PipSources()
+    for url in (pip.index_url, *pip.extra_index_urls):
+        if url is not None:
+            check_index_url(url, "the host's pip configuration (pip config list; PIP_INDEX_URL, PIP_EXTRA_INDEX_URL)")
     extra_dirs = []
     for folder in wheelhouse:
         path = Path(folder).expanduser()
@@ -136,3 +143,26 @@ def resolve(
     )
     proxies = tuple((k, env[k]) for k in PROXY_VARS if env.get(k))
     return BuildSettings(ca_bundle=ca, proxies=proxies, pip=pip)
+
+
+def check_index_url(url: str, source: str) -> None:
+    """An index URL pip can use, before any build runs: http(s)://host/... or file:///path."""
+    if not grammar.is_index_url(url):
+        raise UserError(
+            f"{source}: {secrets.redact(url)!r} is not a package index URL; give http(s)://host/path/ or file:///path/ (e.g. https://pypi.org/simple/)"
+        )
+
+
+def check_ca_bundle(path: Path, given: str) -> Path:
+    """A readable file of PEM certificates, checked with the same loader pip's TLS uses."""
+    where = "(--ca-bundle, $BUILDER_CA_BUNDLE or build.ca_bundle)"
+    if path.is_dir():
+        raise UserError(f"CA bundle {given!r} is a folder; give the PEM file inside it {where}")
+    if not path.is_file():
+        raise UserError(f"CA bundle {given!r} does not exist; pass a PEM file {where}")
+    try:
+        ssl.create_default_context(cafile=str(path))
+    except (ssl.SSLError, OSError, UnicodeDecodeError) as exc:
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        raise UserError(f"CA bundle {given!r} holds no usable PEM certificates ({reason}); give a PEM bundle {where}") from None
+    return path

@@ -1,7 +1,10 @@
-"""Stage a build context: images/<id>/ plus `.builder/` (CA bundle, pip.conf, pinned local wheels).
+"""Stage a build context: the rendered files (from memory, never copied from images/, so a link or
+a hand edit there cannot reach the engine), the probe, and `.builder/` (CA bundle, pip.conf,
+pinned local wheels).
 
 `.builder/` is read only by the build stage of the Dockerfile, so none of it reaches the final
-image. Only the wheels the image pins are copied, never a whole mirror.
+image. Only the wheels the image pins are copied, never a whole mirror. A pip.conf that carries
+credentials is not written at all: it is returned for the secret server (engine/secrets.py).
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import html.parser
 import os
 import platform
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -20,7 +24,7 @@ from packaging.version import Version
 
 from builder.engine.settings import BuildSettings
 from builder.records import ImageSpec
-from builder.render.context import PROBE, PROBE_NAME
+from builder.spec import grammar
 
 WHEELS_IN_IMAGE = "/tmp/builder/wheels"
 
@@ -30,6 +34,7 @@ class Staged:
     path: Path
     wheels: tuple[str, ...]  # file names copied into the wheelhouse
     extra_index_urls: tuple[str, ...]  # what the build still needs to reach
+    secret_pip_conf: bytes | None = None  # pip.conf with credentials: served, never written
 
 
 class _Links(html.parser.HTMLParser):
@@ -110,10 +115,13 @@ def needed_indexes(spec: ImageSpec, satisfied: set[str]) -> tuple[str, ...]:
     return tuple(keep)
 
 
-def pip_conf(settings: BuildSettings, has_wheels: bool) -> str:
+def pip_conf(settings: BuildSettings, has_wheels: bool, extra_index_urls: tuple[str, ...] = ()) -> str:
+    """The build's whole pip configuration: with it the build ignores the rendered index default."""
     lines = ["[global]", "disable-pip-version-check = true"]
     if settings.pip.index_url:
         lines.append(f"index-url = {settings.pip.index_url}")
+    if extra_index_urls:
+        lines.append("extra-index-url =" + "".join(f"\n    {url}" for url in extra_index_urls))
     if has_wheels:
         lines.append(f"find-links = {WHEELS_IN_IMAGE}")
     return "\n".join(lines) + "\n"
@@ -126,13 +134,15 @@ def _link_or_copy(src: Path, dst: Path) -> None:
         shutil.copy2(src, dst)
 
 
-def stage(spec: ImageSpec, source: Path, staging_root: Path, settings: BuildSettings) -> Staged:
-    """Copy images/<id>/ to staging_root/<id>/, add the probe (one copy, in the package) and
-    .builder/; returns what the build needs."""
+def stage(spec: ImageSpec, files: Mapping[str, bytes], staging_root: Path, settings: BuildSettings) -> Staged:
+    """Write the rendered context `files` (Dockerfile, requirements.txt, the probe) to
+    staging_root/<id>/ and add .builder/; returns what the build needs."""
     target = staging_root / spec.id
     shutil.rmtree(target, ignore_errors=True)
-    shutil.copytree(source, target)
-    shutil.copyfile(PROBE, target / PROBE_NAME)
+    target.mkdir(parents=True)
+    target.chmod(0o700)  # a CA bundle and wheels live here for the length of the build
+    for name, data in files.items():
+        (target / name).write_bytes(data)
     extra = target / ".builder"
     extra.mkdir()
     wheels = local_wheels(spec, settings.pip.local_dirs)
@@ -142,6 +152,16 @@ def stage(spec: ImageSpec, source: Path, staging_root: Path, settings: BuildSett
             _link_or_copy(wheel, extra / "wheels" / wheel.name)
     if settings.ca_bundle is not None:
         shutil.copyfile(settings.ca_bundle, extra / "ca.pem")
-    (extra / "pip.conf").write_text(pip_conf(settings, bool(wheels)), encoding="utf-8")
     indexes = needed_indexes(spec, set(wheels)) + tuple(u for u in settings.pip.extra_index_urls if u not in spec.index_urls)
-    return Staged(path=target, wheels=tuple(sorted(w.name for w in wheels.values())), extra_index_urls=indexes)
+    conf = pip_conf(settings, bool(wheels), indexes)
+    secret = None
+    if has_userinfo(conf):
+        secret = conf.encode()
+    else:
+        (extra / "pip.conf").write_text(conf, encoding="utf-8")
+    return Staged(path=target, wheels=tuple(sorted(w.name for w in wheels.values())), extra_index_urls=indexes, secret_pip_conf=secret)
+
+
+def has_userinfo(text: str) -> bool:
+    """Any URL in text with `user[:password]@`."""
+    return any(grammar.has_userinfo(word) for word in text.split() if "://" in word)

@@ -17,6 +17,7 @@ from typing import Any
 
 import jinja2
 
+from builder.errors import UserError
 from builder.records import ImageSpec, Matrix
 from builder.render.templates import dockerfile, environment, requirements
 
@@ -57,6 +58,8 @@ def contexts(specs: Iterable[ImageSpec], matrix: Matrix, template_dirs: Iterable
     env = environment(template_dirs)
     probe = probe_bytes()
     name = Path(matrix.path).name
+    if not name.isprintable():  # it is written into every Dockerfile's header comment
+        raise UserError(f"the matrix file name {name!r} has a newline or control character, which cannot go into a Dockerfile; rename the file")
     return {spec.id: context_files(spec, env, matrix.source, probe, name) for spec in specs}
 
 

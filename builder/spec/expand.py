@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Iterator
 
 from builder.records import Combination, Matrix, Rule
-from builder.spec.select import combination_fields, matches
+from builder.spec.select import SelectorIndex, combination_fields, matches
 
 
 def rule_matches(rule: Rule, combo: Combination) -> bool:
     return matches(rule.fields, combination_fields(combo))
+
+
+def combination_count(matrix: Matrix) -> int:
+    """How many combinations the expansion yields, without expanding."""
+    versions = dict(matrix.frameworks)
+    per_python = sum(functools.reduce(lambda n, m: n * len(versions[m]), members, 1) for _, members in matrix.stacks)
+    return len(matrix.bases) * len(matrix.python) * per_python
 
 
 def expand(matrix: Matrix) -> Iterator[Combination]:
@@ -34,5 +42,18 @@ def included(matrix: Matrix) -> Iterator[Combination]:
         )
 
 
+class Excluder:
+    """The first `exclude` entry matching a combination (indexed, see SelectorIndex)."""
+
+    def __init__(self, matrix: Matrix) -> None:
+        self.rules = matrix.exclude
+        self.index = SelectorIndex([rule.fields for rule in self.rules])
+
+    def __call__(self, combo: Combination) -> Rule | None:
+        i = self.index.first(combination_fields(combo))
+        return None if i is None else self.rules[i]
+
+
 def excluded_by(matrix: Matrix, combo: Combination) -> Rule | None:
+    """The first matching exclude entry by a plain scan (the reference the index is tested against)."""
     return next((rule for rule in matrix.exclude if rule_matches(rule, combo)), None)

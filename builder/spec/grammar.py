@@ -45,5 +45,22 @@ def is_url(text: str) -> bool:
     return bool(URL.fullmatch(text)) and not _UNSAFE.search(text)
 
 
+def has_userinfo(url: str) -> bool:
+    """`scheme://user[:password]@host/...`: credentials in a URL."""
+    rest = url.split("://", 1)[1] if "://" in url else url
+    return "@" in rest.split("/", 1)[0]
+
+
+def is_index_url(text: str) -> bool:
+    """A package index pip can use: http(s) with a host, or file:// with a path."""
+    if not is_url(text):
+        return False
+    scheme, _, rest = text.partition("://")
+    if scheme == "file":
+        return rest.startswith("/")
+    host = rest.split("/", 1)[0].rsplit("@", 1)[-1]
+    return bool(host) and not host.startswith(":")
+
+
 def is_image_ref(text: str) -> bool:
     return len(text) <= 255 and bool(IMAGE_REF.fullmatch(text))

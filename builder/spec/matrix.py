@@ -22,6 +22,7 @@ BASE_KEYS = ("vendor", "version", "os", "image", "digest", "bootstrap")
 BOOTSTRAPS = ("debootstrap",)
 RULE_KEYS = ("base", "stack", "python", "vendor", *FRAMEWORKS)
 BUILD_KEYS = ("ca_bundle",)
+MAX_COMBINATIONS = 100_000  # planning more is a mistake: every combination is decided and listed
 
 
 class _Ctx:
@@ -92,7 +93,8 @@ def load_matrix(path: Path) -> Matrix:
     source = "https://github.com/example/gpu-images"
     if "source" in top:
         source = ctx.text(top["source"], "source", top.line_of("source"), grammar.is_url, "https://github.com/acme/gpu-images")
-    return Matrix(
+        _no_credentials(ctx, source, "source", top.line_of("source"))
+    matrix = Matrix(
         path=display,
         registry=registry,
         default_select=default_select,
@@ -105,7 +107,32 @@ def load_matrix(path: Path) -> Matrix:
         index_urls=indexes,
         ca_bundle=ca_bundle,
         source=source,
+        default_select_line=top["defaults"].line_of("select") if default_select else 0,
     )
+    _bounded(ctx, matrix, top.line_of("bases"))
+    return matrix
+
+
+def _bounded(ctx: _Ctx, matrix: Matrix, line: int) -> None:
+    from builder.spec.expand import combination_count  # local import: expand depends on records only
+
+    count = combination_count(matrix) + len(matrix.include)
+    if count > MAX_COMBINATIONS:
+        raise ctx.fail(
+            f"the matrix expands to {count:,} combinations (bases x pythons x framework versions per stack), more than "
+            f"{MAX_COMBINATIONS:,}; narrow it (fewer bases, Pythons or versions) or split it into several matrix files",
+            line,
+        )
+
+
+def _no_credentials(ctx: _Ctx, url: str, what: str, line: int) -> None:
+    """matrix.yaml is committed and its URLs are rendered into images/: no user:password@ in them."""
+    if grammar.has_userinfo(url):
+        raise ctx.fail(
+            f"{what} carries credentials (user:password@ in the URL); matrix.yaml is committed and rendered into images/: "
+            "remove them and give them at build time (--index-url, pip config, ~/.netrc)",
+            line,
+        )
 
 
 def _display(path: Path) -> str:
@@ -306,6 +333,7 @@ def _indexes(ctx: _Ctx, value: Any, line: int) -> tuple[tuple[str, str], ...]:
             lambda t: grammar.is_url(t.replace("{variant}", "variant")),
             "https://mirror.example.com/pytorch/{variant}",
         )
+        _no_credentials(ctx, text, f"indexes.{key}", kline)
         out.append((key, text))
     return tuple(out)
 

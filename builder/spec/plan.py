@@ -17,7 +17,7 @@ from builder.compat.rules.python import decide_python
 from builder.errors import UserError
 from builder.records import Combination, ImageSpec, Install, Matrix, Plan, Skipped
 from builder.spec import grammar
-from builder.spec.expand import excluded_by, expand, included
+from builder.spec.expand import Excluder, expand, included
 
 
 def image_id(combo: Combination) -> str:
@@ -94,15 +94,16 @@ def _skipped(combo: Combination, reason: str) -> Skipped:
 
 def _collect(matrix: Matrix, compat: Compat) -> tuple[dict[str, ImageSpec], list[Skipped]]:
     images: dict[str, ImageSpec] = {}
-    skipped: list[Skipped] = []
+    skipped: dict[tuple[object, ...], Skipped] = {}  # keyed, so an include un-skips in O(1)
+    excluded_by = Excluder(matrix)
     for combo in expand(matrix):
-        rule = excluded_by(matrix, combo)
+        rule = excluded_by(combo)
         if rule is not None:
-            skipped.append(_skipped(combo, f"excluded by {matrix.path}:{rule.line}"))
+            skipped[_key(combo)] = _skipped(combo, f"excluded by {matrix.path}:{rule.line}")
             continue
         decided = decide_combination(combo, matrix, compat)
         if isinstance(decided, str):
-            skipped.append(_skipped(combo, decided))
+            skipped[_key(combo)] = _skipped(combo, decided)
         else:
             _add(images, decided, matrix)
     for combo in included(matrix):
@@ -111,12 +112,12 @@ def _collect(matrix: Matrix, compat: Compat) -> tuple[dict[str, ImageSpec], list
             raise UserError(f"this include cannot work: {decided}; change or remove it", matrix.path, combo.line)
         images.pop(decided.id, None)  # an include re-adds what an exclude removed or the expansion had
         _add(images, decided, matrix, combo.line)
-        skipped = [s for s in skipped if not _same(s, combo)]
-    return images, skipped
+        skipped.pop(_key(combo), None)
+    return images, list(skipped.values())
 
 
-def _same(skip: Skipped, combo: Combination) -> bool:
-    return (skip.base, skip.stack, skip.python, skip.frameworks) == (combo.base.name, combo.stack, combo.python, combo.frameworks)
+def _key(combo: Combination) -> tuple[object, ...]:
+    return (combo.base.name, combo.stack, combo.python, combo.frameworks)
 
 
 def _add(images: dict[str, ImageSpec], spec: ImageSpec, matrix: Matrix, line: int = 0) -> None:

@@ -8,6 +8,8 @@ framework term never matches something without that framework.
 from __future__ import annotations
 
 import difflib
+from collections import defaultdict
+from collections.abc import Sequence
 from fnmatch import fnmatchcase
 
 from builder.errors import UserError
@@ -15,6 +17,7 @@ from builder.records import FRAMEWORKS, Combination, ImageSpec
 
 SELECT_KEYS = ("id", "base", "stack", "python", "vendor", "os", *FRAMEWORKS)
 Selector = tuple[tuple[str, str], ...]
+GLOB_CHARS = "*?["
 
 
 def parse_select(expr: str) -> Selector:
@@ -66,3 +69,53 @@ def matches(selector: Selector, fields: dict[str, str]) -> bool:
 
 def select(images: tuple[ImageSpec, ...], selector: Selector) -> tuple[ImageSpec, ...]:
     return tuple(spec for spec in images if matches(selector, fields_of(spec)))
+
+
+def no_match(selector: Selector, images: tuple[ImageSpec, ...], what: str) -> str:
+    """Why a selection is empty: the values each named key has among the planned images."""
+    known: list[str] = []
+    for key, _ in selector:
+        if key == "id":
+            known.append("`builder plan` lists the ids")
+            continue
+        values = sorted({fields_of(spec)[key] for spec in images if key in fields_of(spec)})
+        shown = ", ".join(values[:12]) + (", ..." if len(values) > 12 else "")
+        known.append(f"{key} is one of: {shown}" if values else f"no planned image has a {key}")
+    terms = ",".join(f"{k}={v}" for k, v in selector)
+    return f"{what} {terms!r} matches none of the {len(images)} planned images; {'; '.join(known)}"
+
+
+def is_glob(pattern: str) -> bool:
+    return any(c in pattern for c in GLOB_CHARS)
+
+
+class SelectorIndex:
+    """The first of many selectors that matches, without trying each one (matrix.yaml can hold
+    tens of thousands of exclude entries).
+
+    Selectors are grouped by the keys they name with exact values; a lookup per group finds the
+    candidates whose exact values all match, and only their glob terms are then tried. Order is
+    kept: `first` returns the lowest index that matches, as a linear scan would.
+    """
+
+    def __init__(self, selectors: Sequence[Selector]) -> None:
+        groups: dict[tuple[str, ...], dict[tuple[str, ...], list[int]]] = defaultdict(lambda: defaultdict(list))
+        self.globs: list[Selector] = []
+        for i, selector in enumerate(selectors):
+            exact = tuple(sorted((k, v) for k, v in selector if not is_glob(v)))
+            groups[tuple(k for k, _ in exact)][tuple(v for _, v in exact)].append(i)
+            self.globs.append(tuple((k, v) for k, v in selector if is_glob(v)))
+        self.groups = {keys: dict(values) for keys, values in groups.items()}
+
+    def first(self, fields: dict[str, str]) -> int | None:
+        best: int | None = None
+        for keys, by_values in self.groups.items():
+            if not all(k in fields for k in keys):
+                continue
+            for i in by_values.get(tuple(fields[k] for k in keys), ()):
+                if best is not None and i >= best:
+                    break
+                if matches(self.globs[i], fields):
+                    best = i
+                    break
+        return best

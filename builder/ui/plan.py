@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from rich.console import Console
-from rich.table import Table
 
 from builder.records import ImageSpec, Plan
+from builder.ui.rows import print_rows
 
 
 def _frameworks(frameworks: tuple[tuple[str, str], ...]) -> str:
@@ -13,20 +13,14 @@ def _frameworks(frameworks: tuple[tuple[str, str], ...]) -> str:
 
 
 def print_table(console: Console, plan: Plan, images: tuple[ImageSpec, ...], explain: bool) -> None:
-    table = Table(title=f"{len(images)} images", title_justify="left")
-    for column in ("id", "frameworks", "variant", "python", "base"):
-        table.add_column(column, overflow="fold")
-    for spec in images:
-        variants = " ".join(sorted({i.variant or "" for i in spec.installs}))
-        table.add_row(spec.id, _frameworks(spec.frameworks), variants, spec.python, spec.base.name)
-    console.print(table)
+    rows = [
+        (spec.id, _frameworks(spec.frameworks), " ".join(sorted({i.variant or "" for i in spec.installs})), spec.python, spec.base.name)
+        for spec in images
+    ]
+    print_rows(console, f"{len(images)} images", ("id", "frameworks", "variant", "python", "base"), rows)
     if explain:
-        skipped = Table(title=f"{len(plan.skipped)} skipped combinations", title_justify="left")
-        for column in ("base", "stack", "python", "frameworks", "reason"):
-            skipped.add_column(column, overflow="fold")
-        for skip in plan.skipped:
-            skipped.add_row(skip.base, skip.stack, skip.python, _frameworks(skip.frameworks), skip.reason)
-        console.print(skipped)
+        skipped = [(s.base, s.stack, s.python, _frameworks(s.frameworks), s.reason) for s in plan.skipped]
+        print_rows(console, f"{len(plan.skipped)} skipped combinations", ("base", "stack", "python", "frameworks", "reason"), skipped)
     elif plan.skipped:
         console.print(f"{len(plan.skipped)} combinations skipped; --explain lists them with reasons")
     for warning in plan.warnings:

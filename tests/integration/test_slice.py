@@ -74,14 +74,6 @@ def recorder() -> Iterator[tuple[int, list[tuple[str, dict[str, str]]]]]:
     server.shutdown()
 
 
-@pytest.fixture(scope="module", autouse=True)
-def no_garbage_left(docker_client: Any) -> Iterator[None]:
-    """Each run of this module builds with a new planted index URL, so the build stages miss the
-    layer cache and leave untagged images; prune those afterwards (CI runs on a disk that persists)."""
-    yield
-    docker_client.api.prune_images(filters={"dangling": True})
-
-
 @pytest.fixture(scope="module")
 def slice_build(docker_client: Any, recorder: tuple[int, list[Any]]) -> subprocess.CompletedProcess[str]:
     """`builder build --force -j 2` of the default selection, with the planted credentials.
@@ -288,3 +280,20 @@ def test_push_to_the_local_registry_returns_its_digest(slice_build: Any, docker_
         assert pulled["Descriptor"]["digest"] == digest
     finally:
         docker_client.api.remove_image(target)
+
+
+def test_the_builds_left_no_dangling_image_but_one_build_stage_per_tag(slice_build: Any, docker_client: Any) -> None:
+    """Forced rebuilds (this module runs several) leave nothing untagged except the one kept build-stage
+    cache of each tag (`io.builder.stage-of`), which `builder clean` removes on request."""
+    loose = [
+        image["Id"][:19]
+        for image in docker_client.api.images(filters={"dangling": True})
+        if "io.builder.stage-of" not in (image.get("Labels") or {}) and "io.builder.content-hash" in (image.get("Labels") or {})
+    ]
+    assert loose == []
+    stages: dict[str, int] = {}
+    for image in docker_client.api.images(filters={"dangling": True}):
+        owner = (image.get("Labels") or {}).get("io.builder.stage-of")
+        if owner:
+            stages[owner] = stages.get(owner, 0) + 1
+    assert all(count == 1 for count in stages.values()), stages

@@ -1,0 +1,234 @@
+"""One image through the engine: lock its tag, stage its context, build it (retrying only network
+flakes), then keep exactly one generation of what the build left behind.
+
+- Two processes building the same tag take turns (a file lock per tag); the second re-checks
+  the content hash and skips what the first just built, so no loser's image is left dangling.
+- The context is staged from the rendered bytes, never from images/ (see staging.py).
+- A pip.conf with credentials is published on the secret server for this build only.
+- Afterwards the image the tag pointed to before is removed, and so are older build-stage images
+  of this tag (the build stage carries `io.builder.stage-of=<tag>`): forced rebuilds don't grow the disk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import re
+import shutil
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import filelock
+from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+
+from builder.engine import client as engine
+from builder.engine import staging
+from builder.engine.failures import diagnose_build, is_network_build_failure, is_tls_failure
+from builder.engine.secrets import SecretServer, redact
+from builder.engine.settings import BuildSettings
+from builder.host.diagnose import diagnose_text
+from builder.records import ImageSpec
+
+HASH_LABEL = "io.builder.content-hash"
+REVISION_LABEL = "org.opencontainers.image.revision"
+STAGE_LABEL = "io.builder.stage-of"  # set on build-stage images by the template (ARG BUILDER_STAGE_OF)
+_STEP_ID = re.compile(r"^ ---> ([0-9a-f]{12})\s*$|^Successfully built ([0-9a-f]{12})\s*$")
+Client = Any
+Log = Callable[[str, str], None]  # (image id, line)
+
+
+class NetworkFlake(Exception):
+    """A build failed in a way a retry can fix (download errors)."""
+
+
+class BuildFailed(Exception):
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    id: str
+    status: str  # built | up-to-date | failed | interrupted | not-built
+    seconds: float = 0.0
+    size_mb: float | None = None
+    attempts: int = 0
+    log: str | None = None
+    error: str | None = None
+    cause: str | None = None
+    fix: str | None = None
+    push: str | None = None  # the registry digest, or "failed: <why>"
+
+
+@dataclass
+class Run:
+    """What every image build of one run shares."""
+
+    settings: BuildSettings
+    build_dir: Path
+    lock_dir: Path
+    revision: str = "unknown"
+    retries: int = 3
+    backoff_s: float = 5.0
+    no_cache: bool = False
+    on_line: Log | None = None
+    secrets: SecretServer | None = None
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def log_dir(self) -> Path:
+        return self.build_dir / "logs"
+
+    @property
+    def staging_root(self) -> Path:
+        """build/contexts/<session>/: a killed run's folder is recognised and swept by the next run."""
+        return self.build_dir / "contexts" / engine.SESSION_ID.replace(":", "_")
+
+
+@contextlib.contextmanager
+def tag_lock(lock_dir: Path, tag: str) -> Iterator[None]:
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    key = hashlib.sha256(tag.encode()).hexdigest()[:16]
+    with filelock.FileLock(str(lock_dir / f"builder-build-{key}.lock")):
+        yield
+
+
+def build_image(run: Run, client: Client, spec: ImageSpec, files: Mapping[str, bytes], *, force: bool) -> BuildResult:
+    """Build one image from its rendered context `files`; never raises for a failed build."""
+    started = time.monotonic()
+    with tag_lock(run.lock_dir, spec.tag):
+        if not force and (engine.image_labels(client, spec.tag) or {}).get(HASH_LABEL) == spec.content_hash:
+            return BuildResult(spec.id, "up-to-date", time.monotonic() - started)  # built by another run while we waited
+        return _build_locked(run, client, spec, files, started)
+
+
+def _build_locked(run: Run, client: Client, spec: ImageSpec, files: Mapping[str, bytes], started: float) -> BuildResult:
+    run.log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = run.log_dir / f"{spec.id}.log"
+    replaced = engine.image_id(client, spec.tag)
+    staged = staging.stage(spec, files, run.staging_root, run.settings)
+    secret_url = None
+    if staged.secret_pip_conf is not None:
+        if run.secrets is None:
+            raise RuntimeError("credentials to serve but no secret server")
+        secret_url = run.secrets.publish(staged.secret_pip_conf, uses=run.retries)
+    steps: set[str] = set()
+    attempts = 0
+    try:
+        for attempt in Retrying(
+            stop=stop_after_attempt(run.retries),
+            wait=wait_exponential(multiplier=run.backoff_s, max=60),
+            retry=retry_if_exception_type(NetworkFlake),
+            reraise=False,
+        ):
+            with attempt:
+                attempts += 1
+                _attempt(run, client, spec, staged, secret_url, log_path, attempts, steps)
+    except RetryError as exc:
+        return _failed(run, spec, started, attempts, log_path, f"network errors in all {attempts} attempts: {exc.last_attempt.exception()}")
+    except BuildFailed as exc:
+        return _failed(run, spec, started, attempts, log_path, exc.message, "interrupted" if run.stop.is_set() else "failed")
+    finally:
+        if secret_url is not None and run.secrets is not None:
+            run.secrets.revoke(secret_url)
+        shutil.rmtree(staged.path, ignore_errors=True)
+        with contextlib.suppress(Exception):  # tidying must not turn a result into a crash
+            remove_superseded_stages(client, spec.tag, steps)
+    built = client.api.inspect_image(spec.tag)
+    if replaced and replaced != built["Id"]:  # the old image is garbage now; nightly rebuilds would fill the disk
+        engine.remove_image_quietly(client, replaced)
+    return BuildResult(spec.id, "built", time.monotonic() - started, round(built.get("Size", 0) / 1e6, 1), attempts, str(log_path))
+
+
+def remove_superseded_stages(client: Client, tag: str, keep: set[str]) -> list[str]:
+    """Build-stage images of this tag that are not from the build that just ran (`keep`: its step ids)."""
+    removed = []
+    for image in client.api.images(all=True, filters={"label": f"{STAGE_LABEL}={tag}"}):
+        short = str(image["Id"]).removeprefix("sha256:")[:12]
+        if short not in keep:
+            engine.remove_image_quietly(client, str(image["Id"]))
+            removed.append(short)
+    return removed
+
+
+def _failed(run: Run, spec: ImageSpec, started: float, attempts: int, log_path: Path, error: str, status: str = "failed") -> BuildResult:
+    text = log_path.read_text(encoding="utf-8", errors="replace") if log_path.exists() else ""
+    evidence = text + "\n" + error
+    build = diagnose_build(evidence, str(run.settings.ca_bundle or "no CA bundle (none was given and the host has none)"))
+    probe = None if build else diagnose_text(evidence)
+    cause, fix = build if build else ((probe.cause, probe.fix) if probe else (None, None))
+    return BuildResult(
+        spec.id, status, time.monotonic() - started, attempts=attempts, log=str(log_path), error=redact(error), cause=cause, fix=fix
+    )
+
+
+def _attempt(
+    run: Run, client: Client, spec: ImageSpec, staged: staging.Staged, secret_url: str | None, log_path: Path, attempt: int, steps: set[str]
+) -> None:
+    if run.stop.is_set():
+        raise BuildFailed("interrupted before the build started")
+    buildargs = dict(run.settings.build_args)  # only Docker's predefined proxy args: kept out of the history
+    buildargs["BUILDER_STAGE_OF"] = spec.tag
+    if secret_url is not None:
+        buildargs["BUILDER_PIP_CONF_URL"] = secret_url
+    labels = {HASH_LABEL: spec.content_hash, REVISION_LABEL: run.revision}
+    with log_path.open("w" if attempt == 1 else "a", encoding="utf-8", buffering=1) as log:  # line-buffered: `tail -f` works
+        log.write(f"# build {spec.id} attempt {attempt} -> {spec.tag}\n")
+        log.write(f"# local wheels: {', '.join(staged.wheels) or 'none'}\n")
+        log.write(f"# extra indexes: {redact(' '.join(staged.extra_index_urls)) or 'none'}\n")
+        error = _stream_into(run, client, spec, staged.path, buildargs, labels, log, steps)
+    if error is None:
+        return
+    tail = log_path.read_text(encoding="utf-8", errors="replace")
+    if is_tls_failure(error + "\n" + tail):
+        raise BuildFailed(error)  # the same certificate fails the same way: diagnosed once, not retried
+    if is_network_build_failure(error, tail):
+        raise NetworkFlake(error)
+    raise BuildFailed(error)
+
+
+def _stream_into(
+    run: Run, client: Client, spec: ImageSpec, path: Path, buildargs: dict[str, str], labels: dict[str, str], log: Any, steps: set[str]
+) -> str | None:
+    """Run the build, writing its output to `log` (redacted) and collecting its step image ids; the error, if any."""
+    error = None
+    try:
+        chunks = client.api.build(
+            path=str(path),
+            tag=spec.tag,
+            rm=True,
+            forcerm=True,
+            pull=False,
+            nocache=run.no_cache,
+            network_mode="host",
+            buildargs=buildargs,
+            labels=labels,
+            decode=True,
+        )
+        for chunk in chunks:
+            text = chunk.get("stream") or chunk.get("status") or ""
+            if text:
+                log.write(redact(text))
+                found = _STEP_ID.match(text.rstrip("\n"))
+                if found:
+                    steps.add(found.group(1) or found.group(2))
+                if run.on_line:
+                    run.on_line(spec.id, text)
+            if "error" in chunk:
+                error = redact(str(chunk["error"]).strip())
+                log.write(f"ERROR: {error}\n")
+            if run.stop.is_set():
+                raise BuildFailed("interrupted")
+    except BuildFailed:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the engine or the connection broke mid-build
+        if run.stop.is_set():
+            raise BuildFailed("interrupted") from None
+        error = redact(f"engine connection failed: {exc}")
+        log.write(f"ERROR: {error}\n")
+    return error

@@ -1,0 +1,155 @@
+"""What this tool left in the engine and on disk, and removing it: only ever what it made itself.
+
+Everything it makes carries its labels: containers `io.builder.owner=builder` plus the run's
+session (host, pid, pid start time), build-stage images `io.builder.stage-of=<tag>`, built images
+`io.builder.content-hash`, bootstrapped bases `io.builder.recipe-hash`; staged build contexts
+live in build/contexts/<session>/. A run sweeps what dead runs left; `builder clean` removes the rest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import filelock
+
+from builder.engine import client as engine
+from builder.engine.bootstrap import HASH_LABEL as RECIPE_LABEL
+from builder.engine.image_build import HASH_LABEL, STAGE_LABEL
+
+Client = Any
+RUNS_DIR = Path(os.environ.get("BUILDER_LOCK_DIR", tempfile.gettempdir())) / "builder-runs"
+
+
+@contextlib.contextmanager
+def active_run() -> Iterator[None]:
+    """Mark this process as a running build/test for as long as the block lasts (a held file lock),
+    so `builder clean` leaves the build-stage images a live build may still need."""
+    RUNS_DIR.mkdir(parents=True, exist_ok=True)
+    path = RUNS_DIR / f"{engine.SESSION_ID.replace(':', '_')}.lock"
+    lock = filelock.FileLock(str(path))
+    with lock:
+        yield
+    with contextlib.suppress(OSError):
+        path.unlink()
+
+
+def other_active_runs() -> list[str]:
+    """Sessions of other processes inside `active_run` now (their locks are held)."""
+    if not RUNS_DIR.is_dir():
+        return []
+    busy = []
+    for path in sorted(RUNS_DIR.glob("*.lock")):
+        if path.stem == engine.SESSION_ID.replace(":", "_"):
+            continue
+        lock = filelock.FileLock(str(path))
+        try:
+            lock.acquire(timeout=0)
+        except filelock.Timeout:
+            busy.append(path.stem.replace("_", ":"))
+            continue
+        lock.release()
+        with contextlib.suppress(OSError):
+            path.unlink()
+    return busy
+
+
+@dataclass
+class Removed:
+    containers: list[str] = field(default_factory=list)
+    images: list[str] = field(default_factory=list)  # tags, or short ids of untagged images
+    folders: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # what was left alone, and why
+
+    def count(self) -> int:
+        return len(self.containers) + len(self.images) + len(self.folders)
+
+
+def _session_of(folder: Path) -> str:
+    return folder.name.replace("_", ":")
+
+
+def dead_staging(build_dir: Path) -> list[Path]:
+    """Staged contexts of runs that are gone (their folder names are the runs' sessions)."""
+    root = build_dir / "contexts"
+    if not root.is_dir():
+        return []
+    found = []
+    for folder in sorted(root.iterdir()):
+        if folder.name == engine.SESSION_ID.replace(":", "_"):
+            continue
+        alive = engine.session_alive(_session_of(folder))
+        legacy = alive is None and (folder / "Dockerfile").exists()  # build/contexts/<id>/ of older versions
+        if alive is False or legacy:
+            found.append(folder)
+    return found
+
+
+def remove_staging(folder: Path) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def sweep(client: Client, build_dir: Path) -> Removed:
+    """At the start of a run: what killed runs left (their containers and staged contexts)."""
+    removed = Removed(containers=engine.remove_leftover_containers(client))
+    for folder in dead_staging(build_dir):
+        remove_staging(folder)
+        removed.folders.append(str(folder))
+    return removed
+
+
+def _remove(client: Client, ref: str, dry_run: bool) -> bool:
+    if dry_run:
+        return True
+    before = engine.image_id(client, ref)
+    engine.remove_image_quietly(client, ref)
+    return before is not None and engine.image_id(client, ref) is None
+
+
+def clean(
+    client: Client, build_dir: Path, *, repository: str, planned: Collection[str] | None, everything: bool, dry_run: bool
+) -> Removed:
+    """Remove this tool's leftovers: dead runs' containers and contexts, build-stage images and
+    untagged images it built. With `planned` (the plan's tags) also its images of `repository`
+    that the plan no longer lists; with `everything` all its images of `repository` and its
+    bootstrapped bases too."""
+    removed = Removed()
+    for entry in client.api.containers(all=True, filters={"label": engine.OWNER_FILTER}):
+        session = (entry.get("Labels") or {}).get(engine.SESSION_LABEL, "")
+        if engine.session_alive(session) is not True and session != engine.SESSION_ID:
+            if not dry_run:
+                with contextlib.suppress(Exception):
+                    client.api.remove_container(entry["Id"], force=True, v=True)
+            removed.containers.append(str(entry["Id"])[:12])
+    for folder in dead_staging(build_dir):
+        if not dry_run:
+            remove_staging(folder)
+        removed.folders.append(str(folder))
+    busy = other_active_runs()
+    removed.skipped = [f"build-stage images: {len(busy)} other run(s) are building now ({', '.join(busy)})"] if busy else []
+    for image in [] if busy else client.api.images(all=True, filters={"label": STAGE_LABEL}):
+        if _remove(client, str(image["Id"]), dry_run):
+            removed.images.append(str(image["Id"]).removeprefix("sha256:")[:12])
+    for image in client.api.images(all=True, filters={"label": HASH_LABEL}):
+        tags = [t for t in image.get("RepoTags") or [] if t != "<none>:<none>"]
+        ours = [t for t in tags if t.rsplit(":", 1)[0] == repository]
+        if not tags:
+            if _remove(client, str(image["Id"]), dry_run):
+                removed.images.append(str(image["Id"]).removeprefix("sha256:")[:12])
+            continue
+        for tag in ours:
+            wanted = everything or (planned is not None and tag not in planned)
+            if wanted and _remove(client, tag, dry_run):
+                removed.images.append(tag)
+    if everything:
+        for image in client.api.images(filters={"label": RECIPE_LABEL}):
+            for tag in image.get("RepoTags") or []:
+                if tag.startswith("builder-base/") and _remove(client, tag, dry_run):
+                    removed.images.append(tag)
+    return removed
