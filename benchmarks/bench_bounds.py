@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -33,14 +32,22 @@ from builder.spec.plan import make_plan  # noqa: E402
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
+PEAK = (  # run builder, then report this process's own peak memory (VmHWM; ru_maxrss would include the parent's)
+    "import re, runpy, sys\n"
+    "sys.argv = ['builder', *sys.argv[1:]]\n"
+    "try:\n    runpy.run_module('builder', run_name='__main__')\nexcept SystemExit as exc:\n    code = exc.code\nelse:\n    code = 0\n"
+    "sys.stderr.write('\\nVmHWM ' + re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1) + '\\n')\n"
+    "sys.exit(code)\n"
+)
+
+
 def cli(*args: str, cwd: Path) -> tuple[int, float, float, str]:
     """(exit code, wall seconds, peak MB of the child, stderr) of one `builder` run."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "builder", *args], cwd=cwd, env=ENV, capture_output=True, text=True, check=False)
+    done = subprocess.run([sys.executable, "-c", PEAK, *args], cwd=cwd, env=ENV, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - started
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return done.returncode, wall, max(peak, before) / 1024, done.stderr
+    err, _, peak = done.stderr.rpartition("\nVmHWM ")
+    return done.returncode, wall, int(peak.strip() or 0) / 1024, err
 
 
 def alias_bomb() -> str:
