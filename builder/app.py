@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol
 
+from builder.compat.facts import table
 from builder.engine import client as engine
 from builder.engine import leftovers, push, settings
 from builder.engine.build import Builder, BuildResult, git_revision
@@ -20,6 +21,7 @@ from builder.engine.image_build import Run
 from builder.engine.settings import BuildSettings
 from builder.errors import RunFailure, UserError
 from builder.host import facts as hostinfo
+from builder.lock.target import lock_state
 from builder.records import ImageSpec
 from builder.render.tree import LOCK_DIR, expected_tree, stale, stale_images
 from builder.smoke.runner import SmokeResult, merge_junit, smoke_one
@@ -98,6 +100,12 @@ def check_rendered(ws: Workspace, specs: Sequence[ImageSpec]) -> None:
             f"{ws.images_dir.name}/{differ[0]} differs from what the plan renders ({len(differ)} file(s): edited, linked, missing or "
             "stale); run `builder render` (it keeps hand edits unless --force) and build again"
         )
+    for spec in specs:
+        if lock_state(spec, table()) == "stale":
+            raise UserError(
+                f"{ws.images_dir.name}/{spec.id}/requirements.lock is stale (the image's requirements changed since it was locked); "
+                f"run `builder lock --select id={spec.id}`"
+            )
 
 
 def build_images(ws: Workspace, specs: Sequence[ImageSpec], options: BuildOptions, events: BuildEvents) -> list[BuildResult]:

@@ -176,17 +176,20 @@ def _options(*options: Callable[[F], F]) -> Callable[[F], F]:
 gpu_option = click.option(
     "--gpu", type=click.Choice(["auto", "require", "off"]), default="auto", show_default=True, help="attach GPUs: if present / always (fail without) / never"
 )
+BUILD_SOURCE_OPTIONS = (
+    click.option("--ca-bundle", metavar="FILE", help="PEM bundle pip/apt/uv trust (or $BUILDER_CA_BUNDLE, build.ca_bundle)"),
+    click.option("--no-host-settings", is_flag=True, help="do not take the host's CA bundle and pip sources"),
+    click.option("--wheelhouse", metavar="DIR", multiple=True, help="folder of wheels; pinned ones are used from there"),
+    click.option("--index-url", metavar="URL", help="primary package index (company mirror)"),
+    click.option("--extra-index-url", metavar="URL", multiple=True, help="more package indexes"),
+)
 build_options = _options(
     click.option("-j", "--jobs", default=1, show_default=True, type=click.IntRange(1, MAX_JOBS), help="images built in parallel"),
     click.option("--force", is_flag=True, help="rebuild even when the content hash is already built"),
     click.option("--no-cache", is_flag=True, help="with --force: do not use the engine's layer cache either"),
     click.option("--keep-going", is_flag=True, help="build the rest after a failure"),
     click.option("--push", is_flag=True, help="push built images to the registry"),
-    click.option("--ca-bundle", metavar="FILE", help="PEM bundle pip/apt trust during the build (or $BUILDER_CA_BUNDLE, build.ca_bundle)"),
-    click.option("--no-host-settings", is_flag=True, help="do not take the host's CA bundle and pip sources"),
-    click.option("--wheelhouse", metavar="DIR", multiple=True, help="folder of wheels; pinned ones are copied into the build"),
-    click.option("--index-url", metavar="URL", help="primary package index for the build (company mirror)"),
-    click.option("--extra-index-url", metavar="URL", multiple=True, help="more package indexes for the build"),
+    *BUILD_SOURCE_OPTIONS,
 )
 
 
@@ -278,6 +281,49 @@ def run(ws: Workspace, /, select_expr: str | None, gpu: str, timeout_s: int, **k
     specs = ws.selected(select_expr, use_default=True)
     built, tested = app.run(ws, specs, _build_options(kwargs), app.TestOptions(gpu, timeout_s), _RunSummary())
     _exit_for(app.run_ok(specs, built, tested))
+
+
+@main.command()
+@select_option
+@click.option("--check", is_flag=True, help="offline: exit 1 listing locks that are missing or no longer match their inputs")
+@click.option("--upgrade", is_flag=True, help="re-resolve every selected image to the newest versions its pins allow")
+@click.option("-j", "--jobs", default=2, show_default=True, type=click.IntRange(1, MAX_JOBS), help="resolutions in parallel")
+@click.option("--keep-going", is_flag=True, help="lock the rest after a failure, and list what failed")
+@_options(*BUILD_SOURCE_OPTIONS)
+@click.pass_obj
+@user_errors
+def lock(ws: Workspace, /, select_expr: str | None, check: bool, upgrade: bool, jobs: int, keep_going: bool, **kwargs: Any) -> None:
+    """Resolve each image for its target into images/<id>/requirements.lock (every package, sha256 hashes)."""
+    from builder.lock import locking
+    from builder.ui.lock import LockLines, print_lock_summary
+
+    specs = ws.selected(select_expr, use_default=False)
+    if check:
+        results = locking.check(specs)
+        bad = [r for r in results if r.status in ("missing", "stale")]
+        for r in bad:
+            click.echo(f"{r.status}: {ws.images_dir.name}/{r.id}/requirements.lock ({r.detail})")
+        unlocked = sum(r.status == "unlocked" for r in results)
+        tail = f"; {unlocked} unlocked by matrix.yaml" if unlocked else ""
+        click.echo(f"{len(results) - len(bad) - unlocked} locks current, {len(bad)} missing or stale{tail}", err=True)
+        _exit_for(not bad)
+    options = locking.LockOptions(
+        jobs=jobs,
+        upgrade=upgrade,
+        keep_going=keep_going,
+        ca_bundle=kwargs["ca_bundle"],
+        use_host=not kwargs["no_host_settings"],
+        wheelhouse=tuple(kwargs["wheelhouse"]),
+        index_url=kwargs["index_url"],
+        extra_index_urls=tuple(kwargs["extra_index_url"]),
+        include_unlocked=select_expr is not None,
+    )
+    results = locking.lock_images(ws, specs, options, LockLines(err))
+    print_lock_summary(out, results)
+    for r in results:
+        if r.status in locking.FAILED:
+            click.echo(f"error: {r.id}: {r.detail}", err=True)
+    _exit_for(not any(r.status in (*locking.FAILED, "not-locked") for r in results))
 
 
 @main.command()

@@ -80,6 +80,7 @@ class Matrix:
     ca_bundle: str | None = None
     source: str = "https://github.com/example/gpu-images"
     default_select_line: int = 0
+    unlocked: tuple[tuple[str, str, int], ...] = ()  # (select expression, reason, line): may build without a lock
 
     def base(self, name: str) -> Base:
         for b in self.bases:
@@ -147,6 +148,16 @@ class Accelerator:
 
 
 @dataclass(frozen=True)
+class Lock:
+    """images/<id>/requirements.lock as `builder lock` wrote it: every package pinned with hashes."""
+
+    text: str
+    inputs: str  # sha256 of what it was resolved from (builder.lock.target.LockTarget.inputs)
+    pins: tuple[tuple[str, str], ...]  # normalised package name -> version, sorted
+    hashes: tuple[tuple[str, tuple[str, ...]], ...] = ()  # normalised package name -> its allowed sha256 digests
+
+
+@dataclass(frozen=True)
 class ImageSpec:
     """A planned image: everything render, build and test need to know."""
 
@@ -164,6 +175,8 @@ class ImageSpec:
     python_bin: str = "python3"
     warnings: tuple[str, ...] = ()
     content_hash: str = ""
+    lock: Lock | None = None  # the image's requirements.lock, when `builder lock` made one
+    unlocked: str | None = None  # why matrix.yaml lets this image build without a lock
 
     @property
     def versions(self) -> dict[str, str]:

@@ -8,23 +8,27 @@ from __future__ import annotations
 
 import functools
 import os
+import stat
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from builder.errors import UserError
-from builder.records import ImageSpec, Matrix, Plan
+from builder.lock.files import LOCK_NAME, parse
+from builder.records import ImageSpec, Lock, Matrix, Plan
 from builder.render.context import Files, content_hash, contexts
 from builder.render.tree import expected_tree
 from builder.spec.matrix import load_matrix
 from builder.spec.plan import make_plan
-from builder.spec.select import no_match, parse_select, select
+from builder.spec.select import fields_of, matches, no_match, parse_select, select
 
 MATRIX_ENV = "BUILDER_MATRIX"
+MAX_LOCK = 2 * 2**20  # a lock of every CUDA wheel with every hash is ~0.2 MB
 
 
 @dataclass(frozen=True)
 class Workspace:
     matrix_path: Path
+    lock_overrides: tuple[tuple[str, Lock], ...] = ()  # image id -> the lock to use instead of the one on disk
 
     @staticmethod
     def locate(option: str | None) -> Workspace:
@@ -54,8 +58,25 @@ class Workspace:
 
     @functools.cached_property
     def decided(self) -> Plan:
-        """The plan without content hashes: enough to select from."""
-        return make_plan(self.matrix)
+        """The plan without content hashes: enough to select from. Each image carries its lock
+        (images/<id>/requirements.lock, as `builder lock` wrote it) and, when matrix.yaml lets it
+        build without one, the reason."""
+        plan = make_plan(self.matrix)
+        policy = [(parse_select(expr), reason) for expr, reason, _ in self.matrix.unlocked]
+        overrides = dict(self.lock_overrides)
+        images = tuple(
+            replace(
+                spec,
+                lock=overrides.get(spec.id) or read_lock(self.images_dir / spec.id / LOCK_NAME),
+                unlocked=next((reason for selector, reason in policy if matches(selector, fields_of(spec))), None),
+            )
+            for spec in plan.images
+        )
+        return replace(plan, images=images)
+
+    def with_locks(self, locks: dict[str, Lock]) -> Workspace:
+        """This workspace as if these images had these locks (what `builder lock` is about to write)."""
+        return Workspace(self.matrix_path, tuple(sorted({**dict(self.lock_overrides), **locks}.items())))
 
     @functools.cached_property
     def _contexts(self) -> dict[str, Files]:
@@ -96,3 +117,21 @@ class Workspace:
         """Every file images/ should hold (see builder.render.tree.expected_tree)."""
         images = self.decided.images
         return expected_tree(images, self.contexts(images))
+
+
+def read_lock(path: Path) -> Lock | None:
+    """A lock file `builder lock` wrote, read without following links; None for anything else."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            return None
+        data = handle.read(MAX_LOCK + 1)
+    if len(data) > MAX_LOCK:
+        return None
+    try:
+        return parse(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        return None

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test suite: lint, types, images/ current, then pytest (unit + Docker integration tests).
+# The test suite: lint, types, images/ and its locks current, then pytest (unit + Docker integration tests).
 # It starts the engine itself, so a missing engine is a failure here, not a skip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,4 +8,5 @@ export BUILDER_REQUIRE_DOCKER=1
 .venv/bin/ruff check builder tests benchmarks
 .venv/bin/mypy builder
 .venv/bin/builder render --check
+.venv/bin/builder lock --check
 exec .venv/bin/python -m pytest "$@"

@@ -89,8 +89,10 @@ def test_plan_is_deterministic(embedded_matrix_path: Path) -> None:
 
 def test_documented_example_id(embedded_plan: Plan) -> None:
     spec = next(s for s in embedded_plan.images if s.id == "torch2.5.1-cu124-py3.11-ubuntu22.04")
-    assert spec.packages == ("torch==2.5.1+cu124",)
-    assert spec.index_urls == ("https://download.pytorch.org/whl/cu124",)
+    assert spec.packages == ("torch==2.5.1",)  # PyPI's own 2.5.1 wheel is the cu124 build: no extra index
+    assert spec.index_urls == ()
+    other = next(s for s in embedded_plan.images if s.id == "torch2.5.1-cu118-py3.11-ubuntu22.04")
+    assert (other.packages, other.index_urls) == (("torch==2.5.1+cu118",), ("https://download.pytorch.org/whl/cu118",))
 
 
 def test_every_skipped_combination_has_a_reason(embedded_plan: Plan) -> None:
@@ -135,12 +137,13 @@ def test_torch_cpu_index_on_the_local_image(embedded_workspace: Workspace) -> No
             "stack=torch,base=cuda12.*",
             {
                 "torch2.5.1-cu124-py3.11-ubuntu22.04",
-                "torch2.5.1-cu128-py3.12-ubuntu24.04",
-                "torch2.13.0-cu128-py3.12-ubuntu24.04",
-                "torch2.14.1-cu128-py3.12-ubuntu24.04",
+                "torch2.5.1-cu124-on-cu128-py3.12-ubuntu24.04",  # the id names the wheel variant and the base
+                "torch2.13.0-cu126-on-cu128-py3.12-ubuntu24.04",
+                "torch2.14.1-cu126-on-cu128-py3.12-ubuntu24.04",
             },
         ),
-        ("torch=2.5.*,vendor=rocm", {"torch2.5.1-rocm6.2-py3.11-ubuntu22.04", "torch2.5.1-rocm6.4-py3.11-ubuntu22.04"}),
+        ("torch=2.5.*,vendor=rocm", {"torch2.5.1-rocm6.2-py3.11-ubuntu22.04", "torch2.5.1-rocm6.2-on-rocm6.4-py3.11-ubuntu22.04"}),
+        ("index=https://download.pytorch.org/whl/rocm*", {"torch2.5.1-rocm6.2-py3.11-ubuntu22.04", "torch2.5.1-rocm6.2-on-rocm6.4-py3.11-ubuntu22.04"}),
         ("id=numba*-cu13*", {"numba0.60.0-cu130-py3.12-ubuntu24.04", "numba0.68.0-cu130-py3.12-ubuntu24.04"}),
         ("tensorflow=*,os=debian12", {"tensorflow2.21.0-cpu-py3.11-debian12"}),
         ("python=3.11, base=local-debian12 ,stack=jax", {"jax0.10.2-cpu-py3.11-debian12"}),
@@ -218,8 +221,9 @@ def test_plan_json_documented_example(cli: RunCli, embedded_matrix_path: Path) -
         "image": "nvidia/cuda:12.4.1-cudnn-runtime-ubuntu22.04",
     }
     assert (entry["stack"], entry["python"], entry["frameworks"]) == ("torch", "3.11", {"torch": "2.5.1"})
-    assert entry["packages"] == ["torch==2.5.1+cu124"]
-    assert entry["index_urls"] == ["https://download.pytorch.org/whl/cu124"]
+    assert entry["packages"] == ["torch==2.5.1"]
+    assert entry["index_urls"] == []
+    assert entry["lock"] in ("locked", "stale", "missing", "unlocked")
 
 
 def test_plan_github_matrix(cli: RunCli, embedded_matrix_path: Path, embedded_plan: Plan) -> None:

@@ -20,6 +20,7 @@ import dockerfile
 import pytest
 from click.testing import Result
 
+from builder.lock.files import parse
 from builder.records import ImageSpec
 from builder.render import templates
 from builder.render.context import PROBE
@@ -85,6 +86,21 @@ def test_golden(image_id: str, name: str, golden_tree: dict[str, bytes]) -> None
     assert actual == path.read_bytes()
 
 
+def test_golden_locked_image_installs_exactly_its_lock() -> None:
+    """The numba golden image with a fixture lock: the Dockerfile copies and installs requirements.lock with hashes."""
+    image = "numba0.68.0-cpu-py3.11-debian12"
+    lock = parse((GOLDEN / "locked" / "requirements.lock").read_text(encoding="utf-8"))
+    assert lock is not None
+    tree = Workspace(GOLDEN_MATRIX, lock_overrides=((image, lock),)).rendered_tree()
+    path = GOLDEN / "locked" / "Dockerfile"
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        path.write_bytes(tree[f"{image}/Dockerfile"])
+    assert tree[f"{image}/Dockerfile"] == path.read_bytes()
+    assert tree[f"{image}/requirements.lock"] == lock.text.encode()
+    text = path.read_text(encoding="utf-8")
+    assert "--require-hashes --no-deps -r /tmp/builder/requirements.lock" in text and "COPY requirements.lock" in text
+
+
 # ---------------------------------------------------------------- invariants over every rendered image
 
 
@@ -113,11 +129,15 @@ def each_image(rendered: Rendered) -> list[tuple[ImageSpec, str]]:
 
 def test_every_image_has_exactly_its_files(rendered: Rendered) -> None:
     assert set(rendered.files) == {s.id for s in rendered.plan.images}
-    for files in rendered.files.values():
-        assert set(files) == {"Dockerfile", "requirements.txt", "image.json"}  # the probe is not committed per image
+    locked = {s.id for s in rendered.plan.images if s.lock is not None}
+    assert locked, "the embedded matrix has locked images"
+    for image_id, files in rendered.files.items():
+        lock = {"requirements.lock"} if image_id in locked else set()
+        assert set(files) == {"Dockerfile", "requirements.txt", "image.json"} | lock  # the probe is not committed per image
     for image_id, context in rendered.contexts.items():
-        assert set(context) == {"Dockerfile", "requirements.txt", "hello_gpu.py"}, image_id
-        assert all(context[name] == rendered.files[image_id][name] for name in ("Dockerfile", "requirements.txt"))
+        lock = {"requirements.lock"} if image_id in locked else set()
+        assert set(context) == {"Dockerfile", "requirements.txt", "hello_gpu.py"} | lock, image_id
+        assert all(context[name] == rendered.files[image_id][name] for name in ("Dockerfile", "requirements.txt", *lock))
 
 
 def test_header_says_generated(rendered: Rendered) -> None:
@@ -233,7 +253,7 @@ def test_content_hash_is_the_hash_of_the_build_context(rendered: Rendered) -> No
     for spec in rendered.plan.images:
         files = rendered.contexts[spec.id]
         digest = hashlib.sha256()
-        for name in ("Dockerfile", "hello_gpu.py", "requirements.txt"):
+        for name in sorted(files):
             digest.update(name.encode() + b"\0" + hashlib.sha256(files[name]).digest())
         assert spec.content_hash == "sha256:" + digest.hexdigest(), spec.id
 

@@ -20,7 +20,7 @@ from builder.compat.rules.numba import decide_numba
 from builder.compat.rules.numpy import pick_numpy
 from builder.compat.rules.python import decide_python
 from builder.compat.rules.tensorflow import decide_tensorflow
-from builder.compat.rules.torch import decide_torch, pick_variant
+from builder.compat.rules.torch import TorchFacts, decide_torch, pick_variant, variant_from_requires
 from builder.errors import UserError
 from builder.records import Base, Install, Vendor, Verdict
 
@@ -88,8 +88,31 @@ def refused(verdict: Verdict, *facts: str) -> str:
 def test_torch_variant_and_index(b: Base, python: str, version: str, variant: str, compat: Compat) -> None:
     install = ok(decide_torch(b, python, version, compat))
     assert install.variant == variant
-    assert install.requirements == (f"torch=={version}+{variant}",)
-    assert install.index_urls == (f"https://download.pytorch.org/whl/{variant}",)
+    pypi = {"2.5.1": "cu124", "2.13.0": "cu130", "2.14.1": "cu130"}.get(version)
+    if variant == pypi:  # PyPI's own wheel is this variant: installed from PyPI, no extra index
+        assert install.requirements == (f"torch=={version}",)
+        assert install.index_urls == ()
+    else:
+        assert install.requirements == (f"torch=={version}+{variant}",)
+        assert install.index_urls == (f"https://download.pytorch.org/whl/{variant}",)
+
+
+@pytest.mark.parametrize(
+    ("requires", "variant"),
+    [
+        (["filelock", 'nvidia-cuda-runtime-cu12==12.4.127; platform_system == "Linux" and platform_machine == "x86_64"'], "cu124"),
+        (['cuda-toolkit[cublas,cudart,cufft,curand,cusolver,cusparse]==13.0.3; platform_system == "Linux"', "typing-extensions"], "cu130"),
+        (['nvidia-cuda-runtime-cu11==11.8.89; platform_system == "Linux"'], "cu118"),
+        (["filelock", "sympy", "networkx"], None),
+    ],
+)
+def test_pypis_default_torch_variant_comes_from_the_wheels_own_requirements(requires: list[str], variant: str | None) -> None:
+    assert variant_from_requires(requires) == variant
+
+
+def test_the_pypi_variant_in_the_table_is_one_the_release_ships(compat: Compat) -> None:
+    facts = compat.facts(TorchFacts)
+    assert {r.release: r.pypi for r in facts.releases if r.pypi} == {"2.5": "cu124", "2.13": "cu130", "2.14": "cu130"}
 
 
 def test_torch_records_built_cuda_and_cudnn(compat: Compat) -> None:
@@ -114,16 +137,27 @@ def test_torch_rocm_variant_must_share_the_major(compat: Compat) -> None:
     refused(decide_torch(ROCM62, "3.11", "2.13.0", compat), "ROCm 6", "rocm7.2")
 
 
-def test_torch_release_without_rocm_wheels(compat: Compat) -> None:
-    refused(decide_torch(ROCM72, "3.12", "2.14.1", compat), "torch 2.14.1", "no ROCm wheels")
+def test_torch_214_says_its_rocm_wheels_exist_but_are_unconfirmed(compat: Compat) -> None:
+    """Review: "torch 2.14.1 ships no ROCm wheels" was false; it ships ROCm 7.x wheels under an unconfirmed index name."""
+    reason = refused(decide_torch(ROCM72, "3.12", "2.14.1", compat), "torch 2.14 ships ROCm 7.x wheels", "unconfirmed")
+    assert "no ROCm wheels" not in reason
 
 
-@pytest.mark.parametrize(("python", "version"), [("3.13", "2.5.1"), ("3.8", "2.5.1"), ("3.9", "2.13.0"), ("3.16", "2.13.0")])
+def test_a_cuda_12_8_base_with_an_older_torch_variant_warns_about_blackwell(compat: Compat) -> None:
+    verdict = decide_torch(CUDA128, "3.12", "2.13.0", compat)
+    assert verdict.ok and verdict.install is not None and verdict.install.variant == "cu126"
+    assert any("no sm_100/sm_120 kernels" in w and "Blackwell" in w for w in verdict.warnings)
+    assert not decide_torch(CUDA130, "3.12", "2.13.0", compat).warnings
+
+
+@pytest.mark.parametrize(
+    ("python", "version"), [("3.13", "2.5.1"), ("3.8", "2.5.1"), ("3.9", "2.13.0"), ("3.15", "2.13.0"), ("3.15", "2.14.1")]
+)
 def test_torch_python_outside_range(python: str, version: str, compat: Compat) -> None:
     refused(decide_torch(CPU, python, version, compat), f"torch {version} supports Python", f"this image has Python {python}")
 
 
-@pytest.mark.parametrize(("python", "version"), [("3.9", "2.5.1"), ("3.12", "2.5.1"), ("3.10", "2.13.0"), ("3.15", "2.13.0")])
+@pytest.mark.parametrize(("python", "version"), [("3.9", "2.5.1"), ("3.12", "2.5.1"), ("3.10", "2.13.0"), ("3.14", "2.13.0")])
 def test_torch_python_range_edges_are_inside(python: str, version: str, compat: Compat) -> None:
     ok(decide_torch(CPU, python, version, compat))
 
@@ -156,9 +190,12 @@ def test_tensorflow_and_cuda_on_tested_minor_or_newer(b: Base, compat: Compat) -
     assert install.index_urls == ()
 
 
-def test_tensorflow_rejects_an_older_cuda_minor(compat: Compat) -> None:
-    reason = refused(decide_tensorflow(CUDA124, "3.11", "2.18.0", compat), "tested with CUDA 12.5", "12.4.1", CUDA124.name)
-    assert reason == "tensorflow 2.18.0 is tested with CUDA 12.5; base cuda12.4-ubuntu22.04 has the older CUDA 12.4.1"
+def test_tensorflow_on_an_older_cuda_12_minor_is_planned_with_the_driver_floor(compat: Compat) -> None:
+    """[and-cuda] brings its own CUDA 12.5 libraries: below 12.5 they run with a driver >= 525.60.13 (minor version compatibility)."""
+    verdict = decide_tensorflow(CUDA124, "3.11", "2.18.0", compat)
+    install = ok(verdict)
+    assert install.requirements == ("tensorflow[and-cuda]==2.18.0",) and install.built_cuda == "12.5"
+    assert any("525.60.13" in w and "minor version compatibility" in w for w in verdict.warnings)
 
 
 def test_tensorflow_rejects_cuda_11(compat: Compat) -> None:
@@ -219,7 +256,7 @@ def test_tensorflow_rocm_unlisted_rocm(compat: Compat) -> None:
 # ---------------------------------------------------------------- jax
 
 
-@pytest.mark.parametrize(("b", "version"), [(CUDA124, "0.4.35"), (CUDA128, "0.10.2"), (CUDA130, "0.7.0"), (CUDA132, "0.11.0")])
+@pytest.mark.parametrize(("b", "version"), [(CUDA128, "0.10.2"), (CUDA130, "0.7.2"), (CUDA132, "0.11.0")])
 def test_jax_cuda_extra_by_major(b: Base, version: str, compat: Compat) -> None:
     python = "3.12"
     install = ok(decide_jax(b, python, version, compat))
@@ -229,18 +266,31 @@ def test_jax_cuda_extra_by_major(b: Base, version: str, compat: Compat) -> None:
     assert install.variant == f"cuda{major}"
 
 
+def test_jax_0_4_35_pins_jaxlib_and_the_plugin_to_what_its_extra_requires(compat: Compat) -> None:
+    """Review: jax[cuda12]==0.4.35 requires jaxlib==0.4.34 (a jaxlib==0.4.35 pin cannot resolve); the plugin
+    must match that jaxlib (jax-cuda12-plugin 0.4.35 needs jaxlib >= 0.4.35)."""
+    install = ok(decide_jax(CUDA124, "3.11", "0.4.35", compat))
+    assert install.requirements == ("jax[cuda12]==0.4.35", "jaxlib==0.4.34", "jax-cuda12-plugin[with-cuda]==0.4.34")
+    cpu = ok(decide_jax(CPU, "3.12", "0.4.35", compat))
+    assert cpu.requirements == ("jax==0.4.35", "jaxlib==0.4.35")  # no cuda extra: the matching jaxlib
+
 def test_jax_cuda12_needs_12_1(compat: Compat) -> None:
     reason = refused(decide_jax(CUDA120, "3.11", "0.4.35", compat), "cuda12 wheels need CUDA >= 12.1", "12.0.1")
     assert CUDA120.name in reason
 
 
-def test_jax_cuda13_only_from_0_7_0(compat: Compat) -> None:
-    refused(decide_jax(CUDA130, "3.12", "0.6.2", compat), "no CUDA 13 wheels", "0.7.0")
-    refused(decide_jax(CUDA130, "3.12", "0.4.35", compat), "no CUDA 13 wheels")
+def test_jax_cuda13_only_from_0_7_2(compat: Compat) -> None:
+    """Review: the first jax-cuda13-plugin on PyPI is 0.7.2 (0.7.0 and 0.7.1 declare the extra, but it cannot install)."""
+    refused(decide_jax(CUDA130, "3.12", "0.7.1", compat), "ships CUDA 12 wheels only", "the first with CUDA 13 wheels is 0.7.2")
+    refused(decide_jax(CUDA130, "3.12", "0.6.2", compat), "ships CUDA 12 wheels only")
+    install = ok(decide_jax(CUDA130, "3.12", "0.7.2", compat))
+    assert install.cudnn == ">=9.12"  # jax cuda13 needs cuDNN >= 9.12
 
 
-def test_jax_has_no_cuda_11(compat: Compat) -> None:
-    refused(decide_jax(CUDA118, "3.11", "0.4.35", compat), "CUDA 12/13 wheels only", "CUDA 11")
+def test_jax_0_4_35_ships_cuda_12_wheels_only(compat: Compat) -> None:
+    """Review: the old reason "jax 0.4.35 ships CUDA 12/13 wheels" was false."""
+    reason = refused(decide_jax(CUDA118, "3.11", "0.4.35", compat), "ships CUDA 12 wheels only", "CUDA 11")
+    assert "12/13" not in reason
 
 
 @pytest.mark.parametrize(
@@ -272,13 +322,24 @@ def test_jax_cudnn_minimum_and_numpy_floor(compat: Compat) -> None:
     assert install.numpy_min == "2.1"
 
 
+@pytest.mark.parametrize(("python", "version", "floor"), [("3.11", "0.4.35", "1.24"), ("3.12", "0.4.35", "1.26"), ("3.11", "0.10.2", "2.0")])
+def test_jax_numpy_floors_from_its_metadata(python: str, version: str, floor: str, compat: Compat) -> None:
+    """Review: 0.4.35 needs NumPy >= 1.24 (>= 1.26 on Python 3.12); 0.10.x needs >= 2.0."""
+    assert ok(decide_jax(CPU, python, version, compat)).numpy_min == floor
+
+
 @pytest.mark.parametrize(
-    ("b", "version", "extra"),
-    [(ROCM60, "0.5.0", "rocm"), (ROCM60, "0.8.0", "rocm"), (ROCM71, "0.9.0", "rocm"), (ROCM72, "0.10.2", "rocm7-local")],
+    ("b", "version", "plugin"),
+    [
+        (ROCM60, "0.4.35", "jax-rocm60-plugin"),
+        (ROCM60, "0.5.0", "jax-rocm60-plugin"),
+        (ROCM71, "0.9.0", "jax-rocm7-plugin"),
+        (ROCM72, "0.10.2", "jax-rocm7-plugin"),
+    ],
 )
-def test_jax_rocm_plugin_matches_the_base(b: Base, version: str, extra: str, compat: Compat) -> None:
+def test_jax_rocm_plugin_matches_the_base(b: Base, version: str, plugin: str, compat: Compat) -> None:
     install = ok(decide_jax(b, "3.12", version, compat))
-    assert install.requirements[0] == f"jax[{extra}]=={version}"
+    assert install.requirements == (f"jax=={version}", f"jaxlib=={version}", f"{plugin}=={version}")
     assert install.variant == f"rocm{b.version}"
 
 
@@ -287,8 +348,12 @@ def test_jax_rocm_plugin_mismatch(b: Base, version: str, plugin: str, compat: Co
     refused(decide_jax(b, "3.12", version, compat), plugin, "must match the host ROCm", f"ROCm {b.version}")
 
 
-def test_jax_rocm_before_plugins(compat: Compat) -> None:
-    refused(decide_jax(ROCM62, "3.11", "0.4.35", compat), "no ROCm plugin wheels", "0.5.0")
+def test_jax_rocm_plugin_exists_only_where_pypi_has_it(compat: Compat) -> None:
+    """Review: jax-rocm60-plugin exists for 0.4.35 and 0.5.0 only (so "0.4.35 publishes no ROCm plugin" was false)."""
+    refused(decide_jax(ROCM60, "3.12", "0.5.1", compat), "jax 0.5.1 has no ROCm plugin on PyPI", "jax-rocm60-plugin 0.4.35-0.5.0")
+    refused(decide_jax(ROCM60, "3.11", "0.4.34", compat), "no ROCm plugin on PyPI")
+    reason = refused(decide_jax(ROCM62, "3.11", "0.4.35", compat), "jax-rocm60-plugin", "built for ROCm 6.0", "ROCm 6.2")
+    assert "no ROCm plugin wheels" not in reason
 
 
 # ---------------------------------------------------------------- cupy
@@ -374,12 +439,22 @@ def test_numba_cuda_keeps_a_lower_ceiling_without_note(compat: Compat) -> None:
 
 
 def test_numba_cuda_needs_numba_0_60(compat: Compat) -> None:
-    refused(decide_numba(CUDA124, "3.11", "0.59.1", compat), "numba-cuda 0.30.4 needs numba >= 0.60.0", "0.59.1")
+    refused(decide_numba(CUDA124, "3.11", "0.59.1", compat), "numba-cuda (CUDA 12) needs numba >= 0.60.0", "0.59.1")
     ok(decide_numba(CPU, "3.12", "0.59.1", compat))  # the CPU image needs no numba-cuda
 
 
-def test_numba_cuda_has_no_cuda_11(compat: Compat) -> None:
-    refused(decide_numba(CUDA118, "3.11", "0.60.0", compat), "supports CUDA 12, 13 only", "CUDA 11")
+@pytest.mark.parametrize("version", ["0.60.0", "0.68.0"])
+def test_numba_on_cuda_11_uses_its_built_in_target(version: str, compat: Compat) -> None:
+    """Review: numba's built-in CUDA target (still in the 0.60 and 0.68 wheels) serves CUDA 11; numba-cuda needs CUDA 12+."""
+    install = ok(decide_numba(CUDA118, "3.11", version, compat))
+    assert install.requirements == (f"numba=={version}",)
+    assert install.variant == "cuda11" and install.built_cuda == "11"
+
+
+def test_numba_cuda_is_chosen_per_numba_release_and_cuda_major(compat: Compat) -> None:
+    install = ok(decide_numba(CUDA130, "3.12", "0.68.0", compat))
+    assert install.requirements == ("numba==0.68.0", "numba-cuda[cu13]==0.30.4")
+    assert install.numpy_max == "2.4"  # numba-cuda <= 0.30.4 breaks on NumPy 2.5 (row_stack)
 
 
 def test_numba_has_no_rocm(compat: Compat) -> None:
@@ -536,7 +611,7 @@ def test_shipped_table_loads() -> None:
 
 def test_table_refuses_unsorted_rows(tmp_path: Path) -> None:
     row_24 = '    - {release: "2.4", python: ["3.8", "3.12"], cuda: [cu118, cu121, cu124], rocm: [rocm6.1], cudnn: {cu118: "9.1.0.70", cu121: "9.1.0.70", cu124: "9.1.0.70"}, source: [S7, S8]}\n'
-    row_25 = '    - {release: "2.5", python: ["3.9", "3.12"], cuda: [cu118, cu121, cu124], rocm: [rocm6.1, rocm6.2], cudnn: {cu118: "9.1.0.70", cu121: "9.1.0.70", cu124: "9.1.0.70"}, source: [S7, S8]}\n'
+    row_25 = '    - {release: "2.5", python: ["3.9", "3.12"], cuda: [cu118, cu121, cu124], rocm: [rocm6.1, rocm6.2], cudnn: {cu118: "9.1.0.70", cu121: "9.1.0.70", cu124: "9.1.0.70"}, pypi: cu124, source: [S7, S8, PYPI_TORCH]}\n'
     path, line = broken_copy(tmp_path, row_24 + row_25, row_25 + row_24)
     refuses(path, line + 1, "sorted", "2.4 after 2.5")
 

@@ -17,8 +17,8 @@ from builder.compat.tables import DATA_DIR, PyRange, Table
 from builder.yamlsrc import LDict
 
 DEFAULT_PATH = DATA_DIR / "compat.yaml"
-CUDA_KEYS = ("toolkits", "mvc_floor", "require_branches", "brands")
-SHARED_SECTIONS = ("schema", "os_python", "numpy", "cuda")
+CUDA_KEYS = ("toolkits", "mvc_floor", "require_branches", "brands", "cudnn_cc")
+SHARED_SECTIONS = ("schema", "os_python", "os_glibc", "numpy", "cuda")
 T = TypeVar("T")
 
 
@@ -33,11 +33,13 @@ class OsPython:
 @dataclass(frozen=True)
 class Compat:
     os_python: tuple[OsPython, ...]
+    os_glibc: tuple[tuple[str, str], ...]  # os -> glibc version
     cuda_toolkits: tuple[tuple[str, str], ...]  # (cuda patch, driver)
     mvc_floor: tuple[tuple[str, str], ...]  # (major, driver)
     require_branches: tuple[tuple[str, tuple[int, ...]], ...]
     brands: tuple[tuple[str, tuple[str, ...]], ...]  # (until cuda, brand names)
     numpy: tuple[tuple[str, PyRange], ...]
+    cudnn_cc: tuple[tuple[str, str], ...]  # cuDNN release -> lowest compute capability it supports from then on
     frameworks: tuple[tuple[str, object], ...]  # framework -> the facts its rule module loaded
 
     def facts(self, kind: type[T]) -> T:
@@ -64,6 +66,7 @@ def load_compat(path: Path = DEFAULT_PATH) -> Compat:
     t.only(cuda, CUDA_KEYS, "section 'cuda'")
     return Compat(
         os_python=_os_python(t, doc),
+        os_glibc=tuple((str(r["os"]), str(r["glibc"])) for r in t.rows(t.section(doc, "os_glibc"), ("os", "glibc"), None, doc.line)),
         cuda_toolkits=tuple(
             (str(row["cuda"]), str(row["driver"])) for row in t.rows(t.section(cuda, "toolkits"), ("cuda", "driver"), "cuda", cuda.line)
         ),
@@ -81,6 +84,9 @@ def load_compat(path: Path = DEFAULT_PATH) -> Compat:
         numpy=tuple(
             (str(row["version"]), t.pyrange(row["python"], row.line))
             for row in t.rows(t.section(doc, "numpy"), ("version", "python"), "version", doc.line)
+        ),
+        cudnn_cc=tuple(
+            (str(row["from"]), str(row["cc_min"])) for row in t.rows(t.section(cuda, "cudnn_cc"), ("from", "cc_min"), "from", cuda.line)
         ),
         frameworks=tuple(loaded),
     )

@@ -9,6 +9,7 @@ credentials is not written at all: it is returned for the secret server (engine/
 
 from __future__ import annotations
 
+import hashlib
 import html.parser
 import os
 import platform
@@ -86,9 +87,13 @@ def _fits(filename: str, version: Version, python: str) -> bool:
 
 
 def local_wheels(spec: ImageSpec, folders: tuple[Path, ...]) -> dict[str, Path]:
-    """requirement line -> a local wheel that satisfies it exactly."""
+    """requirement line -> a local wheel that satisfies it exactly. A locked image looks for every
+    package its lock pins, and takes a local file only when its sha256 is one the lock allows (so
+    the hash check in the build passes, and a different build of the same version is fetched)."""
     out: dict[str, Path] = {}
-    for line in spec.packages:
+    allowed = dict(spec.lock.hashes) if spec.lock else {}
+    lines = list(spec.packages) + ([f"{name}=={version}" for name, version in spec.lock.pins] if spec.lock else [])
+    for line in dict.fromkeys(lines):
         try:
             req = Requirement(line)
         except InvalidRequirement:
@@ -99,10 +104,18 @@ def local_wheels(spec: ImageSpec, folders: tuple[Path, ...]) -> dict[str, Path]:
         project = str(canonicalize_name(req.name))
         for folder in folders:
             match = next((p for p in _candidates(folder, project) if _fits(p.name, Version(pinned), spec.python)), None)
-            if match is not None:
+            if match is not None and (not spec.lock or project not in allowed or sha256_of(match) in allowed[project]):
                 out[line] = match
                 break
     return out
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(1 << 22):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def needed_indexes(spec: ImageSpec, satisfied: set[str]) -> tuple[str, ...]:

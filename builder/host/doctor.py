@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 from builder.compat import gpu_arch
+from builder.compat.facts import table
 from builder.compat.versions import release_tuple  # driver versions compare numerically: 580.159.03 > 580.65.06
 from builder.host.facts import AmdInfo, EngineFacts, HostInfo, NvidiaGpu, NvidiaInfo
+from builder.lock.files import libraries
 from builder.records import Accelerator, ImageSpec, Install
 
 Status = Literal["ok", "warn", "fail", "n/a"]
@@ -295,6 +297,28 @@ def _arch_finding(install: Install, gpus: Sequence[NvidiaGpu], unchecked: list[s
     return Check("compute capability", "ok", f"{supports}; GPU {ccs}")
 
 
+def _cudnn_finding(image: ImageSpec, gpus: Sequence[NvidiaGpu], unchecked: list[str]) -> Check | None:
+    """cuDNN releases drop GPU generations (9.11: Maxwell, Pascal, Volta): judged on the cuDNN the lock pins."""
+    cudnn = libraries(image.lock).get("cudnn") if image.lock else None
+    if cudnn is None:
+        if any(i.cudnn for i in image.installs):
+            unchecked.append(f"{image.id}: cuDNN is not locked, so its GPU floor is not checked (run `builder lock`)")
+        return None
+    floors = [cc for since, cc in table().cudnn_cc if release_tuple(cudnn) >= release_tuple(since)]
+    if not floors:
+        return None
+    floor = max(floors, key=release_tuple)
+    old = [gpu for gpu in gpus if gpu.compute_cap is not None and release_tuple(gpu.compute_cap) < release_tuple(floor)]
+    if not old:
+        return Check("cudnn", "ok", f"cuDNN {cudnn} (locked) supports compute capability >= {floor}")
+    usable = [gpu for gpu in gpus if gpu not in old]
+    detail = f"cuDNN {cudnn} (locked) needs compute capability >= {floor}; {_who(old[0], len(gpus) > 1)}"
+    if usable:
+        ids = ",".join(str(gpu.index) for gpu in usable)
+        return Check("cudnn", "warn", detail, f"restrict it to GPU {ids} (NVIDIA_VISIBLE_DEVICES={ids}), or use an image locked to cuDNN < 9.11")
+    return Check("cudnn", "fail", detail, "use an image whose lock pins cuDNN < 9.11 (an older framework release), or a newer GPU")
+
+
 def _cuda_verdict(host: HostInfo, image: ImageSpec) -> ImageVerdict:
     nvidia = host.nvidia
     if nvidia.status == "failed":
@@ -313,6 +337,7 @@ def _cuda_verdict(host: HostInfo, image: ImageSpec) -> ImageVerdict:
     if findings[0] is None:
         unchecked.append(f"no driver minimum known for CUDA {image.accelerator.version}")
     findings += [_arch_finding(install, nvidia.gpus, unchecked) for install in image.installs]
+    findings.append(_cudnn_finding(image, nvidia.gpus, unchecked))
     if host.engine.reachable and not _has_nvidia_runtime(host.engine):
         findings.append(_runtime_check(host.engine))
     return _combine(image, "cuda", [f for f in findings if f is not None], unchecked)

@@ -1,9 +1,10 @@
 """One image's build context, in memory: the rendered files, the probe, and the content hash (pure).
 
-The context is Dockerfile + requirements.txt + hello_gpu.py. images/<id>/ commits the first two
-plus image.json (the plan entry, which records the hash); the probe exists once, in the package
-(builder/probes/hello_gpu.py), and the build stages it into the context. The content hash covers
-all three context files, so it changes exactly when what the engine builds changes.
+The context is Dockerfile + requirements.txt (+ requirements.lock when the image is locked) +
+hello_gpu.py. images/<id>/ commits all but the probe, plus image.json (the plan entry, which records
+the hash); the probe exists once, in the package (builder/probes/hello_gpu.py), and the build stages
+it into the context. The content hash covers every context file, so it changes exactly when what
+the engine builds changes.
 """
 
 from __future__ import annotations
@@ -18,13 +19,14 @@ from typing import Any
 import jinja2
 
 from builder.errors import UserError
+from builder.lock.files import LOCK_NAME
 from builder.records import ImageSpec, Matrix
 from builder.render.templates import dockerfile, environment, requirements
 
 PROBE = Path(__file__).resolve().parents[1] / "probes" / "hello_gpu.py"
 PROBE_NAME = "hello_gpu.py"
-CONTEXT = ("Dockerfile", "requirements.txt", PROBE_NAME)  # what the engine builds; all of it is hashed
-COMMITTED = ("Dockerfile", "requirements.txt", "image.json")  # what images/<id>/ holds
+CONTEXT = ("Dockerfile", "requirements.txt", LOCK_NAME, PROBE_NAME)  # what the engine builds; all of it is hashed
+COMMITTED = ("Dockerfile", "requirements.txt", LOCK_NAME, "image.json")  # what images/<id>/ holds (the lock when there is one)
 Files = dict[str, bytes]
 
 
@@ -34,11 +36,14 @@ def probe_bytes() -> bytes:
 
 def context_files(spec: ImageSpec, env: jinja2.Environment, source: str, probe: bytes, matrix_name: str = "matrix.yaml") -> Files:
     """The build context of one image (everything the content hash covers)."""
-    return {
+    files = {
         "Dockerfile": dockerfile(spec, env, source, matrix_name).encode(),
         "requirements.txt": requirements(spec).encode(),
         PROBE_NAME: probe,
     }
+    if spec.lock is not None:
+        files[LOCK_NAME] = spec.lock.text.encode()
+    return files
 
 
 def content_hash(files: Mapping[str, bytes]) -> str:

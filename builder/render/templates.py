@@ -13,6 +13,7 @@ from typing import Any
 
 import jinja2
 
+from builder.lock.files import libraries
 from builder.records import ImageSpec
 
 ENTRY = "Dockerfile.j2"
@@ -54,6 +55,8 @@ def labels(spec: ImageSpec, source: str) -> list[tuple[str, str]]:
     ]
     if spec.accelerator.version:
         out.append(("io.builder.accelerator-version", spec.accelerator.version))
+    if spec.lock is not None:  # measured from the lock, not guessed from the rules
+        out += [(f"io.builder.{name}", version) for name, version in sorted(libraries(spec.lock).items())]
     return out
 
 
@@ -68,6 +71,7 @@ def dockerfile(spec: ImageSpec, env: jinja2.Environment, source: str, matrix_nam
         "python_bin": spec.python_bin,
         "index_urls": spec.index_urls,
         "frameworks": [name for name, _ in spec.frameworks],
+        "locked": spec.lock is not None,
         "labels": labels(spec, source),
     }
     text = env.get_template(ENTRY).render(context)

@@ -16,7 +16,9 @@ from builder.records import FRAMEWORKS, VENDORS, Base, Matrix, Rule
 from builder.spec import grammar
 from builder.yamlsrc import LDict, LList, load
 
-TOP_KEYS = ("registry", "defaults", "bases", "python", "frameworks", "stacks", "exclude", "include", "indexes", "build", "source")
+TOP_KEYS = (
+    "registry", "defaults", "bases", "python", "frameworks", "stacks", "exclude", "include", "indexes", "build", "source", "unlocked",
+)  # fmt: skip
 REQUIRED_TOP = ("registry", "bases", "python", "frameworks", "stacks")
 BASE_KEYS = ("vendor", "version", "os", "image", "digest", "bootstrap")
 BOOTSTRAPS = ("debootstrap",)
@@ -108,6 +110,7 @@ def load_matrix(path: Path) -> Matrix:
         ca_bundle=ca_bundle,
         source=source,
         default_select_line=top["defaults"].line_of("select") if default_select else 0,
+        unlocked=_unlocked(ctx, top.get("unlocked"), top.line_of("unlocked")),
     )
     _bounded(ctx, matrix, top.line_of("bases"))
     return matrix
@@ -352,3 +355,27 @@ def _build(ctx: _Ctx, value: Any, line: int, root: Path) -> str | None:
     if not path.is_file():
         raise ctx.fail(f"build.ca_bundle {text!r} does not exist; give a PEM file path", build.line_of("ca_bundle"))
     return str(path)
+
+
+def _unlocked(ctx: _Ctx, value: Any, line: int) -> tuple[tuple[str, str, int], ...]:
+    """`unlocked:` entries: images that may build without a lock, each with the reason."""
+    if value is None:
+        return ()
+    from builder.spec.select import parse_select  # local import: select depends on records only
+
+    out = []
+    items = ctx.seq(value, "unlocked", line)
+    for i, item in enumerate(items):
+        entry = ctx.mapping(item, "an unlocked entry", items.line_of(i))
+        ctx.keys(entry, ("select", "reason"), "an unlocked entry")
+        for key in ("select", "reason"):
+            if key not in entry:
+                raise ctx.fail(f"an unlocked entry needs '{key}:' (which images, and why they cannot be locked)", entry.line)
+        expr = ctx.text(entry["select"], "unlocked.select", entry.line_of("select"), bool, '"index=https://download.pytorch.org/*"')
+        try:
+            parse_select(expr)
+        except UserError as exc:
+            raise ctx.fail(f"unlocked.select: {exc.message}", entry.line_of("select")) from None
+        reason = ctx.text(entry["reason"], "unlocked.reason", entry.line_of("reason"), lambda r: "\n" not in r and bool(r.strip()), '"index not reachable"')
+        out.append((expr, reason, entry.line))
+    return tuple(out)

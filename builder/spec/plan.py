@@ -6,6 +6,7 @@ build contexts (builder.render.context.with_hashes), one stage later.
 
 from __future__ import annotations
 
+import re
 from fnmatch import fnmatchcase
 from typing import Any
 
@@ -15,13 +16,18 @@ from builder.compat.rules.cuda import accelerator
 from builder.compat.rules.numpy import pick_numpy
 from builder.compat.rules.python import decide_python
 from builder.errors import UserError
+from builder.lock.files import libraries
+from builder.lock.target import lock_state
 from builder.records import Combination, ImageSpec, Install, Matrix, Plan, Skipped
 from builder.spec import grammar
 from builder.spec.expand import Excluder, expand, included
 
+WHEEL_VARIANT = re.compile(r"cu\d{3}|rocm\d+(?:\.\d+)*")  # a wheel built for one CUDA/ROCm release (torch's)
 
-def image_id(combo: Combination) -> str:
-    """Readable, deterministic, a valid Docker tag: torch2.5.1-cu124-py3.11-ubuntu22.04."""
+
+def image_id(combo: Combination, installs: tuple[Install, ...] = ()) -> str:
+    """Readable, deterministic, a valid Docker tag: torch2.5.1-cu124-py3.11-ubuntu22.04. When a
+    wheel is built for another CUDA/ROCm than the base, both show: torch2.13.0-cu126-on-cu128-..."""
     base = combo.base
     if base.vendor == "cuda" and base.version:
         major, minor = base.version.split(".")[:2]
@@ -30,17 +36,21 @@ def image_id(combo: Combination) -> str:
         accel = f"rocm{base.version}"
     else:
         accel = "cpu"
+    wheel = next((i.variant for i in installs if i.variant and WHEEL_VARIANT.fullmatch(i.variant) and i.variant != accel), None)
+    if wheel is not None:
+        accel = f"{wheel}-on-{accel}"
     frameworks = "-".join(f"{name}{version}" for name, version in combo.frameworks)
     return f"{frameworks}-{accel}-py{combo.python}-{base.os}"
 
 
-def _override(url: str, install: Install, overrides: tuple[tuple[str, str], ...]) -> str:
-    """Apply `indexes:` from matrix.yaml (first matching `<framework>-<variant>` glob wins)."""
+def _indexes(install: Install, overrides: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
+    """Apply `indexes:` from matrix.yaml (first matching `<framework>-<variant>` glob wins). An
+    override also applies to a variant that PyPI carries (a company mirror of the vendor index)."""
     key = f"{install.framework}-{install.variant}"
     for pattern, replacement in overrides:
         if fnmatchcase(key, pattern):
-            return replacement.replace("{variant}", install.variant or "")
-    return url
+            return (replacement.replace("{variant}", install.variant or ""),)
+    return install.index_urls
 
 
 def decide_combination(combo: Combination, matrix: Matrix, compat: Compat) -> ImageSpec | str:
@@ -63,11 +73,10 @@ def decide_combination(combo: Combination, matrix: Matrix, compat: Compat) -> Im
     packages = sorted({req for i in installs for req in i.requirements} | ({f"numpy=={numpy}"} if numpy else set()))
     index_urls: list[str] = []
     for install in installs:
-        for url in install.index_urls:
-            url = _override(url, install, matrix.index_urls)
+        for url in _indexes(install, matrix.index_urls):
             if url not in index_urls:
                 index_urls.append(url)
-    image = image_id(combo)
+    image = image_id(combo, tuple(installs))
     if not grammar.DOCKER_TAG.fullmatch(image):
         return f"image id {image!r} is not a valid Docker tag (too long?); shorten the base os or versions"
     bootstrapped = combo.base.bootstrap is not None
@@ -165,6 +174,8 @@ def image_entry(spec: ImageSpec) -> dict[str, Any]:
         "cudnn": {i.framework: i.cudnn for i in spec.installs if i.cudnn},
         "notes": [note for i in spec.installs for note in i.notes],
         "warnings": list(spec.warnings),
+        "lock": lock_state(spec, table()),
+        "libraries": libraries(spec.lock) if spec.lock else {},
     }
 
 

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import difflib
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from fnmatch import fnmatchcase
 
 from builder.errors import UserError
 from builder.records import FRAMEWORKS, Combination, ImageSpec
 
-SELECT_KEYS = ("id", "base", "stack", "python", "vendor", "os", *FRAMEWORKS)
+SELECT_KEYS = ("id", "base", "stack", "python", "vendor", "os", "index", *FRAMEWORKS)
 Selector = tuple[tuple[str, str], ...]
+Fields = Mapping[str, str | tuple[str, ...]]  # a tuple matches when any of its values does (`index`)
 GLOB_CHARS = "*?["
 
 
@@ -49,8 +50,9 @@ def combination_fields(combo: Combination) -> dict[str, str]:
     return fields
 
 
-def fields_of(spec: ImageSpec) -> dict[str, str]:
-    fields = {
+def fields_of(spec: ImageSpec) -> dict[str, str | tuple[str, ...]]:
+    fields: dict[str, str | tuple[str, ...]] = {
+        "index": spec.index_urls,
         "id": spec.id,
         "base": spec.base.name,
         "stack": spec.stack,
@@ -62,9 +64,15 @@ def fields_of(spec: ImageSpec) -> dict[str, str]:
     return fields
 
 
-def matches(selector: Selector, fields: dict[str, str]) -> bool:
+def matches(selector: Selector, fields: Fields) -> bool:
     """All terms must match; a framework term does not match an image without that framework."""
-    return all(key in fields and fnmatchcase(fields[key], pattern) for key, pattern in selector)
+    return all(key in fields and _match(fields[key], pattern) for key, pattern in selector)
+
+
+def _match(value: str | tuple[str, ...], pattern: str) -> bool:
+    if isinstance(value, tuple):
+        return any(fnmatchcase(v, pattern) for v in value)
+    return fnmatchcase(value, pattern)
 
 
 def select(images: tuple[ImageSpec, ...], selector: Selector) -> tuple[ImageSpec, ...]:
@@ -78,11 +86,15 @@ def no_match(selector: Selector, images: tuple[ImageSpec, ...], what: str) -> st
         if key == "id":
             known.append("`builder plan` lists the ids")
             continue
-        values = sorted({fields_of(spec)[key] for spec in images if key in fields_of(spec)})
+        values = sorted({v for spec in images for v in _values(fields_of(spec).get(key))})
         shown = ", ".join(values[:12]) + (", ..." if len(values) > 12 else "")
         known.append(f"{key} is one of: {shown}" if values else f"no planned image has a {key}")
     terms = ",".join(f"{k}={v}" for k, v in selector)
     return f"{what} {terms!r} matches none of the {len(images)} planned images; {'; '.join(known)}"
+
+
+def _values(value: str | tuple[str, ...] | None) -> tuple[str, ...]:
+    return () if value is None else value if isinstance(value, tuple) else (value,)
 
 
 def is_glob(pattern: str) -> bool:
@@ -107,7 +119,7 @@ class SelectorIndex:
             self.globs.append(tuple((k, v) for k, v in selector if is_glob(v)))
         self.groups = {keys: dict(values) for keys, values in groups.items()}
 
-    def first(self, fields: dict[str, str]) -> int | None:
+    def first(self, fields: Mapping[str, str]) -> int | None:
         best: int | None = None
         for keys, by_values in self.groups.items():
             if not all(k in fields for k in keys):

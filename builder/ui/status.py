@@ -10,6 +10,14 @@ STYLE = {
     "failed": "red",
     "interrupted": "red",
     "not-built": "yellow",
+    "locked": "green",
+    "current": "green",
+    "unlocked": "yellow",
+    "missing": "red",
+    "stale": "red",
+    "unreachable": "red",
+    "unresolvable": "red",
+    "not-locked": "yellow",
 }
 
 

@@ -7,10 +7,14 @@ a missing engine fails the run instead of passing it vacuously.
 from __future__ import annotations
 
 import contextlib
+import http.server
 import io
 import os
+import re
+import socket
 import sys
 import tarfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -58,3 +62,72 @@ def scratch_image(docker_client: Any) -> Iterator[str]:
     yield SCRATCH_IMAGE
     with contextlib.suppress(Exception):  # still in use by a leaked container: the tests say so
         docker_client.api.remove_image(SCRATCH_IMAGE)
+
+
+PYPI = Path("/opt/pypi")  # this machine kind's local wheel index (../shared/ENVIRONMENT.md)
+
+
+class LocalIndexHandler(http.server.BaseHTTPRequestHandler):
+    """A PEP 503 index on 127.0.0.1 over /opt/pypi, with faults to plant: projects it hides, and
+    projects whose files it serves with other bytes than their hashes say (a tampered mirror)."""
+
+    hide: frozenset[str] = frozenset()
+    corrupt: frozenset[str] = frozenset()
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        path = self.path.split("?", 1)[0]
+        if path.startswith("/simple/"):
+            project = path.removeprefix("/simple/").strip("/")
+            page = PYPI / "simple" / project / "index.html"
+            if project in self.hide or not page.is_file():
+                return self._answer(404, b"")
+            html = page.read_text(encoding="utf-8").replace('href="../../files/', 'href="/files/')
+            return self._answer(200, html.encode(), "text/html")
+        wheel = PYPI / "files" / Path(path).name
+        if path.startswith("/files/") and wheel.is_file():
+            data = wheel.read_bytes()
+            if re.sub(r"-.*", "", wheel.name).lower() in self.corrupt:
+                data = data[:-1] + bytes([data[-1] ^ 0xFF])  # one byte off: same size, other hash
+            return self._answer(200, data, "application/octet-stream")
+        return self._answer(404, b"")
+
+    def do_HEAD(self) -> None:  # noqa: N802 - resolvers ask before they fetch
+        self.head_only = True
+        self.do_GET()
+
+    def _answer(self, code: int, body: bytes, kind: str = "text/plain") -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if not getattr(self, "head_only", False):
+            self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's signature
+        return
+
+
+@contextlib.contextmanager
+def local_index(hide: tuple[str, ...] = (), corrupt: tuple[str, ...] = ()) -> Iterator[str]:
+    """Serve the local index with these faults; yields its URL."""
+    if not (PYPI / "simple").is_dir():
+        pytest.fail(f"{PYPI} (the local wheel index) is missing; see ../shared/ENVIRONMENT.md")
+    handler = type("Handler", (LocalIndexHandler,), {"hide": frozenset(hide), "corrupt": frozenset(corrupt)})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/simple/"
+    finally:
+        server.shutdown()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def serve_index() -> Any:
+    """`with serve_index(hide=(...), corrupt=(...)) as url:` a faulty local index (see local_index)."""
+    return local_index

@@ -1,4 +1,5 @@
-"""jax: `jax[cudaNN]` by CUDA major and release, minimum CUDA/cuDNN, Python range, ROCm plugin."""
+"""jax: `jax[cudaNN]` by CUDA major and release (cuDNN floor, minimum CUDA), Python range, the
+NumPy floor, a consistent jaxlib/plugin pin, and the ROCm plugin where PyPI has one."""
 
 from __future__ import annotations
 
@@ -12,59 +13,74 @@ from builder.compat.versions import in_range, mm, newest_at_or_below, span
 from builder.records import Base, Install, Verdict
 from builder.yamlsrc import LDict
 
-SECTION_KEYS = ("bands", "cuda12_min", "cuda13_min", "numpy_min")
-
-
-@dataclass(frozen=True)
-class JaxRocm:
-    extra: str
-    plugin: str
-    rocm: str  # "6.0" (exact minor) or "7" (any 7.x)
+SECTION_KEYS = ("bands", "cuda_min", "jaxlib_pins", "rocm_plugins", "numpy_min")
 
 
 @dataclass(frozen=True)
 class JaxBand:
     start: str
     python: PyRange
-    cuda12: bool
-    cuda13: bool
-    cudnn_min: str
-    rocm: JaxRocm | None
+    cuda: tuple[tuple[str, str], ...]  # CUDA major with wheels -> cuDNN floor of its plugin
+
+
+@dataclass(frozen=True)
+class RocmPlugin:
+    start: str
+    until: str  # inclusive
+    plugin: str
+    rocm: str  # "6.0" (must equal the base's minor) or "7" (its major)
+
+
+@dataclass(frozen=True)
+class NumpyFloor:
+    start: str
+    numpy: str
+    python: str | None  # from this Python on
 
 
 @dataclass(frozen=True)
 class JaxFacts:
     bands: tuple[JaxBand, ...]  # each applies from `start` up to the next band
-    cuda12_min: str
-    cuda13_min: str
-    numpy_min: tuple[tuple[str, str], ...]  # from jax release -> numpy floor
+    cuda_min: tuple[tuple[str, str], ...]  # CUDA major -> lowest CUDA its wheels work with
+    jaxlib_pins: tuple[tuple[str, str], ...]  # jax release -> the jaxlib its cuda extras pin
+    rocm_plugins: tuple[RocmPlugin, ...]
+    numpy_min: tuple[NumpyFloor, ...]
 
 
 def load(t: Table, section: LDict) -> JaxFacts:
-    keys = ("from", "python", "cuda12", "cuda13", "cudnn_min", "rocm")
     bands = []
-    for row in t.rows(t.section(section, "bands"), keys, "from", section.line):
-        rocm = row["rocm"]
-        jr = None
-        if rocm is not None:
-            if not isinstance(rocm, dict) or set(rocm) != {"extra", "plugin", "rocm"}:
-                raise t.fail("jax rocm must be null or {extra, plugin, rocm}", row.line)
-            jr = JaxRocm(str(rocm["extra"]), str(rocm["plugin"]), str(rocm["rocm"]))
-        bands.append(
-            JaxBand(str(row["from"]), t.pyrange(row["python"], row.line), bool(row["cuda12"]), bool(row["cuda13"]), str(row["cudnn_min"]), jr)
-        )
+    for row in t.rows(t.section(section, "bands"), ("from", "python", "cuda"), "from", section.line):
+        cuda = row["cuda"]
+        if not isinstance(cuda, dict) or not all(str(k).isdigit() for k in cuda):
+            raise t.fail("jax cuda must map a CUDA major to its cuDNN floor, e.g. {\"12\": \"9.8\"}", row.line)
+        bands.append(JaxBand(str(row["from"]), t.pyrange(row["python"], row.line), tuple(sorted((str(k), str(v)) for k, v in cuda.items()))))
+    plugins = tuple(
+        RocmPlugin(str(row["from"]), str(row["until"]), str(row["plugin"]), str(row["rocm"]))
+        for row in t.rows(t.section(section, "rocm_plugins"), ("from", "until", "plugin", "rocm"), "from", section.line)
+    )
+    floors = tuple(
+        NumpyFloor(str(row["from"]), str(row["numpy"]), None if row.get("python") is None else str(row["python"]))
+        for row in t.rows(t.section(section, "numpy_min"), ("from", "numpy"), None, section.line, optional=("python",))
+    )
     return JaxFacts(
         bands=tuple(bands),
-        cuda12_min=str(t.section(section, "cuda12_min")),
-        cuda13_min=str(t.section(section, "cuda13_min")),
-        numpy_min=tuple((str(k), str(v)) for k, v in t.mapping(section, "numpy_min").items()),
+        cuda_min=tuple(sorted((str(k), str(v)) for k, v in t.mapping(section, "cuda_min").items())),
+        jaxlib_pins=tuple(
+            (str(row["jax"]), str(row["jaxlib"])) for row in t.rows(t.section(section, "jaxlib_pins"), ("jax", "jaxlib"), "jax", section.line)
+        ),
+        rocm_plugins=plugins,
+        numpy_min=floors,
     )
 
 
-def _numpy_min(version: str, facts: JaxFacts) -> str | None:
-    starts = [start for start, _ in facts.numpy_min]
-    i = newest_at_or_below(version, starts)
-    return facts.numpy_min[i][1] if i is not None else None
+def numpy_floor(version: str, python: str, facts: JaxFacts) -> str | None:
+    """The newest `from` at or below the release; its rows for Pythons at or below the image's; the highest floor."""
+    i = newest_at_or_below(version, sorted({f.start for f in facts.numpy_min}, key=Version))
+    if i is None:
+        return None
+    start = sorted({f.start for f in facts.numpy_min}, key=Version)[i]
+    found = [f.numpy for f in facts.numpy_min if f.start == start and (f.python is None or mm(f.python) <= mm(python))]
+    return max(found, key=Version) if found else None
 
 
 def decide_jax(base: Base, python: str, version: str, compat: Compat) -> Verdict:
@@ -75,59 +91,54 @@ def decide_jax(base: Base, python: str, version: str, compat: Compat) -> Verdict
     band = facts.bands[i]
     if not in_range(python, band.python):
         return Verdict.no(f"jax {version} supports Python {span(band.python)}; this image has Python {python}")
-    pins = (f"jaxlib=={version}",)
-    numpy_min = _numpy_min(version, facts)
+    numpy_min = numpy_floor(version, python, facts)
     if base.vendor == "cpu":
-        return Verdict(ok=True, install=Install("jax", version, (f"jax=={version}", *pins), variant="cpu", numpy_min=numpy_min))
+        return Verdict(ok=True, install=Install("jax", version, (f"jax=={version}", f"jaxlib=={version}"), variant="cpu", numpy_min=numpy_min))
     assert base.version is not None
     if base.vendor == "rocm":
-        return _rocm(base, version, band, pins, numpy_min)
-    return _cuda(base, version, band, pins, numpy_min, facts)
+        return _rocm(base, version, facts, numpy_min)
+    return _cuda(base, version, band, facts, numpy_min)
 
 
-def _cuda(base: Base, version: str, band: JaxBand, pins: tuple[str, ...], numpy_min: str | None, facts: JaxFacts) -> Verdict:
+def _cuda(base: Base, version: str, band: JaxBand, facts: JaxFacts, numpy_min: str | None) -> Verdict:
     assert base.version is not None
-    major = mm(base.version)[0]
-    if major == 12 and band.cuda12:
-        floor = facts.cuda12_min
-    elif major == 13 and band.cuda13:
-        floor = facts.cuda13_min
-    elif major == 13:
-        return Verdict.no(f"jax {version} has no CUDA 13 wheels (the cuda13 extra starts at 0.7.0); base {base.name} is CUDA 13")
-    else:
-        return Verdict.no(
-            f"jax {version} ships CUDA 12/13 wheels only (CUDA 11.8 was dropped in jaxlib 0.4.26); base {base.name} is CUDA {major}"
-        )
+    major = str(mm(base.version)[0])
+    cudnn = dict(band.cuda).get(major)
+    if cudnn is None:
+        have = ", ".join(k for k, _ in band.cuda)
+        first = next((b.start for b in facts.bands if major in dict(b.cuda)), None)
+        since = f" (the first with CUDA {major} wheels is {first})" if first else ""
+        return Verdict.no(f"jax {version} ships CUDA {have} wheels only{since}; base {base.name} is CUDA {major}")
+    floor = dict(facts.cuda_min).get(major, f"{major}.0")
     if mm(base.version) < mm(floor):
         return Verdict.no(f"jax {version}'s cuda{major} wheels need CUDA >= {floor}; base {base.name} is CUDA {base.version}")
+    jaxlib = dict(facts.jaxlib_pins).get(version, version)
+    pins: tuple[str, ...] = (f"jax[cuda{major}]=={version}", f"jaxlib=={jaxlib}")
+    notes: tuple[str, ...] = ()
+    if jaxlib != version:  # the extra pins an older jaxlib: pin the plugin to it too, or the resolver mixes them
+        pins += (f"jax-cuda{major}-plugin[with-cuda]=={jaxlib}",)
+        notes = (f"jax {version}'s cuda{major} extra pins jaxlib {jaxlib}; the plugin is pinned to {jaxlib} to match",)
     install = Install(
-        "jax",
-        version,
-        (f"jax[cuda{major}]=={version}", *pins),
-        variant=f"cuda{major}",
-        built_cuda=str(major),
-        cudnn=f">={band.cudnn_min}",
-        numpy_min=numpy_min,
+        "jax", version, pins, variant=f"cuda{major}", built_cuda=major, cudnn=f">={cudnn}", numpy_min=numpy_min, notes=notes
     )
     return Verdict(ok=True, install=install)
 
 
-def _rocm(base: Base, version: str, band: JaxBand, pins: tuple[str, ...], numpy_min: str | None) -> Verdict:
+def _rocm(base: Base, version: str, facts: JaxFacts, numpy_min: str | None) -> Verdict:
     assert base.version is not None
-    if band.rocm is None:
-        return Verdict.no(f"jax {version} publishes no ROCm plugin wheels (they start at 0.5.0); use rocm/jax images or a newer jax")
-    wanted = band.rocm.rocm
+    plugin = next((p for p in facts.rocm_plugins if Version(p.start) <= Version(version) <= Version(p.until)), None)
+    if plugin is None:
+        listed = "; ".join(f"{p.plugin} {p.start}-{p.until}" for p in facts.rocm_plugins)
+        return Verdict.no(f"jax {version} has no ROCm plugin on PyPI (there are: {listed}); use another jax or rocm/jax images")
     have = mm(base.version)
-    fits = have[0] == int(wanted) if "." not in wanted else have == mm(wanted)
+    fits = have[0] == int(plugin.rocm) if "." not in plugin.rocm else have == mm(plugin.rocm)
     if not fits:
         return Verdict.no(
-            f"jax {version}'s ROCm plugin ({band.rocm.plugin}) is built for ROCm {wanted} and must match the host ROCm; "
+            f"jax {version}'s ROCm plugin ({plugin.plugin}) is built for ROCm {plugin.rocm} and must match the host ROCm; "
             f"base {base.name} is ROCm {base.version}"
         )
-    extra = band.rocm.extra
-    if Version(version) >= Version("0.10.0") and wanted == "7":
-        extra = "rocm7-local"
-    install = Install("jax", version, (f"jax[{extra}]=={version}", *pins), variant=f"rocm{base.version}", numpy_min=numpy_min)
+    pins = (f"jax=={version}", f"jaxlib=={version}", f"{plugin.plugin}=={version}")
+    install = Install("jax", version, pins, variant=f"rocm{base.version}", numpy_min=numpy_min)
     return Verdict(ok=True, install=install)
 
 

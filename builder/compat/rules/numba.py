@@ -8,11 +8,11 @@ from packaging.version import Version
 
 from builder.compat.facts import Compat
 from builder.compat.tables import PyRange, Table
-from builder.compat.versions import in_range, mm, span
+from builder.compat.versions import in_range, mm, newest_at_or_below, span
 from builder.records import Base, Install, Verdict
 from builder.yamlsrc import LDict
 
-SECTION_KEYS = ("releases", "numba_cuda")
+SECTION_KEYS = ("releases", "builtin_cuda", "numba_cuda")
 
 
 @dataclass(frozen=True)
@@ -24,16 +24,18 @@ class NumbaRelease:
 
 @dataclass(frozen=True)
 class NumbaCuda:
-    version: str
     numba_min: str
-    extras: tuple[tuple[str, str], ...]
+    version: str
+    extras: tuple[tuple[str, str], ...]  # CUDA major -> extra
+    python: PyRange
     numpy_max: str
 
 
 @dataclass(frozen=True)
 class NumbaFacts:
     releases: tuple[NumbaRelease, ...]
-    numba_cuda: NumbaCuda
+    builtin_cuda: tuple[str, ...]  # CUDA majors numba's own (deprecated) CUDA target serves
+    numba_cuda: tuple[NumbaCuda, ...]  # by numba_min, ascending
 
 
 def load(t: Table, section: LDict) -> NumbaFacts:
@@ -41,14 +43,18 @@ def load(t: Table, section: LDict) -> NumbaFacts:
         NumbaRelease(str(row["version"]), t.pyrange(row["python"], row.line), t.pyrange(row["numpy"], row.line))
         for row in t.rows(t.section(section, "releases"), ("version", "python", "numpy"), "version", section.line)
     )
-    row = section.get("numba_cuda")
-    if not isinstance(row, LDict):
-        raise t.fail("numba.numba_cuda is missing", section.line)
-    t.source(row)
-    nc = NumbaCuda(
-        str(row["version"]), str(row["numba_min"]), tuple(sorted((str(k), str(v)) for k, v in row["extras"].items())), str(row["numpy_max"])
+    keys = ("numba_min", "version", "extras", "python", "numpy_max")
+    numba_cuda = tuple(
+        NumbaCuda(
+            str(row["numba_min"]),
+            str(row["version"]),
+            tuple(sorted((str(k), str(v)) for k, v in row["extras"].items())),
+            t.pyrange(row["python"], row.line),
+            str(row["numpy_max"]),
+        )
+        for row in t.rows(t.section(section, "numba_cuda"), keys, "numba_min", section.line)
     )
-    return NumbaFacts(releases=releases, numba_cuda=nc)
+    return NumbaFacts(releases=releases, builtin_cuda=t.strs(t.section(section, "builtin_cuda"), section.line), numba_cuda=numba_cuda)
 
 
 def _release(version: str, facts: NumbaFacts) -> NumbaRelease | None:
@@ -72,27 +78,39 @@ def decide_numba(base: Base, python: str, version: str, compat: Compat) -> Verdi
         return Verdict.no(f"numba {version} supports Python {span(rel.python)}; this image has Python {python}")
     if base.vendor == "rocm":
         return Verdict.no("numba has no ROCm GPU target (its ROC target was removed); use a CUDA or cpu base")
-    requirements: tuple[str, ...] = (f"numba=={version}",)
+    if base.vendor == "cpu":
+        return Verdict(ok=True, install=Install("numba", version, (f"numba=={version}",), variant="cpu", numpy_min=rel.numpy[0], numpy_max=rel.numpy[1]))
+    assert base.version is not None
+    major = str(mm(base.version)[0])
+    if major in facts.builtin_cuda:
+        install = Install(
+            "numba", version, (f"numba=={version}",), variant=f"cuda{major}", built_cuda=major, numpy_min=rel.numpy[0], numpy_max=rel.numpy[1],
+            notes=(f"numba's built-in CUDA target serves CUDA {major} (numba-cuda needs CUDA 12+); it needs the toolkit's NVVM in the base",),
+        )  # fmt: skip
+        return Verdict(ok=True, install=install)
+    return _numba_cuda(base, python, version, rel, facts, major)
+
+
+def _numba_cuda(base: Base, python: str, version: str, rel: NumbaRelease, facts: NumbaFacts, major: str) -> Verdict:
+    i = newest_at_or_below(version, [row.numba_min for row in facts.numba_cuda])
+    if i is None:
+        first = facts.numba_cuda[0]
+        return Verdict.no(f"numba-cuda (CUDA {major}) needs numba >= {first.numba_min}; this image pins numba {version}")
+    nc = facts.numba_cuda[i]
+    extra = dict(nc.extras).get(major)
+    if extra is None:
+        return Verdict.no(f"numba-cuda {nc.version} supports CUDA {', '.join(k for k, _ in nc.extras)} only; base {base.name} is CUDA {major}")
+    if not in_range(python, nc.python):
+        return Verdict.no(f"numba-cuda {nc.version} ships wheels for Python {span(nc.python)}; this image has Python {python}")
     numpy_max = rel.numpy[1]
-    variant = "cpu"
     notes: tuple[str, ...] = ()
-    if base.vendor == "cuda":
-        assert base.version is not None
-        nc = facts.numba_cuda
-        major = str(mm(base.version)[0])
-        extra = dict(nc.extras).get(major)
-        if extra is None:
-            return Verdict.no(
-                f"numba-cuda {nc.version} supports CUDA {', '.join(k for k, _ in nc.extras)} only; base {base.name} is CUDA {major}"
-            )
-        if Version(version) < Version(nc.numba_min):
-            return Verdict.no(f"numba-cuda {nc.version} needs numba >= {nc.numba_min}; this image pins numba {version}")
-        requirements += (f"numba-cuda[{extra}]=={nc.version}",)
-        if mm(nc.numpy_max) < mm(numpy_max):
-            numpy_max = nc.numpy_max
-            notes = (f"numpy <= {nc.numpy_max}: numba-cuda {nc.version} fails to import on NumPy 2.5 (np.row_stack)",)
-        variant = extra
-    install = Install("numba", version, requirements, variant=variant, numpy_min=rel.numpy[0], numpy_max=numpy_max, notes=notes)
+    if mm(nc.numpy_max) < mm(numpy_max):
+        numpy_max = nc.numpy_max
+        notes = (f"numpy <= {nc.numpy_max}: numba-cuda {nc.version} fails to import on NumPy 2.5 (np.row_stack)",)
+    install = Install(
+        "numba", version, (f"numba=={version}", f"numba-cuda[{extra}]=={nc.version}"), variant=extra, built_cuda=major,
+        numpy_min=rel.numpy[0], numpy_max=numpy_max, notes=notes,
+    )  # fmt: skip
     return Verdict(ok=True, install=install)
 
 

@@ -66,8 +66,12 @@ def decide_tensorflow(base: Base, python: str, version: str, compat: Compat) -> 
     tested, have = mm(rel.cuda), mm(base.version)
     if have[0] != tested[0]:
         return Verdict.no(f"tensorflow {version} is tested with CUDA {rel.cuda}; base {base.name} is CUDA {have[0]}")
+    warnings: tuple[str, ...] = ()
     if have < tested:
-        return Verdict.no(f"tensorflow {version} is tested with CUDA {rel.cuda}; base {base.name} has the older CUDA {base.version}")
+        warnings = (
+            f"tensorflow {version}[and-cuda] brings its own CUDA {rel.cuda} libraries; on base {base.name} (CUDA {base.version}) "
+            f"they run through minor version compatibility (driver >= {_cuda12_floor(compat)}); PTX JIT needs a driver for CUDA {rel.cuda}",
+        )
     install = Install(
         "tensorflow",
         version,
@@ -76,7 +80,11 @@ def decide_tensorflow(base: Base, python: str, version: str, compat: Compat) -> 
         built_cuda=rel.cuda,
         cudnn=rel.cudnn,
     )
-    return Verdict(ok=True, install=install)
+    return Verdict(ok=True, install=install, warnings=warnings)
+
+
+def _cuda12_floor(compat: Compat) -> str:
+    return dict(compat.mvc_floor).get("12", "525.60.13")
 
 
 def _rocm(base: Base, version: str, facts: TensorflowFacts) -> Verdict:

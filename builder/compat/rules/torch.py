@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from builder.compat.facts import Compat
@@ -20,6 +21,8 @@ class TorchRelease:
     cuda: tuple[str, ...]
     rocm: tuple[str, ...]
     cudnn: tuple[tuple[str, str], ...]
+    pypi: str | None = None  # the CUDA variant of PyPI's own Linux wheel
+    rocm_note: str | None = None  # ROCm wheels that exist but cannot be planned, and why
 
 
 @dataclass(frozen=True)
@@ -29,7 +32,9 @@ class TorchFacts:
 
 
 def load(t: Table, section: LDict) -> TorchFacts:
-    rows = t.rows(t.section(section, "releases"), ("release", "python", "cuda", "rocm", "cudnn"), "release", section.line)
+    rows = t.rows(
+        t.section(section, "releases"), ("release", "python", "cuda", "rocm", "cudnn"), "release", section.line, optional=("pypi", "rocm_note")
+    )
     out = []
     for row in rows:
         cuda = t.strs(row["cuda"], row.line)
@@ -38,8 +43,20 @@ def load(t: Table, section: LDict) -> TorchFacts:
         cudnn = row["cudnn"]
         if not isinstance(cudnn, dict) or set(cudnn) - set(cuda):
             raise t.fail("torch cudnn must map the release's CUDA variants", row.line)
+        pypi = row.get("pypi")
+        if pypi is not None and pypi not in cuda:
+            raise t.fail(f"torch pypi variant {pypi!r} is not one of the release's CUDA variants {list(cuda)}", row.line_of("pypi"))
+        note = row.get("rocm_note")
         out.append(
-            TorchRelease(str(row["release"]), t.pyrange(row["python"], row.line), cuda, t.strs(row["rocm"], row.line), tuple(sorted(cudnn.items())))
+            TorchRelease(
+                str(row["release"]),
+                t.pyrange(row["python"], row.line),
+                cuda,
+                t.strs(row["rocm"], row.line),
+                tuple(sorted(cudnn.items())),
+                pypi=None if pypi is None else str(pypi),
+                rocm_note=None if note is None else str(note),
+            )
         )
     return TorchFacts(index_url=str(t.section(section, "index_url")), releases=tuple(out))
 
@@ -71,6 +88,8 @@ def decide_torch(base: Base, python: str, version: str, compat: Compat) -> Verdi
         variants = rel.cuda if base.vendor == "cuda" else rel.rocm
         kind = "CUDA" if base.vendor == "cuda" else "ROCm"
         if not variants:
+            if base.vendor == "rocm" and rel.rocm_note:
+                return Verdict.no(f"{rel.rocm_note}; base {base.name} is ROCm {base.version}")
             return Verdict.no(f"torch {version} ships no {kind} wheels in the table; use another torch release")
         found = pick_variant(variants, base.version)
         if found is None:
@@ -81,16 +100,50 @@ def decide_torch(base: Base, python: str, version: str, compat: Compat) -> Verdi
         variant = found
     cudnn = dict(rel.cudnn).get(variant)
     built_cuda = "{}.{}".format(*variant_version(variant)) if variant.startswith("cu") else None
+    from_pypi = variant == rel.pypi  # PyPI's own wheel is this variant: no extra index, mirrors carry it
     install = Install(
         framework="torch",
         version=version,
-        requirements=(f"torch=={version}+{variant}",),
-        index_urls=(facts.index_url.format(variant=variant),),
+        requirements=(f"torch=={version}" if from_pypi else f"torch=={version}+{variant}",),
+        index_urls=() if from_pypi else (facts.index_url.format(variant=variant),),
         variant=variant,
         built_cuda=built_cuda,
         cudnn=cudnn,
+        notes=(f"torch {version} from PyPI: its Linux wheel is the {variant} build",) if from_pypi else (),
     )
-    return Verdict(ok=True, install=install)
+    return Verdict(ok=True, install=install, warnings=_blackwell_warning(base, version, variant))
+
+
+# The first CUDA release with kernels for Blackwell (compute capability 10.0 and 12.0).
+BLACKWELL_CUDA = (12, 8)
+
+
+def _blackwell_warning(base: Base, version: str, variant: str) -> tuple[str, ...]:
+    """A CUDA 12.8+ base invites Blackwell GPUs; a wheel variant built for an older CUDA has no sm_100/sm_120 kernels."""
+    if base.vendor != "cuda" or not variant.startswith("cu") or base.version is None:
+        return ()
+    if mm(base.version) >= BLACKWELL_CUDA and variant_version(variant) < BLACKWELL_CUDA:
+        return (
+            f"torch {version}+{variant} on base {base.name} (CUDA {base.version}) has no sm_100/sm_120 kernels: "
+            "Blackwell GPUs will fail with 'no kernel image is available'; a cu128+ variant has them",
+        )
+    return ()
+
+
+CUDA_TOOLKIT = re.compile(r"^cuda-toolkit\b[^=<>~!]*==\s*(\d+)\.(\d+)")
+CUDA_RUNTIME = re.compile(r"^nvidia-cuda-runtime(?:-cu\d+)?\s*==\s*(\d+)\.(\d+)")
+
+
+def variant_from_requires(requires: list[str]) -> str | None:
+    """The CUDA variant of a torch wheel, from its Requires-Dist lines: `nvidia-cuda-runtime-cu12==12.4.127`
+    -> cu124, `cuda-toolkit[...]==13.0.3` -> cu130; None for a CPU wheel (no CUDA requirements)."""
+    for line in requires:
+        text = line.split(";")[0].strip()
+        for pattern in (CUDA_RUNTIME, CUDA_TOOLKIT):
+            found = pattern.match(text)
+            if found:
+                return f"cu{found.group(1)}{found.group(2)}"
+    return None
 
 
 decide = decide_torch

@@ -1,0 +1,129 @@
+"""The `builder lock` use-case: resolve the selected images (in parallel), then write the new locks
+into images/ through render (so the Dockerfiles that install from them, their content hashes and
+the manifest change with them), or, with `check`, compare every lock with its inputs, offline.
+
+A lock that cannot be made is never half-written: its image keeps its old lock (or none), and the
+result says why (an index that cannot be reached, or the resolver's own reason).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from builder.compat.facts import table
+from builder.engine import settings as build_settings
+from builder.engine import staging
+from builder.engine.settings import BuildSettings
+from builder.lock.files import drift, lock_text, parse
+from builder.lock.resolve import LockFailed, resolve, sources, uv_binary
+from builder.lock.target import lock_state, target_for
+from builder.records import ImageSpec, Lock
+from builder.render.tree import write_tree
+from builder.workspace import Workspace
+
+MAX_JOBS = 16
+FAILED = ("failed", "unreachable", "unresolvable")
+
+
+@dataclass(frozen=True)
+class LockOptions:
+    jobs: int = 2
+    upgrade: bool = False
+    keep_going: bool = False
+    ca_bundle: str | None = None
+    use_host: bool = True
+    wheelhouse: tuple[str, ...] = ()
+    index_url: str | None = None
+    extra_index_urls: tuple[str, ...] = ()
+    include_unlocked: bool = False  # also try images matrix.yaml's `unlocked:` names (an explicit --select does)
+
+
+@dataclass(frozen=True)
+class LockResult:
+    id: str
+    status: str  # locked | current | unlocked | failed | unreachable | unresolvable | not-locked | missing | stale
+    seconds: float = 0.0
+    detail: str = ""
+    pins: int = 0  # packages in the new lock
+    changes: tuple[tuple[str, str | None, str | None], ...] = ()  # (package, old, new) when an existing lock changed
+
+
+Done = Callable[[LockResult], None]
+
+
+def check(specs: Sequence[ImageSpec]) -> list[LockResult]:
+    """Offline: every lock against its inputs; a missing lock counts unless matrix.yaml's `unlocked` names the image."""
+    out = []
+    for spec in specs:
+        found = lock_state(spec, table())
+        detail = {"stale": "its inputs changed since `builder lock`", "missing": "no requirements.lock", "unlocked": spec.unlocked or ""}
+        out.append(LockResult(spec.id, "current" if found == "locked" else found, detail=detail.get(found, "")))
+    return out
+
+
+def lock_images(ws: Workspace, specs: Sequence[ImageSpec], options: LockOptions, done: Done) -> list[LockResult]:
+    """Resolve what needs it (stale or missing locks; everything with `upgrade`), write what resolved."""
+    chosen = build_settings.resolve(
+        os.environ,
+        ca_bundle=options.ca_bundle,
+        matrix_ca_bundle=ws.matrix.ca_bundle,
+        use_host=options.use_host,
+        wheelhouse=options.wheelhouse,
+        index_url=options.index_url,
+        extra_index_urls=options.extra_index_urls,
+    )
+    uv = uv_binary()
+    cache = ws.build_dir / "uv-cache"
+    cache.mkdir(parents=True, exist_ok=True)
+    results: dict[str, LockResult] = {}
+    todo = []
+    for spec in specs:
+        found = lock_state(spec, table())
+        if (not options.upgrade and found == "locked") or (found == "unlocked" and not options.include_unlocked):
+            results[spec.id] = LockResult(spec.id, "current" if found == "locked" else "unlocked", detail=spec.unlocked or "")
+            done(results[spec.id])
+        else:
+            todo.append(spec)
+    new: dict[str, Lock] = {}
+    failed = False
+    with ThreadPoolExecutor(max_workers=max(1, min(options.jobs, MAX_JOBS))) as pool:
+        futures = {spec.id: pool.submit(_lock_one, spec, chosen, cache, uv, options.upgrade) for spec in todo}
+        for spec in todo:
+            future = futures[spec.id]
+            if failed and not options.keep_going and future.cancel():
+                result, lock = LockResult(spec.id, "not-locked", detail="an earlier lock failed (use --keep-going)"), None
+            else:
+                result, lock = future.result()
+            results[spec.id] = result
+            if lock is not None:
+                new[spec.id] = lock
+            failed |= result.status in FAILED
+            done(result)
+    if new:
+        updated = ws.with_locks(new)
+        write_tree(ws.images_dir, updated.rendered_tree())
+    return [results[s.id] for s in specs]
+
+
+def _lock_one(spec: ImageSpec, settings: BuildSettings, cache: Path, uv: str, upgrade: bool) -> tuple[LockResult, Lock | None]:
+    started = time.monotonic()
+    target = target_for(spec, table())
+    wheels = staging.local_wheels(spec, settings.pip.local_dirs)
+    where = sources(staging.needed_indexes(spec, set(wheels)), settings)
+    previous = None if upgrade or spec.lock is None else spec.lock.text
+    try:
+        resolved = resolve(target, where, settings, cache, previous=previous, uv=uv)
+    except LockFailed as exc:
+        return LockResult(spec.id, exc.kind, time.monotonic() - started, exc.message), None
+    lock = parse(lock_text(spec.id, target.inputs, target.python, target.platform, resolved))
+    if lock is None:
+        return LockResult(spec.id, "failed", time.monotonic() - started, "uv wrote no lock"), None
+    changes = tuple(drift(spec.lock, lock)) if spec.lock else ()
+    status = "locked" if spec.lock is None or lock.text != spec.lock.text else "current"
+    return LockResult(spec.id, status, time.monotonic() - started, pins=len(lock.pins), changes=changes), lock
+

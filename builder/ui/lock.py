@@ -1,0 +1,33 @@
+"""`builder lock` on the terminal: a line per image as it finishes, then the table, and the drift."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.console import Console
+from rich.markup import escape
+
+from builder.lock.locking import LockResult
+from builder.ui.rows import print_rows
+from builder.ui.status import styled
+
+
+class LockLines:
+    def __init__(self, err: Console) -> None:
+        self.err = err
+
+    def __call__(self, result: LockResult) -> None:
+        self.err.print(f"{styled(result.status)} {result.id} ({result.seconds:.1f}s)")
+
+
+def print_lock_summary(out: Console, results: Sequence[LockResult]) -> None:
+    rows = [
+        (r.id, r.status, f"{r.seconds:.1f}", (f"{r.pins}" if r.pins else "") + (f", {len(r.changes)} changed" if r.changes else ""), r.detail)
+        for r in results
+    ]
+    print_rows(out, "lock", ("image", "status", "seconds", "pins", "detail"), rows)
+    for r in results:
+        if r.changes:
+            out.print(f"[bold]{escape(r.id)}[/]")
+            for name, old, new in r.changes:
+                out.print(f"  {escape(name)} {escape(old or '(new)')} -> {escape(new or '(removed)')}", highlight=False)
