@@ -49,6 +49,9 @@ wait_for() {  # wait_for WHAT CHECK LOG
     die "$what did not answer within ${WAIT_S}s (log: $log)"
 }
 
+# The probe's unit tests compile stand-in CUDA libraries (tests/test_probe.py) with a C compiler.
+ensure_packages cc:gcc
+
 # --- engine ---------------------------------------------------------------------------------
 if engine_answers; then
     say "engine already answering"

@@ -31,8 +31,15 @@ class Base:
 
     @property
     def local_tag(self) -> str:
-        """Tag of a bootstrapped base inside the local engine."""
-        return f"builder-base/{self.name}:latest"
+        """Tag of a bootstrapped base inside the local engine: one per OS, shared by every base
+        bootstrapped from it (a cpu base and a CUDA-from-wheels base of Debian 12 use the same)."""
+        return f"builder-base/{self.os}:latest"
+
+    @property
+    def cuda_from_wheels(self) -> bool:
+        """A CUDA base with no CUDA inside: the framework wheels bring the CUDA user space, the
+        NVIDIA Container Toolkit injects the driver at `--gpus all`."""
+        return self.vendor == "cuda" and self.bootstrap is not None
 
     @property
     def from_ref(self) -> str:
@@ -175,6 +182,7 @@ class ImageSpec:
     python_bin: str = "python3"
     warnings: tuple[str, ...] = ()
     content_hash: str = ""
+    constraints: tuple[str, ...] = ()  # what keeps a CUDA-from-wheels image's CUDA wheels on its CUDA (lock, install)
     lock: Lock | None = None  # the image's requirements.lock, when `builder lock` made one
     unlocked: str | None = None  # why matrix.yaml lets this image build without a lock
 

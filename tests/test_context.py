@@ -146,7 +146,7 @@ def _tree(folder: Path) -> dict[str, bytes]:
 def source() -> dict[str, bytes]:
     """A rendered build context, as render hands it to staging (from memory, never images/)."""
     return {
-        "Dockerfile": b"FROM builder-base/local-debian12:latest\n",
+        "Dockerfile": b"FROM builder-base/debian12:latest\n",
         "requirements.txt": ("\n".join(PACKAGES) + "\n").encode(),
         PROBE_NAME: PROBE.read_bytes(),
     }
@@ -308,6 +308,15 @@ def test_stage_copies_only_the_pinned_wheels(
         "find-links = /tmp/builder/wheels\n"
     )
     assert (target.stat().st_mode & 0o777) == 0o700
+
+
+def test_stage_copies_a_wheel_two_requirements_share_once(tmp_path: Path, source: dict[str, bytes], find_links: Path, simple_index: Path) -> None:
+    """`jax[cuda12]==0.10.2` (the plan) and `jax==0.10.2` (what a lock pins) are the same local file."""
+    spec = _spec()
+    spec = dataclasses.replace(spec, packages=(*spec.packages, "jax==0.10.2"))
+    staged = stage(spec, source, tmp_path / "contexts", _settings(find_links, simple_index))
+    assert staged.wheels == tuple(sorted(EXPECTED["3.11"].values()))
+    assert len(list((staged.path / ".builder" / "wheels").iterdir())) == len(staged.wheels)
 
 
 def test_stage_serves_a_pip_conf_with_credentials_instead_of_writing_it(tmp_path: Path, source: dict[str, bytes]) -> None:

@@ -11,6 +11,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -22,10 +23,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from builder.lock.files import LIBRARIES
 from builder.probes import hello_gpu
 
 SCRIPT = Path(hello_gpu.__file__).resolve()
-RESULT_KEYS = {"framework", "status", "version", "build", "devices", "cpu_check", "gpu_check", "reason", "diagnosis", "seconds"}
+RESULT_KEYS = {"framework", "status", "version", "build", "devices", "cpu_check", "gpu_check", "offline", "cuda_build", "reason", "diagnosis", "seconds"}
 
 FAKE_TORCH = """
 import os
@@ -218,7 +220,8 @@ def test_human_table_without_json(tmp_path: Path) -> None:
     assert run.returncode == 1
     lines = run.stdout.splitlines()
     assert re.match(r"torch\s+skipped\s+9\.9\.9\+fake", lines[2])
-    assert re.match(r"numba\s+failed\s+-\s", lines[3])
+    assert re.match(r"\s+ok\s+built for CUDA\s+torch\.version\.cuda = 13\.0", lines[3])  # its CUDA checks without a GPU
+    assert re.match(r"numba\s+failed\s+-\s", lines[5])
     assert any("fix:" in line and "numpy==2.0.*" in line for line in lines)
     assert lines[-1] == "summary: 0 passed, 1 failed, 1 skipped, 0 not-installed -> FAILED"
     assert "fake torch chatter" not in run.stdout  # framework output goes to stderr
@@ -393,6 +396,8 @@ def test_no_gpu_check_is_never_passed(cpu_ok: bool, no_gpu: str | None, nodes: l
 # --------------------------------------------------------------------------------- (d) diagnose()
 
 SAMPLES: list[tuple[str, str]] = [
+    ("libnccl.so.N: cannot open shared object file: not in the image's NVIDIA wheels", "the CUDA library libnccl is not in the image"),
+    ("cudnn 9.10.2 loads, but the lock pins 9.24.0.43", "the image loads cudnn 9.10.2, not the 9.24.0.43 its lock pins"),
     ("RuntimeError: CUDA driver version is insufficient for CUDA runtime version", "older than the CUDA runtime"),
     (
         "nvidia-container-cli: requirement error: unsatisfied condition: cuda>=12.4, please update your driver to a newer"
@@ -451,3 +456,116 @@ def test_diagnose_other_specifics() -> None:
     # the specific cause wins over the generic "sees no GPU" row it comes wrapped in
     cause, _ = hello_gpu.diagnose("numba sees no GPU (CudaSupportError: CUDA driver library cannot be found)") or ("", "")
     assert "libcuda" in cause
+
+
+# ------------------------------------------------------- CUDA libraries, loaded and versioned without a GPU
+
+# Stand-ins for the NVIDIA wheels' libraries: the same symbols and signatures, fixed versions.
+FAKE_LIBRARIES = {
+    ("cuda_runtime", "libcudart.so.13"): "int cudaRuntimeGetVersion(int* v) { *v = 13000; return 0; }",
+    ("cudnn", "libcudnn.so.9"): "unsigned long cudnnGetVersion(void) { return 92400; }",
+    ("nccl", "libnccl.so.2"): "int ncclGetVersion(int* v) { *v = 23007; return 0; }",
+    ("cublas", "libcublas.so.13"): "int cublasGetProperty(int t, int* v) { static const int p[] = {13, 1, 1}; *v = p[t]; return 0; }",
+    ("cuda_nvrtc", "libnvrtc-builtins.so.13.0"): "int nvrtc_builtins_stand_in(void) { return 1; }",
+    ("cuda_nvrtc", "libnvrtc.so.13"): (
+        "int nvrtcVersion(int* a, int* b) { *a = 13; *b = 0; return 0; }\n"
+        "int nvrtcCreateProgram(void** p, const char* s, const char* n, int k, void* h, void* i) { *p = (void*)1; return 0; }\n"
+        "int nvrtcCompileProgram(void* p, int n, const char** o) { return 0; }\n"
+        "int nvrtcGetPTXSize(void* p, unsigned long* s) { *s = 1234; return 0; }\n"
+        "int nvrtcDestroyProgram(void** p) { return 0; }"
+    ),
+}
+LOCKED = {"cublas": "13.1.1.3", "cuda-runtime": "13.0.96", "cudnn": "9.24.0.43", "nccl": "2.30.7", "nvrtc": "13.0.88"}
+
+
+@pytest.fixture(scope="module")
+def fake_wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """site/nvidia/<pkg>/lib/<soname>, compiled from FAKE_LIBRARIES, as the nvidia-* wheels lay them out."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.fail("no C compiler: .ci/docker-up.sh installs gcc for these tests")
+    site = tmp_path_factory.mktemp("site")
+    for (package, soname), source in FAKE_LIBRARIES.items():
+        lib = site / "nvidia" / package / "lib"
+        lib.mkdir(parents=True, exist_ok=True)
+        (lib / "fake.c").write_text(source + "\n")
+        subprocess.run([compiler, "-shared", "-fPIC", "-o", str(lib / soname), str(lib / "fake.c")], check=True, capture_output=True)
+    return site
+
+
+def copy_site(fake_wheels: Path, tmp_path: Path, drop: str | None = None) -> Path:
+    site = tmp_path / "site"
+    shutil.copytree(fake_wheels, site)
+    if drop:
+        for path in site.glob(f"nvidia/*/lib/{drop}"):
+            path.unlink()
+    return site
+
+
+def expect_args(libraries: dict[str, str]) -> list[str]:
+    return [arg for name, version in sorted(libraries.items()) for arg in ("--expect", f"{name}={version}")]
+
+
+def test_locked_cuda_libraries_load_at_their_versions_and_nvrtc_compiles(fake_wheels: Path, tmp_path: Path) -> None:
+    copy_site(fake_wheels, tmp_path)
+    run = run_probe(tmp_path, "--json", "--frameworks", "torch", *expect_args(LOCKED))
+    assert run.returncode == 0, run.stderr
+    cuda = run.report["cuda"]
+    assert cuda["ok"] and cuda["diagnosis"] is None
+    found = {c["name"]: c["found"] for c in cuda["checks"] if "found" in c}
+    assert found == {"cublas": "13.1.1", "cuda-runtime": "13.0", "cudnn": "9.24.0", "nccl": "2.30.7", "nvrtc": "13.0"}
+    assert all(c["library"].startswith(str(tmp_path)) for c in cuda["checks"] if "library" in c)
+    compiled = [c for c in cuda["checks"] if c["name"] == "nvrtc compiles a kernel"]
+    assert compiled == [{"name": "nvrtc compiles a kernel", "ok": True, "detail": "1234 bytes of PTX for compute_75"}]
+    assert "cuda        ok" in run_probe(tmp_path, "--frameworks", "torch", *expect_args(LOCKED)).stdout
+
+
+def test_a_deleted_libcudnn_fails_the_probe_with_the_cudnn_diagnosis(fake_wheels: Path, tmp_path: Path) -> None:
+    copy_site(fake_wheels, tmp_path, drop="libcudnn.so.*")
+    run = run_probe(tmp_path, "--json", "--frameworks", "torch", *expect_args(LOCKED))
+    assert run.returncode == 1
+    report = run.report
+    assert report["ok"] is False
+    bad = [c for c in report["cuda"]["checks"] if not c["ok"]]
+    assert [c["name"] for c in bad] == ["cudnn"]
+    assert "libcudnn.so.N: cannot open shared object file" in bad[0]["detail"]
+    assert report["cuda"]["diagnosis"]["cause"] == "the cuDNN library is not in the image (or not on the loader path)"
+
+
+def test_nvrtc_without_its_builtins_cannot_compile(fake_wheels: Path, tmp_path: Path) -> None:
+    copy_site(fake_wheels, tmp_path, drop="libnvrtc-builtins.so.*")
+    run = run_probe(tmp_path, "--json", "--frameworks", "torch", *expect_args(LOCKED))
+    bad = [c for c in run.report["cuda"]["checks"] if not c["ok"]]
+    assert [c["name"] for c in bad] == ["nvrtc compiles a kernel"]
+    assert run.report["cuda"]["diagnosis"]["cause"] == "the CUDA library libnvrtc-builtins is not in the image (or not on the loader path)"
+
+
+def test_a_library_at_another_version_than_the_lock_fails(fake_wheels: Path, tmp_path: Path) -> None:
+    copy_site(fake_wheels, tmp_path)
+    run = run_probe(tmp_path, "--json", "--frameworks", "torch", *expect_args({**LOCKED, "cudnn": "9.10.2.21"}))
+    assert run.returncode == 1
+    bad = [c for c in run.report["cuda"]["checks"] if not c["ok"]]
+    assert bad[0]["detail"] == "cudnn 9.24.0 loads, but the lock pins 9.10.2.21"
+    assert "another copy of the library" in run.report["cuda"]["diagnosis"]["cause"]
+
+
+def test_no_expected_libraries_means_no_library_checks(tmp_path: Path) -> None:
+    run = run_probe(tmp_path, "--json", "--frameworks", "torch")
+    assert run.report["cuda"] == {"checks": [], "ok": True, "diagnosis": None}
+
+
+def test_an_unknown_library_is_a_usage_error(tmp_path: Path) -> None:
+    run = run_probe(tmp_path, "--expect", "cufft=12.0", "--frameworks", "torch")
+    assert run.returncode == 2
+    assert "LIB one of cuda-runtime, cudnn, nccl, cublas, nvrtc" in run.stderr
+
+
+def test_the_probe_checks_every_library_the_lock_reports() -> None:
+    """One list of CUDA libraries: what the lock extracts (image.json "libraries") is what the probe loads."""
+    assert set(hello_gpu.CUDA_LIBRARIES) == set(LIBRARIES)
+
+
+def test_major_of_a_major_wide_wheel() -> None:
+    assert hello_gpu.major_in(["jax-cuda13-plugin", "jax-cuda13-pjrt"]) == "13"
+    assert hello_gpu.major_in(["cupy-cuda12x"]) == "12"
+    assert hello_gpu.major_in(["cupy-rocm-7-0"]) is None

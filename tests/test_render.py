@@ -55,8 +55,10 @@ GOLDEN_IMAGES = (
     "torch2.5.1-rocm6.2-py3.11-ubuntu22.04",  # ROCm torch
     "numba0.68.0-cpu-py3.11-debian12",  # the local Debian image, NumPy pinned under numba's ceiling
     "tensorflow2.21.0-cu128-py3.12-ubuntu24.04",  # CUDA tensorflow
+    "numba0.68.0-cu130-py3.11-debian12",  # CUDA from wheels: numba-cuda[cu13] under the base's constraints
 )
 GOLDEN_FILES = ("Dockerfile", "requirements.txt")
+GOLDEN_CASES = [(i, n) for i in GOLDEN_IMAGES for n in GOLDEN_FILES] + [("numba0.68.0-cu130-py3.11-debian12", "constraints.txt")]
 PIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[a-z0-9,-]+\])?==[0-9][A-Za-z0-9.+]*$")
 
 
@@ -72,8 +74,7 @@ def test_golden_matrix_plans_exactly_the_golden_images(golden_tree: dict[str, by
     assert {path.split("/")[0] for path in golden_tree if "/" in path} == set(GOLDEN_IMAGES)
 
 
-@pytest.mark.parametrize("image_id", GOLDEN_IMAGES)
-@pytest.mark.parametrize("name", GOLDEN_FILES)
+@pytest.mark.parametrize(("image_id", "name"), GOLDEN_CASES)
 def test_golden(image_id: str, name: str, golden_tree: dict[str, bytes]) -> None:
     assert f"{image_id}/{name}" in golden_tree, f"{image_id} is no longer planned by {GOLDEN_MATRIX.name}; fix the fixture"
     actual = golden_tree[f"{image_id}/{name}"]
@@ -131,11 +132,15 @@ def test_every_image_has_exactly_its_files(rendered: Rendered) -> None:
     assert set(rendered.files) == {s.id for s in rendered.plan.images}
     locked = {s.id for s in rendered.plan.images if s.lock is not None}
     assert locked, "the embedded matrix has locked images"
+    constrained = {s.id for s in rendered.plan.images if s.constraints}
+    assert constrained, "the embedded matrix has CUDA-from-wheels images"
     for image_id, files in rendered.files.items():
         lock = {"requirements.lock"} if image_id in locked else set()
+        lock |= {"constraints.txt"} if image_id in constrained else set()
         assert set(files) == {"Dockerfile", "requirements.txt", "image.json"} | lock  # the probe is not committed per image
     for image_id, context in rendered.contexts.items():
         lock = {"requirements.lock"} if image_id in locked else set()
+        lock |= {"constraints.txt"} if image_id in constrained else set()
         assert set(context) == {"Dockerfile", "requirements.txt", "hello_gpu.py"} | lock, image_id
         assert all(context[name] == rendered.files[image_id][name] for name in ("Dockerfile", "requirements.txt", *lock))
 
@@ -160,7 +165,7 @@ def test_parses_with_three_stages_in_the_expected_order(rendered: Rendered) -> N
 def test_from_is_the_base(rendered: Rendered) -> None:
     for spec, text in each_image(rendered):
         first_from = next(i for i in instructions(text) if i.cmd.upper() == "FROM")
-        expected = spec.base.image if spec.base.bootstrap is None else f"builder-base/{spec.base.name}:latest"
+        expected = spec.base.image if spec.base.bootstrap is None else f"builder-base/{spec.base.os}:latest"
         assert first_from.value[0] == expected, spec.id
 
 

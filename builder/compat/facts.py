@@ -12,12 +12,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from packaging.requirements import InvalidRequirement, Requirement
+
 from builder import frameworks
 from builder.compat.tables import DATA_DIR, PyRange, Table
 from builder.yamlsrc import LDict
 
 DEFAULT_PATH = DATA_DIR / "compat.yaml"
-CUDA_KEYS = ("toolkits", "mvc_floor", "require_branches", "brands", "cudnn_cc")
+CUDA_KEYS = ("toolkits", "mvc_floor", "require_branches", "brands", "cudnn_cc", "wheel_constraints")
 SHARED_SECTIONS = ("schema", "os_python", "os_glibc", "numpy", "cuda")
 T = TypeVar("T")
 
@@ -40,6 +42,7 @@ class Compat:
     brands: tuple[tuple[str, tuple[str, ...]], ...]  # (until cuda, brand names)
     numpy: tuple[tuple[str, PyRange], ...]
     cudnn_cc: tuple[tuple[str, str], ...]  # cuDNN release -> lowest compute capability it supports from then on
+    wheel_constraints: tuple[tuple[str, tuple[str, ...]], ...]  # CUDA minor -> what keeps a lock's CUDA wheels on it
     frameworks: tuple[tuple[str, object], ...]  # framework -> the facts its rule module loaded
 
     def facts(self, kind: type[T]) -> T:
@@ -85,11 +88,25 @@ def load_compat(path: Path = DEFAULT_PATH) -> Compat:
             (str(row["version"]), t.pyrange(row["python"], row.line))
             for row in t.rows(t.section(doc, "numpy"), ("version", "python"), "version", doc.line)
         ),
+        wheel_constraints=tuple(
+            (str(row["cuda"]), _constraints(t, row))
+            for row in t.rows(t.section(cuda, "wheel_constraints"), ("cuda", "below", "constraints"), "cuda", cuda.line)
+        ),
         cudnn_cc=tuple(
             (str(row["from"]), str(row["cc_min"])) for row in t.rows(t.section(cuda, "cudnn_cc"), ("from", "cc_min"), "from", cuda.line)
         ),
         frameworks=tuple(loaded),
     )
+
+
+def _constraints(t: Table, row: LDict) -> tuple[str, ...]:
+    lines = t.strs(row["constraints"], row.line)
+    for line in lines:
+        try:
+            Requirement(line)
+        except InvalidRequirement:
+            raise t.fail(f"constraint {line!r} is not a requirement (e.g. nvidia-cuda-runtime<13.1.80)", row.line) from None
+    return lines
 
 
 def _os_python(t: Table, doc: LDict) -> tuple[OsPython, ...]:

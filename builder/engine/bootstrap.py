@@ -147,7 +147,7 @@ def ensure_base(
         return BootstrapResult(tag, built=False, seconds=time.monotonic() - start, recipe_hash=digest)
 
     LOCK_DIR.mkdir(parents=True, exist_ok=True)
-    lock = filelock.FileLock(str(LOCK_DIR / f"builder-bootstrap-{_safe(base.name)}.lock"))
+    lock = filelock.FileLock(str(LOCK_DIR / f"builder-bootstrap-{_safe(tag)}.lock"))
     try:
         lock.acquire(timeout=0)
     except filelock.Timeout:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from builder.engine import bootstrap, leftovers, secrets
-from builder.engine.image_build import HASH_LABEL, BuildResult, Run, build_image
+from builder.engine.image_build import HASH_LABEL, BuildResult, Run, build_image, up_to_date
 from builder.errors import UserError
 from builder.records import Base, ImageSpec
 from builder.render.context import Files
@@ -79,13 +79,13 @@ class Builder:
 
     # -- bases ---------------------------------------------------------------------------
     def ensure_bases(self, specs: Sequence[ImageSpec]) -> dict[str, str]:
-        """Bootstrap every local base the selection needs; returns base name -> error for failures."""
-        bases: dict[str, Base] = {s.base.name: s.base for s in specs if s.base.bootstrap}
+        """Bootstrap every local base the selection needs; returns base tag -> error for failures."""
+        bases: dict[str, Base] = {s.base.local_tag: s.base for s in specs if s.base.bootstrap}  # one per OS
         failed: dict[str, str] = {}
         client = self.client()
         self.run.log_dir.mkdir(parents=True, exist_ok=True)
         for base in bases.values():
-            log_path = self.run.log_dir / f"base-{base.name}.log"
+            log_path = self.run.log_dir / f"base-{base.os}.log"
             with log_path.open("w", encoding="utf-8") as log:
 
                 def write(line: str, log: Any = log, name: str = base.name) -> None:
@@ -99,7 +99,7 @@ class Builder:
                 except UserError:
                     raise
                 except Exception as exc:  # noqa: BLE001 - reported per base, images needing it are not built
-                    failed[base.name] = f"bootstrap failed: {exc} (log: {log_path})"
+                    failed[base.local_tag] = f"bootstrap failed: {exc} (log: {log_path})"
         return failed
 
     # -- images --------------------------------------------------------------------------
@@ -117,7 +117,7 @@ class Builder:
         todo = []
         for spec in specs:
             if have.get(spec.tag) == spec.content_hash:
-                done[spec.id] = BuildResult(spec.id, "up-to-date")
+                done[spec.id] = up_to_date(client, spec)
                 if on_done:
                     on_done(done[spec.id])
             else:
@@ -125,9 +125,9 @@ class Builder:
         try:
             if todo:
                 failed_bases = self.ensure_bases(todo)
-                for spec in [s for s in todo if s.base.name in failed_bases]:
-                    done[spec.id] = BuildResult(spec.id, "failed", error=failed_bases[spec.base.name])
-                todo = [s for s in todo if s.base.name not in failed_bases]
+                for spec in [s for s in todo if s.base.local_tag in failed_bases]:
+                    done[spec.id] = BuildResult(spec.id, "failed", error=failed_bases[spec.base.local_tag])
+                todo = [s for s in todo if s.base.local_tag not in failed_bases]
                 with secrets.serving() as server:
                     self.run.secrets = server
                     self._run_pool(todo, jobs, force, keep_going, done, on_done)

@@ -26,7 +26,7 @@ import filelock
 from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from builder.engine import client as engine
-from builder.engine import staging
+from builder.engine import sizes, staging
 from builder.engine.failures import diagnose_build, is_network_build_failure, is_tls_failure
 from builder.engine.secrets import SecretServer, redact
 from builder.engine.settings import BuildSettings
@@ -56,7 +56,7 @@ class BuildResult:
     id: str
     status: str  # built | up-to-date | failed | interrupted | not-built
     seconds: float = 0.0
-    size_mb: float | None = None
+    sizes: dict[str, float] | None = None  # image_mb, venv_mb, base_mb, ratio (engine/sizes.py)
     attempts: int = 0
     log: str | None = None
     error: str | None = None
@@ -103,7 +103,7 @@ def build_image(run: Run, client: Client, spec: ImageSpec, files: Mapping[str, b
     started = time.monotonic()
     with tag_lock(run.lock_dir, spec.tag):
         if not force and (engine.image_labels(client, spec.tag) or {}).get(HASH_LABEL) == spec.content_hash:
-            return BuildResult(spec.id, "up-to-date", time.monotonic() - started)  # built by another run while we waited
+            return up_to_date(client, spec, time.monotonic() - started)  # built by another run while we waited
         return _build_locked(run, client, spec, files, started)
 
 
@@ -142,7 +142,16 @@ def _build_locked(run: Run, client: Client, spec: ImageSpec, files: Mapping[str,
     built = client.api.inspect_image(spec.tag)
     if replaced and replaced != built["Id"]:  # the old image is garbage now; nightly rebuilds would fill the disk
         engine.remove_image_quietly(client, replaced)
-    return BuildResult(spec.id, "built", time.monotonic() - started, round(built.get("Size", 0) / 1e6, 1), attempts, str(log_path))
+    return BuildResult(spec.id, "built", time.monotonic() - started, measured(client, spec), attempts, str(log_path))
+
+
+def measured(client: Client, spec: ImageSpec) -> dict[str, float] | None:
+    found = sizes.measure(client, spec.tag, spec.base.from_ref)
+    return found.to_json() if found else None
+
+
+def up_to_date(client: Client, spec: ImageSpec, seconds: float = 0.0) -> BuildResult:
+    return BuildResult(spec.id, "up-to-date", seconds, measured(client, spec))
 
 
 def remove_superseded_stages(client: Client, tag: str, keep: set[str]) -> list[str]:

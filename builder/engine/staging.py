@@ -161,7 +161,7 @@ def stage(spec: ImageSpec, files: Mapping[str, bytes], staging_root: Path, setti
     wheels = local_wheels(spec, settings.pip.local_dirs)
     if wheels:
         (extra / "wheels").mkdir()
-        for wheel in wheels.values():
+        for wheel in {w.name: w for w in wheels.values()}.values():  # `jax[cuda13]==X` and the lock's `jax==X` are one file
             _link_or_copy(wheel, extra / "wheels" / wheel.name)
     if settings.ca_bundle is not None:
         shutil.copyfile(settings.ca_bundle, extra / "ca.pem")
@@ -172,7 +172,7 @@ def stage(spec: ImageSpec, files: Mapping[str, bytes], staging_root: Path, setti
         secret = conf.encode()
     else:
         (extra / "pip.conf").write_text(conf, encoding="utf-8")
-    return Staged(path=target, wheels=tuple(sorted(w.name for w in wheels.values())), extra_index_urls=indexes, secret_pip_conf=secret)
+    return Staged(path=target, wheels=tuple(sorted({w.name for w in wheels.values()})), extra_index_urls=indexes, secret_pip_conf=secret)
 
 
 def has_userinfo(text: str) -> bool:

@@ -53,11 +53,11 @@ def platform_for(os_name: str, compat: Compat) -> str:
     return f"x86_64-manylinux_{major}_{minor}"
 
 
-def target_for(spec: ImageSpec, compat: Compat, constraints: tuple[str, ...] = ()) -> LockTarget:
+def target_for(spec: ImageSpec, compat: Compat) -> LockTarget:
     return LockTarget(
         image=spec.id,
         requirements=spec.packages,
-        constraints=constraints,
+        constraints=spec.constraints,
         python=spec.python,
         platform=platform_for(spec.base.os, compat),
         indexes=spec.index_urls,

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
+import glob
 import importlib
 import importlib.metadata
 import importlib.util
@@ -37,6 +39,7 @@ SCHEMA = 1
 FRAMEWORKS: tuple[str, ...] = ("torch", "tensorflow", "jax", "cupy", "numba")
 STATUSES: tuple[str, ...] = ("passed", "failed", "skipped", "not-installed")
 DEFAULT_TIMEOUT_S = 180.0
+LIBRARIES_CHILD = "cuda-libraries"  # the child that loads the CUDA libraries (--one cuda-libraries)
 DEV_ROOT_ENV = "HELLO_GPU_DEV_ROOT"  # where GPU device nodes are looked for; tests point it at a temp dir
 GPU_NODE = re.compile(r"nvidiactl|nvidia\d+|kfd|dxg")  # dxg: WSL2
 NO_GPU_ON_HOST = "no GPU on this host (no /dev/nvidiactl, /dev/nvidia0 or /dev/kfd)"
@@ -44,6 +47,7 @@ CPU_N = 16  # matmul size of the CPU check, against a pure-Python reference
 GPU_N = 256  # matmul size of the GPU check
 VECTOR_N = 1_000_000  # elements of the cupy / numba vector checks
 REL_TOL = 1e-3  # of the largest reference value; inputs are multiples of 1/4, exact even in TF32/bf16
+KERNEL_SOURCE = 'extern "C" __global__ void scale(float* x, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] *= 2.0f; }\n'
 
 # (regex searched case-insensitively, cause, fix); first match wins, so specific rows come first.
 # Cause and fix may use \1-style groups of the regex. Each fix is one actionable sentence.
@@ -74,6 +78,16 @@ DIAGNOSES: tuple[tuple[str, str, str], ...] = (
         r"libcudnn[\w.]*\.so[\w.]*: cannot open shared object file",
         "the cuDNN library is not in the image (or not on the loader path)",
         "Install the cuDNN the framework was built for (a -cudnn base image or the nvidia-cudnn wheel).",
+    ),
+    (
+        r"lib(nccl|cublas|cublasLt|nvrtc-builtins|nvrtc)[\w.]*\.so[\w.]*: cannot open shared object file",
+        "the CUDA library lib\\1 is not in the image (or not on the loader path)",
+        "Rebuild the image from its lock (`builder build --no-cache`) so the nvidia-* wheel that ships lib\\1 is whole.",
+    ),
+    (
+        r"(\S+) ([\d.]+) loads, but the lock pins ([\d.]+)",
+        "the image loads \\1 \\2, not the \\3 its lock pins (another copy of the library shadows the locked wheel)",
+        "Remove the other copy of \\1 (a system package or an LD_LIBRARY_PATH entry) or rebuild the image from its lock.",
     ),
     (
         r"libcuda\.so[\w.]*: cannot open shared object file|CUDA driver library cannot be found"
@@ -308,12 +322,22 @@ class Probe:
     cpu_check: dict[str, Any] | None = None
     gpu_check: dict[str, Any] | None = None
     no_gpu: str | None = None  # why no GPU check ran: the framework found no GPU to use
+    offline: list[dict[str, Any]] = field(default_factory=list)  # CUDA checks that need no GPU (built-for CUDA, a kernel compiled)
+    cuda_build: str | None = None  # the CUDA the framework's build targets, as it reports it ("13.0", or "13" for a major-wide wheel)
     error: str | None = None  # full text of the exception that stopped the check
     error_stage: str | None = None  # the stage it stopped in
 
     def enter(self, stage: str) -> None:
         self.stage = stage
         self.sink({k: v for k, v in vars(self).items() if k != "sink"})
+
+
+def offline_check(p: Probe, name: str, fn: Callable[[], str]) -> None:
+    """Run one check that needs no GPU; its detail on success, the error on failure (never raises)."""
+    try:
+        p.offline.append({"name": name, "ok": True, "detail": fn()})
+    except Exception as exc:  # the failure is the finding
+        p.offline.append({"name": name, "ok": False, "detail": one_line(exc)})
 
 
 def one_line(exc: BaseException | str) -> str:
@@ -369,6 +393,11 @@ def _check_torch(p: Probe) -> None:
     if cuda is None and hip is None:
         p.no_gpu = "CPU-only build of torch (torch.version.cuda is None)"
         return
+    if cuda is not None:
+        p.enter("offline cuda checks")
+        p.cuda_build = str(cuda)
+        offline_check(p, "built for CUDA", lambda: f"torch.version.cuda = {cuda}")
+        offline_check(p, "cuDNN loads", lambda: f"torch.backends.cudnn.version() = {_required(torch.backends.cudnn.version(), 'cuDNN did not load')}")
     p.enter("gpu discovery")
     if not torch.cuda.is_available():
         p.no_gpu = f"torch sees no GPU (torch.cuda.is_available() is False{raised(torch.cuda.init)})"
@@ -407,6 +436,9 @@ def _check_tensorflow(p: Probe) -> None:
     with tf.device("/CPU:0"):
         got = tf.linalg.matmul(tf.constant(a, dtype=tf.float32), tf.constant(b, dtype=tf.float32))
     p.cpu_check = compare(got.numpy().tolist(), matmul(a, b), f"{CPU_N}x{CPU_N} float32 matmul on the CPU")
+    if p.build["is_cuda_build"]:
+        p.cuda_build = text(p.build["cuda_version"])
+        offline_check(p, "built for CUDA", lambda: f"CUDA {_required(p.build['cuda_version'], 'no cuda_version')}, cuDNN {p.build['cudnn_version']}")
     if not gpus:
         gpu_build = p.build["is_cuda_build"] or p.build["is_rocm_build"]
         p.no_gpu = (
@@ -445,6 +477,10 @@ def _check_jax(p: Probe) -> None:
     with jax.default_device(cpu):
         got = jnp.matmul(jnp.asarray(a, dtype=jnp.float32), jnp.asarray(b, dtype=jnp.float32))
     p.cpu_check = compare(got.tolist(), matmul(a, b), f"{CPU_N}x{CPU_N} float32 matmul on the CPU")
+    if any("cuda" in name for name in plugins):
+        p.enter("offline cuda checks")
+        p.cuda_build = major_in(list(plugins))
+        offline_check(p, "lowers for the GPU", lambda: _jax_lower_for_cuda(jax, jnp))
     p.enter("gpu discovery")
     try:
         gpus = jax.devices("gpu")
@@ -467,6 +503,30 @@ def _check_jax(p: Probe) -> None:
         p.gpu_check.update(ok=False, detail=f"{what}: ran on {platforms}, not a GPU")
 
 
+def _jax_lower_for_cuda(jax: Any, jnp: Any) -> str:
+    """jax.export lowers for a platform without its devices: the CUDA plugin's lowering rules run."""
+    exported = jax.export.export(jax.jit(lambda x: jnp.sin(x) @ x.T), platforms=["cuda"])(jax.ShapeDtypeStruct((8, 8), jnp.float32))
+    text = exported.mlir_module()
+    if "stablehlo" not in text:
+        raise RuntimeError("the exported module holds no StableHLO")
+    return f"jax.export for cuda: {len(text)} bytes of StableHLO"
+
+
+def major_in(names: list[str]) -> str | None:
+    """The CUDA major a major-wide wheel names: jax-cuda13-plugin, cupy-cuda13x, cuda-bindings 13.x -> "13"."""
+    for name in names:
+        found = re.search(r"cuda(\d+)", name)
+        if found:
+            return found.group(1)
+    return None
+
+
+def _required(value: Any, why: str) -> Any:
+    if value in (None, "", 0):
+        raise RuntimeError(why)
+    return value
+
+
 def _check_cupy(p: Probe) -> None:
     p.enter("import")
     cupy: Any = importlib.import_module("cupy")
@@ -479,6 +539,10 @@ def _check_cupy(p: Probe) -> None:
         "package": next(iter(dists("cupy")), None),
     }
     p.cpu_check = {"ok": True, "detail": "imported (cupy has no CPU path)"}
+    if not p.build["is_hip"]:
+        p.enter("offline cuda checks")
+        p.cuda_build = major_in([p.build["package"] or ""])
+        offline_check(p, "NVRTC compiles a kernel", lambda: _cupy_nvrtc(cupy))
     p.enter("gpu discovery")
     try:
         count = int(runtime.getDeviceCount())
@@ -493,6 +557,21 @@ def _check_cupy(p: Probe) -> None:
     xs = [(i % 1000) / 8 for i in range(VECTOR_N)]
     got = (cupy.asarray(xs, dtype=cupy.float32) * 2 + 1).get().tolist()
     p.gpu_check = compare(got, [x * 2 + 1 for x in xs], f"x*2+1 over {VECTOR_N} float32 on GPU 0")
+
+
+def _cupy_nvrtc(cupy: Any) -> str:
+    """CuPy's own NVRTC (from the [ctk] wheels) compiles a kernel to PTX, with no device."""
+    nvrtc = cupy.cuda.nvrtc  # the NVRTC API itself: cupy's compiler front end asks the driver for the GPU
+    major, minor = nvrtc.getVersion()
+    program = nvrtc.createProgram(KERNEL_SOURCE, "scale.cu", [], [])
+    try:
+        nvrtc.compileProgram(program, ["--gpu-architecture=compute_75"])
+        size = len(nvrtc.getPTX(program))
+    finally:
+        nvrtc.destroyProgram(program)
+    if not size:
+        raise RuntimeError("NVRTC returned no PTX")
+    return f"NVRTC {major}.{minor}: {size} bytes of PTX for compute_75"
 
 
 def _cupy_device(runtime: Any, index: int) -> dict[str, Any]:
@@ -532,6 +611,10 @@ def _check_numba(p: Probe) -> None:
     except ImportError as exc:
         p.no_gpu = f"CPU-only numba (no numba.cuda: {one_line(exc)})"
         return
+    if p.build["numba_cuda"]:
+        p.enter("offline cuda checks")
+        p.cuda_build = major_in([f"cuda{(dist_version('cuda-bindings') or '').split('.')[0]}"])
+        offline_check(p, "compiles a kernel (compile_ptx)", lambda: _numba_compile_ptx(cuda))
     if not cuda.is_available():
         p.no_gpu = f"numba sees no GPU (numba.cuda.is_available() is False{raised(cuda.get_current_device)})"
         return
@@ -540,6 +623,20 @@ def _check_numba(p: Probe) -> None:
     p.devices = [device(attempt(lambda: gpu.name), attempt(lambda: gpu.compute_capability), total)]
     p.enter("gpu check")
     _numba_kernel_check(p, cuda, np)
+
+
+def _numba_compile_ptx(cuda: Any) -> str:
+    """numba-cuda compiles to PTX through NVVM (from the wheels) with no device."""
+
+    def scale(x: Any, out: Any) -> None:
+        i = cuda.grid(1)
+        if i < out.size:
+            out[i] = x[i] * 2.0
+
+    ptx, _ = cuda.compile_ptx(scale, "(float32[:], float32[:])", cc=(7, 5))
+    if ".entry" not in ptx:
+        raise RuntimeError("compile_ptx returned no kernel entry")
+    return f"compile_ptx for sm_75: {len(ptx)} bytes of PTX"
 
 
 def _numba_kernel_check(p: Probe, cuda: Any, np: Any) -> None:
@@ -555,6 +652,123 @@ def _numba_kernel_check(p: Probe, cuda: Any, np: Any) -> None:
     cuda.jit(vector_add)[(VECTOR_N + threads - 1) // threads, threads](cuda.to_device(x), cuda.to_device(y), out)
     what = f"@cuda.jit vector add over {VECTOR_N} float32 on {text(attempt(lambda: cuda.get_current_device().name))}"
     p.gpu_check = compare(out.copy_to_host().tolist(), (x + y).tolist(), what)
+
+
+# ------------------------------------------------------------- CUDA libraries, loaded without a GPU
+
+
+def _int_out(lib: Any, function: str, *args: Any) -> int:
+    """Call `status f(args..., int* out)` and return out (status 0 is success for every library here)."""
+    value = ctypes.c_int(0)
+    status = getattr(lib, function)(*args, ctypes.byref(value))
+    if status != 0:
+        raise RuntimeError(f"{function} returned status {status}")
+    return value.value
+
+
+def _cudart_version(lib: Any) -> str:
+    code = _int_out(lib, "cudaRuntimeGetVersion")
+    return f"{code // 1000}.{code % 1000 // 10}"
+
+
+def _cudnn_version(lib: Any) -> str:
+    lib.cudnnGetVersion.restype = ctypes.c_size_t
+    code = int(lib.cudnnGetVersion())
+    return f"{code // 10000}.{code % 10000 // 100}.{code % 100}"
+
+
+def _nccl_version(lib: Any) -> str:
+    code = _int_out(lib, "ncclGetVersion")
+    return f"{code // 10000}.{code % 10000 // 100}.{code % 100}" if code >= 10000 else f"{code // 1000}.{code % 1000 // 100}.{code % 100}"
+
+
+def _cublas_version(lib: Any) -> str:
+    return ".".join(str(_int_out(lib, "cublasGetProperty", ctypes.c_int(part))) for part in (0, 1, 2))  # MAJOR, MINOR, PATCH
+
+
+def _nvrtc_version(lib: Any) -> str:
+    major, minor = ctypes.c_int(0), ctypes.c_int(0)
+    if lib.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor)) != 0:
+        raise RuntimeError("nvrtcVersion failed")
+    return f"{major.value}.{minor.value}"
+
+
+# name (as image.json "libraries" and the lock call it) -> (soname glob, how to read its version)
+CUDA_LIBRARIES: dict[str, tuple[str, Callable[[Any], str]]] = {
+    "cuda-runtime": ("libcudart.so.*", _cudart_version),
+    "cudnn": ("libcudnn.so.*", _cudnn_version),
+    "nccl": ("libnccl.so.*", _nccl_version),
+    "cublas": ("libcublas.so.*", _cublas_version),
+    "nvrtc": ("libnvrtc.so.*", _nvrtc_version),
+}
+
+
+def find_library(pattern: str) -> str | None:
+    """A library from the NVIDIA wheels (site-packages/nvidia/*/lib), never an `.alt` build."""
+    found = sorted(
+        path
+        for entry in sys.path
+        if entry and os.path.isdir(os.path.join(entry, "nvidia"))
+        for path in glob.glob(os.path.join(entry, "nvidia", "*", "lib", pattern))
+        if ".alt." not in os.path.basename(path)
+    )
+    return found[0] if found else None
+
+
+def _same_release(found: str, expected: str) -> bool:
+    """9.24.0 (what the library says) is 9.24.0.43 (what the lock pins); 13.0 is 13.0.96."""
+    have = found.split(".")
+    return have == expected.split(".")[: len(have)]
+
+
+def library_checks(expected: dict[str, str]) -> list[dict[str, Any]]:
+    """Load each expected CUDA library and read its version; with nvrtc, compile a kernel. No GPU needed."""
+    checks: list[dict[str, Any]] = []
+    nvrtc: tuple[Any, str] | None = None
+    for name, want in sorted(expected.items()):
+        pattern, version_of = CUDA_LIBRARIES[name]
+        check: dict[str, Any] = {"name": name, "expected": want, "found": None, "library": None, "ok": False}
+        path = find_library(pattern)
+        try:
+            if path is None:
+                raise OSError(f"{pattern.replace('*', 'N')}: cannot open shared object file: not in the image's NVIDIA wheels")
+            lib = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+            check.update(library=path, found=version_of(lib))
+            check["ok"] = _same_release(check["found"], want)
+            check["detail"] = f"{name} {check['found']} loads" + ("" if check["ok"] else f", but the lock pins {want}")
+            if name == "nvrtc":
+                nvrtc = (lib, path)
+        except (OSError, RuntimeError, AttributeError) as exc:
+            check["detail"] = one_line(exc)
+        checks.append(check)
+    if nvrtc is not None:
+        checks.append(_nvrtc_compile(nvrtc[0], os.path.dirname(nvrtc[1])))
+    return checks
+
+
+def _nvrtc_compile(lib: Any, folder: str) -> dict[str, Any]:
+    """NVRTC compiles a kernel to PTX for compute_75 (what a GPU would JIT), with no device.
+
+    NVRTC dlopens libnvrtc-builtins by soname and the wheels set no RUNPATH, so, as every framework's
+    loader does, the builtins from the same folder are loaded first."""
+    try:
+        builtins = sorted(p for p in glob.glob(os.path.join(folder, "libnvrtc-builtins.so.*")) if ".alt." not in os.path.basename(p))
+        if not builtins:
+            raise OSError("libnvrtc-builtins.so.N: cannot open shared object file: not next to libnvrtc in the image's NVIDIA wheels")
+        ctypes.CDLL(builtins[0], mode=ctypes.RTLD_GLOBAL)
+        program = ctypes.c_void_p()
+        if lib.nvrtcCreateProgram(ctypes.byref(program), KERNEL_SOURCE.encode(), b"scale.cu", 0, None, None) != 0:
+            raise RuntimeError("nvrtcCreateProgram failed")
+        options = (ctypes.c_char_p * 1)(b"--gpu-architecture=compute_75")
+        status = lib.nvrtcCompileProgram(program, 1, options)
+        size = ctypes.c_size_t(0)
+        lib.nvrtcGetPTXSize(program, ctypes.byref(size))
+        lib.nvrtcDestroyProgram(ctypes.byref(program))
+        if status != 0 or not size.value:
+            raise RuntimeError(f"nvrtcCompileProgram returned status {status}")
+        return {"name": "nvrtc compiles a kernel", "ok": True, "detail": f"{size.value} bytes of PTX for compute_75"}
+    except (OSError, RuntimeError, AttributeError) as exc:
+        return {"name": "nvrtc compiles a kernel", "ok": False, "detail": one_line(exc)}
 
 
 CHECKS: dict[str, Callable[[Probe], None]] = {
@@ -582,9 +796,13 @@ def run_one(name: str, channel: IO[str]) -> None:
     p.enter("done")
 
 
-def _child_main(name: str) -> int:
+def _child_main(name: str, expected: dict[str, str]) -> int:
     channel = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # framework chatter, even from C libraries, goes to stderr and cannot corrupt the JSON
+    if name == LIBRARIES_CHILD:
+        channel.write(json.dumps({"stage": "done", "checks": library_checks(expected)}) + "\n")
+        channel.flush()
+        return 0
     run_one(name, channel)
     return 0
 
@@ -602,9 +820,9 @@ class ChildRun:
     stderr: str
 
 
-def run_child(name: str, timeout: float) -> ChildRun:
+def run_child(name: str, timeout: float, extra: tuple[str, ...] = ()) -> ChildRun:
     """Run `<this file> --one NAME` in its own process group; kill the whole group at the timeout."""
-    command = [sys.executable, "-X", "faulthandler", os.path.abspath(__file__), "--one", name]
+    command = [sys.executable, "-X", "faulthandler", os.path.abspath(__file__), "--one", name, *extra]
     proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     timed_out = False
     try:
@@ -660,12 +878,17 @@ def verdict(
     no_gpu: str | None,
     host_nodes: list[str],
     require_gpu: bool,
+    offline: list[dict[str, Any]] | None = None,
 ) -> tuple[str, str]:
-    """(status, reason): passed only when import, CPU check and GPU check all worked on a GPU."""
+    """(status, reason): passed only when import, CPU check, the CUDA checks that need no GPU and the
+    GPU check all worked on a GPU."""
     if error:
         return "failed", one_line(error)
     if not cpu_check or not cpu_check.get("ok"):
         return "failed", f"CPU check failed: {(cpu_check or {}).get('detail', 'it did not run')}"
+    bad = [c for c in offline or [] if not c.get("ok")]
+    if bad:
+        return "failed", f"CUDA check failed without a GPU: {bad[0]['name']}: {bad[0]['detail']}"
     if gpu_check is not None:
         if gpu_check.get("ok"):
             return "passed", ""
@@ -688,6 +911,8 @@ def framework_result(name: str, timeout: float, host_nodes: list[str], require_g
         "devices": [],
         "cpu_check": None,
         "gpu_check": None,
+        "offline": [],
+        "cuda_build": None,
         "reason": "not installed",
         "diagnosis": None,
         "seconds": 0.0,
@@ -698,10 +923,10 @@ def framework_result(name: str, timeout: float, host_nodes: list[str], require_g
     run = run_child(name, timeout)
     record = run.record or {}
     error = child_error(run, timeout)
-    for key in ("build", "devices", "cpu_check", "gpu_check"):
+    for key in ("build", "devices", "cpu_check", "gpu_check", "offline", "cuda_build"):
         result[key] = record.get(key, result[key])
     result["version"] = record.get("version") or dist_version(name)
-    status, reason = verdict(error, result["cpu_check"], result["gpu_check"], record.get("no_gpu"), host_nodes, require_gpu)
+    status, reason = verdict(error, result["cpu_check"], result["gpu_check"], record.get("no_gpu"), host_nodes, require_gpu, result["offline"])
     found = diagnose(f"{reason}\n{error or ''}\n{run.stderr[-20000:]}") if status == "failed" else None
     result.update(status=status, reason=reason, seconds=round(time.monotonic() - started, 3))
     result["diagnosis"] = {"cause": found[0], "fix": found[1]} if found else None
@@ -711,16 +936,33 @@ def framework_result(name: str, timeout: float, host_nodes: list[str], require_g
     return result
 
 
-def probe(frameworks: tuple[str, ...], timeout: float, require_gpu: bool) -> dict[str, Any]:
-    """The whole report: host facts, one result per framework (sequentially), summary and ok."""
+def cuda_result(expected: dict[str, str], timeout: float) -> dict[str, Any]:
+    """The image's CUDA libraries (those the lock pins), loaded and versioned in a child process."""
+    if not expected:
+        return {"checks": [], "ok": True, "diagnosis": None}
+    extra = tuple(arg for name, version in sorted(expected.items()) for arg in ("--expect", f"{name}={version}"))
+    run = run_child(LIBRARIES_CHILD, timeout, extra)
+    checks = (run.record or {}).get("checks")
+    if not isinstance(checks, list):
+        error = child_error(run, timeout) or "the library check wrote no result"
+        checks = [{"name": "cuda libraries", "ok": False, "detail": error}]
+    bad = [c for c in checks if not c.get("ok")]
+    found = diagnose("\n".join(c.get("detail", "") for c in bad)) if bad else None
+    return {"checks": checks, "ok": not bad, "diagnosis": {"cause": found[0], "fix": found[1]} if found else None}
+
+
+def probe(frameworks: tuple[str, ...], timeout: float, require_gpu: bool, expected: dict[str, str] | None = None) -> dict[str, Any]:
+    """The whole report: host facts, one result per framework (sequentially), the CUDA libraries, summary and ok."""
     nodes = gpu_device_nodes()
     host = {"python": platform.python_version(), "platform": platform.platform(), "gpu_devices": nodes, "nvidia_smi": nvidia_smi()}
     results: dict[str, Any] = {}
     for name in frameworks:
         log(f"checking {name} ...")
         results[name] = framework_result(name, timeout, nodes, require_gpu)
+    cuda = cuda_result(expected or {}, timeout)
     summary = {status: sum(r["status"] == status for r in results.values()) for status in STATUSES}
-    return {"probe": "hello-gpu", "schema": SCHEMA, "host": host, "frameworks": results, "summary": summary, "ok": summary["failed"] == 0}
+    ok = summary["failed"] == 0 and cuda["ok"]
+    return {"probe": "hello-gpu", "schema": SCHEMA, "host": host, "frameworks": results, "cuda": cuda, "summary": summary, "ok": ok}
 
 
 # --------------------------------------------------------------------------------------- output
@@ -744,9 +986,16 @@ def render_table(report: dict[str, Any]) -> str:
         where = f"{devices[0]['name']} ({devices[0]['capability']})" if devices else "-"
         detail = r["gpu_check"]["detail"] if r["status"] == "passed" else r["reason"]
         lines.append(f"{name:<11} {r['status']:<14} {str(r['version'] or '-'):<22} {where:<28} {detail}")
+        for check in r["offline"]:
+            lines.append(f"{'':<11} {'ok' if check['ok'] else 'FAILED':<14} {check['name']:<22} {'':<28} {check['detail']}")
         if r["diagnosis"]:
             lines.append(f"{'':<11} cause: {r['diagnosis']['cause']}")
             lines.append(f"{'':<11} fix:   {r['diagnosis']['fix']}")
+    for check in report["cuda"]["checks"]:
+        lines.append(f"{'cuda':<11} {'ok' if check['ok'] else 'FAILED':<14} {check['name']:<22} {'':<28} {check.get('detail', '')}")
+    if report["cuda"]["diagnosis"]:
+        lines.append(f"{'':<11} cause: {report['cuda']['diagnosis']['cause']}")
+        lines.append(f"{'':<11} fix:   {report['cuda']['diagnosis']['fix']}")
     counts = ", ".join(f"{n} {status}" for status, n in report["summary"].items())
     lines.append(f"summary: {counts} -> {'OK' if report['ok'] else 'FAILED'}")
     return "\n".join(lines)
@@ -773,15 +1022,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--frameworks", type=_frameworks_arg, default=FRAMEWORKS, help="comma-separated subset")
     parser.add_argument("--timeout", type=_timeout_arg, default=DEFAULT_TIMEOUT_S, help="seconds per framework")
     parser.add_argument("--require-gpu", action="store_true", help="no GPU on the host is a failure")
-    parser.add_argument("--one", choices=FRAMEWORKS, help=argparse.SUPPRESS)  # internal: the child side
+    parser.add_argument(
+        "--expect", type=_expect_arg, action="append", default=[], metavar="LIB=VERSION",
+        help="a CUDA library the image must load at this version (cuda-runtime, cudnn, nccl, cublas, nvrtc); repeatable",
+    )  # fmt: skip
+    parser.add_argument("--one", choices=(*FRAMEWORKS, LIBRARIES_CHILD), help=argparse.SUPPRESS)  # internal: the child side
     return parser.parse_args(argv)
+
+
+def _expect_arg(value: str) -> tuple[str, str]:
+    name, sep, version = value.partition("=")
+    if not sep or name not in CUDA_LIBRARIES or not re.fullmatch(r"\d+(\.\d+)*", version):
+        raise argparse.ArgumentTypeError(f"expected LIB=VERSION with LIB one of {', '.join(CUDA_LIBRARIES)}, got {value!r}")
+    return name, version
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    expected = dict(args.expect)
     if args.one:
-        return _child_main(args.one)
-    report = probe(args.frameworks, args.timeout, args.require_gpu)
+        return _child_main(args.one, expected)
+    report = probe(args.frameworks, args.timeout, args.require_gpu, expected)
     print(json.dumps(report, indent=2) if args.json else render_table(report), flush=True)
     return 0 if report["ok"] else 1
 

@@ -21,12 +21,14 @@ import jinja2
 from builder.errors import UserError
 from builder.lock.files import LOCK_NAME
 from builder.records import ImageSpec, Matrix
-from builder.render.templates import dockerfile, environment, requirements
+from builder.render.templates import constraints, dockerfile, environment, requirements
 
 PROBE = Path(__file__).resolve().parents[1] / "probes" / "hello_gpu.py"
 PROBE_NAME = "hello_gpu.py"
-CONTEXT = ("Dockerfile", "requirements.txt", LOCK_NAME, PROBE_NAME)  # what the engine builds; all of it is hashed
-COMMITTED = ("Dockerfile", "requirements.txt", LOCK_NAME, "image.json")  # what images/<id>/ holds (the lock when there is one)
+CONSTRAINTS = "constraints.txt"
+CONTEXT = ("Dockerfile", "requirements.txt", CONSTRAINTS, LOCK_NAME, PROBE_NAME)  # what the engine builds; all of it is hashed
+# What images/<id>/ holds: the constraints only for CUDA from wheels, the lock when there is one.
+COMMITTED = ("Dockerfile", "requirements.txt", CONSTRAINTS, LOCK_NAME, "image.json")
 Files = dict[str, bytes]
 
 
@@ -41,6 +43,8 @@ def context_files(spec: ImageSpec, env: jinja2.Environment, source: str, probe: 
         "requirements.txt": requirements(spec).encode(),
         PROBE_NAME: probe,
     }
+    if spec.constraints:
+        files[CONSTRAINTS] = constraints(spec).encode()
     if spec.lock is not None:
         files[LOCK_NAME] = spec.lock.text.encode()
     return files

@@ -115,7 +115,7 @@ def _ours_shape(rel: str) -> bool:
 def _legacy(rel: str, data: bytes) -> bool:
     """A file a render wrote before manifests existed: its generated header says so."""
     image, _, name = rel.partition("/")
-    if name in ("Dockerfile", "requirements.txt"):
+    if name in ("Dockerfile", "requirements.txt", "constraints.txt"):
         return data.startswith(GENERATED_HEADER)
     if name == LOCK_NAME:
         return data.startswith(LOCK_HEADER)

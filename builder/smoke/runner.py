@@ -40,6 +40,11 @@ class SmokeResult:
     diagnoses: tuple[dict[str, str], ...] = ()
     probe: dict[str, Any] | None = None
     date: str = ""
+    cuda_checks: tuple[dict[str, Any], ...] = ()  # the CUDA checks that ran without a GPU, each with ok
+
+    @property
+    def cuda_checks_passed(self) -> int:
+        return sum(bool(c.get("ok")) for c in self.cuda_checks)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -76,6 +81,9 @@ def _diagnoses(probe: dict[str, Any] | None, failures: list[str]) -> list[dict[s
     for name, result in ((probe or {}).get("frameworks") or {}).items():
         if result.get("status") == "failed" and result.get("diagnosis"):
             out.append({"framework": name, **result["diagnosis"]})
+    cuda = (probe or {}).get("cuda") or {}
+    if not cuda.get("ok", True) and cuda.get("diagnosis"):
+        out.append({"framework": "cuda libraries", **cuda["diagnosis"]})
     if not out:
         for failure in failures:
             found = diagnose_text(failure)
@@ -84,16 +92,29 @@ def _diagnoses(probe: dict[str, Any] | None, failures: list[str]) -> list[dict[s
     return out
 
 
-def probe_command(timeout_s: int) -> str:
-    """hello-gpu inside the container, killed by `timeout` at the limit."""
-    return f"timeout -s KILL {timeout_s} hello-gpu --json --timeout {max(30, timeout_s // 2)}"
+def cuda_checks(probe: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Every CUDA check the probe ran without a GPU: per framework (built-for, compile) and per library."""
+    out = [
+        {"framework": name, "name": c.get("name"), "ok": bool(c.get("ok")), "detail": c.get("detail", "")}
+        for name, result in sorted(((probe or {}).get("frameworks") or {}).items())
+        for c in result.get("offline") or []
+    ]
+    out += [{"framework": "", "name": c.get("name"), "ok": bool(c.get("ok")), "detail": c.get("detail", "")} for c in ((probe or {}).get("cuda") or {}).get("checks") or []]
+    return out
 
 
-def run_probe(container: Any, timeout_s: int, out: Path) -> None:
+def probe_command(timeout_s: int, libraries: dict[str, str]) -> list[str]:
+    """hello-gpu inside the container, killed by `timeout` at the limit; it loads the CUDA libraries the
+    lock pins (image.json "libraries") and checks their versions against it."""
+    expect = [arg for name, version in sorted(libraries.items()) for arg in ("--expect", f"{name}={version}")]
+    return ["timeout", "-s", "KILL", str(timeout_s), "hello-gpu", "--json", "--timeout", str(max(30, timeout_s // 2)), *expect]
+
+
+def run_probe(container: Any, timeout_s: int, libraries: dict[str, str], out: Path) -> None:
     """Run the probe with `exec` and write {rc, stdout, stderr} to `out` atomically, whatever happens."""
     record: dict[str, Any] = {"rc": -1, "stdout": "", "stderr": ""}
     try:
-        rc, (stdout, stderr) = container.exec_run(["sh", "-c", probe_command(timeout_s)], demux=True)
+        rc, (stdout, stderr) = container.exec_run(probe_command(timeout_s, libraries), demux=True)
         record = {"rc": rc, "stdout": (stdout or b"").decode(errors="replace"), "stderr": (stderr or b"").decode(errors="replace")}
     except Exception as exc:  # noqa: BLE001 - the container went away (timeout, Ctrl-C): say so in the record
         record["stderr"] = f"probe exec failed: {exc}"
@@ -154,6 +175,7 @@ def checks_env(container_id: str, work: Workdir, attached: bool, timeout_s: int)
         BUILDER_SMOKE_PROBE_OUT=str(work.probe_out),
         BUILDER_SMOKE_GPU="1" if attached else "0",
         BUILDER_SMOKE_TIMEOUT=str(timeout_s),
+        BUILDER_SMOKE_PARENT=str(os.getpid()),
         PYTEST_DISABLE_PLUGIN_AUTOLOAD="1",  # the checks need core pytest only: faster start
     )
 
@@ -163,7 +185,7 @@ def run_checks(client: Any, spec: ImageSpec, access: GpuAccess, host: HostInfo, 
     with ThreadPoolExecutor(1) as pool, engine.tracked_container(client, **run_kwargs(spec, access, host, timeout_s)) as container:
         container.start()
         # The probe is the long pole: start it now, while pytest is still starting up.
-        pool.submit(run_probe, container, timeout_s, work.probe_raw)
+        pool.submit(run_probe, container, timeout_s, image_entry(spec)["libraries"], work.probe_raw)
         try:
             done = subprocess.run(
                 pytest_argv(spec, work),
@@ -195,6 +217,7 @@ def judge(spec: ImageSpec, access: GpuAccess, returncode: int, output: str, work
         diagnoses=tuple(_diagnoses(probe, failures)),
         probe=probe,
         date=stamp,
+        cuda_checks=tuple(cuda_checks(probe)),
     )
 
 

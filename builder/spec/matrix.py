@@ -182,9 +182,11 @@ def _bases(ctx: _Ctx, bases: LDict) -> tuple[Base, ...]:
                 raise ctx.fail(f"base '{name}': unknown bootstrap {bootstrap!r}; supported: debootstrap", spec.line_of("bootstrap"))
             if image is not None:
                 raise ctx.fail(f"base '{name}' has both 'image' and 'bootstrap'; keep one", spec.line_of("image"))
-            if vendor != "cpu" or not os_.startswith("debian"):
+            if vendor == "rocm" or not os_.startswith("debian"):
                 raise ctx.fail(
-                    f"base '{name}': debootstrap builds Debian cpu bases only (vendor: cpu, os: debian12)", spec.line_of("bootstrap")
+                    f"base '{name}': debootstrap builds Debian bases for cpu images or CUDA from wheels (vendor: cpu or cuda, "
+                    "os: debian12); ROCm needs a rocm/* base image",
+                    spec.line_of("bootstrap"),
                 )
         elif image is None:
             raise ctx.fail(

@@ -15,6 +15,7 @@ from builder.compat.rules import decide
 from builder.compat.rules.cuda import accelerator
 from builder.compat.rules.numpy import pick_numpy
 from builder.compat.rules.python import decide_python
+from builder.compat.versions import mm
 from builder.errors import UserError
 from builder.lock.files import libraries
 from builder.lock.target import lock_state
@@ -76,6 +77,15 @@ def decide_combination(combo: Combination, matrix: Matrix, compat: Compat) -> Im
         for url in _indexes(install, matrix.index_urls):
             if url not in index_urls:
                 index_urls.append(url)
+    constraints: tuple[str, ...] = ()
+    if combo.base.cuda_from_wheels:
+        assert combo.base.version is not None
+        minor = "{}.{}".format(*mm(combo.base.version))
+        found = dict(compat.wheel_constraints).get(minor)
+        if found is None:
+            known = ", ".join(c for c, _ in compat.wheel_constraints)
+            return f"CUDA {minor} from wheels has no constraints in builder/compat/data/compat.yaml (cuda.wheel_constraints; known: {known}); add them"
+        constraints = found
     image = image_id(combo, tuple(installs))
     if not grammar.DOCKER_TAG.fullmatch(image):
         return f"image id {image!r} is not a valid Docker tag (too long?); shorten the base os or versions"
@@ -94,6 +104,7 @@ def decide_combination(combo: Combination, matrix: Matrix, compat: Compat) -> Im
         python_packages=() if bootstrapped else interpreter.packages,
         python_bin=interpreter.bin,
         warnings=tuple(warnings),
+        constraints=constraints,
     )
 
 

@@ -48,11 +48,12 @@ class BuildProgress:
 
 def print_build_summary(out: Console, results: Sequence[BuildResult]) -> None:
     table = Table(title="build", title_justify="left")
-    for column in ("image", "status", "seconds", "size MB", "attempts", "log / cause"):
+    for column in ("image", "status", "seconds", "size MB", "venv MB", "base MB", "ratio", "attempts", "log / cause"):
         table.add_column(column, overflow="fold")
     for r in results:
         detail = r.cause or r.error or (r.log or "")
         if r.fix:
             detail += f" -> {r.fix}"
-        table.add_row(r.id, styled(r.status), f"{r.seconds:.1f}", "" if r.size_mb is None else f"{r.size_mb:.0f}", str(r.attempts), detail)
+        sizes = [f"{r.sizes[k]:.0f}" for k in ("image_mb", "venv_mb", "base_mb")] + [f"{r.sizes['ratio']:.3f}"] if r.sizes else [""] * 4
+        table.add_row(r.id, styled(r.status), f"{r.seconds:.1f}", *sizes, str(r.attempts), detail)
     out.print(table)

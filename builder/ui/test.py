@@ -22,12 +22,13 @@ class TestLines:
         self.err.print(f"testing {spec.id} ...")
 
     def done(self, result: SmokeResult) -> None:
-        self.err.print(f"{styled(result.verdict)} {result.id} ({result.seconds:.1f}s)")
+        cuda = f", {result.cuda_checks_passed}/{len(result.cuda_checks)} CUDA checks without a GPU passed" if result.cuda_checks else ""
+        self.err.print(f"{styled(result.verdict)} {result.id} ({result.seconds:.1f}s{cuda})")
 
 
 def print_test_summary(out: Console, results: Sequence[SmokeResult]) -> None:
     table = Table(title="smoke tests", title_justify="left")
-    for column in ("image", "verdict", "frameworks", "gpu", "tests", "seconds", "diagnosis"):
+    for column in ("image", "verdict", "frameworks", "gpu", "tests", "cuda checks", "seconds", "diagnosis"):
         table.add_column(column, overflow="fold")
     for r in results:
         frameworks = " ".join(
@@ -41,5 +42,6 @@ def print_test_summary(out: Console, results: Sequence[SmokeResult]) -> None:
             else "-"
         )
         diagnosis = "; ".join(f"{d.get('framework', '')}: {d['cause']} -> {d['fix']}" for d in r.diagnoses) or "; ".join(r.failures)[:300]
-        table.add_row(r.id, styled(r.verdict), frameworks, r.gpu.get("reason", ""), tests, f"{r.seconds:.1f}", diagnosis)
+        cuda = f"{r.cuda_checks_passed}/{len(r.cuda_checks)} passed" if r.cuda_checks else "-"
+        table.add_row(r.id, styled(r.verdict), frameworks, r.gpu.get("reason", ""), tests, cuda, f"{r.seconds:.1f}", diagnosis)
     out.print(table)

@@ -281,8 +281,8 @@ def test_clean_removes_only_what_it_made_and_no_longer_needs(repo: Path, docker_
     docker_client.api.tag(TAG, "builder-test/not-ours", "latest")  # same image, a tag this tool did not make for this matrix
     try:
         dry = builder(repo, "clean", "--all", "--dry-run")
-        assert dry.returncode == 0 and "would remove image builder-base/local-debian12:latest" in dry.stdout
-        assert engine.image_id(docker_client, "builder-base/local-debian12:latest") is not None  # dry run: nothing removed
+        assert dry.returncode == 0 and "would remove image builder-base/debian12:latest" in dry.stdout
+        assert engine.image_id(docker_client, "builder-base/debian12:latest") is not None  # dry run: nothing removed
         done = builder(repo, "clean")
         assert done.returncode == 0, done.stderr
         assert docker_client.api.images(all=True, filters=STAGE_FILTER) == []

@@ -20,6 +20,7 @@ class CupyRelease:
     packages: tuple[tuple[str, str], ...]  # CUDA major -> package
     python: PyRange
     numpy: tuple[str, str]
+    ctk: bool = False  # has the [ctk] extra: the CUDA toolkit libraries as wheels
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,7 @@ class CupyFacts:
 def load(t: Table, section: LDict) -> CupyFacts:
     keys = ("release", "cuda", "packages", "python", "numpy")
     out = []
-    for row in t.rows(t.section(section, "releases"), keys, "release", section.line):
+    for row in t.rows(t.section(section, "releases"), keys, "release", section.line, optional=("ctk",)):
         packages = row["packages"]
         if not isinstance(packages, dict) or not all(str(p).startswith("cupy-cuda") for p in packages.values()):
             raise t.fail("cupy packages must map a CUDA major to a cupy-cudaNNx package", row.line)
@@ -42,6 +43,7 @@ def load(t: Table, section: LDict) -> CupyFacts:
                 tuple(sorted((str(k), str(v)) for k, v in packages.items())),
                 t.pyrange(row["python"], row.line),
                 t.pyrange(row["numpy"], row.line),
+                ctk=t.flag(row.get("ctk", False), "`ctk`", row.line),
             )
         )
     return CupyFacts(releases=tuple(out), rocm_note=str(t.section(section, "rocm_note")))
@@ -69,10 +71,18 @@ def decide_cupy(base: Base, python: str, version: str, compat: Compat) -> Verdic
         return Verdict.no(f"cupy {version} ships {have}, nothing for CUDA {major}; base {base.name} is CUDA {base.version}")
     if not in_range(base.version, row.cuda):
         return Verdict.no(f"cupy {version} supports CUDA {span(row.cuda)}; base {base.name} is CUDA {base.version}")
+    requirement = f"{package}=={version}"
+    if base.cuda_from_wheels:
+        if not row.ctk:
+            return Verdict.no(
+                f"cupy {version}'s {package} has no [ctk] extra, so it needs the CUDA toolkit libraries from the system "
+                f"(an nvidia/cuda base); base {base.name} brings CUDA from wheels: use cupy >= 14.0.0 there"
+            )
+        requirement = f"{package}[ctk]=={version}"
     install = Install(
         "cupy",
         version,
-        (f"{package}=={version}",),
+        (requirement,),
         variant=package.removeprefix("cupy-"),
         built_cuda=major,
         numpy_min=row.numpy[0],

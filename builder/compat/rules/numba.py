@@ -83,6 +83,11 @@ def decide_numba(base: Base, python: str, version: str, compat: Compat) -> Verdi
     assert base.version is not None
     major = str(mm(base.version)[0])
     if major in facts.builtin_cuda:
+        if base.cuda_from_wheels:
+            return Verdict.no(
+                f"numba's built-in CUDA target (CUDA {major}) needs the CUDA toolkit's NVVM from the system; "
+                f"base {base.name} brings CUDA from wheels: use a CUDA 12+ base (numba-cuda) or an nvidia/cuda base"
+            )
         install = Install(
             "numba", version, (f"numba=={version}",), variant=f"cuda{major}", built_cuda=major, numpy_min=rel.numpy[0], numpy_max=rel.numpy[1],
             notes=(f"numba's built-in CUDA target serves CUDA {major} (numba-cuda needs CUDA 12+); it needs the toolkit's NVVM in the base",),

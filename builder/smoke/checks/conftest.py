@@ -8,8 +8,13 @@ test run lasts about as long as the probe itself.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
 import os
+import shlex
+import signal
+import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -29,6 +34,22 @@ COMMANDS = {
     "environment": "env",
     "numpy": "nice -n 19 python -c 'import numpy; print(numpy.__version__)'",
 }
+
+
+PARENT_ENV = "BUILDER_SMOKE_PARENT"  # the pid of the `builder test` that started these checks
+PR_SET_PDEATHSIG = 1
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Die with the `builder test` that started us: a SIGKILLed run must not leave these checks
+    running on, writing a stale junit.xml over the next run's (Linux; elsewhere a no-op)."""
+    parent = os.environ.get(PARENT_ENV)
+    if not parent or not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != int(parent):  # it died before the signal was armed
+        os._exit(1)
 
 
 def _need(name: str) -> str:
@@ -69,7 +90,7 @@ def _started_probe(path: Path, timeout: int) -> SimpleNamespace:
 
 
 @pytest.fixture(scope="session")
-def runs(host: Any) -> Iterator[dict[str, Future[Any]]]:
+def runs(host: Any, spec: dict[str, Any]) -> Iterator[dict[str, Future[Any]]]:
     """Start hello-gpu (unless `builder test` already did) and every other command now, concurrently."""
     timeout = _timeout()
     started = os.environ.get("BUILDER_SMOKE_PROBE_RAW")
@@ -78,7 +99,7 @@ def runs(host: Any) -> Iterator[dict[str, Future[Any]]]:
         if started:
             futures["probe"] = pool.submit(_started_probe, Path(started), timeout)
         else:
-            futures["probe"] = pool.submit(host.run, probe_command(timeout))
+            futures["probe"] = pool.submit(host.run, shlex.join(probe_command(timeout, spec.get("libraries") or {})))
         yield futures
 
 

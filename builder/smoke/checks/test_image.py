@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from concurrent.futures import Future
 from typing import Any
 
@@ -64,6 +65,48 @@ def test_versions_equal_the_plan(probe: dict[str, Any], spec: dict[str, Any]) ->
     if not python.startswith(spec["python"] + "."):
         mismatches.append(f"python: planned {spec['python']}, found {python}")
     assert not mismatches, "; ".join(mismatches)
+
+
+def planned_cuda(variant: str) -> str | None:
+    """The CUDA a wheel variant names: cu130 -> 13.0 (torch), cuda12 / cuda13x / cu13 -> the major only."""
+    found = re.fullmatch(r"cu(?:da)?(\d+)x?", variant)
+    if not found:
+        return None
+    digits = found.group(1)
+    return f"{digits[:-1]}.{digits[-1]}" if len(digits) == 3 else digits
+
+
+def _same_release(planned: str, found: str | None) -> bool:
+    return found is not None and found.split(".")[: len(planned.split("."))] == planned.split(".")
+
+
+def test_cuda_proven_without_a_gpu(probe: dict[str, Any], spec: dict[str, Any]) -> None:
+    """Everything up to the device call: each framework's build targets the planned CUDA, its CUDA checks
+    that need no GPU (a kernel compiled, cuDNN loaded) pass, and the CUDA libraries the lock pins load at
+    exactly the pinned versions."""
+    if spec["base"]["vendor"] != "cuda":
+        pytest.skip(f"a {spec['base']['vendor']} image bundles no CUDA libraries")
+    problems = []
+    for name in spec["frameworks"]:
+        result = probe["frameworks"][name]
+        planned = planned_cuda(spec.get("variants", {}).get(name, ""))
+        if planned and not _same_release(planned, result.get("cuda_build")):
+            problems.append(f"{name}: built for CUDA {result.get('cuda_build')}, the plan says {planned}")
+        if not result.get("offline"):
+            problems.append(f"{name}: ran no CUDA check without a GPU")
+        problems += [f"{name}: {c['name']}: {c['detail']}" for c in result.get("offline", []) if not c.get("ok")]
+    cuda = probe.get("cuda") or {}
+    checked = {c["name"]: c for c in cuda.get("checks", [])}
+    for library, version in sorted((spec.get("libraries") or {}).items()):
+        check = checked.get(library)
+        if check is None:
+            problems.append(f"{library} {version}: the probe did not check it")
+        elif not check.get("ok"):
+            problems.append(f"{library}: {check.get('detail')}")
+    problems += [f"{c['name']}: {c['detail']}" for c in cuda.get("checks", []) if not c.get("ok") and c["name"] not in spec.get("libraries", {})]
+    if cuda.get("diagnosis"):
+        problems.append(f"-> {cuda['diagnosis']['cause']}; {cuda['diagnosis']['fix']}")
+    assert not problems, "; ".join(problems)
 
 
 def test_numpy_pin_holds(runs: dict[str, Future[Any]], spec: dict[str, Any]) -> None:

@@ -1,0 +1,95 @@
+"""What an image weighs, and whether anything in it is there twice.
+
+An image is its base, its venv (the one `COPY --from=build /opt/venv` layer) and a few kilobytes
+of glue (the user, the probe). `ratio` = image / (venv + base): 1.0 means nothing is duplicated,
+such as a second copy of CUDA next to the one the wheels bring. Read from the engine's layer
+history, so measuring costs one API call and runs no container.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+VENV_LAYER = re.compile(r"COPY .*(?: in |\s)/opt/venv\s*(?:# buildkit)?\s*$")  # classic builder and BuildKit
+MB = 1e6
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Bytes, as the engine counts them (uncompressed layers)."""
+
+    image: int
+    venv: int
+    base: int
+
+    @property
+    def ratio(self) -> float:
+        return round(self.image / (self.venv + self.base), 4) if self.venv + self.base else 0.0
+
+    def to_json(self) -> dict[str, float]:
+        return {"image_mb": round(self.image / MB, 1), "venv_mb": round(self.venv / MB, 1), "base_mb": round(self.base / MB, 1), "ratio": self.ratio}
+
+
+def venv_bytes(history: list[dict[str, Any]]) -> int:
+    """The size of the layer that copied /opt/venv in (0 when the image has none)."""
+    return sum(int(layer.get("Size") or 0) for layer in history if VENV_LAYER.search(str(layer.get("CreatedBy") or "")))
+
+
+def measure(client: Any, tag: str, base_tag: str) -> Sizes | None:
+    """Sizes of a built image and of the base it was built FROM; None when either is gone."""
+    try:
+        image = client.api.inspect_image(tag)
+        base = client.api.inspect_image(base_tag)
+        history = client.api.history(tag)
+    except Exception:  # noqa: BLE001 - an image removed meanwhile has no size; the build result says so
+        return None
+    return Sizes(image=int(image.get("Size") or 0), venv=venv_bytes(history), base=int(base.get("Size") or 0))
+
+
+# Sums what each installed distribution's RECORD lists, as found on disk (run inside the image).
+_PER_DISTRIBUTION = r"""
+import importlib.metadata as m, json, os
+out = {}
+for d in m.distributions():
+    total = 0
+    for f in d.files or []:
+        try:
+            total += os.lstat(d.locate_file(f)).st_size
+        except OSError:
+            pass
+    name = d.metadata["Name"].lower().replace("_", "-")
+    out[name] = out.get(name, 0) + total
+print(json.dumps(out))
+"""
+
+
+def per_distribution(client: Any, tag: str, timeout_s: int = 120) -> dict[str, int]:
+    """Installed bytes per distribution in the image's venv, read in a locked-down container."""
+    from builder.engine import client as engine  # the container helpers; imported here to keep measure() light
+
+    command = ["timeout", "-s", "KILL", str(timeout_s), "python", "-c", _PER_DISTRIBUTION]
+    kwargs = dict(image=tag, command=command, network_mode="none", read_only=True, cap_drop=["ALL"], security_opt=["no-new-privileges"], tmpfs={"/tmp": "size=16m"})
+    with engine.tracked_container(client, **kwargs) as container:
+        container.start()
+        status = container.wait(timeout=timeout_s + 30)
+        output = container.logs(stdout=True, stderr=False).decode(errors="replace")
+    if status.get("StatusCode") != 0:
+        raise RuntimeError(f"measuring {tag} failed (exit {status.get('StatusCode')}): {output[-300:]}")
+    data: dict[str, int] = json.loads(output)
+    return data
+
+
+CUDA_DISTRIBUTION = re.compile(r"^(nvidia-|cuda-)|-cuda\d+")  # nvidia-cudnn-cu13, cuda-bindings, jax-cuda13-plugin, cupy-cuda13x
+
+
+def explain_difference(cpu: dict[str, int], gpu: dict[str, int], framework: str) -> dict[str, int]:
+    """Where the CUDA image's extra bytes are: the CUDA wheels, the framework's own distributions
+    (its GPU kernels; tensorflow-cpu in the CPU image counts as tensorflow), the rest."""
+    names = set(cpu) | set(gpu)
+    delta = {name: gpu.get(name, 0) - cpu.get(name, 0) for name in names}
+    cuda = sum(v for n, v in delta.items() if CUDA_DISTRIBUTION.search(n))
+    own = sum(v for n, v in delta.items() if (n == framework or n.startswith(f"{framework}-")) and not CUDA_DISTRIBUTION.search(n))
+    return {"cuda_wheels": cuda, "framework": own, "other": sum(delta.values()) - cuda - own}

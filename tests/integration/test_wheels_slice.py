@@ -1,0 +1,166 @@
+"""The CUDA-from-wheels slice, for real: one image per framework on the bootstrapped Debian base with
+CUDA from PyPI wheels (torch cu130, jax[cuda13], cupy-cuda13x[ctk], numba-cuda[cu13],
+tensorflow[and-cuda] on CUDA 12.5), built and smoke-tested on this GPU-less host.
+
+Each must come out `gpu-skipped` (never `passed`) with its CPU-side CUDA checks passed: the CUDA
+each framework was built for, a kernel compiled where the framework can, and every CUDA library the
+lock pins loaded at the pinned version. A derived image with libcudnn deleted must come out
+`failed` with the cuDNN diagnosis. Sizes are measured and printed (build/results/sizes.txt, which
+.ci/run prints); the images are removed afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from builder import app
+from builder.engine import client as engine
+from builder.engine.image_build import STAGE_LABEL
+from builder.records import ImageSpec
+from builder.smoke.runner import SmokeResult
+from builder.workspace import Workspace
+
+pytestmark = pytest.mark.docker
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "build" / "results"
+SELECT = "base=cuda1*-debian12"
+WS = Workspace.locate(str(ROOT / "matrix.yaml"))
+WHEELS = WS.selected(SELECT, use_default=False)
+BROKEN_TAG = "builder-test/broken-cudnn:latest"
+
+
+def builder(*args: str, timeout: int = 3600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "builder", *args], cwd=ROOT, env=dict(os.environ), capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def _remove(client: Any, tag: str) -> None:
+    """The image and the build-stage images of its tag (what `builder build` left for it)."""
+    for stage in client.api.images(all=True, filters={"label": f"{STAGE_LABEL}={tag}"}):
+        engine.remove_image_quietly(client, str(stage["Id"]))
+    engine.remove_image_quietly(client, tag)
+
+
+@pytest.fixture(scope="module")
+def wheels_build(docker_client: Any) -> Iterator[list[dict[str, Any]]]:
+    """`builder build -j 2` of the wheels slice; the images are removed when the module ends."""
+    try:
+        done = builder("build", "-j", "2", "--select", SELECT)
+        assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-3000:]
+        yield json.loads((RESULTS / "build.json").read_text())
+    finally:
+        for spec in WHEELS:
+            _remove(docker_client, spec.tag)
+        engine.remove_image_quietly(docker_client, BROKEN_TAG)
+
+
+@pytest.fixture(scope="module")
+def wheels_test(wheels_build: Any) -> dict[str, dict[str, Any]]:
+    done = builder("test", "--select", SELECT)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    return {spec.id: json.loads((RESULTS / f"{spec.id}.json").read_text()) for spec in WHEELS}
+
+
+def test_the_slice_has_one_image_per_framework() -> None:
+    assert sorted(s.stack for s in WHEELS) == ["cupy", "jax", "numba", "tensorflow", "torch"]
+    for spec in WHEELS:
+        assert spec.base.vendor == "cuda" and spec.base.cuda_from_wheels and spec.base.image is None
+        assert spec.constraints, f"{spec.id}: no constraints keep its CUDA wheels on CUDA {spec.base.version}"
+        assert spec.lock is not None, f"{spec.id} is not locked"
+
+
+def test_locks_keep_the_cuda_wheels_on_the_base_cuda() -> None:
+    for spec in WHEELS:
+        libraries = json.loads((ROOT / "images" / spec.id / "image.json").read_text())["libraries"]
+        assert libraries, spec.id
+        for name in ("cuda-runtime", "nvrtc"):
+            if name in libraries:
+                assert libraries[name].split(".")[:2] == spec.base.version.split("."), f"{spec.id}: {name} {libraries[name]}"
+
+
+def test_every_image_builds_with_nothing_duplicated(wheels_build: list[dict[str, Any]]) -> None:
+    results = {r["id"]: r for r in wheels_build}
+    assert {r["status"] for r in results.values()} <= {"built", "up-to-date"}
+    for spec in WHEELS:
+        found = results[spec.id]["sizes"]
+        assert found is not None, spec.id
+        assert found["venv_mb"] > 500, f"{spec.id}: a CUDA venv of {found['venv_mb']} MB holds no CUDA wheels"
+        assert found["ratio"] <= 1.05, f"{spec.id}: image / (venv + base) = {found['ratio']}"
+
+
+def test_smoke_tests_are_gpu_skipped_with_every_cuda_check_passed(wheels_test: dict[str, dict[str, Any]]) -> None:
+    for spec in WHEELS:
+        result = wheels_test[spec.id]
+        assert result["verdict"] == "gpu-skipped", (spec.id, result["failures"], result["diagnoses"])
+        assert result["tests"]["failures"] == 0 and result["tests"]["errors"] == 0
+        framework = result["probe"]["frameworks"][spec.stack]
+        assert framework["status"] == "skipped", "no GPU here: nothing may claim passed"
+        assert framework["offline"] and all(c["ok"] for c in framework["offline"]), framework["offline"]
+        assert framework["cuda_build"] and spec.base.version.startswith(framework["cuda_build"].split(".")[0])
+        checks = result["cuda_checks"]
+        assert checks and all(c["ok"] for c in checks), checks
+        libraries = json.loads((ROOT / "images" / spec.id / "image.json").read_text())["libraries"]
+        loaded = {c["name"]: c for c in result["probe"]["cuda"]["checks"]}
+        assert set(libraries) <= set(loaded), f"{spec.id}: the probe did not load {set(libraries) - set(loaded)}"
+    compiled = {spec.stack for spec in WHEELS for c in wheels_test[spec.id]["cuda_checks"] if "compile" in c["name"] or "lowers" in c["name"]}
+    assert {"cupy", "numba", "jax"} <= compiled, compiled
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.results: list[SmokeResult] = []
+
+    def started(self, spec: ImageSpec) -> None:
+        return
+
+    def done(self, result: SmokeResult) -> None:
+        self.results.append(result)
+
+
+def test_a_deleted_libcudnn_is_failed_with_the_cudnn_diagnosis(wheels_build: Any, docker_client: Any) -> None:
+    spec = next(s for s in WHEELS if s.stack == "torch")
+    dockerfile = (
+        f"FROM {spec.tag}\nUSER root\n"
+        "RUN set -eu; lib=$(ls /opt/venv/lib/python*/site-packages/nvidia/cudnn/lib/libcudnn.so.9); rm \"$lib\"\n"
+        "USER app\n"
+    )
+    context = ROOT / "build" / "broken-cudnn"
+    context.mkdir(parents=True, exist_ok=True)
+    (context / "Dockerfile").write_text(dockerfile, encoding="utf-8")
+    docker_client.images.build(path=str(context), tag=BROKEN_TAG, rm=True, forcerm=True)
+    broken = replace(spec, tag=BROKEN_TAG)
+    events = _Recorder()
+    (result,) = app.test_images(WS, [broken], app.TestOptions(gpu="auto", timeout_s=600), events)
+    assert result.verdict == "failed", result
+    cudnn = [c for c in result.cuda_checks if c["name"] == "cudnn"]
+    assert cudnn and not cudnn[0]["ok"] and "libcudnn.so.N: cannot open shared object file" in cudnn[0]["detail"]
+    causes = [d["cause"] for d in result.diagnoses]
+    assert "the cuDNN library is not in the image (or not on the loader path)" in causes, result.diagnoses
+    assert engine.owned_containers(docker_client) == []
+
+
+def test_sizes_are_printed_with_the_cpu_difference_explained(wheels_build: Any) -> None:
+    """The benchmark's report; builds the CPU images of the default selection too (up to date after test_slice)."""
+    done = builder("build", "-j", "2")
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = RESULTS / "sizes.txt"
+    bench = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_sizes.py"), "--out", str(report)], cwd=ROOT, capture_output=True, text=True, timeout=1200, check=False
+    )
+    assert bench.returncode == 0, bench.stderr[-2000:]
+    text = report.read_text()
+    assert "target <= 1.05: met" in text, text
+    for spec in WHEELS:
+        assert spec.id in text
+    for stack in ("torch", "tensorflow", "jax", "numba"):  # cupy has no CPU image
+        line = next(row for row in text.splitlines() if row.strip().startswith(stack) and " - " in row)
+        assert "CUDA wheels" in line, line

@@ -1,0 +1,42 @@
+"""Image sizes from the engine's layer history, and the CPU-vs-CUDA split (pure; no Docker)."""
+
+from __future__ import annotations
+
+from builder.engine import sizes
+
+CLASSIC = [
+    {"CreatedBy": "/bin/sh -c #(nop)  CMD [\"hello-gpu\"]", "Size": 0},
+    {"CreatedBy": "|0 /bin/sh -c chmod 0755 /usr/local/bin/hello-gpu", "Size": 35_700},
+    {"CreatedBy": "/bin/sh -c #(nop) COPY file:d164 in /usr/local/bin/hello-gpu ", "Size": 35_700},
+    {"CreatedBy": "/bin/sh -c #(nop) COPY dir:89ec3b5c in /opt/venv ", "Size": 262_600_000},
+    {"CreatedBy": "|0 /bin/sh -c useradd --create-home --uid 10001 app", "Size": 8_890},
+    {"CreatedBy": "", "Size": 169_200_000},
+]
+BUILDKIT = [
+    {"CreatedBy": "COPY /opt/venv /opt/venv # buildkit", "Size": 1_000},
+    {"CreatedBy": "RUN /bin/sh -c python -m venv /opt/venv/sub # buildkit", "Size": 5},  # not the copy
+]
+
+
+def test_the_venv_is_the_layer_that_copied_it_in() -> None:
+    assert sizes.venv_bytes(CLASSIC) == 262_600_000
+    assert sizes.venv_bytes(BUILDKIT) == 1_000
+    assert sizes.venv_bytes([{"CreatedBy": "COPY dir:1 in /opt/venvs", "Size": 9}]) == 0
+
+
+def test_ratio_is_image_over_venv_plus_base() -> None:
+    found = sizes.Sizes(image=431_800_000, venv=262_600_000, base=169_200_000)
+    assert found.ratio == 1.0
+    assert found.to_json() == {"image_mb": 431.8, "venv_mb": 262.6, "base_mb": 169.2, "ratio": 1.0}
+    assert sizes.Sizes(image=2_100, venv=1_000, base=1_000).ratio == 1.05
+    assert sizes.Sizes(image=10, venv=0, base=0).ratio == 0.0
+
+
+def test_cuda_difference_is_split_by_distribution() -> None:
+    cpu = {"torch": 700, "numpy": 50, "sympy": 40}
+    gpu = {"torch": 1_500, "numpy": 50, "sympy": 40, "nvidia-cudnn-cu13": 800, "nvidia-cublas": 500, "cuda-bindings": 30, "triton": 400}
+    assert sizes.explain_difference(cpu, gpu, "torch") == {"cuda_wheels": 1_330, "framework": 800, "other": 400}
+    tf = sizes.explain_difference({"tensorflow-cpu": 1_270}, {"tensorflow": 1_870, "nvidia-cudnn-cu12": 900}, "tensorflow")
+    assert tf == {"cuda_wheels": 900, "framework": 600, "other": 0}
+    assert sizes.CUDA_DISTRIBUTION.search("jax-cuda13-plugin") and sizes.CUDA_DISTRIBUTION.search("cupy-cuda13x")
+    assert not sizes.CUDA_DISTRIBUTION.search("numba")
