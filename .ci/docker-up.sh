@@ -49,8 +49,9 @@ wait_for() {  # wait_for WHAT CHECK LOG
     die "$what did not answer within ${WAIT_S}s (log: $log)"
 }
 
-# The probe's unit tests compile stand-in CUDA libraries (tests/test_probe.py) with a C compiler.
-ensure_packages cc:gcc
+# The probe's unit tests compile stand-in CUDA libraries (tests/test_probe.py) with a C compiler;
+# the report's browser test drives Debian's chromium through chromedriver (tests/test_report_browser.py).
+ensure_packages cc:gcc chromium:chromium chromedriver:chromium-driver
 
 # --- engine ---------------------------------------------------------------------------------
 if engine_answers; then

@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 from builder.compat.facts import table
 from builder.engine import client as engine
-from builder.engine import leftovers, push, settings
+from builder.engine import leftovers, settings
 from builder.engine.build import Builder, BuildResult, git_revision
 from builder.engine.image_build import Run
 from builder.engine.settings import BuildSettings
@@ -36,7 +36,6 @@ class BuildOptions:
     jobs: int = 1
     force: bool = False
     keep_going: bool = False
-    push: bool = False
     ca_bundle: str | None = None
     use_host: bool = True
     wheelhouse: tuple[str, ...] = ()
@@ -109,10 +108,11 @@ def check_rendered(ws: Workspace, specs: Sequence[ImageSpec]) -> None:
 
 
 def build_images(ws: Workspace, specs: Sequence[ImageSpec], options: BuildOptions, events: BuildEvents) -> list[BuildResult]:
-    """Build what is stale, push when asked; results in build/results/build.json, also when interrupted."""
+    """Build what is stale; results in build/results/build.json, also when interrupted. Nothing is
+    pushed here: `builder publish` pushes only tested images (builder/deliver.py)."""
     check_rendered(ws, specs)
     chosen = build_settings(ws, options)
-    client = engine.connect()  # fail with the one-line fix before any progress is drawn; reused for --push
+    engine.connect()  # fail with the one-line fix before any progress is drawn
     run = Run(
         settings=chosen,
         build_dir=ws.build_dir,
@@ -132,30 +132,12 @@ def build_images(ws: Workspace, specs: Sequence[ImageSpec], options: BuildOption
         raise
     finally:
         events.end()
-    if options.push:
-        results = push_built(client, specs, results, events)
     write_results(ws, "build.json", [asdict(r) for r in results])
     return results
 
 
-def push_built(client: Any, specs: Sequence[ImageSpec], results: Sequence[BuildResult], events: BuildEvents) -> list[BuildResult]:
-    """Push each built image; a push that fails is recorded on its result (exit 1), never a traceback."""
-    by_id = {s.id: s for s in specs}
-    out = []
-    for result in results:
-        if result.status in BUILT:
-            try:
-                outcome = push.push_image(client, by_id[result.id].tag, log=events.info)
-            except RunFailure as exc:
-                outcome = f"failed: {exc.message}"
-                events.info(f"error: {exc.message}")
-            result = replace(result, push=outcome)
-        out.append(result)
-    return out
-
-
 def build_ok(results: Sequence[BuildResult]) -> bool:
-    return all(r.status in BUILT and not (r.push or "").startswith("failed") for r in results)
+    return all(r.status in BUILT for r in results)
 
 
 # -- test ---------------------------------------------------------------------------------------

@@ -188,7 +188,7 @@ build_options = _options(
     click.option("--force", is_flag=True, help="rebuild even when the content hash is already built"),
     click.option("--no-cache", is_flag=True, help="with --force: do not use the engine's layer cache either"),
     click.option("--keep-going", is_flag=True, help="build the rest after a failure"),
-    click.option("--push", is_flag=True, help="push built images to the registry"),
+    click.option("--push", is_flag=True, hidden=True, expose_value=True),  # gone: refused with the way to publish
     *BUILD_SOURCE_OPTIONS,
 )
 
@@ -196,12 +196,13 @@ build_options = _options(
 def _build_options(kwargs: dict[str, Any]) -> Any:
     from builder.app import BuildOptions
 
+    if kwargs["push"]:
+        raise click.UsageError("--push is gone: nothing untested is pushed; run `builder test`, then `builder publish` (it pushes images that passed)")
     return BuildOptions(
         jobs=kwargs["jobs"],
         force=kwargs["force"],
         no_cache=kwargs["no_cache"],
         keep_going=kwargs["keep_going"],
-        push=kwargs["push"],
         ca_bundle=kwargs["ca_bundle"],
         use_host=not kwargs["no_host_settings"],
         wheelhouse=tuple(kwargs["wheelhouse"]),
@@ -348,6 +349,96 @@ def clean(ws: Workspace, stale: bool, everything: bool, dry_run: bool) -> None:
     for note in removed.skipped:
         click.echo(f"kept {note}", err=True)
     click.echo(f"{verb} {removed.count()} item(s)", err=True)
+
+
+catalog_option = click.option("--catalog", "catalog_dir", metavar="DIR", help="the catalog folder (default: catalog/ beside matrix.yaml)")
+
+
+@main.command()
+@select_option
+@click.option("--registry", metavar="REPO", help="repository to push to, e.g. 127.0.0.1:5000/gpu-images (default: matrix.yaml's registry)")
+@click.option("--dry-run", is_flag=True, help="say what would be pushed and recorded; push and write nothing")
+@click.option("--accept-gpu-skipped", is_flag=True, help="also publish CUDA/ROCm images tested without a GPU (the record says so)")
+@catalog_option
+@click.pass_obj
+@user_errors
+def publish(ws: Workspace, select_expr: str | None, registry: str | None, dry_run: bool, accept_gpu_skipped: bool, catalog_dir: str | None) -> None:
+    """Push images whose smoke tests passed for their current build; record them as known-good."""
+    from builder import deliver
+    from builder.ui.catalog import PublishLines, print_publish_summary
+
+    catalog = deliver.catalog_of(ws, catalog_dir)
+    options = deliver.PublishOptions(registry=registry, dry_run=dry_run, accept_gpu_skipped=accept_gpu_skipped)
+    outcomes = deliver.publish(ws, ws.selected(select_expr, use_default=True), options, catalog, PublishLines(err))
+    print_publish_summary(out, outcomes)
+    published = [o for o in outcomes if o.status == "published"]
+    if published:
+        click.echo(f"recorded {len(published)} image(s) in {catalog.file}; a teammate runs: builder pull id={published[0].id}", err=True)
+    _exit_for(deliver.publish_ok(outcomes))
+
+
+@main.command()
+@click.argument("query", nargs=-1, required=True)
+@catalog_option
+@click.pass_obj
+@user_errors
+def pull(ws: Workspace, query: tuple[str, ...], catalog_dir: str | None) -> None:
+    """Pull the newest known-good image matching QUERY (e.g. torch=2.14 cuda=13 python=3.11) by digest."""
+    from builder import deliver
+
+    pulled = deliver.pull(deliver.catalog_of(ws, catalog_dir), " ".join(query), log=lambda line: None)
+    click.echo(f"pulled {pulled.record.digest} ({pulled.record.id}, verified)", err=True)
+    if pulled.note:
+        click.echo(pulled.note, err=True)
+    click.echo(pulled.run_line)
+
+
+@main.command()
+@click.argument("query", nargs=-1)
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--verify", is_flag=True, help="check that every listed record's digest still exists in its registry")
+@catalog_option
+@click.pass_obj
+@user_errors
+def catalog(ws: Workspace, query: tuple[str, ...], fmt: str, verify: bool, catalog_dir: str | None) -> None:
+    """List the known-good records (matching QUERY, newest first)."""
+    from builder import deliver
+    from builder.ui.catalog import print_catalog
+
+    store = deliver.catalog_of(ws, catalog_dir)
+    records = deliver.find(store, " ".join(query))
+    checked = deliver.verify(store, records) if verify else []
+    if fmt == "json":
+        data: dict[str, Any] = {"images": [r.to_json() for r in records]}
+        if verify:
+            data["verify"] = {v.record.id: {"ok": v.ok, "detail": v.detail} for v in checked}
+        emit_json(data)
+    else:
+        print_catalog(out, records, checked)
+    if query and not records:
+        click.echo(f"error: {deliver.no_match_message(store, ' '.join(query))}", err=True)
+        sys.exit(1)
+    _exit_for(all(v.ok for v in checked))
+
+
+@main.command()
+@click.option("--markdown", "markdown_path", metavar="FILE", help="default: docs/support-matrix.md beside matrix.yaml")
+@click.option("--html", "html_path", metavar="FILE", help="default: build/report/index.html")
+@catalog_option
+@click.pass_obj
+@user_errors
+def report(ws: Workspace, markdown_path: str | None, html_path: str | None, catalog_dir: str | None) -> None:
+    """The support matrix (every planned image, its status and digest; a base x stack grid) as Markdown and HTML."""
+    from builder import deliver
+
+    files = deliver.report(
+        ws,
+        deliver.catalog_of(ws, catalog_dir),
+        Path(markdown_path) if markdown_path else ws.matrix_path.parent / "docs" / "support-matrix.md",
+        Path(html_path) if html_path else ws.build_dir / "report" / "index.html",
+    )
+    click.echo(", ".join(f"{n} {status}" for status, n in files.counts.items()), err=True)
+    click.echo(f"wrote {files.markdown} and {files.html}")
 
 
 @main.command()

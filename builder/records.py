@@ -28,12 +28,13 @@ class Base:
     digest: str | None = None  # sha256:... pin
     bootstrap: str | None = None  # "debootstrap" for a locally built base
     line: int = 0  # where it was declared, for error messages
+    local_repository: str = "builder-base"  # where bootstrapped bases are tagged; tests use their own
 
     @property
     def local_tag(self) -> str:
         """Tag of a bootstrapped base inside the local engine: one per OS, shared by every base
         bootstrapped from it (a cpu base and a CUDA-from-wheels base of Debian 12 use the same)."""
-        return f"builder-base/{self.os}:latest"
+        return f"{self.local_repository}/{self.os}:latest"
 
     @property
     def cuda_from_wheels(self) -> bool:

@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-export BUILDER_REQUIRE_DOCKER=1
+export BUILDER_REQUIRE_DOCKER=1 BUILDER_REQUIRE_BROWSER=1
 .venv/bin/ruff check builder tests benchmarks
 .venv/bin/mypy builder
 .venv/bin/builder render --check

@@ -106,6 +106,11 @@ def host_arch() -> str:
     return subprocess.run(["dpkg", "--print-architecture"], check=True, capture_output=True, text=True).stdout.strip()
 
 
+def lock_path(base: Base) -> Path:
+    """One lock per base tag: two runs bootstrapping the same OS take turns."""
+    return LOCK_DIR / f"builder-bootstrap-{_safe(base.local_tag)}.lock"
+
+
 def recipe_for(base: Base, mirror: str, arch: str | None = None) -> dict[str, Any]:
     return {
         "arch": arch or host_arch(),
@@ -147,7 +152,7 @@ def ensure_base(
         return BootstrapResult(tag, built=False, seconds=time.monotonic() - start, recipe_hash=digest)
 
     LOCK_DIR.mkdir(parents=True, exist_ok=True)
-    lock = filelock.FileLock(str(LOCK_DIR / f"builder-bootstrap-{_safe(tag)}.lock"))
+    lock = filelock.FileLock(str(lock_path(base)))
     try:
         lock.acquire(timeout=0)
     except filelock.Timeout:

@@ -13,7 +13,7 @@ import subprocess
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -184,7 +184,3 @@ class Builder:
             return future.result()
         except Exception as exc:  # noqa: BLE001 - an unexpected fault fails this image, not the run
             return BuildResult(spec.id, "failed", error=f"{type(exc).__name__}: {exc}")
-
-
-def with_push(result: BuildResult, outcome: str) -> BuildResult:
-    return replace(result, push=outcome)

@@ -62,7 +62,6 @@ class BuildResult:
     error: str | None = None
     cause: str | None = None
     fix: str | None = None
-    push: str | None = None  # the registry digest, or "failed: <why>"
 
 
 @dataclass

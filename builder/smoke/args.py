@@ -82,3 +82,15 @@ def run_kwargs(spec: ImageSpec, access: GpuAccess, host: HostInfo, timeout_s: in
     }
     kwargs.update(gpu_kwargs(spec, access, host))
     return kwargs
+
+
+def docker_run_line(vendor: str, reference: str, host: HostInfo) -> str:
+    """The `docker run` a person types for an image of `vendor` on this host: the CLI twin of gpu_kwargs."""
+    flags: list[str] = []
+    if vendor == "cuda":
+        flags = ["--gpus", "all"]
+    elif vendor == "rocm":
+        nodes = [n for n in (host.amd.kfd, *host.amd.render_nodes) if n is not None]
+        gids = sorted({str(n.gid) for n in nodes}) or ["video", "render"]
+        flags = ["--device", "/dev/kfd", "--device", "/dev/dri", *[arg for gid in gids for arg in ("--group-add", gid)]]
+    return " ".join(["docker", "run", "--rm", "-it", *flags, reference])

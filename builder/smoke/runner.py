@@ -13,12 +13,13 @@ import sys
 import time
 import xml.etree.ElementTree as ET
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from builder.engine import client as engine
+from builder.engine.image_build import HASH_LABEL
 from builder.host.diagnose import diagnose_text
 from builder.host.facts import HostInfo
 from builder.records import ImageSpec
@@ -41,6 +42,9 @@ class SmokeResult:
     probe: dict[str, Any] | None = None
     date: str = ""
     cuda_checks: tuple[dict[str, Any], ...] = ()  # the CUDA checks that ran without a GPU, each with ok
+    content_hash: str = ""  # the io.builder.content-hash label of the image that was tested
+    image_id: str = ""  # the engine's id of that image: publish refuses one that changed since
+    host: dict[str, Any] = field(default_factory=dict)  # where it ran: GPU model and driver, or "no GPU"
 
     @property
     def cuda_checks_passed(self) -> int:
@@ -221,6 +225,16 @@ def judge(spec: ImageSpec, access: GpuAccess, returncode: int, output: str, work
     )
 
 
+def host_record(host: HostInfo) -> dict[str, Any]:
+    """The host a verdict was reached on, as the catalog records it."""
+    gpus = [gpu.name for gpu in host.nvidia.gpus] if host.nvidia.has_gpu else []
+    return {
+        "gpu": ", ".join(gpus) if gpus else ("AMD GPU (/dev/kfd)" if host.amd.present else "no GPU"),
+        "driver": host.nvidia.driver if host.nvidia.has_gpu else None,
+        "engine": host.engine.version,
+    }
+
+
 def smoke_one(client: Any, spec: ImageSpec, host: HostInfo, mode: str, timeout_s: int, results_dir: Path) -> SmokeResult:
     """Test one built image: GPU access decided, checks run, verdict written to results/<id>.json."""
     started = time.monotonic()
@@ -228,12 +242,18 @@ def smoke_one(client: Any, spec: ImageSpec, host: HostInfo, mode: str, timeout_s
     stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     if access.failure:
         gpu = {"attached": access.attach, "reason": access.reason}
-        return SmokeResult(spec.id, spec.tag, "failed", gpu, 0.0, failures=(access.failure,), date=stamp)
+        return SmokeResult(spec.id, spec.tag, "failed", gpu, 0.0, failures=(access.failure,), date=stamp, host=host_record(host))
     work = Workdir(results_dir / spec.id)
     work.prepare(spec)
+    tested = client.api.inspect_image(spec.tag)  # before the run: what the verdict is about
     returncode, output = run_checks(client, spec, access, host, timeout_s, work)
     work.pytest_log.write_text(output, encoding="utf-8")
-    result = judge(spec, access, returncode, output, work, started, stamp)
+    result = replace(
+        judge(spec, access, returncode, output, work, started, stamp),
+        content_hash=str(((tested.get("Config") or {}).get("Labels") or {}).get(HASH_LABEL, "")),
+        image_id=str(tested["Id"]),
+        host=host_record(host),
+    )
     (results_dir / f"{spec.id}.json").write_text(json.dumps(result.to_json(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return result
 

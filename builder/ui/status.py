@@ -18,6 +18,10 @@ STYLE = {
     "unreachable": "red",
     "unresolvable": "red",
     "not-locked": "yellow",
+    "published": "green",
+    "would-publish": "green",
+    "refused": "yellow",
+    "present": "green",
 }
 
 

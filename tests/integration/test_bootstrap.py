@@ -22,7 +22,8 @@ from builder.records import Base
 
 
 def _base(name: str, os_: str = "debian12") -> Base:
-    return Base(name=name, vendor="cpu", os=os_, bootstrap="debootstrap", line=7)
+    """A base of its own tag (builder-test-<name>/<os>), so a test never touches the real shared base."""
+    return Base(name=name, vendor="cpu", os=os_, bootstrap="debootstrap", line=7, local_repository=f"builder-test-{name}")
 
 
 def _remove_image(client: Any, ref: str) -> None:
@@ -180,7 +181,7 @@ def test_ctrl_c_leaves_no_tag_and_no_scratch_dir(docker_client: Any, fake_base: 
 
 @pytest.mark.docker
 def test_a_second_process_waits_for_the_lock(docker_client: Any, fake_base: Base, monkeypatch: pytest.MonkeyPatch) -> None:
-    lock_path = bootstrap.LOCK_DIR / f"builder-bootstrap-{fake_base.name}.lock"
+    lock_path = bootstrap.lock_path(fake_base)
     holder = subprocess.Popen(
         [
             sys.executable,

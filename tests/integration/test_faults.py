@@ -10,7 +10,6 @@ import http.server
 import json
 import os
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -155,38 +154,6 @@ class _Failing(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's signature
         return
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@pytest.mark.parametrize("registry_state", ["down", "failing"])
-def test_a_registry_that_is_down_or_failing_is_one_line_exit_1_with_build_json(
-    tmp_path: Path, docker_client: Any, registry_state: str
-) -> None:
-    port = _free_port()
-    server = None
-    if registry_state == "failing":
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", port), _Failing)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-    registry = f"127.0.0.1:{port}/builder-test/push"
-    folder = render(tmp_path / "push", registry)
-    tag = f"{registry}:{IMAGE}"
-    docker_client.api.tag(TAG, f"{registry}", IMAGE)  # already built: the run goes straight to the push
-    started = time.monotonic()
-    try:
-        done = builder(folder, "build", "--push", timeout=600)
-    finally:
-        if server:
-            server.shutdown()
-        engine.remove_image_quietly(docker_client, tag)
-    one_line(done, 1, f"push of {tag} failed after 4 tries")
-    assert time.monotonic() - started < 300, "retries are bounded"
-    results = json.loads((folder / "build" / "results" / "build.json").read_text(encoding="utf-8"))
-    assert results[0]["status"] == "up-to-date" and results[0]["push"].startswith("failed: ")
 
 
 _PROXY = """

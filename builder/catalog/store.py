@@ -1,0 +1,100 @@
+"""catalog/ beside matrix.yaml: known-good.json (one record per image id, the latest published
+digest) and manifests/<id>.txt (pip freeze, dpkg list, key environment of that digest).
+
+Every change is a read-modify-write under a file lock, written to a temporary sibling and renamed
+into place: two publishers at once both land, a reader never sees half a file, and a publish that
+fails before `add` leaves the catalog byte for byte as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import filelock
+
+from builder.catalog.records import SCHEMA, KnownGood, RecordError, from_json
+from builder.errors import UserError
+
+CATALOG_FILE = "known-good.json"
+MANIFESTS = "manifests"
+LOCK_WAIT_S = 120
+
+
+@dataclass(frozen=True)
+class Catalog:
+    root: Path  # the catalog/ folder
+
+    @property
+    def file(self) -> Path:
+        return self.root / CATALOG_FILE
+
+    @property
+    def manifests(self) -> Path:
+        return self.root / MANIFESTS
+
+    def _lock(self) -> filelock.FileLock:
+        self.root.mkdir(parents=True, exist_ok=True)
+        return filelock.FileLock(str(self.root / f".{CATALOG_FILE}.lock"), timeout=LOCK_WAIT_S)
+
+    def load(self) -> tuple[KnownGood, ...]:
+        """The records, sorted by id; an absent catalog is an empty one."""
+        if not self.file.exists():
+            return ()
+        where = str(self.file)
+        try:
+            data = json.loads(self.file.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise UserError(f"{where}: not readable JSON ({exc}); restore it from git (`git checkout -- {self.file.name}`)") from None
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("images"), list):
+            raise UserError(f"{where}: expected {{\"schema\": {SCHEMA}, \"images\": [...]}}; restore it from git")
+        try:
+            records = tuple(from_json(item, where) for item in data["images"])
+        except RecordError as exc:
+            raise UserError(f"{exc}; restore the file from git or remove that record") from None
+        ids = [r.id for r in records]
+        if len(set(ids)) != len(ids):
+            raise UserError(f"{where}: an image id appears twice; keep one record per id")
+        return tuple(sorted(records, key=lambda r: r.id))
+
+    def add(self, records: Sequence[KnownGood], manifests: dict[str, str]) -> tuple[KnownGood, ...]:
+        """Upsert records by id (the new digest replaces the old) with their manifests; returns the catalog."""
+        with self._lock():
+            by_id = {r.id: r for r in self.load()}
+            for record in records:
+                taken = set(record.floating)  # a floating tag points at one image: the newest record took it
+                for other in list(by_id.values()):
+                    if other.id != record.id and taken & set(other.floating):
+                        by_id[other.id] = replace(other, floating=tuple(t for t in other.floating if t not in taken))
+                by_id[record.id] = record
+            self.manifests.mkdir(parents=True, exist_ok=True)
+            for image_id, text in sorted(manifests.items()):
+                write_atomic(self.manifests / f"{image_id}.txt", text)
+            merged = tuple(sorted(by_id.values(), key=lambda r: r.id))
+            write_atomic(self.file, render(merged))
+            return merged
+
+
+def render(records: Sequence[KnownGood]) -> str:
+    """The catalog file's bytes: deterministic (sorted records, sorted keys, one trailing newline)."""
+    doc = {"schema": SCHEMA, "images": [r.to_json() for r in sorted(records, key=lambda r: r.id)]}
+    return json.dumps(doc, indent=2, sort_keys=True) + "\n"
+
+
+def write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

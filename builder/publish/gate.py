@@ -1,0 +1,52 @@
+"""Which images may be published: only one whose latest smoke result is about the image's current
+content hash and the very image the engine now holds, and whose verdict is `passed` (a CUDA/ROCm
+image tested without a GPU, `gpu-skipped`, only when the caller accepts that; the record says so)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from builder.records import ImageSpec
+
+
+@dataclass(frozen=True)
+class Decision:
+    id: str
+    ok: bool
+    reason: str  # why not; or what was accepted
+    result: dict[str, Any] | None = None  # the smoke result it rests on
+
+
+def read_result(results_dir: Path, image_id: str) -> dict[str, Any] | None:
+    path = results_dir / f"{image_id}.json"
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def decide(spec: ImageSpec, result: dict[str, Any] | None, image_id: str | None, accept_gpu_skipped: bool) -> Decision:
+    """`image_id`: what the engine holds under spec.tag now (None: not built)."""
+    if image_id is None:
+        return Decision(spec.id, False, "not built: run `builder build` and `builder test` first")
+    if result is None:
+        return Decision(spec.id, False, "never tested: run `builder test` first; nothing untested is published")
+    if result.get("content_hash") != spec.content_hash:
+        return Decision(spec.id, False, "its last test was of another build (content hash differs): run `builder build` and `builder test`")
+    verdict = result.get("verdict")
+    if verdict not in ("passed", "gpu-skipped"):
+        first = next(iter(result.get("failures") or []), "")
+        return Decision(spec.id, False, f"its smoke tests {verdict or 'did not finish'}{': ' + first[:200] if first else ''}")
+    if result.get("image_id") != image_id:
+        return Decision(spec.id, False, "the image changed since it was tested (another build under its tag): run `builder test` again")
+    if verdict == "passed":
+        return Decision(spec.id, True, "passed", result)
+    if accept_gpu_skipped:  # verdict is gpu-skipped here
+        return Decision(spec.id, True, "gpu-skipped, accepted with --accept-gpu-skipped (no GPU ran it)", result)
+    return Decision(spec.id, False, "gpu-skipped: tested on a host without its GPU; pass --accept-gpu-skipped to publish it anyway (the record says so)")

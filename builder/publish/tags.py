@@ -1,0 +1,42 @@
+"""The tags a published image gets: its immutable full tag (repository:<id>) and floating tags
+that point at the newest known-good image of their line:
+
+    torch2.14.1-cu130-py3.11-debian12  ->  torch2.14-cu130-py3.11-debian12, torch2.14-cu130
+
+A floating tag moves only to the newest version of its line, so publishing an older release
+after a newer one never moves it back.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from packaging.version import InvalidVersion, Version
+
+from builder.catalog.records import KnownGood
+
+ID = re.compile(r"^(?P<name>[a-z][a-z_-]*?)(?P<version>\d+\.\d+)(?:\.[0-9a-z.]+)?-(?P<accel>[a-z]+[0-9.]*)(?P<rest>(?:-on-[a-z0-9.]+)?-py\d+\.\d+-.+)$")
+
+
+def floating_tags(image_id: str) -> tuple[str, ...]:
+    """The line names of an image id (none for ids of more than one framework or odd shapes)."""
+    found = ID.match(image_id)
+    if not found or "+" in image_id:
+        return ()
+    line = f"{found['name']}{found['version']}-{found['accel']}"
+    return (f"{line}{found['rest']}", line)
+
+
+def newest_of_line(line: str, records: Sequence[KnownGood]) -> KnownGood | None:
+    """The record a floating tag should point at: the highest framework version of the line."""
+    members = [r for r in records if line in floating_tags(r.id)]
+
+    def key(record: KnownGood) -> tuple[Version, str]:
+        try:
+            version = Version(record.frameworks.get(record.stack, "0"))
+        except InvalidVersion:
+            version = Version("0")
+        return version, record.published
+
+    return max(members, key=key) if members else None

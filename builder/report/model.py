@@ -1,0 +1,101 @@
+"""One row per planned image and per combination the rules skipped, and the base x stack grid."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from builder.catalog.records import KnownGood
+from builder.records import ImageSpec, Plan
+
+# In the order a reader cares: what can be pulled first. `passed`: tested, not published yet.
+STATUSES = ("known-good", "passed", "gpu-skipped", "failed", "not-built", "skipped")
+LABELS = {
+    "known-good": "known-good (published, passed)",
+    "passed": "passed, not published",
+    "gpu-skipped": "gpu-skipped (no GPU ran it)",
+    "failed": "failed",
+    "not-built": "not built or not tested",
+    "skipped": "skipped by a rule",
+}
+
+
+@dataclass(frozen=True)
+class Row:
+    id: str  # the image id; for a skipped combination, its frameworks and python
+    base: str
+    stack: str
+    python: str
+    frameworks: str  # "torch 2.14.1"
+    accelerator: str  # "CUDA 13.0", "ROCm 6.4", "CPU"
+    status: str
+    detail: str  # the reason, the diagnosis, or the verdict's host
+    digest: str = ""
+    size_mb: float | None = None
+    date: str = ""
+
+
+@dataclass(frozen=True)
+class Report:
+    rows: tuple[Row, ...]
+    bases: tuple[str, ...]
+    stacks: tuple[str, ...]
+
+    def cell(self, base: str, stack: str) -> tuple[Row, ...]:
+        return tuple(r for r in self.rows if r.base == base and r.stack == stack)
+
+    def counts(self) -> dict[str, int]:
+        return {s: sum(r.status == s for r in self.rows) for s in STATUSES}
+
+
+def _accelerator(spec: ImageSpec) -> str:
+    if spec.base.vendor == "cpu":
+        return "CPU"
+    return f"{'CUDA' if spec.base.vendor == 'cuda' else 'ROCm'} {spec.base.version}"
+
+
+def _status(spec: ImageSpec, record: KnownGood | None, result: Mapping[str, Any] | None) -> tuple[str, str]:
+    current = result is not None and result.get("content_hash") == spec.content_hash
+    if current and result is not None and result.get("verdict") == "failed":
+        found = [f"{d.get('framework', '')}: {d.get('cause', '')}".strip(": ") for d in result.get("diagnoses") or []]
+        return "failed", "; ".join(found) or next(iter(result.get("failures") or []), "failed")[:300]
+    if record is not None:
+        status = "gpu-skipped" if record.verdict == "gpu-skipped" else "known-good"
+        return status, f"on {record.host.get('gpu', 'unknown host')}" + (f", driver {record.host['driver']}" if record.host.get("driver") else "")
+    if current and result is not None and result.get("verdict") in ("passed", "gpu-skipped"):
+        return str(result["verdict"]), str((result.get("gpu") or {}).get("reason", ""))
+    return "not-built", "no smoke result for its current content hash"
+
+
+def build_report(plan: Plan, specs: Sequence[ImageSpec], results: Mapping[str, Mapping[str, Any]], records: Sequence[KnownGood], sizes: Mapping[str, float]) -> Report:
+    """`specs`: the plan's images with content hashes; `results`: build/results/<id>.json by id;
+    `sizes`: image MB by id (build.json)."""
+    by_id = {r.id: r for r in records}
+    rows = []
+    for spec in specs:
+        record = by_id.get(spec.id)
+        status, detail = _status(spec, record, results.get(spec.id))
+        rows.append(
+            Row(
+                id=spec.id,
+                base=spec.base.name,
+                stack=spec.stack,
+                python=spec.python,
+                frameworks=" ".join(f"{n} {v}" for n, v in spec.frameworks),
+                accelerator=_accelerator(spec),
+                status=status,
+                detail=detail,
+                digest=record.digest if record else "",
+                size_mb=record.size_mb if record and record.size_mb else sizes.get(spec.id),
+                date=(record.published if record else str((results.get(spec.id) or {}).get("date", ""))),
+            )
+        )
+    for skipped in plan.skipped:
+        frameworks = " ".join(f"{n} {v}" for n, v in skipped.frameworks)
+        rows.append(Row(f"{frameworks} py{skipped.python}", skipped.base, skipped.stack, skipped.python, frameworks, "", "skipped", skipped.reason))
+    bases = tuple(dict.fromkeys([*(s.base.name for s in specs), *(s.base for s in plan.skipped)]))
+    stacks = tuple(dict.fromkeys([*(s.stack for s in specs), *(s.stack for s in plan.skipped)]))
+    order = {s: i for i, s in enumerate(STATUSES)}
+    rows.sort(key=lambda r: (bases.index(r.base), stacks.index(r.stack), order[r.status], r.id))
+    return Report(tuple(rows), bases, stacks)

@@ -1,0 +1,57 @@
+"""`publish`, `pull` and `catalog` on the terminal."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from builder.catalog.records import KnownGood
+from builder.deliver import Published, Verified
+from builder.ui.status import styled
+
+
+class PublishLines:
+    """deliver.PublishEvents as lines on stderr."""
+
+    def __init__(self, err: Console) -> None:
+        self.err = err
+
+    def info(self, text: str) -> None:
+        return  # the registry's per-layer chatter; the summary says what happened
+
+    def done(self, outcome: Published) -> None:
+        self.err.print(f"{styled(outcome.status)} {outcome.id}: {escape(outcome.digest or outcome.reason)}")
+
+
+def print_publish_summary(out: Console, outcomes: Sequence[Published]) -> None:
+    table = Table(title="publish", title_justify="left")
+    for column in ("image", "status", "digest / reason", "tags"):
+        table.add_column(column, overflow="fold")
+    for o in outcomes:
+        table.add_row(o.id, styled(o.status), escape(o.digest or o.reason), escape("\n".join(o.tags)))
+    out.print(table)
+
+
+def print_catalog(out: Console, records: Sequence[KnownGood], verified: Sequence[Verified] = ()) -> None:
+    checks = {v.record.id: v for v in verified}
+    table = Table(title=f"known-good ({len(records)})", title_justify="left")
+    columns = ["image", "frameworks", "accelerator", "python", "verdict", "host", "published", "digest"]
+    if verified:
+        columns.append("in registry")
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    for r in records:
+        accel = r.accelerator.get("kind", "")
+        if r.accelerator.get("cuda"):
+            accel += f" {r.accelerator['cuda']}" + (f" cuDNN {r.accelerator['cudnn']}" if r.accelerator.get("cudnn") else "")
+        elif r.accelerator.get("rocm"):
+            accel += f" {r.accelerator['rocm']}"
+        row = [r.id, " ".join(f"{k} {v}" for k, v in sorted(r.frameworks.items())), accel, r.python, styled(r.verdict), escape(str(r.host.get("gpu", ""))), r.published, r.digest]
+        if verified:
+            check = checks.get(r.id)
+            row.append(styled("present") if check and check.ok else f"[red]missing[/red]: {escape(check.detail if check else '')}")
+        table.add_row(*row)
+    out.print(table)

@@ -1,0 +1,208 @@
+"""Known-good delivery with real parts: the CPU slice (built and smoke-tested for real) published to
+the local registry on 127.0.0.1:5000 (.ci/docker-up.sh), pulled back by query and digest, the
+catalog's digests checked against the registry's own HTTP API; refusals, a registry that is down,
+two publishers at once. Each run pushes to its own repository and writes a catalog in a temp dir.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from builder.engine import client as engine
+from builder.workspace import Workspace
+
+pytestmark = pytest.mark.docker
+
+ROOT = Path(__file__).resolve().parents[2]
+REGISTRY = "127.0.0.1:5000"
+NAME = f"builder-test/publish-{uuid.uuid4().hex[:8]}"
+REPOSITORY = f"{REGISTRY}/{NAME}"
+SLICE = Workspace.locate(str(ROOT / "matrix.yaml")).selected(None, use_default=True)
+MANIFEST_TYPES = ", ".join(
+    (
+        "application/vnd.docker.distribution.manifest.v2+json",
+        "application/vnd.oci.image.manifest.v1+json",
+        "application/vnd.docker.distribution.manifest.list.v2+json",
+        "application/vnd.oci.image.index.v1+json",
+    )
+)
+
+
+def builder(*args: str, timeout: int = 1800) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "builder", *args], cwd=ROOT, env=dict(os.environ), capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def registry_digest(name: str, reference: str) -> str:
+    """What the registry itself says (Docker-Content-Digest), not what the engine or we think."""
+    request = urllib.request.Request(f"http://{REGISTRY}/v2/{name}/manifests/{reference}", method="HEAD", headers={"Accept": MANIFEST_TYPES})
+    with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(request, timeout=30) as response:
+        return str(response.headers["Docker-Content-Digest"])
+
+
+@pytest.fixture(scope="module")
+def tested(docker_client: Any) -> None:
+    """The slice built and smoke-tested (up to date after test_slice.py; built here when run alone)."""
+    done = builder("build", "-j", "2")
+    assert done.returncode == 0, done.stderr[-3000:]
+    done = builder("test")
+    assert done.returncode == 0, done.stdout[-3000:]
+
+
+@pytest.fixture(scope="module")
+def published(tested: None, tmp_path_factory: pytest.TempPathFactory, docker_client: Any) -> Iterator[tuple[Path, subprocess.CompletedProcess[str]]]:
+    catalog = tmp_path_factory.mktemp("catalog")
+    done = builder("publish", "--registry", REPOSITORY, "--catalog", str(catalog))
+    yield catalog, done
+    for tag in {t for image in docker_client.api.images(name=REPOSITORY) for t in image.get("RepoTags") or []}:
+        engine.remove_image_quietly(docker_client, tag)
+
+
+def _records(catalog: Path) -> dict[str, dict[str, Any]]:
+    return {r["id"]: r for r in json.loads((catalog / "known-good.json").read_text())["images"]}
+
+
+def test_publish_pushes_the_slice_and_records_registry_digests(published: tuple[Path, Any]) -> None:
+    catalog, done = published
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    records = _records(catalog)
+    assert set(records) == {s.id for s in SLICE}
+    for spec in SLICE:
+        record = records[spec.id]
+        assert record["digest"] == f"{REPOSITORY}@{registry_digest(NAME, spec.id)}", "catalog digest == registry digest"
+        assert record["content_hash"] == spec.content_hash and record["verdict"] == "passed"
+        assert record["frameworks"] == {spec.stack: spec.versions[spec.stack]}, "measured inside the image"
+        assert record["python"].startswith(spec.python + ".")
+        assert record["host"]["gpu"] == "no GPU" and record["accelerator"]["kind"] == "cpu"
+        assert record["lock_sha256"] and record["base"]["id"].startswith("sha256:")
+        for floating in record["floating"]:
+            assert registry_digest(NAME, floating.rsplit(":", 1)[1]) == record["digest"].split("@")[1]
+        manifest = (catalog / record["manifest"]).read_text()
+        frozen = manifest.replace("_", "-").lower()
+        for pin in spec.packages:  # every top-level pin of the plan, as pip freeze reports it
+            name, version = pin.split("==")
+            assert f"\n{name.split('[')[0].lower()}=={version}\n" in frozen, pin
+        assert "## dpkg" in manifest and "\npython3.11 " in manifest and "VIRTUAL_ENV=/opt/venv" in manifest
+    text = (catalog / "known-good.json").read_text()
+    assert text == json.dumps(json.loads(text), indent=2, sort_keys=True) + "\n", "deterministic form"
+
+
+def test_pull_by_query_gets_the_same_digest_back(published: tuple[Path, Any], docker_client: Any) -> None:
+    catalog, _ = published
+    torch = next(s for s in SLICE if s.stack == "torch")
+    record = _records(catalog)[torch.id]
+    docker_client.api.remove_image(record["tag"])  # only the publish tag; the pull must bring it back by digest
+    version = ".".join(torch.versions["torch"].split(".")[:2])
+    done = builder("pull", f"torch={version}", "python=3.11", "--catalog", str(catalog))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"docker run --rm -it {record['digest']}"
+    assert record["digest"] in docker_client.api.inspect_image(record["digest"])["RepoDigests"]
+    assert docker_client.api.inspect_image(record["tag"])["Id"] == docker_client.api.inspect_image(torch.tag)["Id"]
+
+
+def test_pull_without_a_match_names_the_closest(published: tuple[Path, Any]) -> None:
+    catalog, _ = published
+    done = builder("pull", "torch=9.9", "--catalog", str(catalog))
+    assert done.returncode == 1
+    assert "no known-good image matches 'torch=9.9'; closest: torch" in done.stderr and done.stderr.count("\n") == 1
+
+
+def test_catalog_lists_and_verifies(published: tuple[Path, Any]) -> None:
+    catalog, _ = published
+    done = builder("catalog", "vendor=cpu", "--verify", "--format", "json", "--catalog", str(catalog))
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert {r["id"] for r in data["images"]} == {s.id for s in SLICE}
+    assert all(v["ok"] for v in data["verify"].values())
+
+
+def test_verify_reports_a_digest_the_registry_no_longer_has(published: tuple[Path, Any], tmp_path: Path) -> None:
+    catalog, _ = published
+    doc = json.loads((catalog / "known-good.json").read_text())
+    doc["images"][0]["digest"] = doc["images"][0]["digest"].split("@")[0] + "@sha256:" + "0" * 64
+    (tmp_path / "known-good.json").write_text(json.dumps(doc))
+    done = builder("catalog", "--verify", "--catalog", str(tmp_path))
+    assert done.returncode == 1 and "missing" in done.stdout
+
+
+def test_untested_and_failed_images_are_refused(published: tuple[Path, Any], tmp_path: Path) -> None:
+    numba = next(s for s in SLICE if s.stack == "numba")
+    results = ROOT / "build" / "results" / f"{numba.id}.json"
+    saved = results.read_text()
+    try:
+        results.unlink()
+        done = builder("publish", "--select", f"id={numba.id}", "--registry", REPOSITORY, "--catalog", str(tmp_path))
+        assert done.returncode == 1 and "never tested" in done.stdout
+        results.write_text(json.dumps({**json.loads(saved), "verdict": "failed", "failures": ["test_pip_check_is_clean: boom"]}))
+        done = builder("publish", "--select", f"id={numba.id}", "--registry", REPOSITORY, "--catalog", str(tmp_path))
+        assert done.returncode == 1 and "its smoke tests failed" in done.stdout
+    finally:
+        results.write_text(saved)
+    assert not (tmp_path / "known-good.json").exists(), "nothing refused is recorded"
+    done = builder("build", "--push")
+    assert done.returncode == 2 and "--push is gone" in done.stderr and "builder publish" in done.stderr
+
+
+class _Failing(http.server.BaseHTTPRequestHandler):
+    """A registry that answers every request with 503."""
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        self.send_response(503)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_HEAD = do_POST = do_PUT = do_PATCH = do_GET  # noqa: N815
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's signature
+        return
+
+
+@pytest.mark.parametrize("state", ["down", "failing"])
+def test_a_registry_that_is_down_or_failing_is_one_line_and_leaves_the_catalog(published: tuple[Path, Any], state: str) -> None:
+    catalog, _ = published
+    before = (catalog / "known-good.json").read_bytes()
+    numba = next(s for s in SLICE if s.stack == "numba")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Failing)
+    port = server.server_address[1]
+    if state == "failing":
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    else:
+        server.server_close()  # the port was free a moment ago: nothing listens there now
+    started = time.monotonic()
+    try:
+        done = builder("publish", "--select", f"id={numba.id}", "--registry", f"127.0.0.1:{port}/builder-test/down", "--catalog", str(catalog), timeout=600)
+    finally:
+        if state == "failing":
+            server.shutdown()
+    assert done.returncode == 1
+    assert "failed after 4 tries (network)" in done.stdout and "is the registry up" in done.stdout, done.stdout
+    assert time.monotonic() - started < 300, "retries are bounded"
+    assert (catalog / "known-good.json").read_bytes() == before
+
+
+def test_two_publishers_at_once_both_land(tested: None, tmp_path: Path, docker_client: Any) -> None:
+    repository = f"{REPOSITORY}-concurrent"
+    commands = [
+        [sys.executable, "-m", "builder", "publish", "--select", f"id={spec.id}", "--registry", repository, "--catalog", str(tmp_path)]
+        for spec in SLICE[:2]
+    ]
+    try:
+        procs = [subprocess.Popen(c, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in commands]
+        outputs = [p.communicate(timeout=900) for p in procs]
+        assert [p.returncode for p in procs] == [0, 0], outputs
+        assert set(_records(tmp_path)) == {spec.id for spec in SLICE[:2]}
+    finally:
+        for tag in {t for image in docker_client.api.images(name=repository) for t in image.get("RepoTags") or []}:
+            engine.remove_image_quietly(docker_client, tag)

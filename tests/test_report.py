@@ -1,0 +1,89 @@
+"""The support matrix from a fixture catalog and fixture results (pure; the browser test is in
+tests/test_report_browser.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from builder.report.html import render_html
+from builder.report.markdown import render_markdown
+from builder.report.model import STATUSES, Report, build_report
+from builder.workspace import Workspace
+from tests.catalog_fixtures import record
+
+GOLDEN_MATRIX = Path(__file__).parent / "golden" / "matrix.yaml"
+KNOWN_GOOD = "torch2.5.1-cu124-py3.11-ubuntu22.04"
+PASSED = "numba0.68.0-cpu-py3.11-debian12"
+FAILED = "tensorflow2.21.0-cu128-py3.12-ubuntu24.04"
+GPU_SKIPPED = "numba0.68.0-cu130-py3.11-debian12"
+NOT_BUILT = "torch2.5.1-rocm6.2-py3.11-ubuntu22.04"
+EXPECTED = {KNOWN_GOOD: "known-good", PASSED: "passed", FAILED: "failed", GPU_SKIPPED: "gpu-skipped", NOT_BUILT: "not-built"}
+
+
+def fixture_report() -> Report:
+    """Every status once: a published pass, a pass not yet published, a failure with its diagnosis,
+    a gpu-skipped CUDA image, an image never built, and what the golden matrix skips."""
+    ws = Workspace(GOLDEN_MATRIX)
+    specs = ws.selected(None, use_default=False)
+    hashes = {s.id: s.content_hash for s in specs}
+
+    def result(image_id: str, verdict: str, **extra: Any) -> dict[str, Any]:
+        return {"verdict": verdict, "content_hash": hashes[image_id], "date": "2026-12-01T10:00:00Z", "gpu": {"reason": "cpu image"}, **extra}
+
+    results = {
+        PASSED: result(PASSED, "passed"),
+        FAILED: result(FAILED, "failed", diagnoses=[{"framework": "tensorflow", "cause": "the <cuDNN> library is not in the image"}]),
+        GPU_SKIPPED: result(GPU_SKIPPED, "gpu-skipped"),
+        NOT_BUILT: {**result(NOT_BUILT, "passed"), "content_hash": "sha256:an-older-build"},
+    }
+    records = [
+        record(
+            KNOWN_GOOD,
+            stack="torch",
+            frameworks={"torch": "2.5.1"},
+            host={"gpu": "NVIDIA H200", "driver": "580.159.04", "engine": "28.0"},
+            accelerator={"kind": "cuda", "version": "12.4.1", "cuda": "12.4", "cudnn": "9.1.0", "rocm": None},
+        )
+    ]
+    return build_report(ws.decided, specs, results, records, {PASSED: 432.0})
+
+
+@pytest.fixture(scope="module")
+def report() -> Report:
+    return fixture_report()
+
+
+def test_every_planned_image_gets_its_status(report: Report) -> None:
+    statuses = {r.id: r.status for r in report.rows if r.status != "skipped"}
+    assert statuses == EXPECTED
+    skipped = [r for r in report.rows if r.status == "skipped"]
+    assert skipped and all(r.detail.startswith("excluded by") for r in skipped)
+    assert report.counts() == {"known-good": 1, "passed": 1, "gpu-skipped": 1, "failed": 1, "not-built": 1, "skipped": len(skipped)}
+    assert set(report.counts()) == set(STATUSES)
+
+
+def test_the_known_good_row_carries_digest_and_host(report: Report) -> None:
+    row = next(r for r in report.rows if r.id == KNOWN_GOOD)
+    assert row.digest.endswith("@sha256:" + "0123456789abcdef" * 4)
+    assert row.detail == "on NVIDIA H200, driver 580.159.04"
+    failed = next(r for r in report.rows if r.id == FAILED)
+    assert "cuDNN" in failed.detail
+
+
+def test_markdown_has_the_grid_and_is_deterministic(report: Report) -> None:
+    text = render_markdown(report)
+    assert text == render_markdown(fixture_report())
+    grid = [line for line in text.splitlines() if line.startswith("| cuda12.4-ubuntu22.04 |")]
+    assert grid and "2.5.1 py3.11 (known-good)" in grid[0]
+    assert "| tensorflow2.21.0-cu128-py3.12-ubuntu24.04 | tensorflow 2.21.0 | CUDA 12.8.1 | 3.12 | failed |" in text
+    assert "## Skipped by the rules" in text
+
+
+def test_html_escapes_what_it_shows(report: Report) -> None:
+    page = render_html(report)
+    assert "<script" not in page
+    assert "the &lt;cuDNN&gt; library" in page and "<cuDNN>" not in page
+    assert page.count('data-status="known-good" data-id=') == 1
