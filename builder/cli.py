@@ -108,17 +108,38 @@ select_option = click.option("--select", "select_expr", metavar="EXPR", help="ke
 
 @main.command()
 @select_option
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "github"]), default="table", show_default=True)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json", "github", "bake"]),
+    default="table",
+    show_default=True,
+    help="bake: a docker-bake.json for `docker buildx bake` (run it from this folder)",
+)
 @click.option("--explain", is_flag=True, help="also list skipped combinations with reasons")
+@click.option("--contexts", "contexts_dir", metavar="DIR", help="with --format bake: where the complete build contexts go (default build/bake)")
 @click.pass_obj
 @user_errors
-def plan(ws: Workspace, select_expr: str | None, fmt: str, explain: bool) -> None:
+def plan(ws: Workspace, select_expr: str | None, fmt: str, explain: bool, contexts_dir: str | None) -> None:
     """Expand and validate the matrix; print the images it yields."""
     images = ws.selected(select_expr, use_default=False)
     if fmt == "json":
         emit_json(plan_json(images, ws.decided.skipped))
     elif fmt == "github":
         click.echo(json.dumps(github_matrix(images), sort_keys=True))
+    elif fmt == "bake":
+        import os
+
+        from builder.engine.build import git_revision  # the revision `builder build` labels (git only, no engine)
+        from builder.spec.bake import bake_file
+
+        # Complete contexts (images/<id> plus the probe that `builder build` stages), so any builder
+        # builds them as they are; the folder is builder's own (render's ownership rules).
+        folder = Path(contexts_dir).absolute() if contexts_dir else ws.build_dir / "bake"
+        contexts = ws.contexts(images)
+        render_tree.write_tree(folder, {f"{i}/{name}": data for i, files in contexts.items() for name, data in files.items()})
+        relative = Path(os.path.relpath(folder, Path.cwd())).as_posix()  # bake resolves contexts from where it runs
+        emit_json(bake_file(images, images_dir=relative, revision=git_revision(ws.root)))
     else:
         from builder.ui.plan import print_table
 
@@ -198,17 +219,18 @@ def _build_options(kwargs: dict[str, Any]) -> Any:
 
     if kwargs["push"]:
         raise click.UsageError("--push is gone: nothing untested is pushed; run `builder test`, then `builder publish` (it pushes images that passed)")
-    return BuildOptions(
-        jobs=kwargs["jobs"],
-        force=kwargs["force"],
-        no_cache=kwargs["no_cache"],
-        keep_going=kwargs["keep_going"],
-        ca_bundle=kwargs["ca_bundle"],
-        use_host=not kwargs["no_host_settings"],
-        wheelhouse=tuple(kwargs["wheelhouse"]),
-        index_url=kwargs["index_url"],
-        extra_index_urls=tuple(kwargs["extra_index_url"]),
-    )
+    return BuildOptions(jobs=kwargs["jobs"], force=kwargs["force"], no_cache=kwargs["no_cache"], keep_going=kwargs["keep_going"], **_sources(kwargs))
+
+
+def _sources(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """BUILD_SOURCE_OPTIONS as the keyword arguments BuildOptions and LockOptions share."""
+    return {
+        "ca_bundle": kwargs["ca_bundle"],
+        "use_host": not kwargs["no_host_settings"],
+        "wheelhouse": tuple(kwargs["wheelhouse"]),
+        "index_url": kwargs["index_url"],
+        "extra_index_urls": tuple(kwargs["extra_index_url"]),
+    }
 
 
 @main.command()
@@ -308,17 +330,7 @@ def lock(ws: Workspace, /, select_expr: str | None, check: bool, upgrade: bool, 
         tail = f"; {unlocked} unlocked by matrix.yaml" if unlocked else ""
         click.echo(f"{len(results) - len(bad) - unlocked} locks current, {len(bad)} missing or stale{tail}", err=True)
         _exit_for(not bad)
-    options = locking.LockOptions(
-        jobs=jobs,
-        upgrade=upgrade,
-        keep_going=keep_going,
-        ca_bundle=kwargs["ca_bundle"],
-        use_host=not kwargs["no_host_settings"],
-        wheelhouse=tuple(kwargs["wheelhouse"]),
-        index_url=kwargs["index_url"],
-        extra_index_urls=tuple(kwargs["extra_index_url"]),
-        include_unlocked=select_expr is not None,
-    )
+    options = locking.LockOptions(jobs=jobs, upgrade=upgrade, keep_going=keep_going, include_unlocked=select_expr is not None, **_sources(kwargs))
     results = locking.lock_images(ws, specs, options, LockLines(err))
     print_lock_summary(out, results)
     for r in results:
@@ -439,6 +451,80 @@ def report(ws: Workspace, markdown_path: str | None, html_path: str | None, cata
     )
     click.echo(", ".join(f"{n} {status}" for status, n in files.counts.items()), err=True)
     click.echo(f"wrote {files.markdown} and {files.html}")
+
+
+index_json_option = click.option(
+    "--index-json-url", metavar="URL", envvar="BUILDER_INDEX_JSON_URL", help="the package index's JSON API (default https://pypi.org/pypi; or a mirror)"
+)
+
+
+@main.command()
+@click.option("--apply", "do_apply", is_flag=True, help="add the releases the rules can place to matrix.yaml (comments and order kept)")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@index_json_option
+@click.option("--ca-bundle", metavar="FILE", help="PEM bundle to trust for the index (or $BUILDER_CA_BUNDLE)")
+@click.pass_obj
+@user_errors
+def updates(ws: Workspace, do_apply: bool, fmt: str, index_json_url: str | None, ca_bundle: str | None) -> None:
+    """Releases newer than matrix.yaml lists, what their metadata says, and whether the rules can place them."""
+    from builder.ui.nightly import print_releases
+    from builder.updates import apply, releases
+
+    found = releases.check(ws.matrix, base_url=index_json_url, ca_bundle=ca_bundle)
+    edits = apply.apply(ws.matrix_path, found.releases) if do_apply else []
+    if fmt == "json":
+        emit_json({**found.to_json(), "applied": edits})
+    else:
+        print_releases(out, found.releases)
+    for line in edits:
+        click.echo(line, err=True)
+
+
+@main.command()
+@select_option
+@click.option("--no-updates", is_flag=True, help="do not ask the index for new releases (locks still upgrade)")
+@click.option("--no-apply", is_flag=True, help="report new releases, do not add them to matrix.yaml")
+@index_json_option
+@click.option("--registry", metavar="REPO", help="repository to publish to (default: matrix.yaml's registry)")
+@click.option("--no-publish", is_flag=True, help="build and test, publish nothing")
+@click.option("--accept-gpu-skipped", is_flag=True, help="also publish CUDA/ROCm images tested without a GPU")
+@click.option("--summary", "summary_path", metavar="FILE", help="the Markdown summary (default build/nightly/summary.md; CI: $GITHUB_STEP_SUMMARY)")
+@click.option("-j", "--jobs", default=1, show_default=True, type=click.IntRange(1, MAX_JOBS), help="images built in parallel")
+@gpu_option
+@click.option("--timeout", "timeout_s", default=600, show_default=True, type=click.IntRange(1, MAX_TIMEOUT_S), help="seconds per image for the smoke tests")
+@catalog_option
+@_options(*BUILD_SOURCE_OPTIONS)
+@click.pass_obj
+@user_errors
+def nightly(ws: Workspace, /, select_expr: str | None, summary_path: str | None, jobs: int, gpu: str, timeout_s: int, **kwargs: Any) -> None:
+    """updates -> plan -> lock -> build what changed -> test -> publish what passed -> report; exit 1 on a regression."""
+    from builder import app
+    from builder.catalog.store import write_atomic
+    from builder.nightly import loop, summary
+    from builder.ui.nightly import NightlyLines, print_nightly
+
+    options = loop.NightlyOptions(
+        select=select_expr,
+        updates=not kwargs["no_updates"],
+        apply=not kwargs["no_apply"],
+        index_json_url=kwargs["index_json_url"],
+        build=app.BuildOptions(jobs=jobs, **_sources(kwargs)),
+        test=app.TestOptions(gpu, timeout_s),
+        publish=not kwargs["no_publish"],
+        registry=kwargs["registry"],
+        accept_gpu_skipped=kwargs["accept_gpu_skipped"],
+        catalog_dir=kwargs["catalog_dir"],
+    )
+    if options.publish:  # a bad repository is a usage error before anything runs
+        from builder.publish.publisher import check_repository
+
+        check_repository(options.registry or ws.matrix.registry)
+    report = loop.nightly(ws.matrix_path, options, NightlyLines(err))
+    target = Path(summary_path) if summary_path else ws.build_dir / "nightly" / "summary.md"
+    write_atomic(target, summary.render(report))
+    print_nightly(out, report)
+    click.echo(f"summary: {target}", err=True)
+    _exit_for(not report.regressed and not report.notes)
 
 
 @main.command()

@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from builder.engine import bootstrap, leftovers, secrets
-from builder.engine.image_build import HASH_LABEL, BuildResult, Run, build_image, up_to_date
+from builder.engine.image_build import BuildResult, Run, build_image, up_to_date
 from builder.errors import UserError
 from builder.records import Base, ImageSpec
 from builder.render.context import Files
+from builder.render.labels import HASH_LABEL
 
 Client = Any
 ClientFactory = Callable[[], Client]

@@ -32,9 +32,8 @@ from builder.engine.secrets import SecretServer, redact
 from builder.engine.settings import BuildSettings
 from builder.host.diagnose import diagnose_text
 from builder.records import ImageSpec
+from builder.render.labels import HASH_LABEL, build_labels
 
-HASH_LABEL = "io.builder.content-hash"
-REVISION_LABEL = "org.opencontainers.image.revision"
 STAGE_LABEL = "io.builder.stage-of"  # set on build-stage images by the template (ARG BUILDER_STAGE_OF)
 _STEP_ID = re.compile(r"^ ---> ([0-9a-f]{12})\s*$|^Successfully built ([0-9a-f]{12})\s*$")
 Client = Any
@@ -184,7 +183,7 @@ def _attempt(
     buildargs["BUILDER_STAGE_OF"] = spec.tag
     if secret_url is not None:
         buildargs["BUILDER_PIP_CONF_URL"] = secret_url
-    labels = {HASH_LABEL: spec.content_hash, REVISION_LABEL: run.revision}
+    labels = build_labels(spec, run.revision)
     with log_path.open("w" if attempt == 1 else "a", encoding="utf-8", buffering=1) as log:  # line-buffered: `tail -f` works
         log.write(f"# build {spec.id} attempt {attempt} -> {spec.tag}\n")
         log.write(f"# local wheels: {', '.join(staged.wheels) or 'none'}\n")

@@ -21,7 +21,8 @@ import filelock
 
 from builder.engine import client as engine
 from builder.engine.bootstrap import HASH_LABEL as RECIPE_LABEL
-from builder.engine.image_build import HASH_LABEL, STAGE_LABEL
+from builder.engine.image_build import STAGE_LABEL
+from builder.render.labels import HASH_LABEL
 
 Client = Any
 RUNS_DIR = Path(os.environ.get("BUILDER_LOCK_DIR", tempfile.gettempdir())) / "builder-runs"

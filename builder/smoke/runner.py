@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from builder.engine import client as engine
-from builder.engine.image_build import HASH_LABEL
 from builder.host.diagnose import diagnose_text
 from builder.host.facts import HostInfo
 from builder.records import ImageSpec
+from builder.render.labels import HASH_LABEL
 from builder.smoke.args import GpuAccess, gpu_access, run_kwargs
 from builder.spec.plan import image_entry
 

@@ -1,0 +1,83 @@
+"""Compare one nightly's outcome per image with the previous run's: pure data in, rows out.
+
+A regression is an image that passed before (in the last nightly, or recorded known-good in the
+catalog) and fails now, at any stage: its lock, its build or its smoke tests. Regressions sort
+first; the exit code of `builder nightly` is 1 when there is any.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+OK = ("passed", "gpu-skipped")
+BAD = ("failed", "build-failed", "lock-failed", "not-built")
+KINDS = ("regression", "new-failure", "still-failing", "fixed", "new", "passing", "not-run")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Where one image ended this run."""
+
+    id: str
+    status: str  # passed | gpu-skipped | failed | build-failed | lock-failed | not-built | not-run
+    detail: str = ""  # the first failure and its diagnosis
+    content_hash: str = ""
+    rebuilt: bool = False  # built in this run (new, or its inputs changed)
+    published: str = ""  # the digest pushed in this run, if any
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "id": self.id,
+            "status": self.status,
+            "detail": self.detail,
+            "content_hash": self.content_hash,
+            "rebuilt": self.rebuilt,
+            "published": self.published,
+        }
+
+
+@dataclass(frozen=True)
+class Change:
+    id: str
+    kind: str  # one of KINDS
+    before: str  # the previous status ("" when there was none)
+    now: str
+    detail: str = ""
+
+
+def classify(before: str | None, now: str) -> str:
+    if now not in OK and now not in BAD:
+        return "not-run"
+    if before in OK:
+        return "passing" if now in OK else "regression"
+    if before in BAD:
+        return "fixed" if now in OK else "still-failing"
+    return "new" if now in OK else "new-failure"
+
+
+def compare(previous: Mapping[str, str], outcomes: Sequence[Outcome]) -> list[Change]:
+    """One row per image of this run, regressions first, then by id."""
+    rows = [Change(o.id, classify(previous.get(o.id), o.status), previous.get(o.id, ""), o.status, o.detail) for o in outcomes]
+    return sorted(rows, key=lambda c: (KINDS.index(c.kind), c.id))
+
+
+def regressions(changes: Sequence[Change]) -> list[Change]:
+    return [c for c in changes if c.kind == "regression"]
+
+
+@dataclass(frozen=True)
+class NightlyReport:
+    """Everything one nightly found, for the summary and the exit code."""
+
+    date: str
+    changes: tuple[Change, ...]
+    outcomes: tuple[Outcome, ...]
+    releases: tuple[object, ...] = ()  # builder.updates.releases.Release rows
+    applied: tuple[str, ...] = ()  # matrix.yaml edits ("frameworks.torch += 2.14.2")
+    drift: tuple[tuple[str, tuple[tuple[str, str | None, str | None], ...]], ...] = ()  # id -> lock changes
+    notes: tuple[str, ...] = ()  # stages that could not run, and why
+
+    @property
+    def regressed(self) -> bool:
+        return any(c.kind == "regression" for c in self.changes)

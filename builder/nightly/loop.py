@@ -1,0 +1,194 @@
+"""The nightly loop: updates -> plan -> lock -> build what changed -> test -> publish what passed
+-> report, then the comparison with the previous run. No printing: progress goes to the events
+object, the report comes back typed (the CLI prints it and writes the Markdown summary).
+
+Only what changed is rebuilt: a new release is a new image, a lock that moved changes the image's
+content hash; everything else is up to date and keeps its current smoke result. A stage that
+cannot run (the index unreachable, a registry down) is a note in the report, never a traceback,
+and the stages after it still run on what there is.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+import filelock
+
+from builder import app, deliver
+from builder.catalog.records import KnownGood
+from builder.errors import RunFailure, UserError
+from builder.lock import locking
+from builder.nightly import history
+from builder.nightly.compare import NightlyReport, Outcome, compare
+from builder.publish import gate
+from builder.records import ImageSpec
+from builder.render.tree import write_tree
+from builder.workspace import Workspace
+
+UNREACHABLE = "unreachable"  # a lock that could not reach its index keeps its old lock: not the image's fault
+
+
+@dataclass(frozen=True)
+class NightlyOptions:
+    select: str | None = None
+    updates: bool = True  # ask the index for new releases
+    apply: bool = True  # add the plannable ones to matrix.yaml
+    index_json_url: str | None = None  # the JSON API's base (PyPI's by default)
+    build: app.BuildOptions = field(default_factory=app.BuildOptions)
+    test: app.TestOptions = field(default_factory=app.TestOptions)
+    lock_jobs: int = 2
+    publish: bool = True
+    registry: str | None = None
+    accept_gpu_skipped: bool = False
+    catalog_dir: str | None = None
+
+
+class NightlyEvents(Protocol):
+    def stage(self, name: str) -> None: ...
+    def info(self, text: str) -> None: ...
+    def lock(self, result: locking.LockResult) -> None: ...
+    def build(self) -> app.BuildEvents: ...
+    def test(self) -> app.TestEvents: ...
+    def publish(self) -> deliver.PublishEvents: ...
+
+
+# (workspace, options) -> (release rows, matrix.yaml edits); injectable so the loop is testable offline
+Updates = Callable[[Workspace, NightlyOptions], tuple[tuple[Any, ...], tuple[str, ...]]]
+
+
+def nightly(matrix_path: Path, options: NightlyOptions, events: NightlyEvents, updates: Updates | None = None) -> NightlyReport:
+    """One nightly at a time per workspace: it edits matrix.yaml, images/ and the catalog."""
+    ws = Workspace.locate(str(matrix_path))
+    lock_file = history.path(ws.build_dir).with_name(".nightly.lock")
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with filelock.FileLock(str(lock_file), timeout=0):
+            return _nightly(ws, matrix_path, options, events, updates)
+    except filelock.Timeout:
+        raise UserError(f"another `builder nightly` is running on this workspace (it holds {lock_file}); wait for it to finish") from None
+
+
+def _nightly(ws: Workspace, matrix_path: Path, options: NightlyOptions, events: NightlyEvents, updates: Updates | None) -> NightlyReport:
+    date = dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    catalog = deliver.catalog_of(ws, options.catalog_dir)
+    before = history.previous(ws.build_dir, catalog.load())
+    notes: list[str] = []
+
+    releases: tuple[Any, ...] = ()
+    applied: tuple[str, ...] = ()
+    if options.updates:
+        events.stage("updates")
+        try:
+            releases, applied = (updates or check_updates)(ws, options)
+        except RunFailure as exc:
+            notes.append(f"updates: {exc.message}")
+        if applied:
+            ws = Workspace.locate(str(matrix_path))
+
+    events.stage("plan")
+    write_tree(ws.images_dir, ws.rendered_tree())  # new images get their folders; hand edits are refused
+    specs = ws.selected(options.select, use_default=True)
+
+    events.stage("lock")
+    locked = locking.lock_images(ws, specs, _lock_options(options), events.lock)
+    drift = tuple((r.id, r.changes) for r in locked if r.changes)
+    lock_failed = {r.id: r.detail for r in locked if r.status in locking.FAILED and r.status != UNREACHABLE}
+    notes += [f"lock: {r.id}: {r.detail} (built from its previous lock)" for r in locked if r.status == UNREACHABLE]
+    ws = Workspace.locate(str(matrix_path))  # the new locks change content hashes
+    specs = ws.selected(options.select, use_default=True)
+
+    events.stage("build")
+    buildable = tuple(s for s in specs if s.id not in lock_failed)
+    built = {r.id: r for r in app.build_images(ws, buildable, replace(options.build, keep_going=True), events.build())} if buildable else {}
+
+    events.stage("test")
+    results_dir = ws.build_dir / "results"
+    to_test = tuple(s for s in buildable if built[s.id].status in app.BUILT and (built[s.id].status == "built" or not _current(results_dir, s)))
+    tested = {r.id: r for r in app.test_images(ws, to_test, options.test, events.test())} if to_test else {}
+
+    outcomes = [_outcome(s, lock_failed, built, tested, results_dir) for s in specs]
+    if options.publish:
+        events.stage("publish")
+        outcomes, publish_notes = _publish(ws, specs, outcomes, options, catalog.load(), events)
+        notes += publish_notes
+
+    events.stage("report")
+    deliver.report(ws, catalog, ws.matrix_path.parent / "docs" / "support-matrix.md", ws.build_dir / "report" / "index.html")
+    history.save(ws.build_dir, date, outcomes)
+    return NightlyReport(date, tuple(compare(before, outcomes)), tuple(outcomes), releases, applied, drift, tuple(notes))
+
+
+def check_updates(ws: Workspace, options: NightlyOptions) -> tuple[tuple[Any, ...], tuple[str, ...]]:
+    """The default Updates: the index's JSON API, then matrix.yaml edited for what the rules can place."""
+    from builder.updates import apply, releases
+
+    report = releases.check(ws.matrix, base_url=options.index_json_url, ca_bundle=options.build.ca_bundle)
+    edits = tuple(apply.apply(ws.matrix_path, report.releases)) if options.apply else ()
+    return tuple(report.releases), edits
+
+
+def _lock_options(options: NightlyOptions) -> locking.LockOptions:
+    b = options.build
+    return locking.LockOptions(
+        jobs=options.lock_jobs,
+        upgrade=True,
+        keep_going=True,
+        ca_bundle=b.ca_bundle,
+        use_host=b.use_host,
+        wheelhouse=b.wheelhouse,
+        index_url=b.index_url,
+        extra_index_urls=b.extra_index_urls,
+    )
+
+
+def _current(results_dir: Path, spec: ImageSpec) -> bool:
+    """A smoke result for this exact build exists (an up-to-date image is not tested again)."""
+    result = gate.read_result(results_dir, spec.id)
+    return result is not None and result.get("content_hash") == spec.content_hash and result.get("verdict") in (*app.TEST_OK, "failed")
+
+
+def _detail(failures: Sequence[str], diagnoses: Sequence[dict[str, str]]) -> str:
+    first = " ".join(str(failures[0]).split())[:300] if failures else ""
+    diagnosis = next((d for d in diagnoses if d.get("cause")), None)
+    if diagnosis:
+        return f"{first} (cause: {diagnosis['cause']}; fix: {diagnosis.get('fix', '')})" if first else f"{diagnosis['cause']}; fix: {diagnosis.get('fix', '')}"
+    return first
+
+
+def _outcome(spec: ImageSpec, lock_failed: dict[str, str], built: dict[str, Any], tested: dict[str, Any], results_dir: Path) -> Outcome:
+    if spec.id in lock_failed:
+        return Outcome(spec.id, "lock-failed", f"lock: {lock_failed[spec.id]}", spec.content_hash)
+    b = built[spec.id]
+    rebuilt = b.status == "built"
+    if b.status not in app.BUILT:
+        reason = " ".join(filter(None, (b.error, f"cause: {b.cause}" if b.cause else "", f"fix: {b.fix}" if b.fix else "")))
+        return Outcome(spec.id, "build-failed", reason or b.status, spec.content_hash, rebuilt)
+    if spec.id in tested:
+        t = tested[spec.id]
+        return Outcome(spec.id, t.verdict, _detail(t.failures, t.diagnoses), spec.content_hash, rebuilt)
+    stored = gate.read_result(results_dir, spec.id) or {}
+    return Outcome(spec.id, str(stored.get("verdict", "not-run")), _detail(stored.get("failures") or [], stored.get("diagnoses") or []), spec.content_hash)
+
+
+def _publish(
+    ws: Workspace, specs: Sequence[ImageSpec], outcomes: list[Outcome], options: NightlyOptions, known: Sequence[KnownGood], events: NightlyEvents
+) -> tuple[list[Outcome], list[str]]:
+    """Publish what passed and is not already recorded as this very build in this repository."""
+    repository = options.registry or ws.matrix.registry
+    recorded = {(r.id, r.content_hash) for r in known if r.digest.startswith(f"{repository}@")}
+    ok = {o.id for o in outcomes if o.status == "passed" or (o.status == "gpu-skipped" and options.accept_gpu_skipped)}
+    chosen = [s for s in specs if s.id in ok and (s.id, s.content_hash) not in recorded]
+    if not chosen:
+        return outcomes, []
+    publish_options = deliver.PublishOptions(registry=repository, accept_gpu_skipped=options.accept_gpu_skipped)
+    try:
+        published = deliver.publish(ws, chosen, publish_options, deliver.catalog_of(ws, options.catalog_dir), events.publish())
+    except RunFailure as exc:
+        return outcomes, [f"publish: {exc.message}"]
+    digests = {p.id: p.digest or "" for p in published if p.status == "published"}
+    notes = [f"publish: {p.id}: {p.reason}" for p in published if p.status == "failed"]
+    return [replace(o, published=digests.get(o.id, "")) for o in outcomes], notes

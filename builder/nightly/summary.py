@@ -1,0 +1,66 @@
+"""The nightly's Markdown summary (fit for $GITHUB_STEP_SUMMARY): regressions first, with their
+diagnosis; then new releases, lock drift, and every image's outcome. Pure: a report in, text out."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from builder.nightly.compare import NightlyReport
+
+
+def _cell(text: object) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|") or " "
+
+
+def _table(head: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return lines
+
+
+def render(report: NightlyReport) -> str:
+    regressions = [c for c in report.changes if c.kind == "regression"]
+    title = f"{len(regressions)} regression(s)" if regressions else "no regressions"
+    out = [f"# Nightly {report.date}: {title}", ""]
+    if regressions:
+        out += ["## Regressions (passed before, fail now)", ""]
+        out += _table(("image", "before", "now", "diagnosis"), ((c.id, c.before, c.now, c.detail) for c in regressions))
+        out.append("")
+    for note in report.notes:
+        out.append(f"> {note}")
+    if report.notes:
+        out.append("")
+    out += ["## New releases", ""]
+    if report.releases:
+        found = (
+            (
+                getattr(r, "framework", ""),
+                getattr(r, "version", ""),
+                getattr(r, "status", ""),
+                getattr(r, "requires_python", "") or "",
+                getattr(r, "cuda", "") or "",
+                getattr(r, "numpy", "") or "",
+                getattr(r, "reason", ""),
+            )
+            for r in report.releases
+        )
+        out += _table(("framework", "release", "status", "Requires-Python", "CUDA", "NumPy", "detail"), found)
+    else:
+        out.append("none newer than matrix.yaml lists")
+    if report.applied:
+        out += ["", "Added to matrix.yaml: " + ", ".join(f"`{a}`" for a in report.applied)]
+    out += ["", "## Lock drift", ""]
+    if report.drift:
+        for image, changes in report.drift:
+            moves = ", ".join(f"{name} {old or '(new)'} -> {new or '(removed)'}" for name, old, new in changes)
+            out.append(f"- `{image}`: {moves}")
+    else:
+        out.append("no lock changed")
+    out += ["", "## Images", ""]
+    by_id = {o.id: o for o in report.outcomes}
+    rows = []
+    for c in report.changes:
+        o = by_id[c.id]
+        rows.append((c.id, c.kind, c.before or "-", c.now, "yes" if o.rebuilt else "no", o.published or "-", c.detail if c.kind != "regression" else ""))
+    out += _table(("image", "change", "before", "now", "rebuilt", "published", "detail"), rows)
+    return "\n".join(out) + "\n"

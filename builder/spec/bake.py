@@ -1,0 +1,105 @@
+"""`plan --format bake`: the plan as a docker-bake.json, so any BuildKit builder (`docker buildx bake`
+with a remote or Kubernetes driver) builds the same images from the same rendered contexts (pure).
+
+Each image is one target: its images/<id>/ folder as the context, the plan's tag, the labels
+`builder build` adds, and the platform its lock was resolved for. Bake allows only
+`[a-zA-Z0-9_-]` in target and group names, so ids map to names by `target_name` (dots and anything
+else become `_`); the mapping is checked to be one-to-one, and each target's tag ends in its id,
+so a name leads back to its image. Groups: `default` (everything), `base-<base>`, `vendor-<vendor>`,
+and `needs-local-base` / `from-registry`: a bootstrapped base (`bootstrap: debootstrap`) exists only
+in the engine that `builder build` made it in, never in a registry, so its images build only there.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from builder.compat.facts import table
+from builder.errors import UserError
+from builder.lock.target import platform_for
+from builder.records import ImageSpec
+from builder.render.labels import build_labels
+
+NAME = re.compile(r"^[A-Za-z0-9_-]+$")  # bake's rule for target and group names
+PLATFORMS = {"x86_64": "linux/amd64", "aarch64": "linux/arm64"}  # lock platform arch -> OCI platform
+LOCAL_BASE_GROUP = "needs-local-base"
+REGISTRY_BASE_GROUP = "from-registry"
+
+
+def target_name(name: str) -> str:
+    """A bake-safe name: torch2.13.0-cpu-py3.11-debian12 -> torch2_13_0-cpu-py3_11-debian12."""
+    return re.sub(r"[^A-Za-z0-9_-]", "_", name)
+
+
+def platform(spec: ImageSpec) -> str:
+    """The platform the image's lock resolves for (builder/lock/target.py), so a builder of another
+    architecture does not build an image whose hashes cannot match."""
+    arch = platform_for(spec.base.os, table()).split("-", 1)[0]
+    if arch not in PLATFORMS:
+        raise ValueError(f"no OCI platform known for lock architecture {arch!r}; add it to builder/spec/bake.py PLATFORMS")
+    return PLATFORMS[arch]
+
+
+def target(spec: ImageSpec, images_dir: str, revision: str) -> dict[str, Any]:
+    if not spec.content_hash:
+        raise ValueError(f"{spec.id} has no content hash: bake the hashed plan (Workspace.selected or .plan)")
+    return {
+        "context": f"{images_dir.rstrip('/')}/{spec.id}",
+        "dockerfile": "Dockerfile",
+        "tags": [spec.tag],
+        "labels": build_labels(spec, revision),
+        "platforms": [platform(spec)],
+    }
+
+
+def bake_file(images: Iterable[ImageSpec], *, images_dir: str = "images", revision: str = "unknown") -> dict[str, Any]:
+    """The docker-bake.json document for `images` (hashed specs). `images_dir`: the images/ folder
+    as a path from where bake will run; `revision`: the git revision `builder build` would label."""
+    specs = sorted(images, key=lambda s: s.id)
+    names: dict[str, str] = {}
+    targets: dict[str, dict[str, Any]] = {}
+    groups: dict[str, list[str]] = {"default": []}
+    local: list[str] = []
+    pulled: list[str] = []
+    for spec in specs:
+        name = target_name(spec.id)
+        _claim(names, name, f"image {spec.id}")
+        targets[name] = target(spec, images_dir, revision)
+        groups["default"].append(name)
+        groups.setdefault(f"base-{target_name(spec.base.name)}", []).append(name)
+        groups.setdefault(f"vendor-{spec.base.vendor}", []).append(name)
+        (local if spec.base.bootstrap else pulled).append(name)
+    if local:
+        groups[LOCAL_BASE_GROUP] = local
+    if pulled:
+        groups[REGISTRY_BASE_GROUP] = pulled
+    for group in groups:
+        _claim(names, group, f"group {group}")
+    return {
+        "group": {name: _group(name, members, specs) for name, members in sorted(groups.items())},
+        "target": dict(sorted(targets.items())),
+    }
+
+
+def _claim(names: dict[str, str], name: str, what: str) -> None:
+    """Bake merges two blocks of one name silently, so a second claim on a name is an error."""
+    if not NAME.fullmatch(name):
+        raise UserError(f"{what}: {name!r} is not a valid bake name ([a-zA-Z0-9_-]+); rename it in matrix.yaml")
+    if name in names:
+        raise UserError(f"{names[name]} and {what} both become bake name {name!r}; rename one in matrix.yaml")
+    names[name] = what
+
+
+def _group(name: str, members: list[str], specs: list[ImageSpec]) -> dict[str, Any]:
+    group: dict[str, Any] = {"targets": sorted(members)}
+    if name == LOCAL_BASE_GROUP:
+        froms = ", ".join(sorted({s.base.from_ref for s in specs if s.base.bootstrap}))
+        group["description"] = (
+            f"FROM a base that `builder build` bootstraps into its local engine ({froms}); no registry has it: "
+            "build these with that engine, or push the base and point FROM at the registry copy"
+        )
+    elif name == REGISTRY_BASE_GROUP:
+        group["description"] = "every base is pulled from a registry: builds on any BuildKit builder"
+    return group

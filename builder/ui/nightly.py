@@ -1,0 +1,62 @@
+"""`builder nightly` and `builder updates` on the terminal: stage lines while it runs, then the
+comparison (regressions first) and the release table."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from builder.nightly.compare import NightlyReport
+from builder.ui.build import BuildProgress
+from builder.ui.catalog import PublishLines
+from builder.ui.lock import LockLines
+from builder.ui.rows import print_rows
+from builder.ui.status import styled
+from builder.ui.test import TestLines
+
+
+class NightlyLines:
+    """nightly.loop.NightlyEvents for the terminal (stderr)."""
+
+    def __init__(self, err: Console) -> None:
+        self.err = err
+        self.lock = LockLines(err)
+
+    def stage(self, name: str) -> None:
+        self.err.print(f"[bold]== {escape(name)}[/]")
+
+    def info(self, text: str) -> None:
+        self.err.print(escape(text))
+
+    def build(self) -> BuildProgress:
+        return BuildProgress(self.err)
+
+    def test(self) -> TestLines:
+        return TestLines(self.err)
+
+    def publish(self) -> PublishLines:
+        return PublishLines(self.err)
+
+
+def print_releases(out: Console, releases: Sequence[Any]) -> None:
+    rows = [
+        (r.framework, r.version, r.status, r.requires_python or "", r.cuda or "", r.numpy or "", r.reason)
+        for r in releases
+    ]
+    if not rows:
+        out.print("no release newer than matrix.yaml lists")
+        return
+    print_rows(out, "new releases", ("framework", "release", "status", "Requires-Python", "CUDA", "NumPy", "detail"), rows)
+
+
+def print_nightly(out: Console, report: NightlyReport) -> None:
+    rows = [(c.id, c.kind, c.before or "-", c.now, c.detail) for c in report.changes]
+    print_rows(out, "nightly", ("image", "change", "before", "now", "detail"), rows)
+    for note in report.notes:
+        out.print(f"{styled('failed')} {escape(note)}")
+    bad = [c for c in report.changes if c.kind == "regression"]
+    if bad:
+        out.print(f"{styled('failed')} {len(bad)} regression(s): {escape(', '.join(c.id for c in bad))}")

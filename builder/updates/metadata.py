@@ -1,0 +1,198 @@
+"""What a release's own metadata states, read from the index's documents (pure): which releases a
+project has (final, not yanked, with a Linux x86_64 wheel), and from a release's Requires-Python
+and Requires-Dist the CUDA it was built for (torch's nvidia/cuda-toolkit pins, jax's cudaNN
+extras, tensorflow's [and-cuda]), its NumPy bounds, and jax's jaxlib pin."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from packaging.markers import Marker
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from builder.compat.versions import mm
+from builder.errors import RunFailure
+from builder.spec import grammar
+
+_EXTRA = re.compile(r"""\bextra\s*==\s*['"]([^'"]+)['"]""")
+_LOWER_FIRST = {">=": 0, ">": 0, "~=": 0, "==": 0, "===": 0, "!=": 1, "<": 2, "<=": 2}
+
+@dataclass(frozen=True)
+class Meta:
+    """A release's metadata as the index's release document gives it."""
+
+    project: str
+    version: str
+    requires_python: str | None
+    requires_dist: tuple[str, ...]
+
+
+# --- the index's documents --------------------------------------------------------------------
+
+
+def _is_linux_wheel(file: Mapping[str, Any]) -> bool:
+    name = str(file.get("filename", ""))
+    if file.get("yanked") is True or not name.endswith(".whl") or file.get("packagetype", "bdist_wheel") != "bdist_wheel":
+        return False
+    return ("manylinux" in name or "linux_x86_64" in name) and "x86_64" in name
+
+
+def available(doc: Mapping[str, Any], project: str) -> set[str]:
+    """Versions with a Linux x86_64 wheel that is not yanked (a release whose files are all yanked is yanked)."""
+    releases = doc.get("releases")
+    if not isinstance(releases, Mapping):
+        raise RunFailure(f"the package index's document for {project} has no `releases` mapping; is it a PyPI-style JSON API?")
+    return {
+        str(v)
+        for v, files in releases.items()
+        if isinstance(files, list) and any(isinstance(f, Mapping) and _is_linux_wheel(f) for f in files)
+    }
+
+
+def candidates(doc: Mapping[str, Any], project: str, newer_than: str) -> list[str]:
+    """Final releases newer than `newer_than` that are installable on Linux x86_64, ascending."""
+    floor = Version(newer_than)
+    out = []
+    for text in available(doc, project):
+        try:
+            version = Version(text)
+        except InvalidVersion:
+            continue
+        if version > floor and not version.is_prerelease and not version.is_devrelease and grammar.is_version(text):
+            out.append(text)
+    return sorted(out, key=Version)
+
+
+def read_meta(doc: Mapping[str, Any], project: str, version: str) -> Meta:
+    info = doc.get("info")
+    if not isinstance(info, Mapping):
+        raise RunFailure(f"the package index's document for {project} {version} has no `info`; is it a PyPI-style JSON API?")
+    requires_python = info.get("requires_python")
+    dist = info.get("requires_dist") or ()
+    return Meta(
+        project=project,
+        version=version,
+        requires_python=str(requires_python).strip() or None if requires_python else None,
+        requires_dist=tuple(str(line) for line in dist) if isinstance(dist, list) else (),
+    )
+
+
+# --- what the metadata says ---------------------------------------------------------------------
+
+
+def _requirements(lines: Iterable[str]) -> list[Requirement]:
+    out = []
+    for line in lines:
+        try:
+            out.append(Requirement(line))
+        except InvalidRequirement:
+            continue  # one odd line must not hide what the others say
+    return out
+
+
+def _extras(req: Requirement) -> set[str]:
+    return {re.sub(r"[-_.]+", "-", e).lower() for e in _EXTRA.findall(str(req.marker))} if req.marker else set()
+
+
+def _environment(python: str) -> dict[str, str]:
+    return {
+        "python_version": python, "python_full_version": f"{python}.0", "sys_platform": "linux", "platform_system": "Linux",
+        "platform_machine": "x86_64", "os_name": "posix", "implementation_name": "cpython", "platform_python_implementation": "CPython",
+        "extra": "",
+    }  # fmt: skip
+
+
+def _spec_text(spec: SpecifierSet) -> str:
+    return ",".join(str(s) for s in sorted(spec, key=lambda s: (_LOWER_FIRST.get(s.operator, 1), s.version)))
+
+
+def _numpy_requirements(lines: Iterable[str]) -> list[Requirement]:
+    return [r for r in _requirements(lines) if canonicalize_name(r.name) == "numpy" and not _extras(r)]
+
+
+def numpy_bounds(lines: Iterable[str]) -> str | None:
+    """The NumPy requirement outside extras: ">=1.24,<2.4" (conditional ones follow with their marker)."""
+    parts = []
+    for req in _numpy_requirements(lines):
+        text = _spec_text(req.specifier) or "any"
+        parts.append(text if req.marker is None else f"{text} if {req.marker}")
+    return "; ".join(parts) or None
+
+
+def numpy_allows(lines: Iterable[str], python: str, numpy: str) -> bool:
+    """Does the release accept this NumPy under this Python (Linux x86_64)?"""
+    env = _environment(python)
+    for req in _numpy_requirements(lines):
+        if req.marker is not None and not Marker(str(req.marker)).evaluate(env):
+            continue
+        if not req.specifier.contains(numpy, prereleases=True):
+            return False
+    return True
+
+
+def python_allows(requires_python: str | None, python: str) -> bool | None:
+    """Does Requires-Python admit this Python minor (any of its patches)? None when it states nothing readable."""
+    if not requires_python:
+        return None
+    try:
+        spec = SpecifierSet(requires_python)
+    except InvalidSpecifier:
+        return None
+    return any(spec.contains(f"{python}.{patch}", prereleases=True) for patch in ("0", "99"))
+
+
+def jax_cuda_majors(lines: Iterable[str]) -> tuple[str, ...]:
+    """CUDA majors with a `cudaNN` extra that requires jax-cudaNN-plugin (or -pjrt)."""
+    majors = set()
+    for req in _requirements(lines):
+        plugin = re.fullmatch(r"jax-cuda(\d+)-(?:plugin|pjrt)", canonicalize_name(req.name))
+        if plugin and f"cuda{plugin.group(1)}" in _extras(req):
+            majors.add(plugin.group(1))
+    return tuple(sorted(majors, key=int))
+
+
+def _pinned(spec: SpecifierSet) -> str | None:
+    """The one version a specifier admits when it pins one: ==X, or >=X,<=X."""
+    exact = [s.version for s in spec if s.operator in ("==", "===") and "*" not in s.version]
+    if exact:
+        return exact[0]
+    lows = {s.version for s in spec if s.operator == ">="}
+    highs = {s.version for s in spec if s.operator == "<="}
+    both = [v for v in lows if any(Version(v) == Version(h) for h in highs)]
+    return both[0] if both else None
+
+
+def jax_jaxlib_pin(lines: Iterable[str]) -> str | None:
+    """The jaxlib the cudaNN extras pin, when they pin one."""
+    for req in _requirements(lines):
+        if canonicalize_name(req.name) == "jaxlib" and any(re.fullmatch(r"cuda\d+", e) for e in _extras(req)):
+            pinned = _pinned(req.specifier)
+            if pinned:
+                return pinned
+    return None
+
+
+def tensorflow_cuda(lines: Iterable[str]) -> str | None:
+    """CUDA major.minor of the `and-cuda` extra's nvidia-cuda-runtime(-cuNN) requirement."""
+    for req in _requirements(lines):
+        if re.fullmatch(r"nvidia-cuda-runtime(?:-cu\d+)?", canonicalize_name(req.name)) and "and-cuda" in _extras(req):
+            found = sorted(req.specifier, key=lambda s: s.operator not in ("==", "==="))
+            for spec in found:
+                if spec.operator in ("==", "===", ">=", "~=") and "*" not in spec.version:
+                    return "{}.{}".format(*mm(spec.version))
+    return None
+
+
+def has_and_cuda(lines: Iterable[str]) -> bool:
+    return any("and-cuda" in _extras(r) for r in _requirements(lines))
+
+
+def cupy_major(project: str) -> str | None:
+    found = re.fullmatch(r"cupy-cuda(\d+)x", project)
+    return found.group(1) if found else None

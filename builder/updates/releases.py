@@ -1,0 +1,479 @@
+"""New framework releases placed against the compatibility rules, never guessed.
+
+Pure: the index's JSON documents come in through a `Fetch` callable (builder.updates.index's
+client, or a dict in tests). For each framework matrix.yaml lists, a candidate is a final release
+newer than the newest version listed, not yanked, with a Linux x86_64 wheel. Each one is read from
+its own metadata (Requires-Python, the CUDA it was built for, its NumPy bounds) and given to the
+rules for every base and Python of the matrix:
+
+- "needs rules": the table does not know it, or it starts a series newer than the table's newest
+  row (rows apply "from here on" and must not silently cover it), or its metadata contradicts the
+  rules (a Python it excludes, another CUDA build, a missing cudaNN extra, a NumPy the rules would
+  pin that it refuses); the reason says what to add or confirm in compat.yaml.
+- "no image here": the rules know it, but this matrix gets no image of it (with the first reason).
+- "waiting": jax whose jaxlib is not on the index yet.
+- "plannable": planning the matrix with it added makes images; `accepted` lists them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Protocol
+
+from packaging.version import InvalidVersion, Version
+
+from builder import frameworks
+from builder.compat.facts import Compat, table
+from builder.compat.rules import decide
+from builder.compat.rules.cupy import CupyFacts
+from builder.compat.rules.jax import JaxFacts
+from builder.compat.rules.numba import NumbaFacts
+from builder.compat.rules.numpy import pick_numpy
+from builder.compat.rules.tensorflow import TensorflowFacts
+from builder.compat.rules.torch import TorchFacts, variant_from_requires
+from builder.compat.tables import PyRange
+from builder.compat.versions import mm, newest_at_or_below, release_of
+from builder.errors import UserError
+from builder.records import Base, Install, Matrix, Verdict
+from builder.spec.plan import make_plan
+from builder.updates.metadata import (
+    Meta,
+    available,
+    candidates,
+    cupy_major,
+    has_and_cuda,
+    jax_cuda_majors,
+    jax_jaxlib_pin,
+    numpy_allows,
+    numpy_bounds,
+    python_allows,
+    read_meta,
+    tensorflow_cuda,
+)
+
+PLANNABLE = "plannable"
+NEEDS_RULES = "needs rules"
+NO_IMAGE = "no image here"
+WAITING = "waiting"
+STATUSES = (PLANNABLE, NEEDS_RULES, NO_IMAGE, WAITING)
+COMPAT_FILE = "builder/compat/data/compat.yaml"
+UNKNOWN_MARKERS = ("is not in the compatibility table", "predates the table")  # what the rules say of a release they lack
+PROJECTS = {"torch": ("torch",), "tensorflow": ("tensorflow",), "jax": ("jax",), "numba": ("numba",)}  # cupy: from the table
+_EXTRA = re.compile(r"""\bextra\s*==\s*['"]([^'"]+)['"]""")
+_LOWER_FIRST = {">=": 0, ">": 0, "~=": 0, "==": 0, "===": 0, "!=": 1, "<": 2, "<=": 2}
+
+
+class Fetch(Protocol):
+    """`fetch(project)` -> the project document (`releases`); `fetch(project, version)` -> that release's (`info`)."""
+
+    def __call__(self, project: str, version: str | None = None) -> Mapping[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class Release:
+    """One new release and where the rules put it."""
+
+    framework: str
+    project: str  # the index project(s) it was found under ("cupy-cuda12x, cupy-cuda13x")
+    version: str
+    requires_python: str | None
+    cuda: str | None  # what its metadata says it was built for: cu130 (torch), 12.5 (tensorflow), "12, 13" (jax, cupy)
+    numpy: str | None  # its NumPy requirement, e.g. ">=1.24,<2.4"
+    jaxlib: str | None  # jax: the jaxlib it needs (its own version, or the one its cuda extras pin)
+    status: str  # one of STATUSES
+    reason: str
+    accepted: tuple[str, ...] = ()  # plannable: the "base/py3.12" pairs that get an image
+    jaxlib_missing: bool = False  # jax: that jaxlib is not on the index (yet)
+
+    @property
+    def plannable(self) -> bool:
+        return self.status == PLANNABLE
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["accepted"] = list(self.accepted)
+        return out
+
+
+@dataclass(frozen=True)
+class UpdatesReport:
+    releases: tuple[Release, ...]
+    newest_listed: tuple[tuple[str, str], ...] = ()  # framework -> the newest version matrix.yaml lists (the baseline)
+
+    @property
+    def plannable(self) -> tuple[Release, ...]:
+        return tuple(r for r in self.releases if r.plannable)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"releases": [r.to_json() for r in self.releases], "newest_listed": dict(self.newest_listed)}
+
+
+# --- the table's side ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Row:
+    label: str  # where it is in compat.yaml: "torch.releases 2.14", "jax.bands from 0.11.0"
+    python: PyRange
+
+
+def table_row(framework: str, version: str, compat: Compat) -> _Row | None:
+    """The row of the table that decides this release, if any."""
+    if framework in ("torch", "tensorflow"):
+        facts = compat.facts(TorchFacts) if framework == "torch" else compat.facts(TensorflowFacts)
+        found = next((r for r in facts.releases if r.release == release_of(version)), None)
+        return _Row(f"{framework}.releases {found.release}", found.python) if found else None
+    if framework == "jax":
+        bands = compat.facts(JaxFacts).bands
+        i = newest_at_or_below(version, [b.start for b in bands])
+        return None if i is None else _Row(f"jax.bands from {bands[i].start}", bands[i].python)
+    if framework == "cupy":
+        rows = compat.facts(CupyFacts).releases
+        i = newest_at_or_below(version, [r.release for r in rows])
+        return None if i is None else _Row(f"cupy.releases {rows[i].release}", rows[i].python)
+    numba = [r for r in compat.facts(NumbaFacts).releases if mm(r.version) == mm(version) and Version(r.version) <= Version(version)]
+    exact = [r for r in numba if r.version == version]
+    same = exact or numba  # the exact row, else the newest of the same minor (as the numba rule reads it)
+    return _Row(f"numba.releases {same[-1].version}", same[-1].python) if same else None
+
+
+def newest_row(framework: str, compat: Compat) -> str:
+    """The newest release the framework's table has a row for (torch/tensorflow: major.minor)."""
+    if framework == "torch":
+        starts = [r.release for r in compat.facts(TorchFacts).releases]
+    elif framework == "tensorflow":
+        starts = [r.release for r in compat.facts(TensorflowFacts).releases]
+    elif framework == "jax":
+        starts = [b.start for b in compat.facts(JaxFacts).bands]
+    elif framework == "cupy":
+        starts = [r.release for r in compat.facts(CupyFacts).releases]
+    else:
+        starts = [r.version for r in compat.facts(NumbaFacts).releases]
+    return max(starts, key=Version)
+
+
+def cupy_projects(matrix: Matrix, compat: Compat, newest_listed: str) -> tuple[str, ...]:
+    """The cupy-cudaNNx packages the table maps, from the row of the newest listed release on, for the matrix's CUDA majors."""
+    majors = {str(mm(b.version)[0]) for b in matrix.bases if b.vendor == "cuda" and b.version}
+    rows = compat.facts(CupyFacts).releases
+    first = newest_at_or_below(newest_listed, [r.release for r in rows]) or 0
+    return tuple(sorted({p for row in rows[first:] for major, p in row.packages if major in majors}))
+
+
+# --- placing one release --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Published:
+    """What the index says about one release (cupy: one Meta per package that has it)."""
+
+    framework: str
+    version: str
+    metas: tuple[Meta, ...]
+    jaxlib: str | None = None
+    jaxlib_missing: bool = False
+
+    def meta(self, project: str | None = None) -> Meta | None:
+        return next((m for m in self.metas if project is None or m.project == project), None)
+
+    @property
+    def cuda(self) -> str | None:
+        first = self.metas[0]
+        if self.framework == "torch":
+            return variant_from_requires(list(first.requires_dist))
+        if self.framework == "tensorflow":
+            return tensorflow_cuda(first.requires_dist)
+        if self.framework == "jax":
+            return ", ".join(jax_cuda_majors(first.requires_dist)) or None
+        if self.framework == "cupy":
+            return ", ".join(sorted({m for meta in self.metas if (m := cupy_major(meta.project))}, key=int)) or None
+        return None
+
+
+def read_release(framework: str, version: str, metas: Sequence[Meta], jaxlib_versions: Collection[str] = ()) -> Published:
+    """The release as its metadata describes it; jax also gets the jaxlib it needs and whether the index has it."""
+    metas = tuple(sorted(metas, key=lambda m: m.project))
+    if framework != "jax":
+        return Published(framework, version, metas)
+    jaxlib = jax_jaxlib_pin(metas[0].requires_dist) or version
+    return Published(framework, version, metas, jaxlib=jaxlib, jaxlib_missing=jaxlib not in jaxlib_versions)
+
+
+def _joined(values: Iterable[tuple[str, str | None]]) -> str | None:
+    """One value when all agree, else `project: value` for each."""
+    pairs = list(values)
+    distinct = {v for _, v in pairs}
+    if len(distinct) <= 1:
+        return next(iter(distinct), None)
+    return "; ".join(f"{p}: {v or 'none'}" for p, v in pairs)
+
+
+def _facts_text(pub: Published) -> str:
+    meta = pub.metas[0]
+    said = [f"Requires-Python {meta.requires_python or 'unstated'}"]
+    cuda = pub.cuda
+    if pub.framework == "torch":
+        said.append(f"its PyPI wheel is {cuda or 'a CPU build'}")
+    elif pub.framework == "tensorflow":
+        said.append(f"its [and-cuda] extra pins CUDA {cuda}" if cuda else "no CUDA stated")
+    elif pub.framework == "jax":
+        said.append(f"cuda extras for CUDA {cuda}" if cuda else "no cudaNN extra")
+    elif pub.framework == "cupy":
+        said.append(f"on the index as {', '.join(m.project for m in pub.metas)}")
+    numpy = numpy_bounds(meta.requires_dist)
+    if numpy:
+        said.append(f"numpy {numpy}")
+    return ", ".join(said)
+
+
+def _row_hint(pub: Published) -> str:
+    fw, version = pub.framework, pub.version
+    series = "{}.{}".format(*mm(version))
+    what = {
+        "torch": f'a torch.releases row for "{series}" (python, cuda, rocm, cudnn, pypi)',
+        "tensorflow": f'a tensorflow.releases row for "{series}" (python, cuda, cudnn)',
+        "jax": f'a jax.bands row from "{version}" (python, cuda)',
+        "cupy": f'a cupy.releases row for "{version}" (cuda, packages, python, numpy)',
+        "numba": f'a numba.releases row for "{version}" (python, numpy: its import-time ceiling, numba/__init__.py _ensure_critical_deps)',
+    }[fw]
+    return f"add {what} to {COMPAT_FILE}, with its source ({_facts_text(pub)})"
+
+
+def _install_project(install: Install, pub: Published) -> str:
+    if pub.framework == "cupy":
+        return re.split(r"[\[=<>!~ ]", install.requirements[0], maxsplit=1)[0]
+    return pub.metas[0].project
+
+
+def contradictions(pub: Published, ok: Sequence[tuple[Base, str, Install]], row: _Row, compat: Compat) -> list[str]:
+    """Where the release's own metadata says otherwise than the rules that accept it."""
+    fw, version = pub.framework, pub.version
+    problems: list[str] = []
+    refused: dict[str, list[str]] = {}  # Requires-Python -> the Pythons it refuses
+    numpy_refused: dict[tuple[str, str], list[str]] = {}  # (numpy pin, the release's numpy requirement) -> the Pythons
+    for base, python, install in ok:
+        project = _install_project(install, pub)
+        meta = pub.meta(project)
+        if meta is None:
+            major = str(mm(base.version or "0")[0])
+            problems.append(
+                f"cupy {version} is not on the index as {project} (only as {', '.join(m.project for m in pub.metas)}), but {row.label} in "
+                f'{COMPAT_FILE} maps CUDA {major} to it: add a cupy.releases row for "{version}" without it'
+            )
+            continue
+        if python_allows(meta.requires_python, python) is False and python not in refused.setdefault(meta.requires_python or "", []):
+            refused[meta.requires_python or ""].append(python)
+        try:
+            pin = pick_numpy((install,), python, compat)
+        except ValueError:
+            pin = None
+        if pin and not numpy_allows(meta.requires_dist, python, pin):
+            pythons = numpy_refused.setdefault((pin, numpy_bounds(meta.requires_dist) or ""), [])
+            pythons += [] if python in pythons else [python]
+    for requires, pythons in refused.items():
+        if pythons:
+            problems.append(
+                f"{fw} {version} requires Python {requires} (its metadata), but {row.label} in {COMPAT_FILE} allows Python "
+                f"{', '.join(sorted(pythons))} (python: [{', '.join(row.python)}]): narrow it, or add a row for {version}"
+            )
+    for (pin, bounds), pythons in numpy_refused.items():
+        if pythons:
+            ceiling = next((i.numpy_max for _, p, i in ok if i.numpy_max and p in pythons), None)
+            problems.append(
+                f"{fw} {version} requires numpy {bounds} (its metadata), but the rules in {COMPAT_FILE} "
+                f"pin numpy {pin} for its Python {', '.join(sorted(pythons))} images (ceiling {ceiling}, {row.label}): lower the ceiling, or add a row for {version}"
+            )
+    problems += _cuda_contradictions(pub, ok, row, compat)
+    return problems
+
+
+def _cuda_contradictions(pub: Published, ok: Sequence[tuple[Base, str, Install]], row: _Row, compat: Compat) -> list[str]:
+    fw, version, meta = pub.framework, pub.version, pub.metas[0]
+    if fw == "torch":
+        torch_row = next(r for r in compat.facts(TorchFacts).releases if r.release == release_of(version))
+        stated = variant_from_requires(list(meta.requires_dist))
+        if torch_row.pypi is None or stated == torch_row.pypi:
+            return []
+        said = stated or ("a CPU build (no CUDA requirements)" if meta.requires_dist else "unknown (its metadata lists no Requires-Dist)")
+        return [
+            f"torch {version}'s PyPI wheel is {said} (its Requires-Dist), but {row.label} in "
+            f"{COMPAT_FILE} says pypi: {torch_row.pypi}: confirm which CUDA PyPI's torch {version} is built for and fix `pypi:` "
+            f"(its images would install torch=={version} from PyPI as the {torch_row.pypi} build)"
+        ]
+    if fw == "tensorflow":
+        tested = next(r.cuda for r in compat.facts(TensorflowFacts).releases if r.release == release_of(version))
+        stated = tensorflow_cuda(meta.requires_dist)
+        if any((i.variant or "").startswith("cuda") for _, _, i in ok) and not has_and_cuda(meta.requires_dist):
+            return [
+                f"tensorflow {version} has no [and-cuda] extra (its metadata), but {row.label} in {COMPAT_FILE} plans "
+                "tensorflow[and-cuda] on CUDA bases: confirm how it gets CUDA, and fix the row (or add one for it)"
+            ]
+        if stated and mm(stated) != mm(tested):
+            return [
+                f"tensorflow {version}'s [and-cuda] extra pins CUDA {stated} (nvidia-cuda-runtime), but {row.label} in {COMPAT_FILE} "
+                f'says cuda: "{tested}": confirm its tested CUDA and fix the row (or add one for {version})'
+            ]
+        return []
+    if fw != "jax":
+        return []
+    problems = []
+    have = sorted(jax_cuda_majors(meta.requires_dist), key=int)
+    planned = sorted({(i.variant or "").removeprefix("cuda") for _, _, i in ok if (i.variant or "").startswith("cuda")}, key=int)
+    for major in (m for m in planned if m not in have):
+        problems.append(
+            f"jax {version}'s metadata has no cuda{major} extra (it has: {', '.join(f'cuda{m}' for m in have) or 'none'}), but {row.label} "
+            f'in {COMPAT_FILE} plans CUDA {major} wheels: confirm, and add a jax.bands row from "{version}" without CUDA {major}'
+        )
+    pinned, rules = jax_jaxlib_pin(meta.requires_dist), dict(compat.facts(JaxFacts).jaxlib_pins).get(version, version)
+    if pinned and pinned != rules:
+        problems.append(
+            f"jax {version}'s cuda extras pin jaxlib {pinned}, but {COMPAT_FILE} pins jaxlib {rules} for it: "
+            f'add {{jax: "{version}", jaxlib: "{pinned}"}} to jax.jaxlib_pins'
+        )
+    return problems
+
+
+def _pairs_text(pairs: Sequence[tuple[str, str]]) -> str:
+    """cpu-ubuntu24.04 (3.12), cuda13-debian12 (3.11, 3.12)."""
+    by_base: dict[str, list[str]] = {}
+    for base, python in pairs:
+        by_base.setdefault(base, []).append(python)
+    return ", ".join(f"{base} ({', '.join(pythons)})" for base, pythons in by_base.items())
+
+
+def planned(matrix: Matrix, framework: str, version: str, compat: Compat) -> tuple[tuple[tuple[str, str], ...], str]:
+    """Plan the matrix with this version added: the (base, python) pairs that get an image of it, and
+    else why none does (the plan's first skip reason). The plan is the one list of images."""
+    grown = replace(matrix, frameworks=tuple((n, (*vs, version) if n == framework else vs) for n, vs in matrix.frameworks))
+    try:
+        plan = make_plan(grown, compat)
+    except UserError as exc:
+        return (), f"planning the matrix with it fails: {exc}"
+    got = {(s.base.name, s.python) for s in plan.images if s.versions.get(framework) == version}
+    order = {(b.name, p): i for i, (b, p) in enumerate((b, p) for b in matrix.bases for p in matrix.python)}
+    pairs = tuple(sorted(got, key=lambda pair: (order.get(pair, len(order)), pair)))
+    if pairs:
+        return pairs, ""
+    skip = next((s for s in plan.skipped if dict(s.frameworks).get(framework) == version), None)
+    if skip is None:
+        return (), f"no stack of {matrix.path} uses {framework}"
+    return (), f"{skip.reason} ({skip.base}, Python {skip.python}; and every other combination)"
+
+
+def place(pub: Published, matrix: Matrix, compat: Compat) -> Release:
+    """The rules' verdict on one release for this matrix's bases and Pythons, checked against its metadata."""
+    fw, version = pub.framework, pub.version
+    verdicts: list[tuple[Base, str, Verdict]] = [(b, p, decide(fw, b, p, version, compat)) for b in matrix.bases for p in matrix.python]
+    ok = [(b, p, v.install) for b, p, v in verdicts if v.ok and v.install is not None]
+    row = table_row(fw, version, compat)
+    newest = newest_row(fw, compat)
+    unknown = not ok and any(marker in v.reason for _, _, v in verdicts for marker in UNKNOWN_MARKERS)
+    if row is None or unknown:
+        reason = f"{fw} {version} is not in the compatibility table: {_row_hint(pub)}"
+        return _release(pub, NEEDS_RULES, reason)
+    if mm(version) > mm(newest):
+        reason = (
+            f"{fw} {version} starts a series newer than the newest {fw} row ({newest}, which applies from there on) and the rules must not "
+            f"silently cover it: {_row_hint(pub)}"
+        )
+        return _release(pub, NEEDS_RULES, reason)
+    problems = list(dict.fromkeys(contradictions(pub, ok, row, compat)))
+    if problems:
+        return _release(pub, NEEDS_RULES, "; ".join(problems))
+    if not ok:
+        first = verdicts[0]
+        return _release(
+            pub,
+            NO_IMAGE,
+            f"the rules place it on none of this matrix's bases and Pythons, e.g. {first[0].name}, Python {first[1]}: {first[2].reason}",
+        )
+    pairs, why_not = planned(matrix, fw, version, compat)
+    if not pairs:
+        return _release(
+            pub,
+            NO_IMAGE,
+            f"the rules accept it ({_pairs_text([(b.name, p) for b, p, _ in ok])}), but the matrix makes no image of it: {why_not}",
+        )
+    if pub.jaxlib_missing:
+        return _release(pub, WAITING, f"jaxlib {pub.jaxlib} (which jax {version} needs) is not on the index yet; it is placed once it is")
+    accepted = tuple(f"{b}/py{p}" for b, p in pairs)
+    noun = "pair" if len(pairs) == 1 else "pairs"
+    return _release(pub, PLANNABLE, f"the rules place it on {len(pairs)} base/Python {noun}: {_pairs_text(pairs)}", accepted)
+
+
+def _release(pub: Published, status: str, reason: str, accepted: tuple[str, ...] = ()) -> Release:
+    return Release(
+        framework=pub.framework,
+        project=", ".join(m.project for m in pub.metas),
+        version=pub.version,
+        requires_python=_joined((m.project, m.requires_python) for m in pub.metas),
+        cuda=pub.cuda,
+        numpy=_joined((m.project, numpy_bounds(m.requires_dist)) for m in pub.metas),
+        jaxlib=pub.jaxlib,
+        status=status,
+        reason=reason,
+        accepted=accepted,
+        jaxlib_missing=pub.jaxlib_missing,
+    )
+
+
+# --- orchestration -------------------------------------------------------------------------------
+
+
+def _newest(versions: Iterable[str]) -> str | None:
+    parsed = []
+    for text in versions:
+        try:
+            parsed.append(Version(text))
+        except InvalidVersion:
+            continue
+    return str(max(parsed)) if parsed else None
+
+
+def find_updates(matrix: Matrix, compat: Compat, fetch: Fetch) -> UpdatesReport:
+    """Every new release of the frameworks matrix.yaml lists, placed; ordered by framework (registry order), then version."""
+    listed = dict(matrix.frameworks)
+    out: list[Release] = []
+    newest_listed: list[tuple[str, str]] = []
+    for fw in frameworks.NAMES:
+        baseline = _newest(listed.get(fw, ()))
+        if baseline is None:
+            continue  # not in matrix.yaml: nothing to compare with, no list to add to
+        newest_listed.append((fw, baseline))
+        projects = cupy_projects(matrix, compat, baseline) if fw == "cupy" else PROJECTS[fw]
+        found: dict[str, list[str]] = {}
+        for project in projects:
+            for version in candidates(fetch(project), project, baseline):
+                found.setdefault(version, []).append(project)
+        jaxlib = available(fetch("jaxlib"), "jaxlib") if fw == "jax" and found else set()
+        for version in sorted(found, key=Version):
+            metas = [read_meta(fetch(project, version), project, version) for project in found[version]]
+            out.append(place(read_release(fw, version, metas, jaxlib), matrix, compat))
+    return UpdatesReport(tuple(out), tuple(newest_listed))
+
+
+def check(
+    matrix: Matrix,
+    *,
+    base_url: str | None = None,
+    ca_bundle: str | None = None,
+    compat: Compat | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout_s: float | None = None,
+) -> UpdatesReport:
+    """find_updates against the index's JSON API: base_url, else $BUILDER_INDEX_JSON_URL, else PyPI's; the CA bundle
+    given, else $BUILDER_CA_BUNDLE, else matrix.yaml build.ca_bundle, else the system's. IndexFailure (a RunFailure)
+    when the index cannot answer; UserError for a malformed URL or CA bundle."""
+    from builder.engine.settings import CA_ENV  # the network side, imported only when asked to use it
+    from builder.updates.index import DEFAULT_TIMEOUT_S, IndexClient, index_json_url
+
+    env = os.environ if env is None else env
+    client = IndexClient(
+        index_json_url(base_url, env),
+        ca_bundle=ca_bundle or env.get(CA_ENV) or matrix.ca_bundle,
+        timeout_s=DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s,
+    )
+    return find_updates(matrix, compat or table(), client)

@@ -1,0 +1,119 @@
+"""A release's metadata read from one of its wheels over HTTP byte ranges, for indexes that list
+releases but serve no per-release JSON document (some mirrors and proxies do): the zip's central
+directory and the `*.dist-info/METADATA` member are fetched, never the whole wheel (torch's is
+500 MB; this reads a few hundred KB).
+
+Which wheel: a Linux x86_64 one (the platform the images are built for), so Linux-only
+requirements (torch's nvidia-* wheels) are in it; its `Requires-Python` and `Requires-Dist`
+become the `info` of a PyPI-style release document.
+"""
+
+from __future__ import annotations
+
+import email.parser
+import io
+import zipfile
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+from urllib.parse import urljoin
+
+BLOCK = 256 * 1024  # zipfile reads in small pieces; fetch aligned blocks and keep them
+MAX_BLOCKS = 64  # at most 16 MiB read per wheel (a central directory of ~100k files)
+
+FetchRange = Callable[[str, int, int], bytes]  # (url, first byte, last byte inclusive) -> exactly those bytes
+
+
+class NoWheel(Exception):
+    """The release lists no wheel this can read metadata from."""
+
+
+def linux_wheel(files: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The first non-yanked Linux x86_64 wheel of a release's files (CPython 3.11 first, if there is one)."""
+    wheels = [
+        f
+        for f in files
+        if isinstance(f, Mapping)
+        and str(f.get("filename", "")).endswith(".whl")
+        and ("manylinux" in str(f.get("filename")) or "linux_x86_64" in str(f.get("filename")))
+        and "x86_64" in str(f.get("filename"))
+        and not f.get("yanked")
+        and isinstance(f.get("size"), int)
+        and f.get("url")
+    ]
+    wheels.sort(key=lambda f: ("cp311" not in str(f["filename"]), str(f["filename"])))
+    return wheels[0] if wheels else None
+
+
+class _Ranges(io.RawIOBase):
+    """A read-only, seekable view of a remote file, fetched block by block."""
+
+    def __init__(self, url: str, size: int, fetch: FetchRange) -> None:
+        self.url, self.size, self.fetch = url, size, fetch
+        self.pos = 0
+        self.blocks: dict[int, bytes] = {}
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.size}[whence]
+        self.pos = max(0, base + offset)
+        return self.pos
+
+    def readinto(self, buffer: Any) -> int:
+        wanted = min(len(buffer), self.size - self.pos)
+        if wanted <= 0:
+            return 0
+        out = bytearray()
+        while len(out) < wanted:
+            index, skip = divmod(self.pos + len(out), BLOCK)
+            block = self._block(index)
+            out += block[skip : skip + wanted - len(out)]
+        buffer[:wanted] = out
+        self.pos += wanted
+        return wanted
+
+    def _block(self, index: int) -> bytes:
+        if index not in self.blocks:
+            if len(self.blocks) >= MAX_BLOCKS:
+                raise ValueError(f"reading the metadata of {self.url} needs more than {MAX_BLOCKS * BLOCK // 2**20} MiB")
+            first = index * BLOCK
+            last = min(self.size, first + BLOCK) - 1
+            data = self.fetch(self.url, first, last)
+            if len(data) != last - first + 1:
+                raise ValueError(f"{self.url} answered {len(data)} bytes for a range of {last - first + 1}")
+            self.blocks[index] = data
+        return self.blocks[index]
+
+
+def metadata(url: str, size: int, fetch: FetchRange) -> tuple[str | None, tuple[str, ...]]:
+    """(Requires-Python, Requires-Dist lines) from the wheel at `url`; ValueError when it is not a readable wheel."""
+    try:
+        with zipfile.ZipFile(io.BufferedReader(_Ranges(url, size, fetch), buffer_size=BLOCK)) as wheel:
+            names = [n for n in wheel.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
+            if len(names) != 1:
+                raise ValueError(f"{url} has {len(names)} .dist-info/METADATA files")
+            text = wheel.read(names[0]).decode("utf-8", "replace")
+    except zipfile.BadZipFile as exc:
+        raise ValueError(f"{url} is not a zip file ({exc})") from None
+    message = email.parser.Parser().parsestr(text, headersonly=True)
+    requires_python = message.get("Requires-Python")
+    return (str(requires_python).strip() or None if requires_python else None), tuple(str(v) for v in message.get_all("Requires-Dist") or ())
+
+
+def release_document(project_doc: Mapping[str, Any], project_url: str, version: str, fetch: FetchRange) -> dict[str, Any]:
+    """A PyPI-style release document (`info.requires_python`, `info.requires_dist`) built from a wheel."""
+    files = (project_doc.get("releases") or {}).get(version) or []
+    chosen = linux_wheel(files)
+    if chosen is None:
+        raise NoWheel(f"no Linux x86_64 wheel listed for {version}")
+    url = urljoin(project_url, str(chosen["url"]))
+    requires_python, requires_dist = metadata(url, int(chosen["size"]), fetch)
+    info = {"version": version, "requires_python": requires_python, "requires_dist": list(requires_dist), "metadata_from": chosen["filename"]}
+    return {"info": info, "urls": list(files)}

@@ -1,0 +1,179 @@
+"""`builder plan --format bake`: a docker-bake.json whose targets are the plan (same ids, tags,
+committed contexts, the engine's labels), valid against Bake's published JSON Schema. No Docker."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import dockerfile
+import jsonschema
+import pytest
+from click.testing import Result
+
+from builder.engine import image_build
+from builder.engine.build import git_revision
+from builder.engine.image_build import Run
+from builder.engine.settings import BuildSettings
+from builder.engine.staging import Staged
+from builder.errors import UserError
+from builder.records import ImageSpec, Plan
+from builder.render import labels
+from builder.render.context import PROBE_NAME
+from builder.spec import bake
+
+RunCli = Callable[..., Result]
+SCHEMA = Path(__file__).parent / "fixtures" / "docker-bake.schema.json"  # SchemaStore's; see fixtures/README.md
+BAKE_NAME = re.compile(r"^[a-zA-Z0-9_-]+$")  # what bake accepts for target and group names
+
+
+@pytest.fixture(scope="module")
+def schema() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(SCHEMA.read_text(encoding="utf-8"))
+    jsonschema.Draft7Validator.check_schema(data)
+    return data
+
+
+def plan_bake(cli: RunCli, matrix: Path, *args: str) -> dict[str, Any]:
+    result = cli("--matrix", str(matrix), "plan", "--format", "bake", *args)
+    assert result.exit_code == 0, result.output
+    data: dict[str, Any] = json.loads(result.stdout)
+    return data
+
+
+@pytest.fixture
+def bake_doc(cli: RunCli, root: Path, embedded_matrix_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    monkeypatch.chdir(root)  # bake resolves contexts from where it runs: the repository root
+    return plan_bake(cli, embedded_matrix_path)
+
+
+def by_name(plan: Plan) -> dict[str, ImageSpec]:
+    return {bake.target_name(s.id): s for s in plan.images}
+
+
+def test_targets_are_the_plan(bake_doc: dict[str, Any], embedded_plan: Plan, root: Path) -> None:
+    specs = by_name(embedded_plan)
+    assert sorted(bake_doc["target"]) == sorted(specs)
+    revision = git_revision(root)
+    for name, target in bake_doc["target"].items():
+        spec = specs[name]
+        assert target["tags"] == [spec.tag], name
+        assert target["context"] == f"build/bake/{spec.id}", name
+        context = root / target["context"]
+        assert (context / target["dockerfile"]).is_file(), f"{context}/{target['dockerfile']} is missing"
+        committed = json.loads((root / "images" / spec.id / "image.json").read_text(encoding="utf-8"))
+        assert target["labels"] == {labels.HASH_LABEL: spec.content_hash, labels.REVISION_LABEL: revision}, name
+        assert committed["content_hash"] == spec.content_hash, f"images/{spec.id} is stale: run `builder render`"
+        assert target["platforms"] == ["linux/amd64"], name  # the locks resolve for x86_64
+
+
+def test_validates_against_bakes_json_schema(bake_doc: dict[str, Any], schema: dict[str, Any]) -> None:
+    validator = jsonschema.Draft7Validator(schema)
+    errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(bake_doc)]
+    assert errors == []
+    broken = json.loads(json.dumps(bake_doc))
+    next(iter(broken["target"].values()))["dockerfil"] = "Dockerfile"  # a field bake does not have
+    assert not validator.is_valid(broken), "the schema accepts anything: the check above proves nothing"
+
+
+def test_names_are_bake_names_and_lead_back_to_the_image(bake_doc: dict[str, Any]) -> None:
+    for name in [*bake_doc["target"], *bake_doc["group"]]:
+        assert BAKE_NAME.fullmatch(name), name
+    for name, target in bake_doc["target"].items():
+        image_id = target["tags"][0].rsplit(":", 1)[1]
+        assert bake.target_name(image_id) == name
+    assert not set(bake_doc["target"]) & set(bake_doc["group"])
+
+
+def test_groups(bake_doc: dict[str, Any], embedded_plan: Plan) -> None:
+    specs = by_name(embedded_plan)
+    groups = {name: group["targets"] for name, group in bake_doc["group"].items()}
+    assert groups["default"] == sorted(specs)
+    for base in {s.base.name for s in specs.values()}:
+        assert groups[f"base-{bake.target_name(base)}"] == sorted(n for n, s in specs.items() if s.base.name == base)
+    for vendor in {s.base.vendor for s in specs.values()}:
+        assert groups[f"vendor-{vendor}"] == sorted(n for n, s in specs.items() if s.base.vendor == vendor)
+    local = sorted(n for n, s in specs.items() if s.base.bootstrap)
+    assert local, "the embedded matrix has bootstrapped bases; this test needs one"
+    assert groups[bake.LOCAL_BASE_GROUP] == local
+    assert groups[bake.REGISTRY_BASE_GROUP] == sorted(set(specs) - set(local))
+    assert "builder-base/debian12:latest" in bake_doc["group"][bake.LOCAL_BASE_GROUP]["description"]
+
+
+def test_selection_and_determinism(cli: RunCli, root: Path, embedded_matrix_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(root)
+    first = cli("--matrix", str(embedded_matrix_path), "plan", "--format", "bake", "--select", "base=local-debian12")
+    again = cli("--matrix", str(embedded_matrix_path), "plan", "--format", "bake", "--select", "base=local-debian12")
+    assert first.exit_code == 0, first.output
+    assert first.stdout == again.stdout
+    data = json.loads(first.stdout)
+    assert first.stdout == json.dumps(data, indent=2, sort_keys=True) + "\n"
+    assert bake.REGISTRY_BASE_GROUP not in data["group"]  # no empty groups
+    assert set(data["group"][bake.LOCAL_BASE_GROUP]["targets"]) == set(data["target"])
+
+
+def test_contexts_are_relative_to_where_bake_runs(
+    cli: RunCli, root: Path, embedded_matrix_path: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (tmp_path / "run-here").mkdir()
+    monkeypatch.chdir(tmp_path / "run-here")
+    data = plan_bake(cli, embedded_matrix_path, "--select", "base=local-debian12", "--contexts", str(tmp_path / "ctx"))
+    for target in data["target"].values():
+        assert target["context"].startswith("../ctx/")
+        assert (tmp_path / "run-here" / target["context"] / "Dockerfile").is_file()
+
+
+def test_labels_are_the_ones_the_engine_build_adds(embedded_plan: Plan, tmp_path: Path) -> None:
+    """The engine's own build path, with a fake engine that records what it is asked to build."""
+    seen: dict[str, Any] = {}
+
+    class Api:
+        def build(self, **kwargs: Any) -> list[dict[str, str]]:
+            seen.update(kwargs)
+            return [{"stream": "Successfully built 0123456789ab\n"}]
+
+    class Client:
+        api = Api()
+
+    spec = embedded_plan.images[0]
+    run = Run(settings=BuildSettings(), build_dir=tmp_path, lock_dir=tmp_path, revision="0" * 40)
+    image_build._attempt(run, Client(), spec, Staged(tmp_path, (), ()), None, tmp_path / "build.log", 1, set())
+    assert seen["tag"] == bake.target(spec, "images", run.revision)["tags"][0]
+    assert seen["labels"] == bake.build_labels(spec, run.revision)
+
+
+def test_every_file_a_dockerfile_copies_is_in_its_bake_context(bake_doc: dict[str, Any], root: Path) -> None:
+    """The bake contexts are complete: images/<id>/ as rendered plus the probe `builder build` stages,
+    byte for byte, so a remote builder needs nothing else."""
+    for name, target in bake_doc["target"].items():
+        context = root / target["context"]
+        text = (context / target["dockerfile"]).read_text(encoding="utf-8")
+        sources = [
+            source
+            for i in dockerfile.parse_string(text)
+            if i.cmd.upper() in ("COPY", "ADD") and not any(f.startswith("--from") for f in i.flags)
+            for source in i.value[:-1]
+            if not any(c in source for c in "*?[")  # `.builder*`, `.builder/ca.pe[m]`: optional, only `builder build` stages them
+        ]
+        missing = {s for s in sources if not (context / s).is_file()}
+        assert not missing, f"{name}: {sorted(missing)} are not in {target['context']}"
+        assert (context / PROBE_NAME).read_bytes() == (root / "builder" / "probes" / PROBE_NAME).read_bytes()
+        image = (context / target["dockerfile"]).parent.name
+        for committed in (root / "images" / image).iterdir():
+            if committed.name != "image.json":
+                assert (context / committed.name).read_bytes() == committed.read_bytes(), f"{image}/{committed.name} differs from images/"
+
+
+def test_two_ids_on_one_bake_name_are_an_error(embedded_plan: Plan) -> None:
+    spec = embedded_plan.images[0]
+    with pytest.raises(UserError, match="both become bake name"):
+        bake.bake_file([replace(spec, id="a.b"), replace(spec, id="a_b")])
+
+
+def test_an_unhashed_spec_is_refused(embedded_plan: Plan) -> None:
+    with pytest.raises(ValueError, match="no content hash"):
+        bake.bake_file([replace(embedded_plan.images[0], content_hash="")])

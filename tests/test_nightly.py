@@ -1,0 +1,127 @@
+"""The nightly's pure parts: the comparison with the previous run, the history file, the summary."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import filelock
+import pytest
+
+from builder.nightly import history
+from builder.nightly.compare import NightlyReport, Outcome, classify, compare, regressions
+from builder.nightly.summary import render
+from tests.catalog_fixtures import record
+
+WriteMatrix = Callable[..., Path]
+
+
+@pytest.mark.parametrize(
+    ("before", "now", "kind"),
+    [
+        ("passed", "failed", "regression"),
+        ("gpu-skipped", "build-failed", "regression"),
+        ("passed", "lock-failed", "regression"),
+        ("passed", "passed", "passing"),
+        ("failed", "passed", "fixed"),
+        ("failed", "failed", "still-failing"),
+        (None, "failed", "new-failure"),
+        (None, "passed", "new"),
+        ("passed", "not-run", "not-run"),
+    ],
+)
+def test_classify(before: str | None, now: str, kind: str) -> None:
+    assert classify(before, now) == kind
+
+
+def test_regressions_sort_first_then_by_id() -> None:
+    outcomes = [Outcome("a-new", "passed"), Outcome("b-reg", "failed", "boom"), Outcome("c-ok", "passed"), Outcome("d-reg", "build-failed")]
+    rows = compare({"b-reg": "passed", "c-ok": "passed", "d-reg": "passed"}, outcomes)
+    assert [(r.id, r.kind) for r in rows] == [("b-reg", "regression"), ("d-reg", "regression"), ("a-new", "new"), ("c-ok", "passing")]
+    assert [r.id for r in regressions(rows)] == ["b-reg", "d-reg"]
+
+
+def test_history_round_trip_merges_over_the_last_run_and_the_catalog(tmp_path: Path) -> None:
+    known = [record("torch2.14.1-cu130-py3.11-debian12")]
+    assert history.previous(tmp_path, known) == {"torch2.14.1-cu130-py3.11-debian12": "passed"}
+    history.save(tmp_path, "2026-12-01T00:00:00Z", [Outcome("x", "passed"), Outcome("y", "failed", "why")])
+    history.save(tmp_path, "2026-12-02T00:00:00Z", [Outcome("y", "passed"), Outcome("z", "not-run")])
+    seen = history.previous(tmp_path, known)
+    assert seen == {"torch2.14.1-cu130-py3.11-debian12": "passed", "x": "passed", "y": "passed"}
+    doc = json.loads(history.path(tmp_path).read_text())
+    assert [e["id"] for e in doc["images"]] == ["x", "y"] and doc["images"][1]["date"] == "2026-12-02T00:00:00Z"
+
+
+def test_a_corrupt_history_falls_back_to_the_catalog(tmp_path: Path) -> None:
+    history.path(tmp_path).parent.mkdir(parents=True)
+    history.path(tmp_path).write_text("{not json")
+    assert history.previous(tmp_path, []) == {}
+    history.save(tmp_path, "d", [Outcome("x", "failed")])  # and the next run replaces it whole
+    assert history.previous(tmp_path, []) == {"x": "failed"}
+
+
+@dataclass(frozen=True)
+class _Release:
+    framework: str = "torch"
+    version: str = "2.15.0"
+    status: str = "needs rules"
+    requires_python: str = ">=3.10"
+    cuda: str = "cu130"
+    numpy: str = ""
+    reason: str = "torch 2.15 has no row | add it"
+
+
+def test_summary_lists_regressions_first_with_the_diagnosis() -> None:
+    outcomes = (Outcome("jax-img", "failed", "import jax failed (cause: numpy broken; fix: pin it)", rebuilt=True), Outcome("numba-img", "passed"))
+    changes = tuple(compare({"jax-img": "passed", "numba-img": "passed"}, outcomes))
+    report = NightlyReport(
+        "2026-12-01T03:00:00Z", changes, outcomes, releases=(_Release(),), applied=("matrix.yaml: frameworks.numba += 0.68.0",),
+        drift=(("jax-img", (("numpy", "2.4.6", "2.4.99"),)),), notes=("publish: registry down",),
+    )  # fmt: skip
+    text = render(report)
+    lines = text.splitlines()
+    assert lines[0] == "# Nightly 2026-12-01T03:00:00Z: 1 regression(s)"
+    assert lines[2] == "## Regressions (passed before, fail now)"
+    assert "| jax-img | passed | failed | import jax failed (cause: numpy broken; fix: pin it) |" in lines
+    assert text.index("## Regressions") < text.index("> publish: registry down") < text.index("## New releases")
+    assert "torch 2.15 has no row \\| add it" in text  # a pipe in a cell cannot break the table
+    assert "- `jax-img`: numpy 2.4.6 -> 2.4.99" in lines
+    assert "`matrix.yaml: frameworks.numba += 0.68.0`" in text
+    table = text.split("## Images", 1)[1]
+    assert table.index("jax-img") < table.index("numba-img")
+    assert report.regressed
+
+
+def test_summary_without_anything_new() -> None:
+    outcomes = (Outcome("a", "passed"),)
+    text = render(NightlyReport("d", tuple(compare({"a": "passed"}, outcomes)), outcomes))
+    assert text.splitlines()[0] == "# Nightly d: no regressions"
+    assert "none newer than matrix.yaml lists" in text and "no lock changed" in text
+
+
+def _nightly(matrix: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "builder", "--matrix", str(matrix), "nightly", *args], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def test_a_second_nightly_on_one_workspace_is_refused(write_matrix: WriteMatrix, tmp_path: Path) -> None:
+    matrix = write_matrix()
+    lock = tmp_path / "build" / "nightly" / ".nightly.lock"
+    lock.parent.mkdir(parents=True)
+    with filelock.FileLock(str(lock)):
+        done = _nightly(matrix, "--no-updates", "--no-publish")
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [f"error: another `builder nightly` is running on this workspace (it holds {lock}); wait for it to finish"]
+    assert not (tmp_path / "images").exists()  # refused before anything was written
+
+
+def test_a_bad_registry_is_refused_before_anything_runs(write_matrix: WriteMatrix, tmp_path: Path) -> None:
+    done = _nightly(write_matrix(), "--registry", "Not A/Repo:tag", "--no-updates")
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: --registry 'Not A/Repo:tag' is not a repository") and "Traceback" not in done.stderr
+    assert not (tmp_path / "images").exists() and not (tmp_path / "build").exists()
