@@ -196,3 +196,14 @@ def test_bad_unlocked_entries_are_one_line_errors(tmp_path: Path, small_matrix: 
     path.write_text(small_matrix + "unlocked:\n" + entry, encoding="utf-8")
     with pytest.raises(UserError, match=complaint):
         load_matrix(path)
+
+
+def test_a_lock_reads_the_same_whichever_temp_folder_uv_ran_in() -> None:
+    """uv annotates `# via -r /tmp/builder-lock-XXXX/requirements.in`: left in, every re-lock would
+    change the text, the content hash and so rebuild every image every night (found by the nightly test)."""
+    resolved = "numpy==2.4.6 \\\n    --hash=sha256:{h}\n    # via\n    #   -r {d}/requirements.in\n    #   -c {d}/constraints.txt\n    #   numba\n"
+    h = "a" * 64
+    one = lock_text("img", "sha256:" + "0" * 64, "3.11", "x86_64-manylinux_2_36", resolved.format(h=h, d="/tmp/builder-lock-abc123"))
+    two = lock_text("img", "sha256:" + "0" * 64, "3.11", "x86_64-manylinux_2_36", resolved.format(h=h, d="/tmp/builder-lock-zz_9"))
+    assert one == two
+    assert "#   -r requirements.in" in one and "#   -c constraints.txt" in one and "builder-lock-" not in one

@@ -26,6 +26,9 @@ LIBRARIES: dict[str, tuple[str, ...]] = {
 }
 
 
+_TEMP_INPUT = re.compile(r"(-[rc]) \S*/(requirements\.in|constraints\.txt)\b")
+
+
 def lock_text(image: str, inputs: str, python: str, platform: str, resolved: str) -> str:
     head = [
         f"{HEADER} for {image}: every package pinned with its hashes; do not edit.",
@@ -34,6 +37,7 @@ def lock_text(image: str, inputs: str, python: str, platform: str, resolved: str
         f"# target: python {python}, {platform}",
     ]
     body = "\n".join(line for line in resolved.splitlines() if not line.startswith(("--index-url", "--extra-index-url", "--find-links")))
+    body = _TEMP_INPUT.sub(r"\1 \2", body)  # uv names its inputs by their temp path: the same lock must read the same
     return "\n".join(head) + "\n" + body.strip("\n") + "\n"
 
 

@@ -151,8 +151,13 @@ def _current(results_dir: Path, spec: ImageSpec) -> bool:
     return result is not None and result.get("content_hash") == spec.content_hash and result.get("verdict") in (*app.TEST_OK, "failed")
 
 
-def _detail(failures: Sequence[str], diagnoses: Sequence[dict[str, str]]) -> str:
-    first = " ".join(str(failures[0]).split())[:300] if failures else ""
+def _detail(failures: Sequence[str], diagnoses: Sequence[dict[str, str]], probe: dict[str, Any] | None = None) -> str:
+    """What broke, in one line: each failed framework's own error from the probe (with its cause
+    chain), else the first failing check; then the known diagnosis, if one matched."""
+    frameworks = (probe or {}).get("frameworks") or {}
+    broken = [f"{name}: {r.get('reason')}" for name, r in sorted(frameworks.items()) if isinstance(r, dict) and r.get("status") == "failed"]
+    first = "; ".join(broken) or (str(failures[0]) if failures else "")
+    first = " ".join(first.split())[:400]
     diagnosis = next((d for d in diagnoses if d.get("cause")), None)
     if diagnosis:
         return f"{first} (cause: {diagnosis['cause']}; fix: {diagnosis.get('fix', '')})" if first else f"{diagnosis['cause']}; fix: {diagnosis.get('fix', '')}"
@@ -169,9 +174,9 @@ def _outcome(spec: ImageSpec, lock_failed: dict[str, str], built: dict[str, Any]
         return Outcome(spec.id, "build-failed", reason or b.status, spec.content_hash, rebuilt)
     if spec.id in tested:
         t = tested[spec.id]
-        return Outcome(spec.id, t.verdict, _detail(t.failures, t.diagnoses), spec.content_hash, rebuilt)
+        return Outcome(spec.id, t.verdict, _detail(t.failures, t.diagnoses, t.probe), spec.content_hash, rebuilt)
     stored = gate.read_result(results_dir, spec.id) or {}
-    return Outcome(spec.id, str(stored.get("verdict", "not-run")), _detail(stored.get("failures") or [], stored.get("diagnoses") or []), spec.content_hash)
+    return Outcome(spec.id, str(stored.get("verdict", "not-run")), _detail(stored.get("failures") or [], stored.get("diagnoses") or [], stored.get("probe")), spec.content_hash)
 
 
 def _publish(

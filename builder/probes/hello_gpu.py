@@ -791,9 +791,22 @@ def run_one(name: str, channel: IO[str]) -> None:
     try:
         CHECKS[name](p)
     except (Exception, SystemExit) as exc:  # SystemExit: some imports give up with sys.exit()
-        p.error, p.error_stage = f"{type(exc).__name__}: {exc}", p.stage
+        p.error, p.error_stage = error_chain(exc), p.stage
         traceback.print_exc(file=sys.stderr)
     p.enter("done")
+
+
+def error_chain(exc: BaseException, depth: int = 3) -> str:
+    """`Type: message`, then what caused it (`<- Type: message`): an extension that fails to
+    initialise says only that; the cause (a broken NumPy, a missing library) is in the chain."""
+    parts: list[str] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen and len(parts) < depth:
+        seen.add(id(current))
+        parts.append(f"{type(current).__name__}: {current}")
+        current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
+    return " <- ".join(parts)
 
 
 def _child_main(name: str, expected: dict[str, str]) -> int:

@@ -106,8 +106,20 @@ def registry_digest(client: Any, reference: str) -> str:
 
 
 def push_as(client: Any, spec: ImageSpec, repository: str, tag: str, log: Callable[[str], None]) -> str:
+    """Tag spec's image as repository:tag and push it. A push that fails takes its tag back: the
+    engine keeps no tag for an image the registry never got (a tag that named another image
+    before names it again)."""
+    target = f"{repository}:{tag}"
+    before = engine.image_id(client, target)
     client.api.tag(spec.tag, repository, tag=tag)
-    return push.push_image(client, f"{repository}:{tag}", log=log)
+    try:
+        return push.push_image(client, target, log=log)
+    except BaseException:
+        if before is None:
+            engine.remove_image_quietly(client, target)  # an untag: the image stays under spec.tag
+        else:
+            client.api.tag(before, repository, tag=tag)
+        raise
 
 
 def publish_one(

@@ -170,7 +170,7 @@ class _Failing(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.mark.parametrize("state", ["down", "failing"])
-def test_a_registry_that_is_down_or_failing_is_one_line_and_leaves_the_catalog(published: tuple[Path, Any], state: str) -> None:
+def test_a_registry_that_is_down_or_failing_is_one_line_and_leaves_the_catalog(published: tuple[Path, Any], state: str, docker_client: Any) -> None:
     catalog, _ = published
     before = (catalog / "known-good.json").read_bytes()
     numba = next(s for s in SLICE if s.stack == "numba")
@@ -190,6 +190,8 @@ def test_a_registry_that_is_down_or_failing_is_one_line_and_leaves_the_catalog(p
     assert "failed after 4 tries (network)" in done.stdout and "is the registry up" in done.stdout, done.stdout
     assert time.monotonic() - started < 300, "retries are bounded"
     assert (catalog / "known-good.json").read_bytes() == before
+    stray = [t for image in docker_client.api.images() for t in image.get("RepoTags") or [] if t.startswith(f"127.0.0.1:{port}/")]
+    assert stray == [], f"a failed push left its tag in the engine: {stray}"
 
 
 def test_two_publishers_at_once_both_land(tested: None, tmp_path: Path, docker_client: Any) -> None:
