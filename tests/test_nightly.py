@@ -125,3 +125,12 @@ def test_a_bad_registry_is_refused_before_anything_runs(write_matrix: WriteMatri
     assert done.returncode == 2
     assert done.stderr.startswith("error: --registry 'Not A/Repo:tag' is not a repository") and "Traceback" not in done.stderr
     assert not (tmp_path / "images").exists() and not (tmp_path / "build").exists()
+
+
+def test_a_broken_matrix_stops_the_nightly_before_anything_is_written(tmp_path: Path) -> None:
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text("registry: x\nbases: [\n", encoding="utf-8")
+    done = _nightly(matrix, "--no-publish")
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1].startswith(f"error: {matrix}:3: YAML syntax error")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["matrix.yaml"]

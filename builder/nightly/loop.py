@@ -63,6 +63,7 @@ Updates = Callable[[Workspace, NightlyOptions], tuple[tuple[Any, ...], tuple[str
 def nightly(matrix_path: Path, options: NightlyOptions, events: NightlyEvents, updates: Updates | None = None) -> NightlyReport:
     """One nightly at a time per workspace: it edits matrix.yaml, images/ and the catalog."""
     ws = Workspace.locate(str(matrix_path))
+    ws.decided  # noqa: B018 - a matrix that does not load or plan stops here, before anything is written
     lock_file = history.path(ws.build_dir).with_name(".nightly.lock")
     lock_file.parent.mkdir(parents=True, exist_ok=True)
     try:
