@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from builder.updates.releases import Release
+
 OK = ("passed", "gpu-skipped")
 BAD = ("failed", "build-failed", "lock-failed", "not-built")
 KINDS = ("regression", "new-failure", "still-failing", "fixed", "new", "passing", "not-run")
@@ -73,7 +75,7 @@ class NightlyReport:
     date: str
     changes: tuple[Change, ...]
     outcomes: tuple[Outcome, ...]
-    releases: tuple[object, ...] = ()  # builder.updates.releases.Release rows
+    releases: tuple[Release, ...] = ()
     applied: tuple[str, ...] = ()  # matrix.yaml edits ("frameworks.torch += 2.14.2")
     drift: tuple[tuple[str, tuple[tuple[str, str | None, str | None], ...]], ...] = ()  # id -> lock changes
     notes: tuple[str, ...] = ()  # stages that could not run, and why

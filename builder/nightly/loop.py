@@ -27,6 +27,7 @@ from builder.nightly.compare import NightlyReport, Outcome, compare
 from builder.publish import gate
 from builder.records import ImageSpec
 from builder.render.tree import write_tree
+from builder.updates.releases import Release
 from builder.workspace import Workspace
 
 UNREACHABLE = "unreachable"  # a lock that could not reach its index keeps its old lock: not the image's fault
@@ -57,7 +58,7 @@ class NightlyEvents(Protocol):
 
 
 # (workspace, options) -> (release rows, matrix.yaml edits); injectable so the loop is testable offline
-Updates = Callable[[Workspace, NightlyOptions], tuple[tuple[Any, ...], tuple[str, ...]]]
+Updates = Callable[[Workspace, NightlyOptions], tuple[tuple[Release, ...], tuple[str, ...]]]
 
 
 def nightly(matrix_path: Path, options: NightlyOptions, events: NightlyEvents, updates: Updates | None = None) -> NightlyReport:
@@ -79,7 +80,7 @@ def _nightly(ws: Workspace, matrix_path: Path, options: NightlyOptions, events: 
     before = history.previous(ws.build_dir, catalog.load())
     notes: list[str] = []
 
-    releases: tuple[Any, ...] = ()
+    releases: tuple[Release, ...] = ()
     applied: tuple[str, ...] = ()
     if options.updates:
         events.stage("updates")
@@ -123,7 +124,7 @@ def _nightly(ws: Workspace, matrix_path: Path, options: NightlyOptions, events: 
     return NightlyReport(date, tuple(compare(before, outcomes)), tuple(outcomes), releases, applied, drift, tuple(notes))
 
 
-def check_updates(ws: Workspace, options: NightlyOptions) -> tuple[tuple[Any, ...], tuple[str, ...]]:
+def check_updates(ws: Workspace, options: NightlyOptions) -> tuple[tuple[Release, ...], tuple[str, ...]]:
     """The default Updates: the index's JSON API, then matrix.yaml edited for what the rules can place."""
     from builder.updates import apply, releases
 

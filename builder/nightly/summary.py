@@ -32,18 +32,7 @@ def render(report: NightlyReport) -> str:
         out.append("")
     out += ["## New releases", ""]
     if report.releases:
-        found = (
-            (
-                getattr(r, "framework", ""),
-                getattr(r, "version", ""),
-                getattr(r, "status", ""),
-                getattr(r, "requires_python", "") or "",
-                getattr(r, "cuda", "") or "",
-                getattr(r, "numpy", "") or "",
-                getattr(r, "reason", ""),
-            )
-            for r in report.releases
-        )
+        found = ((r.framework, r.version, r.status, r.requires_python or "", r.cuda or "", r.numpy or "", r.reason) for r in report.releases)
         out += _table(("framework", "release", "status", "Requires-Python", "CUDA", "NumPy", "detail"), found)
     else:
         out.append("none newer than matrix.yaml lists")

@@ -4,7 +4,6 @@ comparison (regressions first) and the release table."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -16,6 +15,7 @@ from builder.ui.lock import LockLines
 from builder.ui.rows import print_rows
 from builder.ui.status import styled
 from builder.ui.test import TestLines
+from builder.updates.releases import Release
 
 
 class NightlyLines:
@@ -41,7 +41,7 @@ class NightlyLines:
         return PublishLines(self.err)
 
 
-def print_releases(out: Console, releases: Sequence[Any]) -> None:
+def print_releases(out: Console, releases: Sequence[Release]) -> None:
     rows = [
         (r.framework, r.version, r.status, r.requires_python or "", r.cuda or "", r.numpy or "", r.reason)
         for r in releases

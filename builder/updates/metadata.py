@@ -36,7 +36,7 @@ class Meta:
 # --- the index's documents --------------------------------------------------------------------
 
 
-def _is_linux_wheel(file: Mapping[str, Any]) -> bool:
+def is_linux_wheel(file: Mapping[str, Any]) -> bool:
     name = str(file.get("filename", ""))
     if file.get("yanked") is True or not name.endswith(".whl") or file.get("packagetype", "bdist_wheel") != "bdist_wheel":
         return False
@@ -51,7 +51,7 @@ def available(doc: Mapping[str, Any], project: str) -> set[str]:
     return {
         str(v)
         for v, files in releases.items()
-        if isinstance(files, list) and any(isinstance(f, Mapping) and _is_linux_wheel(f) for f in files)
+        if isinstance(files, list) and any(isinstance(f, Mapping) and is_linux_wheel(f) for f in files)
     }
 
 

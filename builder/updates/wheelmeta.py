@@ -17,6 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import urljoin
 
+from builder.updates.metadata import is_linux_wheel
+
 BLOCK = 256 * 1024  # zipfile reads in small pieces; fetch aligned blocks and keep them
 MAX_BLOCKS = 64  # at most 16 MiB read per wheel (a central directory of ~100k files)
 
@@ -29,17 +31,7 @@ class NoWheel(Exception):
 
 def linux_wheel(files: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     """The first non-yanked Linux x86_64 wheel of a release's files (CPython 3.11 first, if there is one)."""
-    wheels = [
-        f
-        for f in files
-        if isinstance(f, Mapping)
-        and str(f.get("filename", "")).endswith(".whl")
-        and ("manylinux" in str(f.get("filename")) or "linux_x86_64" in str(f.get("filename")))
-        and "x86_64" in str(f.get("filename"))
-        and not f.get("yanked")
-        and isinstance(f.get("size"), int)
-        and f.get("url")
-    ]
+    wheels = [f for f in files if isinstance(f, Mapping) and is_linux_wheel(f) and isinstance(f.get("size"), int) and f.get("url")]
     wheels.sort(key=lambda f: ("cp311" not in str(f["filename"]), str(f["filename"])))
     return wheels[0] if wheels else None
 
