@@ -499,7 +499,7 @@ def updates(ws: Workspace, do_apply: bool, fmt: str, index_json_url: str | None,
 def nightly(ws: Workspace, /, select_expr: str | None, summary_path: str | None, jobs: int, gpu: str, timeout_s: int, **kwargs: Any) -> None:
     """updates -> plan -> lock -> build what changed -> test -> publish what passed -> report; exit 1 on a regression."""
     from builder import app
-    from builder.catalog.store import write_atomic
+    from builder.fsio import write_atomic
     from builder.nightly import loop, summary
     from builder.ui.nightly import NightlyLines, print_nightly
 

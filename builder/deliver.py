@@ -217,7 +217,7 @@ def report(ws: Workspace, catalog: Catalog, markdown: Path, html: Path) -> Repor
     """docs/support-matrix.md and build/report/index.html from the plan, build/results and the catalog."""
     import json
 
-    from builder.catalog.store import write_atomic
+    from builder.fsio import write_atomic
     from builder.report.html import render_html
     from builder.report.markdown import render_markdown
     from builder.report.model import build_report

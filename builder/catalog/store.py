@@ -9,8 +9,6 @@ fails before `add` leaves the catalog byte for byte as it was.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -19,6 +17,7 @@ import filelock
 
 from builder.catalog.records import SCHEMA, KnownGood, RecordError, from_json
 from builder.errors import UserError
+from builder.fsio import write_atomic
 
 CATALOG_FILE = "known-good.json"
 MANIFESTS = "manifests"
@@ -83,18 +82,3 @@ def render(records: Sequence[KnownGood]) -> str:
     """The catalog file's bytes: deterministic (sorted records, sorted keys, one trailing newline)."""
     doc = {"schema": SCHEMA, "images": [r.to_json() for r in sorted(records, key=lambda r: r.id)]}
     return json.dumps(doc, indent=2, sort_keys=True) + "\n"
-
-
-def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from builder.catalog.records import KnownGood
-from builder.catalog.store import write_atomic
+from builder.fsio import write_atomic
 from builder.nightly.compare import Outcome
 
 SCHEMA = 1
