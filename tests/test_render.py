@@ -24,6 +24,7 @@ from builder.lock.files import parse
 from builder.records import ImageSpec
 from builder.render import templates
 from builder.render.context import PROBE
+from builder.render.labels import BUILT_BY_LABEL, BUILT_BY_VALUE
 from builder.render.tree import MANIFEST, manifest_bytes
 from builder.spec.matrix import load_matrix
 from builder.spec.plan import image_entry, make_plan
@@ -116,7 +117,7 @@ def pairs(values: tuple[str, ...]) -> dict[str, str]:
 
 def expected_sequence(spec: ImageSpec) -> list[str]:
     runtime = (
-        ["FROM", "USER"] + (["ENV"] if spec.base.vendor != "cpu" else []) + (["COPY", "RUN"] if spec.python_packages else []) + ["RUN"]
+        ["FROM", "LABEL", "USER"] + (["ENV"] if spec.base.vendor != "cpu" else []) + (["COPY", "RUN"] if spec.python_packages else []) + ["RUN"]
     )
     build = ["FROM", "ARG", "LABEL", "ARG", "ARG", "COPY", "RUN"]
     final = ["FROM", "COPY", "COPY", "RUN", "ENV"] + ["ENV"] * len(spec.frameworks) + ["LABEL", "USER", "WORKDIR", "CMD"]
@@ -167,6 +168,16 @@ def test_from_is_the_base(rendered: Rendered) -> None:
         first_from = next(i for i in instructions(text) if i.cmd.upper() == "FROM")
         expected = spec.base.image if spec.base.bootstrap is None else f"builder-base/{spec.base.os}:latest"
         assert first_from.value[0] == expected, spec.id
+
+
+def test_every_step_after_the_base_carries_the_built_by_label(rendered: Rendered) -> None:
+    """Issue #14 finding 20: the intermediate images of a failed build carried no label of ours,
+    so `builder clean` could not tell them from anyone else's. The label comes right after the
+    first FROM: every image the build commits inherits it, the build and final stages too."""
+    for spec, text in each_image(rendered):
+        parsed = instructions(text)
+        assert parsed[0].cmd.upper() == "FROM" and parsed[1].cmd.upper() == "LABEL", spec.id
+        assert pairs(parsed[1].value) == {BUILT_BY_LABEL: BUILT_BY_VALUE}, spec.id
 
 
 def test_last_user_is_not_root(rendered: Rendered) -> None:

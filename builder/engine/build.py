@@ -4,20 +4,27 @@ An image whose tag already carries the plan's content hash is skipped without to
 context. Leftovers of killed runs are swept first, bootstrapped bases are made next, then the
 images `jobs` at a time (engine/image_build.py builds each). Ctrl-C and SIGTERM cancel the running
 builds in the engine; every staged context is removed however the run ends.
+
+Stopping never waits on a build: each runs in a daemon thread that may sit for minutes in a socket
+read (a `RUN` step that prints nothing). An interrupt shuts those sockets down (the engine cancels
+the build), removes the step's container, gives the workers STOP_GRACE_S to report, and returns;
+a worker still stuck after that cannot hold the process at exit.
 """
 
 from __future__ import annotations
 
 import contextlib
+import queue
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from builder.engine import bootstrap, leftovers, secrets
+from builder.engine import client as engine
 from builder.engine.image_build import BuildResult, Run, build_image, up_to_date
 from builder.errors import UserError
 from builder.records import Base, ImageSpec
@@ -26,6 +33,7 @@ from builder.render.labels import HASH_LABEL
 
 Client = Any
 ClientFactory = Callable[[], Client]
+STOP_GRACE_S = 3.0  # how long an interrupt waits for cancelled builds to report before it gives up on them
 __all__ = ["HASH_LABEL", "BuildResult", "Builder", "built_hashes", "git_revision"]
 
 
@@ -59,6 +67,7 @@ class Builder:
     def __post_init__(self) -> None:
         self._clients: list[Client] = []
         self._lock = threading.Lock()
+        self._interrupted = False
 
     @property
     def stop(self) -> threading.Event:
@@ -68,15 +77,31 @@ class Builder:
         client = self.make_client()
         with self._lock:
             self._clients.append(client)
+            if self._interrupted:  # made after the interrupt: its streams end on arrival
+                engine.cut_streams(client)
         return client
 
     def interrupt(self) -> None:
-        """Ctrl-C / SIGTERM: stop starting builds and cut the running ones (the engine cancels them)."""
+        """Ctrl-C / SIGTERM: stop starting builds and cut the running ones, in bounded time.
+
+        Closing a client does not wake a worker blocked reading the build stream; shutting its
+        socket down does (engine.cut_streams), and the engine then cancels the build. The step's
+        container is removed too (the engine does it as well; this covers a slow engine), from a
+        daemon thread given STOP_GRACE_S, so a wedged engine cannot hold the interrupt.
+        """
         self.stop.set()
         with self._lock:
-            for client in self._clients:
-                with contextlib.suppress(Exception):  # closing a dying client must not mask the interrupt
-                    client.close()
+            if self._interrupted:
+                return
+            self._interrupted = True
+            clients = list(self._clients)
+        for client in clients:
+            engine.cut_streams(client)
+        containers = list(self.run.step_containers.values())
+        if containers and clients:
+            remover = threading.Thread(target=_remove_all, args=(self.make_client, containers), daemon=True)
+            remover.start()
+            remover.join(STOP_GRACE_S)
 
     # -- bases ---------------------------------------------------------------------------
     def ensure_bases(self, specs: Sequence[ImageSpec]) -> dict[str, str]:
@@ -133,6 +158,7 @@ class Builder:
                     self.run.secrets = server
                     self._run_pool(todo, jobs, force, keep_going, done, on_done)
         except KeyboardInterrupt:
+            self.interrupt()  # idempotent; also cuts a base's import when the interrupt came during bootstrap
             self.partial = self._ordered(specs, done, "interrupted")
             raise
         finally:
@@ -155,33 +181,49 @@ class Builder:
         on_done: Callable[[BuildResult], None] | None,
     ) -> None:
         pending = list(todo)
-        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            running: dict[Future[BuildResult], ImageSpec] = {}
-            try:
-                while pending or running:
-                    while pending and len(running) < max(1, jobs) and not self.stop.is_set():
-                        spec = pending.pop(0)
-                        running[pool.submit(self.build_one, spec, force)] = spec
-                    if not running:
-                        break
-                    finished, _ = wait(running, timeout=0.5, return_when=FIRST_COMPLETED)
-                    for future in finished:
-                        spec = running.pop(future)
-                        result = self._result(future, spec)
-                        done[spec.id] = result
-                        if on_done:
-                            on_done(result)
-                        if result.status == "failed" and not keep_going:
-                            pending.clear()
-            except KeyboardInterrupt:
-                self.interrupt()
-                for future, spec in running.items():
-                    done[spec.id] = self._result(future, spec)
-                raise
+        finished: queue.Queue[tuple[ImageSpec, BuildResult]] = queue.Queue()
+        running: set[str] = set()
 
-    @staticmethod
-    def _result(future: Future[BuildResult], spec: ImageSpec) -> BuildResult:
+        def record(spec: ImageSpec, result: BuildResult) -> None:
+            running.discard(spec.id)
+            done[spec.id] = result
+            if on_done:
+                on_done(result)
+            if result.status == "failed" and not keep_going:
+                pending.clear()
+
         try:
-            return future.result()
+            while pending or running:
+                while pending and len(running) < max(1, jobs) and not self.stop.is_set():
+                    spec = pending.pop(0)
+                    running.add(spec.id)
+                    threading.Thread(target=self._work, args=(spec, force, finished), name=f"build {spec.id}", daemon=True).start()
+                if not running:
+                    break
+                with contextlib.suppress(queue.Empty):
+                    record(*finished.get(timeout=0.5))
+        except KeyboardInterrupt:
+            self.interrupt()
+            deadline = time.monotonic() + STOP_GRACE_S
+            while running and time.monotonic() < deadline:
+                with contextlib.suppress(queue.Empty):
+                    spec, result = finished.get(timeout=max(0.01, deadline - time.monotonic()))
+                    running.discard(spec.id)
+                    done[spec.id] = result
+            raise
+
+    def _work(self, spec: ImageSpec, force: bool, finished: queue.Queue[tuple[ImageSpec, BuildResult]]) -> None:
+        """One image in a daemon thread; whatever happens, one result goes to `finished`."""
+        try:
+            result = self.build_one(spec, force)
         except Exception as exc:  # noqa: BLE001 - an unexpected fault fails this image, not the run
-            return BuildResult(spec.id, "failed", error=f"{type(exc).__name__}: {exc}")
+            result = BuildResult(spec.id, "interrupted" if self.stop.is_set() else "failed", error=f"{type(exc).__name__}: {exc}")
+        finished.put((spec, result))
+
+
+def _remove_all(make_client: ClientFactory, containers: Sequence[str]) -> None:
+    """Remove the containers of cancelled build steps (a fresh client: the builds' ones are cut)."""
+    with contextlib.suppress(Exception):  # the engine may be gone: it then cancels the builds itself
+        client = make_client()
+        for container_id in containers:
+            engine.remove_container_quietly(client, container_id)

@@ -85,7 +85,70 @@ def connect(timeout: int = 600) -> docker.DockerClient:
             reason = reason[:197] + "..."
         raise UserError(f"no Docker engine answers at {where}: {reason}; {START_ENGINE_HINT}") from None
     client.api.timeout = timeout
+    _track_streams(client)
     return client
+
+
+_STREAMS = "_builder_streams"  # attribute on a client: [cut (bool), its streaming responses]
+
+
+def _track_streams(client: docker.DockerClient) -> None:
+    """Remember every streaming response (build, pull, push) the client receives, so `cut_streams`
+    can end them from another thread. A stream that arrives after the cut is cut on arrival."""
+    state: list[Any] = [False]
+
+    def remember(response: Any, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("stream"):
+            state[1:] = [r for r in state[1:] if not getattr(r.raw, "closed", True)]
+            state.append(response)
+            if state[0]:
+                _shutdown(response)
+        return response
+
+    client.api.hooks["response"].append(remember)
+    setattr(client, _STREAMS, state)
+
+
+def _socket_of(response: Any) -> socket.socket | None:
+    """The socket under a streaming response (urllib3 keeps its connection while it streams)."""
+    connection = getattr(response.raw, "_connection", None)
+    sock = getattr(connection, "sock", None)
+    if sock is None:  # fall back to http.client's reader: fp (BufferedReader) -> raw (SocketIO) -> _sock
+        sock = getattr(getattr(getattr(getattr(response.raw, "_fp", None), "fp", None), "raw", None), "_sock", None)
+    return sock if isinstance(sock, socket.socket) else None
+
+
+def _shutdown(response: Any) -> None:
+    sock = _socket_of(response)
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+
+def cut_streams(client: Any) -> int:
+    """End the client's open streams now (and any it receives later); the number cut.
+
+    Closing a client does not wake a thread blocked reading a stream (a build step that prints
+    nothing for minutes): shutting the socket down does, at once, with an error. The engine sees its
+    client gone and cancels the work: the classic builder kills and removes the step's container.
+    """
+    state = getattr(client, _STREAMS, None)
+    if state is None:
+        return 0
+    state[0] = True
+    responses = list(state[1:])
+    for response in responses:
+        _shutdown(response)
+    return len(responses)
+
+
+def remove_container_quietly(client: Any, container_id: str) -> bool:
+    """Force-remove a container; False when it was gone already or the engine did not answer."""
+    try:
+        client.api.remove_container(container_id, force=True, v=True)
+    except (DockerException, OSError):
+        return False
+    return True
 
 
 def image_labels(client: docker.DockerClient, ref: str) -> dict[str, str] | None:

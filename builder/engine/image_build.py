@@ -36,6 +36,7 @@ from builder.render.labels import HASH_LABEL, build_labels
 
 STAGE_LABEL = "io.builder.stage-of"  # set on build-stage images by the template (ARG BUILDER_STAGE_OF)
 _STEP_ID = re.compile(r"^ ---> ([0-9a-f]{12})\s*$|^Successfully built ([0-9a-f]{12})\s*$")
+_RUNNING_IN = re.compile(r"^ ---> Running in ([0-9a-f]{12,64})\s*$")  # the classic builder's container for a RUN step
 Client = Any
 Log = Callable[[str, str], None]  # (image id, line)
 
@@ -77,6 +78,8 @@ class Run:
     on_line: Log | None = None
     secrets: SecretServer | None = None
     stop: threading.Event = field(default_factory=threading.Event)
+    # image id -> the container of the build step running now, so an interrupt can remove it
+    step_containers: dict[str, str] = field(default_factory=dict)
 
     @property
     def log_dir(self) -> Path:
@@ -132,6 +135,7 @@ def _build_locked(run: Run, client: Client, spec: ImageSpec, files: Mapping[str,
     except BuildFailed as exc:
         return _failed(run, spec, started, attempts, log_path, exc.message, "interrupted" if run.stop.is_set() else "failed")
     finally:
+        run.step_containers.pop(spec.id, None)
         if secret_url is not None and run.secrets is not None:
             run.secrets.revoke(secret_url)
         shutil.rmtree(staged.path, ignore_errors=True)
@@ -224,6 +228,10 @@ def _stream_into(
                 found = _STEP_ID.match(text.rstrip("\n"))
                 if found:
                     steps.add(found.group(1) or found.group(2))
+                    run.step_containers.pop(spec.id, None)  # the step is done; the engine removed its container
+                running = _RUNNING_IN.match(text.rstrip("\n"))
+                if running:
+                    run.step_containers[spec.id] = running.group(1)
                 if run.on_line:
                     run.on_line(spec.id, text)
             if "error" in chunk:
@@ -233,7 +241,7 @@ def _stream_into(
                 raise BuildFailed("interrupted")
     except BuildFailed:
         raise
-    except Exception as exc:  # noqa: BLE001 - the engine or the connection broke mid-build
+    except Exception as exc:  # noqa: BLE001 - the engine or the connection broke mid-build (or an interrupt cut it)
         if run.stop.is_set():
             raise BuildFailed("interrupted") from None
         error = redact(f"engine connection failed: {exc}")

@@ -4,6 +4,13 @@ Everything it makes carries its labels: containers `io.builder.owner=builder` pl
 session (host, pid, pid start time), build-stage images `io.builder.stage-of=<tag>`, built images
 `io.builder.content-hash`, bootstrapped bases `io.builder.recipe-hash`; staged build contexts
 live in build/contexts/<session>/. A run sweeps what dead runs left; `builder clean` removes the rest.
+
+Every image a build commits carries `io.builder.built-by=builder` from its first step on (the
+Dockerfile sets it right after the base), so the untagged leaf a failed or interrupted build leaves
+is found by it; removing that leaf takes its untagged parents with it, never a parent that a tagged
+image still uses (the engine keeps those). An image someone else built FROM one of ours inherits
+the label too, but also our finished image's content hash, which our unfinished steps never carry:
+such an image is left alone.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ import filelock
 from builder.engine import client as engine
 from builder.engine.bootstrap import HASH_LABEL as RECIPE_LABEL
 from builder.engine.image_build import STAGE_LABEL
-from builder.render.labels import HASH_LABEL
+from builder.render.labels import BUILT_BY_LABEL, BUILT_BY_VALUE, HASH_LABEL
 
 Client = Any
 RUNS_DIR = Path(os.environ.get("BUILDER_LOCK_DIR", tempfile.gettempdir())) / "builder-runs"
@@ -105,6 +112,28 @@ def sweep(client: Client, build_dir: Path) -> Removed:
     return removed
 
 
+def unfinished_images(client: Client) -> list[str]:
+    """Ids of the untagged leaf images our failed or interrupted builds left: labelled built-by
+    (only our Dockerfiles set it), without a content hash (only our finished images, and images
+    others built on top of them, carry one)."""
+    found = []
+    for image in client.api.images(filters={"dangling": True, "label": f"{BUILT_BY_LABEL}={BUILT_BY_VALUE}"}):
+        if HASH_LABEL not in (image.get("Labels") or {}):
+            found.append(str(image["Id"]))
+    return found
+
+
+def _finished_here(client: Client, image_id: str) -> bool:
+    """Whether an image with our content hash is one `builder build` finished (its last step is the
+    LABEL the engine appends for the build's labels), not one someone built FROM ours (which
+    inherits the hash label, with their own steps on top)."""
+    try:
+        history = client.api.history(image_id)
+    except Exception:  # noqa: BLE001 - unknown means not ours to remove
+        return False
+    return bool(history) and HASH_LABEL in str(history[0].get("CreatedBy") or "")
+
+
 def _remove(client: Client, ref: str, dry_run: bool) -> bool:
     if dry_run:
         return True
@@ -133,15 +162,18 @@ def clean(
             remove_staging(folder)
         removed.folders.append(str(folder))
     busy = other_active_runs()
-    removed.skipped = [f"build-stage images: {len(busy)} other run(s) are building now ({', '.join(busy)})"] if busy else []
+    removed.skipped = [f"build-stage and unfinished images: {len(busy)} other run(s) are building now ({', '.join(busy)})"] if busy else []
     for image in [] if busy else client.api.images(all=True, filters={"label": STAGE_LABEL}):
         if _remove(client, str(image["Id"]), dry_run):
             removed.images.append(str(image["Id"]).removeprefix("sha256:")[:12])
+    for image_id in [] if busy else unfinished_images(client):
+        if _remove(client, image_id, dry_run):
+            removed.images.append(image_id.removeprefix("sha256:")[:12])
     for image in client.api.images(all=True, filters={"label": HASH_LABEL}):
         tags = [t for t in image.get("RepoTags") or [] if t != "<none>:<none>"]
         ours = [t for t in tags if t.rsplit(":", 1)[0] == repository]
         if not tags:
-            if _remove(client, str(image["Id"]), dry_run):
+            if _finished_here(client, str(image["Id"])) and _remove(client, str(image["Id"]), dry_run):
                 removed.images.append(str(image["Id"]).removeprefix("sha256:")[:12])
             continue
         for tag in ours:
