@@ -445,3 +445,72 @@ def test_merge_junit_overwrites_the_previous_merge(tmp_path: Path) -> None:
     merge_junit(tmp_path, ["img"])
     out = merge_junit(tmp_path, ["img"])
     assert [s.get("name") for s in ET.parse(out).getroot()] == ["img"]
+
+
+# ---------------------------------------------------------------- issue #14, finding 20: clean finds unfinished images
+
+
+class CleanApi:
+    """The engine calls `leftovers.clean` makes, over a fixed set of images (no containers)."""
+
+    def __init__(self, images: list[dict[str, Any]], history: dict[str, str]) -> None:
+        self._images = {i["Id"]: i for i in images}
+        self._history = history
+        self.removed: list[str] = []
+
+    def containers(self, **kwargs: Any) -> list[Any]:
+        return []
+
+    def images(self, all: bool = False, filters: dict[str, Any] | None = None) -> list[dict[str, Any]]:  # noqa: A002
+        out = []
+        for image in self._images.values():
+            label = (filters or {}).get("label", "")
+            name, _, value = label.partition("=")
+            labels = image.get("Labels") or {}
+            if label and (name not in labels or (value and labels[name] != value)):
+                continue
+            if (filters or {}).get("dangling") and image.get("RepoTags"):
+                continue
+            out.append(image)
+        return out
+
+    def history(self, image_id: str) -> list[dict[str, str]]:
+        return [{"CreatedBy": self._history.get(image_id, "/bin/sh -c #(nop)  CMD [\"x\"]")}]
+
+    def inspect_image(self, ref: str) -> dict[str, Any]:
+        from docker.errors import NotFound  # type: ignore[import-untyped]
+
+        if ref not in self._images:
+            raise NotFound(ref)
+        return {"Id": ref, "Config": {"Labels": self._images[ref].get("Labels")}}
+
+    def remove_image(self, ref: str) -> None:
+        self._images.pop(ref, None)
+        self.removed.append(ref)
+
+
+def test_clean_removes_unfinished_images_of_our_builds_and_nothing_built_on_ours(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from builder.engine import leftovers
+    from builder.render.labels import BUILT_BY_LABEL
+
+    ours = {BUILT_BY_LABEL: "builder"}
+    images = [
+        {"Id": "sha256:unfinished", "Labels": ours, "RepoTags": None},  # an interrupted build's last step
+        {"Id": "sha256:foreign", "Labels": {"x": "y"}, "RepoTags": None},  # someone else's dangling image
+        {"Id": "sha256:derived", "Labels": {**ours, HASH_LABEL: "h"}, "RepoTags": None},  # built FROM ours by someone else
+        {"Id": "sha256:superseded", "Labels": {**ours, HASH_LABEL: "h"}, "RepoTags": None},  # ours, replaced by a newer build
+        {"Id": "sha256:current", "Labels": {**ours, HASH_LABEL: "h"}, "RepoTags": ["repo:tag"]},
+    ]
+    api = CleanApi(images, {"sha256:superseded": f"/bin/sh -c #(nop)  LABEL {HASH_LABEL}=h org.opencontainers.image.revision=x"})
+    client = type("Client", (), {"api": api})()
+    monkeypatch.setattr(leftovers, "other_active_runs", lambda: [])
+    removed = leftovers.clean(client, tmp_path, repository="repo", planned=None, everything=False, dry_run=False)
+    assert sorted(api.removed) == ["sha256:superseded", "sha256:unfinished"]
+    assert sorted(removed.images) == ["superseded", "unfinished"]
+
+    api = CleanApi(images, {})
+    client = type("Client", (), {"api": api})()
+    monkeypatch.setattr(leftovers, "other_active_runs", lambda: ["host:1:2:abc"])
+    removed = leftovers.clean(client, tmp_path, repository="repo", planned=None, everything=False, dry_run=False)
+    assert "sha256:unfinished" not in api.removed, "a live build's newest step is an untagged leaf too"
+    assert removed.skipped and "other run(s) are building now" in removed.skipped[0]

@@ -12,8 +12,11 @@ from pathlib import Path
 import filelock
 import pytest
 
-from builder.nightly import history
-from builder.nightly.compare import NightlyReport, Outcome, classify, compare, regressions
+from builder import app
+from builder.engine.image_build import BuildResult
+from builder.lock import locking
+from builder.nightly import history, loop
+from builder.nightly.compare import BLOCKED, NightlyReport, Outcome, classify, compare, regressions
 from builder.nightly.summary import render
 from tests.catalog_fixtures import record
 
@@ -32,6 +35,8 @@ WriteMatrix = Callable[..., Path]
         (None, "failed", "new-failure"),
         (None, "passed", "new"),
         ("passed", "not-run", "not-run"),
+        ("passed", "build-blocked", "not-run"),
+        (None, "build-blocked", "not-run"),
     ],
 )
 def test_classify(before: str | None, now: str, kind: str) -> None:
@@ -84,7 +89,7 @@ def test_summary_lists_regressions_first_with_the_diagnosis() -> None:
     )  # fmt: skip
     text = render(report)
     lines = text.splitlines()
-    assert lines[0] == "# Nightly 2026-12-01T03:00:00Z: 1 regression(s)"
+    assert lines[0] == "# Nightly 2026-12-01T03:00:00Z: 1 regression(s); run failed: 1 problem(s)"
     assert lines[2] == "## Regressions (passed before, fail now)"
     assert "| jax-img | passed | failed | import jax failed (cause: numpy broken; fix: pin it) |" in lines
     assert text.index("## Regressions") < text.index("> publish: registry down") < text.index("## New releases")
@@ -134,3 +139,79 @@ def test_a_broken_matrix_stops_the_nightly_before_anything_is_written(tmp_path: 
     assert done.returncode == 2
     assert done.stderr.strip().splitlines()[-1].startswith(f"error: {matrix}:3: YAML syntax error")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["matrix.yaml"]
+
+
+# ---------------------------------------------------------------- issue #14, finding 17
+
+
+class _Events:
+    """loop.NightlyEvents that records nothing."""
+
+    def stage(self, name: str) -> None: ...
+    def info(self, text: str) -> None: ...
+    def lock(self, result: object) -> None: ...
+    def build(self) -> object: ...
+    def test(self) -> object: ...
+    def publish(self) -> object: ...
+
+
+def _offline_nightly(matrix: Path, monkeypatch: pytest.MonkeyPatch, build: Callable[..., list[BuildResult]]) -> NightlyReport:
+    monkeypatch.setattr(locking, "lock_images", lambda *args, **kwargs: [])
+    monkeypatch.setattr(app, "build_images", build)
+    monkeypatch.setattr(app, "test_images", lambda *args, **kwargs: [])
+    options = loop.NightlyOptions(updates=False, publish=False)
+    return loop.nightly(matrix, options, _Events())  # type: ignore[arg-type]
+
+
+def test_network_build_failures_fail_the_nightly_and_are_listed(write_matrix: WriteMatrix, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Builds that could not download anything said "no regressions" and exited 0."""
+    error = "network errors in all 3 attempts: Temporary failure in name resolution"
+
+    def build(ws: object, specs: tuple[object, ...], *args: object) -> list[BuildResult]:
+        return [BuildResult(s.id, "failed", error=error, blocked_by="network") for s in specs]  # type: ignore[attr-defined]
+
+    report = _offline_nightly(write_matrix(), monkeypatch, build)
+    assert report.outcomes and all(o.status == BLOCKED for o in report.outcomes)
+    assert len(report.notes) == len(report.outcomes), "each image the build could not run is listed"
+    assert all(n.startswith("build: ") and error in n for n in report.notes)
+    assert report.notes, "notes make `builder nightly` exit 1 (cli: not regressed and not notes)"
+    title = render(report).splitlines()[0]
+    assert f"run failed: {len(report.outcomes)} of {len(report.outcomes)} image(s) could not be built" in title
+
+
+def test_an_image_that_fails_its_own_build_is_not_a_stage_failure(write_matrix: WriteMatrix, monkeypatch: pytest.MonkeyPatch) -> None:
+    def build(ws: object, specs: tuple[object, ...], *args: object) -> list[BuildResult]:
+        return [BuildResult(s.id, "failed", error="pip: no matching distribution") for s in specs]  # type: ignore[attr-defined]
+
+    report = _offline_nightly(write_matrix(), monkeypatch, build)
+    assert report.outcomes and all(o.status == "build-failed" for o in report.outcomes)
+    assert report.notes == ()
+
+
+def test_a_blocked_build_keeps_the_last_status_in_the_history(tmp_path: Path) -> None:
+    history.save(tmp_path, "d1", [Outcome("a", "passed")])
+    history.save(tmp_path, "d2", [Outcome("a", BLOCKED, "network errors")])
+    assert history.previous(tmp_path, []) == {"a": "passed"}
+
+
+def test_summary_says_updates_were_not_checked() -> None:
+    outcomes = (Outcome("a", "passed"),)
+    text = render(NightlyReport("d", tuple(compare({"a": "passed"}, outcomes)), outcomes, updates="not-checked"))
+    assert "not checked (--no-updates)" in text
+    assert "none newer than matrix.yaml lists" not in text
+
+
+def test_summary_explains_a_gpu_skipped_hold_back() -> None:
+    options = loop.NightlyOptions()
+    held = Outcome("cuda-img", "gpu-skipped", content_hash="h")
+    ws = type("Ws", (), {"matrix": type("M", (), {"registry": "example.org/images"})()})()
+    outcomes, notes = loop._publish(ws, [], [held, Outcome("cpu-img", "passed")], options, [], _Events())  # type: ignore[arg-type]
+    assert notes == []
+    by_id = {o.id: o for o in outcomes}
+    assert "without a GPU" in by_id["cuda-img"].held and "--accept-gpu-skipped" in by_id["cuda-img"].held
+    assert by_id["cpu-img"].held == ""
+    text = render(NightlyReport("d", tuple(compare({}, outcomes)), tuple(outcomes)))
+    row = next(line for line in text.splitlines() if line.startswith("| cuda-img |"))
+    assert "held: tested without a GPU" in row
+    accepted = loop._publish(ws, [], [held], loop.NightlyOptions(accept_gpu_skipped=True), [], _Events())[0]  # type: ignore[arg-type]
+    assert accepted[0].held == ""

@@ -25,6 +25,7 @@ from typing import Any
 
 from builder.engine import bootstrap, leftovers, secrets
 from builder.engine import client as engine
+from builder.engine.failures import is_network_failure
 from builder.engine.image_build import BuildResult, Run, build_image, up_to_date
 from builder.errors import UserError
 from builder.records import Base, ImageSpec
@@ -152,7 +153,8 @@ class Builder:
             if todo:
                 failed_bases = self.ensure_bases(todo)
                 for spec in [s for s in todo if s.base.local_tag in failed_bases]:
-                    done[spec.id] = BuildResult(spec.id, "failed", error=failed_bases[spec.base.local_tag])
+                    error = failed_bases[spec.base.local_tag]
+                    done[spec.id] = BuildResult(spec.id, "failed", error=error, blocked_by="network" if is_network_failure(error) else None)
                 todo = [s for s in todo if s.base.local_tag not in failed_bases]
                 with secrets.serving() as server:
                     self.run.secrets = server
@@ -217,7 +219,9 @@ class Builder:
         try:
             result = self.build_one(spec, force)
         except Exception as exc:  # noqa: BLE001 - an unexpected fault fails this image, not the run
-            result = BuildResult(spec.id, "interrupted" if self.stop.is_set() else "failed", error=f"{type(exc).__name__}: {exc}")
+            status = "interrupted" if self.stop.is_set() else "failed"
+            blocked = "engine" if status == "failed" and engine.is_engine_fault(exc) else None
+            result = BuildResult(spec.id, status, error=f"{type(exc).__name__}: {exc}", blocked_by=blocked)
         finished.put((spec, result))
 
 

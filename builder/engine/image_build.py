@@ -37,6 +37,7 @@ from builder.render.labels import HASH_LABEL, build_labels
 STAGE_LABEL = "io.builder.stage-of"  # set on build-stage images by the template (ARG BUILDER_STAGE_OF)
 _STEP_ID = re.compile(r"^ ---> ([0-9a-f]{12})\s*$|^Successfully built ([0-9a-f]{12})\s*$")
 _RUNNING_IN = re.compile(r"^ ---> Running in ([0-9a-f]{12,64})\s*$")  # the classic builder's container for a RUN step
+ENGINE_FAILED = "engine connection failed"
 Client = Any
 Log = Callable[[str, str], None]  # (image id, line)
 
@@ -46,9 +47,10 @@ class NetworkFlake(Exception):
 
 
 class BuildFailed(Exception):
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, blocked_by: str | None = None) -> None:
         super().__init__(message)
         self.message = message
+        self.blocked_by = blocked_by  # see BuildResult.blocked_by
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,10 @@ class BuildResult:
     error: str | None = None
     cause: str | None = None
     fix: str | None = None
+    # Set when the build could not run for reasons outside the image: "network" (download errors in
+    # every attempt), "tls" (a certificate the build does not trust), "engine" (the engine went away).
+    # Such a failure says nothing about the image; the nightly reports it as a failed stage.
+    blocked_by: str | None = None
 
 
 @dataclass
@@ -131,9 +137,10 @@ def _build_locked(run: Run, client: Client, spec: ImageSpec, files: Mapping[str,
                 attempts += 1
                 _attempt(run, client, spec, staged, secret_url, log_path, attempts, steps)
     except RetryError as exc:
-        return _failed(run, spec, started, attempts, log_path, f"network errors in all {attempts} attempts: {exc.last_attempt.exception()}")
+        error = f"network errors in all {attempts} attempts: {exc.last_attempt.exception()}"
+        return _failed(run, spec, started, attempts, log_path, error, blocked_by="network")
     except BuildFailed as exc:
-        return _failed(run, spec, started, attempts, log_path, exc.message, "interrupted" if run.stop.is_set() else "failed")
+        return _failed(run, spec, started, attempts, log_path, exc.message, "interrupted" if run.stop.is_set() else "failed", exc.blocked_by)
     finally:
         run.step_containers.pop(spec.id, None)
         if secret_url is not None and run.secrets is not None:
@@ -167,14 +174,17 @@ def remove_superseded_stages(client: Client, tag: str, keep: set[str]) -> list[s
     return removed
 
 
-def _failed(run: Run, spec: ImageSpec, started: float, attempts: int, log_path: Path, error: str, status: str = "failed") -> BuildResult:
+def _failed(
+    run: Run, spec: ImageSpec, started: float, attempts: int, log_path: Path, error: str, status: str = "failed", blocked_by: str | None = None
+) -> BuildResult:
     text = log_path.read_text(encoding="utf-8", errors="replace") if log_path.exists() else ""
     evidence = text + "\n" + error
     build = diagnose_build(evidence, str(run.settings.ca_bundle or "no CA bundle (none was given and the host has none)"))
     probe = None if build else diagnose_text(evidence)
     cause, fix = build if build else ((probe.cause, probe.fix) if probe else (None, None))
     return BuildResult(
-        spec.id, status, time.monotonic() - started, attempts=attempts, log=str(log_path), error=redact(error), cause=cause, fix=fix
+        spec.id, status, time.monotonic() - started, attempts=attempts, log=str(log_path), error=redact(error), cause=cause, fix=fix,
+        blocked_by=blocked_by if status == "failed" else None,
     )
 
 
@@ -197,10 +207,10 @@ def _attempt(
         return
     tail = log_path.read_text(encoding="utf-8", errors="replace")
     if is_tls_failure(error + "\n" + tail):
-        raise BuildFailed(error)  # the same certificate fails the same way: diagnosed once, not retried
+        raise BuildFailed(error, "tls")  # the same certificate fails the same way: diagnosed once, not retried
     if is_network_build_failure(error, tail):
         raise NetworkFlake(error)
-    raise BuildFailed(error)
+    raise BuildFailed(error, "engine" if error.startswith(ENGINE_FAILED) else None)
 
 
 def _stream_into(
@@ -244,6 +254,6 @@ def _stream_into(
     except Exception as exc:  # noqa: BLE001 - the engine or the connection broke mid-build (or an interrupt cut it)
         if run.stop.is_set():
             raise BuildFailed("interrupted") from None
-        error = redact(f"engine connection failed: {exc}")
+        error = redact(f"{ENGINE_FAILED}: {exc}")
         log.write(f"ERROR: {error}\n")
     return error

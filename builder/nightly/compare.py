@@ -14,6 +14,10 @@ from builder.updates.releases import Release
 
 OK = ("passed", "gpu-skipped")
 BAD = ("failed", "build-failed", "lock-failed", "not-built")
+# The build could not run (network, TLS, the engine): nothing is known about the image, so it is
+# neither a pass nor a failure of the image; the run itself failed (a note, exit 1) and the image
+# keeps its previous status in the history.
+BLOCKED = "build-blocked"
 KINDS = ("regression", "new-failure", "still-failing", "fixed", "new", "passing", "not-run")
 
 
@@ -22,11 +26,12 @@ class Outcome:
     """Where one image ended this run."""
 
     id: str
-    status: str  # passed | gpu-skipped | failed | build-failed | lock-failed | not-built | not-run
+    status: str  # passed | gpu-skipped | failed | build-failed | lock-failed | not-built | build-blocked | not-run
     detail: str = ""  # the first failure and its diagnosis
     content_hash: str = ""
     rebuilt: bool = False  # built in this run (new, or its inputs changed)
     published: str = ""  # the digest pushed in this run, if any
+    held: str = ""  # why an image that passed was not published (e.g. tested without a GPU)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -36,6 +41,7 @@ class Outcome:
             "content_hash": self.content_hash,
             "rebuilt": self.rebuilt,
             "published": self.published,
+            "held": self.held,
         }
 
 
@@ -79,7 +85,13 @@ class NightlyReport:
     applied: tuple[str, ...] = ()  # matrix.yaml edits ("frameworks.torch += 2.14.2")
     drift: tuple[tuple[str, tuple[tuple[str, str | None, str | None], ...]], ...] = ()  # id -> lock changes
     notes: tuple[str, ...] = ()  # stages that could not run, and why
+    updates: str = "checked"  # checked | not-checked (--no-updates) | failed (a note says why)
 
     @property
     def regressed(self) -> bool:
         return any(c.kind == "regression" for c in self.changes)
+
+    @property
+    def blocked(self) -> list[Outcome]:
+        """Images whose build could not run (network, TLS, engine): the build stage failed."""
+        return [o for o in self.outcomes if o.status == BLOCKED]

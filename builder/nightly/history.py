@@ -9,7 +9,7 @@ from pathlib import Path
 
 from builder.catalog.records import KnownGood
 from builder.fsio import write_atomic
-from builder.nightly.compare import Outcome
+from builder.nightly.compare import BAD, OK, Outcome
 
 SCHEMA = 1
 
@@ -43,7 +43,7 @@ def save(build_dir: Path, date: str, outcomes: Sequence[Outcome]) -> Path:
     except (OSError, ValueError):
         pass
     for o in outcomes:
-        if o.status != "not-run":
+        if o.status in OK or o.status in BAD:  # not-run, build-blocked: nothing learned, the last status stands
             kept[o.id] = {**o.to_json(), "date": date}
     doc = {"schema": SCHEMA, "date": date, "images": [kept[k] for k in sorted(kept)]}
     write_atomic(target, json.dumps(doc, indent=2, sort_keys=True) + "\n")

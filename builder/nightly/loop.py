@@ -23,7 +23,7 @@ from builder.catalog.records import KnownGood
 from builder.errors import RunFailure, UserError
 from builder.lock import locking
 from builder.nightly import history
-from builder.nightly.compare import NightlyReport, Outcome, compare
+from builder.nightly.compare import BLOCKED, NightlyReport, Outcome, compare
 from builder.publish import gate
 from builder.records import ImageSpec
 from builder.render.tree import write_tree
@@ -82,12 +82,14 @@ def _nightly(ws: Workspace, matrix_path: Path, options: NightlyOptions, events: 
 
     releases: tuple[Release, ...] = ()
     applied: tuple[str, ...] = ()
+    checked = "checked" if options.updates else "not-checked"
     if options.updates:
         events.stage("updates")
         try:
             releases, applied = (updates or check_updates)(ws, options)
         except RunFailure as exc:
             notes.append(f"updates: {exc.message}")
+            checked = "failed"
         if applied:
             ws = Workspace.locate(str(matrix_path))
 
@@ -113,6 +115,7 @@ def _nightly(ws: Workspace, matrix_path: Path, options: NightlyOptions, events: 
     tested = {r.id: r for r in app.test_images(ws, to_test, options.test, events.test())} if to_test else {}
 
     outcomes = [_outcome(s, lock_failed, built, tested, results_dir) for s in specs]
+    notes += [f"build: {o.id}: {o.detail} (the build could not run; nothing is known about the image)" for o in outcomes if o.status == BLOCKED]
     if options.publish:
         events.stage("publish")
         outcomes, publish_notes = _publish(ws, specs, outcomes, options, catalog.load(), events)
@@ -121,7 +124,7 @@ def _nightly(ws: Workspace, matrix_path: Path, options: NightlyOptions, events: 
     events.stage("report")
     deliver.report(ws, catalog, ws.matrix_path.parent / "docs" / "support-matrix.md", ws.build_dir / "report" / "index.html")
     history.save(ws.build_dir, date, outcomes)
-    return NightlyReport(date, tuple(compare(before, outcomes)), tuple(outcomes), releases, applied, drift, tuple(notes))
+    return NightlyReport(date, tuple(compare(before, outcomes)), tuple(outcomes), releases, applied, drift, tuple(notes), checked)
 
 
 def check_updates(ws: Workspace, options: NightlyOptions) -> tuple[tuple[Release, ...], tuple[str, ...]]:
@@ -173,12 +176,21 @@ def _outcome(spec: ImageSpec, lock_failed: dict[str, str], built: dict[str, Any]
     rebuilt = b.status == "built"
     if b.status not in app.BUILT:
         reason = " ".join(filter(None, (b.error, f"cause: {b.cause}" if b.cause else "", f"fix: {b.fix}" if b.fix else "")))
-        return Outcome(spec.id, "build-failed", reason or b.status, spec.content_hash, rebuilt)
+        return Outcome(spec.id, BLOCKED if b.blocked_by else "build-failed", reason or b.status, spec.content_hash, rebuilt)
     if spec.id in tested:
         t = tested[spec.id]
         return Outcome(spec.id, t.verdict, _detail(t.failures, t.diagnoses, t.probe), spec.content_hash, rebuilt)
     stored = gate.read_result(results_dir, spec.id) or {}
     return Outcome(spec.id, str(stored.get("verdict", "not-run")), _detail(stored.get("failures") or [], stored.get("diagnoses") or [], stored.get("probe")), spec.content_hash)
+
+
+def _held(outcome: Outcome, options: NightlyOptions, recorded: bool) -> str:
+    """Why an image that passed its tests is not pushed in this run ("" when it is, or failed)."""
+    if outcome.status == "gpu-skipped" and not options.accept_gpu_skipped:
+        return "tested without a GPU: its GPU checks did not run; --accept-gpu-skipped publishes it anyway"
+    if outcome.status in ("passed", "gpu-skipped") and recorded:
+        return "this build is already published"
+    return ""
 
 
 def _publish(
@@ -188,6 +200,7 @@ def _publish(
     repository = options.registry or ws.matrix.registry
     recorded = {(r.id, r.content_hash) for r in known if r.digest.startswith(f"{repository}@")}
     ok = {o.id for o in outcomes if o.status == "passed" or (o.status == "gpu-skipped" and options.accept_gpu_skipped)}
+    outcomes = [replace(o, held=_held(o, options, (o.id, o.content_hash) in recorded)) for o in outcomes]
     chosen = [s for s in specs if s.id in ok and (s.id, s.content_hash) not in recorded]
     if not chosen:
         return outcomes, []

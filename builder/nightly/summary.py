@@ -21,6 +21,9 @@ def _table(head: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
 def render(report: NightlyReport) -> str:
     regressions = [c for c in report.changes if c.kind == "regression"]
     title = f"{len(regressions)} regression(s)" if regressions else "no regressions"
+    if report.notes:  # a stage failed: the exit code is 1 whatever the comparison says
+        blocked = len(report.blocked)
+        title += f"; run failed: {blocked} of {len(report.outcomes)} image(s) could not be built" if blocked else f"; run failed: {len(report.notes)} problem(s)"
     out = [f"# Nightly {report.date}: {title}", ""]
     if regressions:
         out += ["## Regressions (passed before, fail now)", ""]
@@ -34,6 +37,10 @@ def render(report: NightlyReport) -> str:
     if report.releases:
         found = ((r.framework, r.version, r.status, r.requires_python or "", r.cuda or "", r.numpy or "", r.reason) for r in report.releases)
         out += _table(("framework", "release", "status", "Requires-Python", "CUDA", "NumPy", "detail"), found)
+    elif report.updates == "not-checked":
+        out.append("not checked (--no-updates)")
+    elif report.updates == "failed":
+        out.append("could not be checked (see above)")
     else:
         out.append("none newer than matrix.yaml lists")
     if report.applied:
@@ -50,6 +57,7 @@ def render(report: NightlyReport) -> str:
     rows = []
     for c in report.changes:
         o = by_id[c.id]
-        rows.append((c.id, c.kind, c.before or "-", c.now, "yes" if o.rebuilt else "no", o.published or "-", c.detail if c.kind != "regression" else ""))
+        published = o.published or (f"held: {o.held}" if o.held else "-")
+        rows.append((c.id, c.kind, c.before or "-", c.now, "yes" if o.rebuilt else "no", published, c.detail if c.kind != "regression" else ""))
     out += _table(("image", "change", "before", "now", "rebuilt", "published", "detail"), rows)
     return "\n".join(out) + "\n"
