@@ -514,3 +514,17 @@ def test_clean_removes_unfinished_images_of_our_builds_and_nothing_built_on_ours
     removed = leftovers.clean(client, tmp_path, repository="repo", planned=None, everything=False, dry_run=False)
     assert "sha256:unfinished" not in api.removed, "a live build's newest step is an untagged leaf too"
     assert removed.skipped and "other run(s) are building now" in removed.skipped[0]
+
+
+def test_waiting_for_another_build_of_the_tag_gives_up_on_an_interrupt(tmp_path: Path) -> None:
+    """Attack on finding 15: a second build of a tag waits on the first's lock; SIGTERM must not wait for the first."""
+    import threading
+    import time
+
+    stop = threading.Event()
+    with image_build.tag_lock(tmp_path, "repo:tag"):
+        threading.Timer(0.3, stop.set).start()
+        started = time.monotonic()
+        with pytest.raises(BuildFailed, match="interrupted"), image_build.tag_lock(tmp_path, "repo:tag", stop):
+            pass
+        assert time.monotonic() - started < 2

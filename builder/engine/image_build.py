@@ -98,17 +98,29 @@ class Run:
 
 
 @contextlib.contextmanager
-def tag_lock(lock_dir: Path, tag: str) -> Iterator[None]:
+def tag_lock(lock_dir: Path, tag: str, stop: threading.Event | None = None) -> Iterator[None]:
+    """Take turns on one tag; waiting gives up as soon as `stop` is set (an interrupt)."""
     lock_dir.mkdir(parents=True, exist_ok=True)
     key = hashlib.sha256(tag.encode()).hexdigest()[:16]
-    with filelock.FileLock(str(lock_dir / f"builder-build-{key}.lock")):
+    lock = filelock.FileLock(str(lock_dir / f"builder-build-{key}.lock"))
+    while True:
+        if stop is not None and stop.is_set():
+            raise BuildFailed("interrupted while waiting for another build of this tag")
+        try:
+            lock.acquire(timeout=0.2)
+            break
+        except filelock.Timeout:
+            continue
+    try:
         yield
+    finally:
+        lock.release()
 
 
 def build_image(run: Run, client: Client, spec: ImageSpec, files: Mapping[str, bytes], *, force: bool) -> BuildResult:
     """Build one image from its rendered context `files`; never raises for a failed build."""
     started = time.monotonic()
-    with tag_lock(run.lock_dir, spec.tag):
+    with tag_lock(run.lock_dir, spec.tag, run.stop):
         if not force and (engine.image_labels(client, spec.tag) or {}).get(HASH_LABEL) == spec.content_hash:
             return up_to_date(client, spec, time.monotonic() - started)  # built by another run while we waited
         return _build_locked(run, client, spec, files, started)
