@@ -333,8 +333,11 @@ def test_jax_numpy_floors_from_its_metadata(python: str, version: str, floor: st
     [
         (ROCM60, "0.4.35", "jax-rocm60-plugin"),
         (ROCM60, "0.5.0", "jax-rocm60-plugin"),
-        (ROCM71, "0.9.0", "jax-rocm7-plugin"),
+        (ROCM71, "0.9.1", "jax-rocm7-plugin"),
         (ROCM72, "0.10.2", "jax-rocm7-plugin"),
+        (ROCM72, "0.6.0", "jax-rocm7-plugin"),
+        (ROCM72, "0.7.1", "jax-rocm7-plugin"),
+        (ROCM72, "0.12.0", "jax-rocm7-plugin"),
     ],
 )
 def test_jax_rocm_plugin_matches_the_base(b: Base, version: str, plugin: str, compat: Compat) -> None:
@@ -390,7 +393,23 @@ def test_cupy_has_no_cpu_build(compat: Compat) -> None:
 
 
 def test_cupy_rocm_reason_says_no_rocm6_wheels(compat: Compat) -> None:
-    refused(decide_cupy(ROCM62, "3.11", "13.6.0", compat), "no ROCm 6 wheels")
+    # cupy-rocm-7-0 14.x is on PyPI: the reason must not say CuPy has no ROCm wheels past 5.0
+    refused(decide_cupy(ROCM62, "3.11", "14.2.0", compat), "no ROCm 6 wheels", "cupy-rocm-7-0", "from v14.0.0")
+
+
+@pytest.mark.parametrize("version", ["0.6.1", "0.6.2", "0.7.0", "0.7.2", "0.8.0", "0.8.3", "0.9.0", "0.9.0.1", "0.12.0.1"])
+def test_jax_rocm7_plugin_only_for_the_releases_pypi_can_install(version: str, compat: Compat) -> None:
+    """PyPI has no jax-rocm7-plugin at these jax versions (0.9.0's needs a jax-rocm7-pjrt PyPI lacks)."""
+    refused(decide_jax(ROCM72, "3.12", version, compat), f"jax {version} has no ROCm plugin on PyPI")
+
+
+def test_jax_0_12_numpy_floor_and_cudnn_floor_from_its_metadata(compat: Compat) -> None:
+    """jax 0.12 requires numpy>=2.2; jax-cuda12-plugin requires cuDNN >= 9.10.2 from 0.11.2 (9.8 before)."""
+    assert ok(decide_jax(CPU, "3.12", "0.12.0", compat)).numpy_min == "2.2"
+    assert ok(decide_jax(CPU, "3.12", "0.11.2", compat)).numpy_min == "2.1"
+    assert ok(decide_jax(CUDA128, "3.12", "0.12.0", compat)).cudnn == ">=9.10.2"
+    assert ok(decide_jax(CUDA128, "3.12", "0.11.2", compat)).cudnn == ">=9.10.2"
+    assert ok(decide_jax(CUDA128, "3.12", "0.11.1", compat)).cudnn == ">=9.8"
 
 
 def test_cupy_python_range_and_numpy_bounds(compat: Compat) -> None:
