@@ -466,8 +466,14 @@ def test_numba_cuda_needs_numba_0_60(compat: Compat) -> None:
 def test_numba_on_cuda_11_uses_its_built_in_target(version: str, compat: Compat) -> None:
     """Review: numba's built-in CUDA target (still in the 0.60 and 0.68 wheels) serves CUDA 11; numba-cuda needs CUDA 12+."""
     install = ok(decide_numba(CUDA118, "3.11", version, compat))
-    assert install.requirements == (f"numba=={version}",)
+    # its libNVVM comes from the nvidia-cuda-nvcc wheel of the base's CUDA minor (the -runtime base has none)
+    assert install.requirements == (f"numba=={version}", "nvidia-cuda-nvcc-cu11==11.8.89")
     assert install.variant == "cuda11" and install.built_cuda == "11"
+
+
+def test_numba_built_in_target_without_an_nvvm_wheel_for_the_cuda_minor_is_not_planned(compat: Compat) -> None:
+    cuda112 = base("cuda", "11.2.2", "ubuntu22.04", name="cuda11.2-ubuntu22.04")
+    refused(decide_numba(cuda112, "3.11", "0.60.0", compat), "needs libNVVM", "no nvidia-cuda-nvcc wheel for CUDA 11.2", "builtin_nvvm: 11.8")
 
 
 def test_numba_cuda_is_chosen_per_numba_release_and_cuda_major(compat: Compat) -> None:
