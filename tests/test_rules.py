@@ -112,7 +112,7 @@ def test_pypis_default_torch_variant_comes_from_the_wheels_own_requirements(requ
 
 def test_the_pypi_variant_in_the_table_is_one_the_release_ships(compat: Compat) -> None:
     facts = compat.facts(TorchFacts)
-    assert {r.release: r.pypi for r in facts.releases if r.pypi} == {"2.5": "cu124", "2.13": "cu130", "2.14": "cu130"}
+    assert {r.release: r.pypi for r in facts.releases if r.pypi} == {"2.5": "cu124", "2.13": "cu130", "2.14": "cu130", "2.15": "cu132"}
 
 
 def test_torch_records_built_cuda_and_cudnn(compat: Compat) -> None:
@@ -683,3 +683,12 @@ def test_table_refuses_a_misspelled_section(tmp_path: Path) -> None:
     path, _ = broken_copy(tmp_path, "  mvc_floor:\n", "  mvc_flor:\n")
     with pytest.raises(UserError, match="broken compatibility table"):
         load_compat(path)
+
+
+def test_torch_2_15_is_the_pypi_cu132_build_and_needs_a_cuda_13_2_base(compat: Compat) -> None:
+    """PyPI's torch 2.15.0 pins cuda-toolkit 13.2.2 and nvidia-cudnn-cu13 9.26.0.51; Requires-Python >= 3.11."""
+    cuda132 = Base(name="cuda13.2-debian12", vendor="cuda", os="debian12", version="13.2", bootstrap="debootstrap")
+    install = ok(decide_torch(cuda132, "3.11", "2.15.0", compat))
+    assert (install.requirements, install.index_urls, install.variant, install.cudnn) == (("torch==2.15.0",), (), "cu132", "9.26.0.51")
+    refused(decide_torch(CUDA130, "3.12", "2.15.0", compat), "no CUDA 13 wheel at or below 13.0.0", "cu132")
+    refused(decide_torch(cuda132, "3.10", "2.15.0", compat), "supports Python 3.11-3.15")

@@ -117,7 +117,7 @@ def fill(index: FakeIndex) -> None:
         TORCH_CU130,
         files=[wheel("torch", "2.14.7", yanked=True), wheel("torch", "2.14.7", "cp312-cp312-manylinux_2_28_x86_64")],
     )
-    index.add("torch", "2.15.0", ">=3.10", TORCH_CU130)  # no row in the table
+    index.add("torch", "2.17.0", ">=3.10", TORCH_CU130)  # no row in the table
     index.add("torch", "2.16.0rc1", ">=3.10", TORCH_CU130)
     index.add("torch", "2.16.0.dev20261201", ">=3.10", TORCH_CU130)
     index.add("tensorflow", "2.21.1", ">=3.10", tf_dist("12.5.82"))
@@ -175,7 +175,7 @@ def test_only_final_installable_releases_newer_than_the_matrix_are_candidates(ma
     torch = [r.version for r in report.releases if r.framework == "torch"]
     # 2.0.0 and 2.14.1 are not newer; 2.14.4 is yanked; 2.14.5 has no Linux x86_64 wheel; rc1/dev are pre-releases.
     # 2.14.7 keeps one wheel that is not yanked.
-    assert torch == ["2.14.2", "2.14.3", "2.14.6", "2.14.7", "2.15.0"]
+    assert torch == ["2.14.2", "2.14.3", "2.14.6", "2.14.7", "2.17.0"]
     order = [(r.framework, r.version) for r in report.releases]
     assert [fw for fw, _ in order] == sorted((fw for fw, _ in order), key=["torch", "tensorflow", "jax", "cupy", "numba"].index)
     assert dict(report.newest_listed) == {"torch": "2.14.1", "tensorflow": "2.21.0", "jax": "0.10.2", "cupy": "14.0.0", "numba": "0.68.0"}
@@ -251,9 +251,9 @@ def test_a_torch_release_the_rules_know_is_plannable_with_the_images_it_gets(mat
 
 
 def test_a_torch_release_without_a_table_row_needs_rules_naming_compat_yaml(matrix: Matrix, filled: FakeIndex) -> None:
-    release = found(matrix, filled)[("torch", "2.15.0")]
+    release = found(matrix, filled)[("torch", "2.17.0")]
     assert release.status == rel.NEEDS_RULES
-    assert 'add a torch.releases row for "2.15"' in release.reason
+    assert 'add a torch.releases row for "2.17"' in release.reason
     assert "builder/compat/data/compat.yaml" in release.reason
     assert "its PyPI wheel is cu130" in release.reason and "Requires-Python >=3.10" in release.reason
     assert release.accepted == ()
@@ -338,14 +338,14 @@ def test_numba_beyond_the_table_and_below_its_numpy_ceiling_need_rules(matrix: M
 
 
 def test_a_new_series_the_newest_row_would_silently_cover_needs_rules(matrix: Matrix, index: FakeIndex) -> None:
-    """The rules accept cupy 14.1 (rows apply from here on), but nobody has read its support yet."""
+    """The rules accept cupy 14.3 (rows apply from here on), but nobody has read its support yet."""
     fill(index)
     for project in ("cupy-cuda12x", "cupy-cuda13x"):
-        index.add(project, "14.1.0", ">=3.10", ["numpy<2.6,>=2.0"])
-    assert decide("cupy", matrix.base("cuda13.0-ubuntu24.04"), "3.12", "14.1.0", table()).ok
-    release = found(matrix, index)[("cupy", "14.1.0")]
+        index.add(project, "14.3.0", ">=3.10", ["numpy<2.6,>=2.0"])
+    assert decide("cupy", matrix.base("cuda13.0-ubuntu24.04"), "3.12", "14.3.0", table()).ok
+    release = found(matrix, index)[("cupy", "14.3.0")]
     assert release.status == rel.NEEDS_RULES
-    assert "newer than the newest cupy row (14.0.0" in release.reason and 'add a cupy.releases row for "14.1.0"' in release.reason
+    assert "newer than the newest cupy row (14.2.0" in release.reason and 'add a cupy.releases row for "14.3.0"' in release.reason
 
 
 def test_no_image_here_when_the_rules_refuse_every_base(write_matrix: WriteMatrix, index: FakeIndex) -> None:
@@ -583,19 +583,19 @@ def test_apply_changes_only_the_framework_lines_and_keeps_every_comment(repo_mat
         [
             plannable("torch", "2.14.3"),
             plannable("torch", "2.14.2"),
-            plannable("numba", "0.68.1"),
-            plannable("torch", "2.15.0", rel.NEEDS_RULES),
+            plannable("numba", "0.68.2"),
+            plannable("torch", "2.17.0", rel.NEEDS_RULES),
         ],
     )
     assert edits == [
-        "matrix.yaml: frameworks.numba += 0.68.1",
+        "matrix.yaml: frameworks.numba += 0.68.2",
         "matrix.yaml: frameworks.torch += 2.14.2",
         "matrix.yaml: frameworks.torch += 2.14.3",
     ]
     after = repo_matrix.read_text(encoding="utf-8")
     torch_line = next(line for line in original.splitlines() if line.startswith("  torch: ["))
     numba_line = next(line for line in original.splitlines() if line.startswith("  numba: ["))
-    expected = original.replace(torch_line, torch_line[:-1] + ', "2.14.2", "2.14.3"]').replace(numba_line, numba_line[:-1] + ', "0.68.1"]')
+    expected = original.replace(torch_line, torch_line[:-1] + ', "2.14.2", "2.14.3"]').replace(numba_line, numba_line[:-1] + ', "0.68.2"]')
     assert after == expected
     diff = [d for d in difflib.ndiff(original.splitlines(), after.splitlines()) if d[:1] in "+-"]
     assert [d[0] for d in diff] == ["-", "+", "-", "+"]
