@@ -144,20 +144,35 @@ class NvvmSupportError(Exception):
     pass
 
 
+config = types.ModuleType("numba.core.config")
+config.FORCE_CUDA_CC = None
+sys.modules["numba.core"] = types.ModuleType("numba.core")
+sys.modules["numba.core.config"] = sys.modules["numba.core"].config = config
+
+
 def compile_ptx(fn, signature, cc=None):
     with open(os.environ["FAKE_NUMBA_CALLS"], "a") as log:
-        log.write(f"compile_ptx {signature} {cc}\\n")
+        log.write(f"compile_ptx {signature} {cc} forced={config.FORCE_CUDA_CC}\\n")
     if os.environ.get("FAKE_NVVM") == "missing":
         raise NvvmSupportError(
             "libNVVM cannot be found. Do `conda install cudatoolkit`:\\nlibnvvm.so: cannot open shared object file: No such file or directory"
         )
+    if os.environ.get("FAKE_CUDART") == "no-driver" and config.FORCE_CUDA_CC is None:
+        # numba's built-in target asks the CUDA runtime which CCs it supports; CUDA 11's answers none without a driver
+        raise NvvmSupportError("No supported GPU compute capabilities found. Please check your cudatoolkit version matches your CUDA version.")
     return ".version 7.8\\n.target sm_75\\n.visible .entry scale(\\n)", None
+
+
+def is_available():
+    with open(os.environ["FAKE_NUMBA_CALLS"], "a") as log:
+        log.write(f"is_available forced={config.FORCE_CUDA_CC}\\n")
+    return False
 
 
 cuda = types.ModuleType("numba.cuda")
 cuda.compile_ptx = compile_ptx
 cuda.grid = lambda n: 0
-cuda.is_available = lambda: False
+cuda.is_available = is_available
 cuda.get_current_device = lambda: (_ for _ in ()).throw(RuntimeError("CUDA driver library cannot be found"))
 sys.modules["numba.cuda"] = cuda
 """
@@ -358,13 +373,24 @@ def test_a_numba_cuda_image_with_nvvm_compiles_a_kernel_and_is_skipped_without_a
     assert calls.read_text().count("compile_ptx") == 1
 
 
+def test_the_built_in_target_compiles_for_a_fixed_cc_when_the_cuda_runtime_reports_none(tmp_path: Path) -> None:
+    # CUDA 11's runtime reports no supported CC without a driver: the offline compile fixes the target, then restores it
+    calls = tmp_path / "calls"
+    env = {**CUDA_IMAGE, "FAKE_CUDART": "no-driver", "FAKE_NUMBA_CALLS": str(calls)}
+    run = run_probe(tmp_path, "--json", "--frameworks", "numba", fakes=NUMBA_FAKES, env=env)
+    numba = run.result("numba")
+    assert numba["status"] == "skipped", numba["reason"]
+    assert numba["offline"][0]["ok"] is True
+    assert calls.read_text().splitlines() == ["compile_ptx (float32[:], float32[:]) (7, 5) forced=(7, 5)", "is_available forced=None"]
+
+
 def test_a_cpu_numba_image_compiles_no_cuda_kernel(tmp_path: Path) -> None:
     calls = tmp_path / "calls"
     env = {"FAKE_NVVM": "missing", "FAKE_NUMBA_CALLS": str(calls)}
     run = run_probe(tmp_path, "--json", "--frameworks", "numba", fakes=NUMBA_FAKES, env=env)
     numba = run.result("numba")
     assert numba["status"] == "skipped" and numba["offline"] == []
-    assert not calls.exists()
+    assert "compile_ptx" not in calls.read_text()
 
 
 def test_hang_is_killed_at_the_timeout_and_the_others_are_still_reported(tmp_path: Path) -> None:

@@ -692,3 +692,12 @@ def test_torch_2_15_is_the_pypi_cu132_build_and_needs_a_cuda_13_2_base(compat: C
     assert (install.requirements, install.index_urls, install.variant, install.cudnn) == (("torch==2.15.0",), (), "cu132", "9.26.0.51")
     refused(decide_torch(CUDA130, "3.12", "2.15.0", compat), "no CUDA 13 wheel at or below 13.0.0", "cu132")
     refused(decide_torch(cuda132, "3.10", "2.15.0", compat), "supports Python 3.11-3.15")
+
+
+def test_table_refuses_a_numba_nvvm_row_that_is_not_an_exact_nvcc_wheel_pin(tmp_path: Path) -> None:
+    path, line = broken_copy(
+        tmp_path,
+        '{cuda: "11.8", wheel: "nvidia-cuda-nvcc-cu11==11.8.89", source: PYPI_NVCC}',
+        '{cuda: "11.8", wheel: "nvidia-cuda-nvcc-cu11>=11.8", source: PYPI_NVCC}',
+    )
+    refuses(path, line, "builtin_nvvm", "nvidia-cuda-nvcc-cu11>=11.8")
