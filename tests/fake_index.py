@@ -10,7 +10,7 @@ optionally a PEP 503 simple index over a folder of files.
 
 Projects: {project: {version: {"requires_python": str | None, "requires_dist": [str], "files": [...],
 "yanked": bool}}}. `files` entries are file names or PyPI file dicts (filename, yanked, packagetype, ...);
-without `files` a release has one manylinux x86_64 wheel. With `files_dir`, /simple/<project>/ lists
+without `files` a release has one manylinux x86_64 wheel (`files=[wheel(p, v, PURE)]`: a pure-Python one, as jax has). With `files_dir`, /simple/<project>/ lists
 that folder's files for the project with `#sha256=` fragments and /files/<name> serves them, so pip
 and uv can install from it. Test modules use `serve_index` or the `fake_index` fixture below
 (conftest.py stays shared and does not import this).
@@ -43,6 +43,9 @@ UPLOADED = "2026-12-01T00:00:00.000000Z"
 def normalize(name: str) -> str:
     """PEP 503 project name normalization."""
     return re.sub(r"[-_.]+", "-", name).lower()
+
+
+PURE = "py3-none-any"  # a pure-Python wheel's tags: all jax ships (its compiled parts are jaxlib's)
 
 
 def wheel(project: str, version: str, tag: str = "cp311-cp311-manylinux_2_28_x86_64", *, yanked: bool = False) -> dict[str, Any]:

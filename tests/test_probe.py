@@ -100,6 +100,83 @@ class cuda:
 FAKE_NUMBA_OLD = 'raise ImportError("Numba needs NumPy 2.0 or less. Got NumPy 2.1.")\n'
 
 # Hangs on import, with a grandchild holding the output pipes: only killing the process group ends it.
+# NumPy just large enough for the numba check: 2-D arrays indexed by (i, j), shape, tolist
+FAKE_NUMPY = """
+__version__ = "2.3.5"
+float32 = float
+
+
+class Array:
+    def __init__(self, rows):
+        self.rows = [list(map(float, r)) for r in rows]
+        self.shape = (len(self.rows), len(self.rows[0]) if self.rows else 0)
+
+    def __getitem__(self, at):
+        return self.rows[at[0]][at[1]]
+
+    def __setitem__(self, at, value):
+        self.rows[at[0]][at[1]] = value
+
+    def tolist(self):
+        return [list(r) for r in self.rows]
+
+
+def asarray(data, dtype=None):
+    return Array(data)
+
+
+def zeros(shape, dtype=None):
+    return Array([[0.0] * shape[1] for _ in range(shape[0])])
+"""
+
+# numba with its built-in CUDA target (no numba-cuda): what compile_ptx does is FAKE_NVVM's choice
+FAKE_NUMBA_BUILTIN = """
+import os, sys, types
+
+__version__ = "0.60.0"
+
+
+def njit(fn):
+    return fn
+
+
+class NvvmSupportError(Exception):
+    pass
+
+
+config = types.ModuleType("numba.core.config")
+config.FORCE_CUDA_CC = None
+sys.modules["numba.core"] = types.ModuleType("numba.core")
+sys.modules["numba.core.config"] = sys.modules["numba.core"].config = config
+
+
+def compile_ptx(fn, signature, cc=None):
+    with open(os.environ["FAKE_NUMBA_CALLS"], "a") as log:
+        log.write(f"compile_ptx {signature} {cc} forced={config.FORCE_CUDA_CC}\\n")
+    if os.environ.get("FAKE_NVVM") == "missing":
+        raise NvvmSupportError(
+            "libNVVM cannot be found. Do `conda install cudatoolkit`:\\nlibnvvm.so: cannot open shared object file: No such file or directory"
+        )
+    if os.environ.get("FAKE_CUDART") == "no-driver" and config.FORCE_CUDA_CC is None:
+        # numba's built-in target asks the CUDA runtime which CCs it supports; CUDA 11's answers none without a driver
+        raise NvvmSupportError("No supported GPU compute capabilities found. Please check your cudatoolkit version matches your CUDA version.")
+    return ".version 7.8\\n.target sm_75\\n.visible .entry scale(\\n)", None
+
+
+def is_available():
+    with open(os.environ["FAKE_NUMBA_CALLS"], "a") as log:
+        log.write(f"is_available forced={config.FORCE_CUDA_CC}\\n")
+    return False
+
+
+cuda = types.ModuleType("numba.cuda")
+cuda.compile_ptx = compile_ptx
+cuda.grid = lambda n: 0
+cuda.is_available = is_available
+cuda.get_current_device = lambda: (_ for _ in ()).throw(RuntimeError("CUDA driver library cannot be found"))
+sys.modules["numba.cuda"] = cuda
+"""
+
 FAKE_JAX_HANG = """
 import os, subprocess, sys, time
 grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
@@ -146,7 +223,7 @@ def run_probe(
     for name, source in (fakes or {}).items():
         (site / name).mkdir(parents=True, exist_ok=True)
         (site / name / "__init__.py").write_text(source)
-    full_env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "NUMBA_ENABLE_CUDASIM"}}
+    full_env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "NUMBA_ENABLE_CUDASIM", "NVIDIA_REQUIRE_CUDA", "CUDA_VERSION"}}
     full_env.update(PYTHONPATH=str(site), HELLO_GPU_DEV_ROOT=str(dev), **(env or {}))
     if path is not None:
         full_env["PATH"] = path
@@ -265,6 +342,55 @@ def test_numba_numpy_import_error_is_failed_with_the_pin(tmp_path: Path) -> None
     assert "numpy==2.0.*" in numba["diagnosis"]["fix"]
     assert numba["cpu_check"] is None and numba["gpu_check"] is None
     assert run.report["summary"]["failed"] == 1 and run.report["ok"] is False
+
+
+NUMBA_FAKES = {"numba": FAKE_NUMBA_BUILTIN, "numpy": FAKE_NUMPY}
+CUDA_IMAGE = {"NVIDIA_REQUIRE_CUDA": "cuda>=11.8 brand=tesla,driver>=470,driver<471"}
+
+
+def test_a_numba_cuda_image_without_nvvm_fails_without_a_gpu_with_the_nvvm_diagnosis(tmp_path: Path) -> None:
+    # numba's built-in CUDA target on an nvidia/cuda -runtime base: no numba-cuda, no libNVVM, no GPU here
+    calls = tmp_path / "calls"
+    env = {**CUDA_IMAGE, "FAKE_NVVM": "missing", "FAKE_NUMBA_CALLS": str(calls)}
+    run = run_probe(tmp_path, "--json", "--frameworks", "numba", fakes=NUMBA_FAKES, env=env)
+    assert run.returncode == 1
+    numba = run.result("numba")
+    assert numba["status"] == "failed"
+    assert numba["cpu_check"]["ok"] is True
+    assert numba["reason"].startswith("CUDA check failed without a GPU: compiles a kernel (compile_ptx): NvvmSupportError: libNVVM cannot be found")
+    assert "libNVVM" in numba["diagnosis"]["cause"] and "numba-cuda[cu12]" in numba["diagnosis"]["fix"]
+    assert calls.read_text().startswith("compile_ptx (float32[:], float32[:]) (7, 5)")
+
+
+def test_a_numba_cuda_image_with_nvvm_compiles_a_kernel_and_is_skipped_without_a_gpu(tmp_path: Path) -> None:
+    calls = tmp_path / "calls"
+    env = {"CUDA_VERSION": "11.8.0", "FAKE_NUMBA_CALLS": str(calls)}
+    run = run_probe(tmp_path, "--json", "--frameworks", "numba", fakes=NUMBA_FAKES, env=env)
+    numba = run.result("numba")
+    assert numba["status"] == "skipped", numba["reason"]
+    assert numba["offline"] == [{"name": "compiles a kernel (compile_ptx)", "ok": True, "detail": numba["offline"][0]["detail"]}]
+    assert "bytes of PTX" in numba["offline"][0]["detail"]
+    assert calls.read_text().count("compile_ptx") == 1
+
+
+def test_the_built_in_target_compiles_for_a_fixed_cc_when_the_cuda_runtime_reports_none(tmp_path: Path) -> None:
+    # CUDA 11's runtime reports no supported CC without a driver: the offline compile fixes the target, then restores it
+    calls = tmp_path / "calls"
+    env = {**CUDA_IMAGE, "FAKE_CUDART": "no-driver", "FAKE_NUMBA_CALLS": str(calls)}
+    run = run_probe(tmp_path, "--json", "--frameworks", "numba", fakes=NUMBA_FAKES, env=env)
+    numba = run.result("numba")
+    assert numba["status"] == "skipped", numba["reason"]
+    assert numba["offline"][0]["ok"] is True
+    assert calls.read_text().splitlines() == ["compile_ptx (float32[:], float32[:]) (7, 5) forced=(7, 5)", "is_available forced=None"]
+
+
+def test_a_cpu_numba_image_compiles_no_cuda_kernel(tmp_path: Path) -> None:
+    calls = tmp_path / "calls"
+    env = {"FAKE_NVVM": "missing", "FAKE_NUMBA_CALLS": str(calls)}
+    run = run_probe(tmp_path, "--json", "--frameworks", "numba", fakes=NUMBA_FAKES, env=env)
+    numba = run.result("numba")
+    assert numba["status"] == "skipped" and numba["offline"] == []
+    assert "compile_ptx" not in calls.read_text()
 
 
 def test_hang_is_killed_at_the_timeout_and_the_others_are_still_reported(tmp_path: Path) -> None:
@@ -410,6 +536,7 @@ SAMPLES: list[tuple[str, str]] = [
     ("OSError: libcuda.so.1: cannot open shared object file: No such file or directory", "libcuda is not mounted"),
     ("CUDA error: no kernel image is available for execution on the device", "compute capability"),
     ("ImportError: Numba needs NumPy 1.26 or less. Got NumPy 2.0.", "numpy==1.26.*"),
+    ("NvvmSupportError: libNVVM cannot be found. Do `conda install cudatoolkit`:", "numba-cuda[cu13]"),
     ("AttributeError: module 'numpy' has no attribute 'row_stack'", "numpy<2.5"),
     ("hipErrorNoDevice: Unable to open /dev/kfd read-write: Permission denied", "--group-add render"),
     ("Failed to initialize NVML: Unknown Error", "device cgroup"),

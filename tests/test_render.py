@@ -120,8 +120,23 @@ def expected_sequence(spec: ImageSpec) -> list[str]:
         ["FROM", "LABEL", "USER"] + (["ENV"] if spec.base.vendor != "cpu" else []) + (["COPY", "RUN"] if spec.python_packages else []) + ["RUN"]
     )
     build = ["FROM", "ARG", "LABEL", "ARG", "ARG", "COPY", "RUN"]
-    final = ["FROM", "COPY", "COPY", "RUN", "ENV"] + ["ENV"] * len(spec.frameworks) + ["LABEL", "USER", "WORKDIR", "CMD"]
+    nvvm = ["RUN"] if any(r.startswith("nvidia-cuda-nvcc-cu") for r in spec.packages) else []  # numba's built-in CUDA target
+    final = ["FROM", "COPY", "COPY", "RUN", "ENV"] + ["ENV"] * len(spec.frameworks) + nvvm + ["LABEL", "USER", "WORKDIR", "CMD"]
     return runtime + build + final
+
+
+def test_numba_on_cuda_11_links_the_nvvm_of_its_wheel_where_numba_looks(rendered: Rendered) -> None:
+    # numba's built-in target finds libNVVM only as /usr/local/cuda/nvvm/lib64/libnvvm.so.N; the -runtime base has none
+    builtin = [(spec, text) for spec, text in each_image(rendered) if spec.versions.get("numba") and spec.base.version == "11.8.0"]
+    assert builtin
+    for spec, text in builtin:
+        assert "nvidia-cuda-nvcc-cu11==11.8.89" in spec.packages, spec.id
+        assert "nvidia-cuda-nvcc-cu11==11.8.89" in (rendered.text(spec.id, "requirements.lock") if spec.lock else ""), spec.id
+        run = [i for i in instructions(text) if i.cmd.upper() == "RUN" and "nvidia.cuda_nvcc" in i.original]
+        assert len(run) == 1, spec.id
+        assert 'os.symlink(nvvm, "/usr/local/cuda/nvvm")' in run[0].original and 'lib + ".4"' in run[0].original
+    others = [text for spec, text in each_image(rendered) if spec.base.version != "11.8.0" or not spec.versions.get("numba")]
+    assert not any("nvidia.cuda_nvcc" in text for text in others)
 
 
 def each_image(rendered: Rendered) -> list[tuple[ImageSpec, str]]:

@@ -112,7 +112,7 @@ def test_pypis_default_torch_variant_comes_from_the_wheels_own_requirements(requ
 
 def test_the_pypi_variant_in_the_table_is_one_the_release_ships(compat: Compat) -> None:
     facts = compat.facts(TorchFacts)
-    assert {r.release: r.pypi for r in facts.releases if r.pypi} == {"2.5": "cu124", "2.13": "cu130", "2.14": "cu130"}
+    assert {r.release: r.pypi for r in facts.releases if r.pypi} == {"2.5": "cu124", "2.13": "cu130", "2.14": "cu130", "2.15": "cu132"}
 
 
 def test_torch_records_built_cuda_and_cudnn(compat: Compat) -> None:
@@ -333,8 +333,11 @@ def test_jax_numpy_floors_from_its_metadata(python: str, version: str, floor: st
     [
         (ROCM60, "0.4.35", "jax-rocm60-plugin"),
         (ROCM60, "0.5.0", "jax-rocm60-plugin"),
-        (ROCM71, "0.9.0", "jax-rocm7-plugin"),
+        (ROCM71, "0.9.1", "jax-rocm7-plugin"),
         (ROCM72, "0.10.2", "jax-rocm7-plugin"),
+        (ROCM72, "0.6.0", "jax-rocm7-plugin"),
+        (ROCM72, "0.7.1", "jax-rocm7-plugin"),
+        (ROCM72, "0.12.0", "jax-rocm7-plugin"),
     ],
 )
 def test_jax_rocm_plugin_matches_the_base(b: Base, version: str, plugin: str, compat: Compat) -> None:
@@ -390,7 +393,23 @@ def test_cupy_has_no_cpu_build(compat: Compat) -> None:
 
 
 def test_cupy_rocm_reason_says_no_rocm6_wheels(compat: Compat) -> None:
-    refused(decide_cupy(ROCM62, "3.11", "13.6.0", compat), "no ROCm 6 wheels")
+    # cupy-rocm-7-0 14.x is on PyPI: the reason must not say CuPy has no ROCm wheels past 5.0
+    refused(decide_cupy(ROCM62, "3.11", "14.2.0", compat), "no ROCm 6 wheels", "cupy-rocm-7-0", "from v14.0.0")
+
+
+@pytest.mark.parametrize("version", ["0.6.1", "0.6.2", "0.7.0", "0.7.2", "0.8.0", "0.8.3", "0.9.0", "0.9.0.1", "0.12.0.1"])
+def test_jax_rocm7_plugin_only_for_the_releases_pypi_can_install(version: str, compat: Compat) -> None:
+    """PyPI has no jax-rocm7-plugin at these jax versions (0.9.0's needs a jax-rocm7-pjrt PyPI lacks)."""
+    refused(decide_jax(ROCM72, "3.12", version, compat), f"jax {version} has no ROCm plugin on PyPI")
+
+
+def test_jax_0_12_numpy_floor_and_cudnn_floor_from_its_metadata(compat: Compat) -> None:
+    """jax 0.12 requires numpy>=2.2; jax-cuda12-plugin requires cuDNN >= 9.10.2 from 0.11.2 (9.8 before)."""
+    assert ok(decide_jax(CPU, "3.12", "0.12.0", compat)).numpy_min == "2.2"
+    assert ok(decide_jax(CPU, "3.12", "0.11.2", compat)).numpy_min == "2.1"
+    assert ok(decide_jax(CUDA128, "3.12", "0.12.0", compat)).cudnn == ">=9.10.2"
+    assert ok(decide_jax(CUDA128, "3.12", "0.11.2", compat)).cudnn == ">=9.10.2"
+    assert ok(decide_jax(CUDA128, "3.12", "0.11.1", compat)).cudnn == ">=9.8"
 
 
 def test_cupy_python_range_and_numpy_bounds(compat: Compat) -> None:
@@ -447,8 +466,14 @@ def test_numba_cuda_needs_numba_0_60(compat: Compat) -> None:
 def test_numba_on_cuda_11_uses_its_built_in_target(version: str, compat: Compat) -> None:
     """Review: numba's built-in CUDA target (still in the 0.60 and 0.68 wheels) serves CUDA 11; numba-cuda needs CUDA 12+."""
     install = ok(decide_numba(CUDA118, "3.11", version, compat))
-    assert install.requirements == (f"numba=={version}",)
+    # its libNVVM comes from the nvidia-cuda-nvcc wheel of the base's CUDA minor (the -runtime base has none)
+    assert install.requirements == (f"numba=={version}", "nvidia-cuda-nvcc-cu11==11.8.89")
     assert install.variant == "cuda11" and install.built_cuda == "11"
+
+
+def test_numba_built_in_target_without_an_nvvm_wheel_for_the_cuda_minor_is_not_planned(compat: Compat) -> None:
+    cuda112 = base("cuda", "11.2.2", "ubuntu22.04", name="cuda11.2-ubuntu22.04")
+    refused(decide_numba(cuda112, "3.11", "0.60.0", compat), "needs libNVVM", "no nvidia-cuda-nvcc wheel for CUDA 11.2", "builtin_nvvm: 11.8")
 
 
 def test_numba_cuda_is_chosen_per_numba_release_and_cuda_major(compat: Compat) -> None:
@@ -658,3 +683,21 @@ def test_table_refuses_a_misspelled_section(tmp_path: Path) -> None:
     path, _ = broken_copy(tmp_path, "  mvc_floor:\n", "  mvc_flor:\n")
     with pytest.raises(UserError, match="broken compatibility table"):
         load_compat(path)
+
+
+def test_torch_2_15_is_the_pypi_cu132_build_and_needs_a_cuda_13_2_base(compat: Compat) -> None:
+    """PyPI's torch 2.15.0 pins cuda-toolkit 13.2.2 and nvidia-cudnn-cu13 9.26.0.51; Requires-Python >= 3.11."""
+    cuda132 = Base(name="cuda13.2-debian12", vendor="cuda", os="debian12", version="13.2", bootstrap="debootstrap")
+    install = ok(decide_torch(cuda132, "3.11", "2.15.0", compat))
+    assert (install.requirements, install.index_urls, install.variant, install.cudnn) == (("torch==2.15.0",), (), "cu132", "9.26.0.51")
+    refused(decide_torch(CUDA130, "3.12", "2.15.0", compat), "no CUDA 13 wheel at or below 13.0.0", "cu132")
+    refused(decide_torch(cuda132, "3.10", "2.15.0", compat), "supports Python 3.11-3.15")
+
+
+def test_table_refuses_a_numba_nvvm_row_that_is_not_an_exact_nvcc_wheel_pin(tmp_path: Path) -> None:
+    path, line = broken_copy(
+        tmp_path,
+        '{cuda: "11.8", wheel: "nvidia-cuda-nvcc-cu11==11.8.89", source: PYPI_NVCC}',
+        '{cuda: "11.8", wheel: "nvidia-cuda-nvcc-cu11>=11.8", source: PYPI_NVCC}',
+    )
+    refuses(path, line, "builtin_nvvm", "nvidia-cuda-nvcc-cu11>=11.8")

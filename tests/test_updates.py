@@ -25,8 +25,10 @@ from builder.spec.matrix import load_matrix
 from builder.spec.plan import make_plan
 from builder.updates import apply as apply_mod
 from builder.updates import releases as rel
+from builder.updates import wheelmeta
 from builder.updates.index import IndexClient, IndexFailure, ProjectNotFound
-from tests.fake_index import FakeIndex, closed_port_url, self_signed, serve_index, wheel
+from builder.updates.metadata import is_linux_wheel
+from tests.fake_index import PURE, FakeIndex, closed_port_url, self_signed, serve_index, wheel
 
 MATRIX = """\
 # A small matrix for the updates tests: one base of each kind the rules treat differently.
@@ -89,6 +91,11 @@ def jax_dist(version: str, majors: tuple[str, ...]) -> list[str]:
     return [f"jaxlib<={version},>={version}", "ml_dtypes>=0.5.0", "numpy>=2.0", *extras]
 
 
+def pure(project: str, version: str) -> list[object]:
+    """A pure-Python release's files on PyPI: one `py3-none-any` wheel and the sdist."""
+    return [wheel(project, version, PURE), f"{project}-{version}.tar.gz"]
+
+
 NUMBA_NUMPY = ["llvmlite<0.51,>=0.50.0dev0"]
 WriteMatrix = Callable[..., Path]  # conftest.py's write_matrix fixture
 RunCli = Callable[..., Result]
@@ -110,14 +117,15 @@ def fill(index: FakeIndex) -> None:
         TORCH_CU130,
         files=[wheel("torch", "2.14.7", yanked=True), wheel("torch", "2.14.7", "cp312-cp312-manylinux_2_28_x86_64")],
     )
-    index.add("torch", "2.15.0", ">=3.10", TORCH_CU130)  # no row in the table
+    index.add("torch", "2.17.0", ">=3.10", TORCH_CU130)  # no row in the table
     index.add("torch", "2.16.0rc1", ">=3.10", TORCH_CU130)
     index.add("torch", "2.16.0.dev20261201", ">=3.10", TORCH_CU130)
     index.add("tensorflow", "2.21.1", ">=3.10", tf_dist("12.5.82"))
     index.add("tensorflow", "2.21.2", ">=3.10", tf_dist("12.8.90"))  # [and-cuda] moved to CUDA 12.8; the row says 12.5
-    index.add("jax", "0.10.3", ">=3.11", jax_dist("0.10.3", ("12", "13")))
-    index.add("jax", "0.10.4", ">=3.11", jax_dist("0.10.4", ("12", "13")))  # its jaxlib is not on the index yet
-    index.add("jax", "0.10.5", ">=3.11", jax_dist("0.10.5", ("12",)))  # no cuda13 extra, the band plans CUDA 13
+    # jax is pure Python: its releases have only a py3-none-any wheel (and an sdist), as on PyPI
+    index.add("jax", "0.10.3", ">=3.11", jax_dist("0.10.3", ("12", "13")), files=pure("jax", "0.10.3"))
+    index.add("jax", "0.10.4", ">=3.11", jax_dist("0.10.4", ("12", "13")), files=pure("jax", "0.10.4"))  # its jaxlib is not on the index yet
+    index.add("jax", "0.10.5", ">=3.11", jax_dist("0.10.5", ("12",)), files=pure("jax", "0.10.5"))  # no cuda13 extra, the band plans CUDA 13
     for version in ("0.10.2", "0.10.3", "0.10.5"):
         index.add("jaxlib", version, ">=3.11", ["numpy>=2.0", "scipy>=1.13"])
     for project in ("cupy-cuda12x", "cupy-cuda13x"):
@@ -167,11 +175,47 @@ def test_only_final_installable_releases_newer_than_the_matrix_are_candidates(ma
     torch = [r.version for r in report.releases if r.framework == "torch"]
     # 2.0.0 and 2.14.1 are not newer; 2.14.4 is yanked; 2.14.5 has no Linux x86_64 wheel; rc1/dev are pre-releases.
     # 2.14.7 keeps one wheel that is not yanked.
-    assert torch == ["2.14.2", "2.14.3", "2.14.6", "2.14.7", "2.15.0"]
+    assert torch == ["2.14.2", "2.14.3", "2.14.6", "2.14.7", "2.17.0"]
     order = [(r.framework, r.version) for r in report.releases]
     assert [fw for fw, _ in order] == sorted((fw for fw, _ in order), key=["torch", "tensorflow", "jax", "cupy", "numba"].index)
     assert dict(report.newest_listed) == {"torch": "2.14.1", "tensorflow": "2.21.0", "jax": "0.10.2", "cupy": "14.0.0", "numba": "0.68.0"}
     assert not any("cupy-cuda11x" in path for path in filled.requests)  # the matrix has no CUDA 11 base
+
+
+def test_a_pure_python_project_has_candidates_too(matrix: Matrix, filled: FakeIndex) -> None:
+    # jax ships only `py3-none-any` wheels: a filter that wants a manylinux name never saw a jax release
+    report = rel.find_updates(matrix, table(), client(filled))
+    assert [r.version for r in report.releases if r.framework == "jax"] == ["0.10.3", "0.10.4", "0.10.5"]
+
+
+@pytest.mark.parametrize(
+    ("filename", "usable"),
+    [
+        ("jax-0.12.0-py3-none-any.whl", True),
+        ("six-1.0-py2.py3-none-any.whl", True),
+        ("torch-2.15.0-cp311-cp311-manylinux_2_28_x86_64.whl", True),
+        ("cupy_cuda12x-14.0.0-cp311-cp311-manylinux2014_x86_64.whl", True),
+        ("jaxlib-0.9.0-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl", True),
+        ("a-1-cp311-abi3-linux_x86_64.whl", True),
+        ("old-1-py2-none-any.whl", False),  # Python 2 only
+        ("a-1-cp311-cp311-musllinux_1_2_x86_64.whl", False),  # musl: the images are glibc
+        ("a-1-cp311-cp311-manylinux_2_28_aarch64.whl", False),
+        ("a-1-py3-none-macosx_11_0_arm64.whl", False),
+        ("a-1-cp311-cp311-win_amd64.whl", False),
+        ("a-1-py3-none-any-junk.whl", False),  # not a wheel name
+        ("jax-0.12.0.tar.gz", False),
+    ],
+)
+def test_a_usable_wheel_is_read_from_its_platform_tags(filename: str, usable: bool) -> None:
+    assert is_linux_wheel({"filename": filename, "packagetype": "bdist_wheel" if filename.endswith(".whl") else "sdist"}) is usable
+    assert is_linux_wheel({"filename": filename, "yanked": True}) is False
+
+
+def test_the_metadata_of_a_pure_python_release_is_read_from_its_wheel() -> None:
+    # where the index serves no release document, the wheel read by ranges may be jax's only (pure) one
+    files = [{"filename": "jax-0.12.0.tar.gz", "url": "s", "size": 1}, {"filename": "jax-0.12.0-py3-none-any.whl", "url": "w", "size": 1}]
+    chosen = wheelmeta.linux_wheel(files)
+    assert chosen is not None and chosen["url"] == "w"
 
 
 def test_report_json_has_every_release_with_its_metadata(matrix: Matrix, filled: FakeIndex) -> None:
@@ -207,9 +251,9 @@ def test_a_torch_release_the_rules_know_is_plannable_with_the_images_it_gets(mat
 
 
 def test_a_torch_release_without_a_table_row_needs_rules_naming_compat_yaml(matrix: Matrix, filled: FakeIndex) -> None:
-    release = found(matrix, filled)[("torch", "2.15.0")]
+    release = found(matrix, filled)[("torch", "2.17.0")]
     assert release.status == rel.NEEDS_RULES
-    assert 'add a torch.releases row for "2.15"' in release.reason
+    assert 'add a torch.releases row for "2.17"' in release.reason
     assert "builder/compat/data/compat.yaml" in release.reason
     assert "its PyPI wheel is cu130" in release.reason and "Requires-Python >=3.10" in release.reason
     assert release.accepted == ()
@@ -265,7 +309,7 @@ def test_jax_whose_extras_pin_an_older_jaxlib_than_the_table_needs_a_pin_row(mat
     dist += [f'jax-cuda{m}-plugin[with-cuda]<=0.10.6,>=0.10.5; extra == "cuda{m}"' for m in ("12", "13")]
     dist += [f'jaxlib==0.10.5; extra == "cuda{m}"' for m in ("12", "13")]
     fill(index)
-    index.add("jax", "0.10.6", ">=3.11", dist)
+    index.add("jax", "0.10.6", ">=3.11", dist, files=pure("jax", "0.10.6"))
     index.add("jaxlib", "0.10.5", ">=3.11")
     release = found(matrix, index)[("jax", "0.10.6")]
     assert (release.status, release.jaxlib, release.jaxlib_missing) == (rel.NEEDS_RULES, "0.10.5", False)
@@ -294,14 +338,14 @@ def test_numba_beyond_the_table_and_below_its_numpy_ceiling_need_rules(matrix: M
 
 
 def test_a_new_series_the_newest_row_would_silently_cover_needs_rules(matrix: Matrix, index: FakeIndex) -> None:
-    """The rules accept cupy 14.1 (rows apply from here on), but nobody has read its support yet."""
+    """The rules accept cupy 14.3 (rows apply from here on), but nobody has read its support yet."""
     fill(index)
     for project in ("cupy-cuda12x", "cupy-cuda13x"):
-        index.add(project, "14.1.0", ">=3.10", ["numpy<2.6,>=2.0"])
-    assert decide("cupy", matrix.base("cuda13.0-ubuntu24.04"), "3.12", "14.1.0", table()).ok
-    release = found(matrix, index)[("cupy", "14.1.0")]
+        index.add(project, "14.3.0", ">=3.10", ["numpy<2.6,>=2.0"])
+    assert decide("cupy", matrix.base("cuda13.0-ubuntu24.04"), "3.12", "14.3.0", table()).ok
+    release = found(matrix, index)[("cupy", "14.3.0")]
     assert release.status == rel.NEEDS_RULES
-    assert "newer than the newest cupy row (14.0.0" in release.reason and 'add a cupy.releases row for "14.1.0"' in release.reason
+    assert "newer than the newest cupy row (14.2.0" in release.reason and 'add a cupy.releases row for "14.3.0"' in release.reason
 
 
 def test_no_image_here_when_the_rules_refuse_every_base(write_matrix: WriteMatrix, index: FakeIndex) -> None:
@@ -539,19 +583,19 @@ def test_apply_changes_only_the_framework_lines_and_keeps_every_comment(repo_mat
         [
             plannable("torch", "2.14.3"),
             plannable("torch", "2.14.2"),
-            plannable("numba", "0.68.1"),
-            plannable("torch", "2.15.0", rel.NEEDS_RULES),
+            plannable("numba", "0.68.2"),
+            plannable("torch", "2.17.0", rel.NEEDS_RULES),
         ],
     )
     assert edits == [
-        "matrix.yaml: frameworks.numba += 0.68.1",
+        "matrix.yaml: frameworks.numba += 0.68.2",
         "matrix.yaml: frameworks.torch += 2.14.2",
         "matrix.yaml: frameworks.torch += 2.14.3",
     ]
     after = repo_matrix.read_text(encoding="utf-8")
     torch_line = next(line for line in original.splitlines() if line.startswith("  torch: ["))
     numba_line = next(line for line in original.splitlines() if line.startswith("  numba: ["))
-    expected = original.replace(torch_line, torch_line[:-1] + ', "2.14.2", "2.14.3"]').replace(numba_line, numba_line[:-1] + ', "0.68.1"]')
+    expected = original.replace(torch_line, torch_line[:-1] + ', "2.14.2", "2.14.3"]').replace(numba_line, numba_line[:-1] + ', "0.68.2"]')
     assert after == expected
     diff = [d for d in difflib.ndiff(original.splitlines(), after.splitlines()) if d[:1] in "+-"]
     assert [d[0] for d in diff] == ["-", "+", "-", "+"]

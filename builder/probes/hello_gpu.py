@@ -107,6 +107,13 @@ DIAGNOSES: tuple[tuple[str, str, str], ...] = (
         "Pin NumPy to \\1 or older (`numpy==\\1.*`) or upgrade numba to a release that supports NumPy \\2.",
     ),
     (
+        r"libNVVM cannot be found|libnvvm\.so[\w.]*: cannot open shared object file",
+        "numba's CUDA target cannot find libNVVM, the compiler library every @cuda.jit kernel needs (an nvidia/cuda -runtime"
+        " base has none, and numba's built-in target does not look in the nvidia-cuda-nvcc wheels)",
+        "Bring libNVVM from a wheel: `numba-cuda[cu12]` / `numba-cuda[cu13]` on CUDA 12/13; on CUDA 11 the nvidia-cuda-nvcc-cu11"
+        " wheel with its nvvm folder linked at /usr/local/cuda/nvvm (and libnvvm.so.4 beside libnvvm.so); or use a -devel base.",
+    ),
+    (
         r"module 'numpy' has no attribute 'row_stack'",
         "NumPy 2.5 removed np.row_stack, which numba-cuda <=0.30.4 (and numba <0.67) still references",
         "Pin numpy<2.5 while numba-cuda <=0.30.4 or numba <0.67 is installed.",
@@ -611,10 +618,13 @@ def _check_numba(p: Probe) -> None:
     except ImportError as exc:
         p.no_gpu = f"CPU-only numba (no numba.cuda: {one_line(exc)})"
         return
-    if p.build["numba_cuda"]:
+    if p.build["numba_cuda"] or cuda_image():
+        # every numba CUDA image compiles a kernel, GPU or not: a missing NVVM fails here, not on the user's GPU
         p.enter("offline cuda checks")
-        p.cuda_build = major_in([f"cuda{(dist_version('cuda-bindings') or '').split('.')[0]}"])
-        offline_check(p, "compiles a kernel (compile_ptx)", lambda: _numba_compile_ptx(cuda))
+        if p.build["numba_cuda"]:
+            p.cuda_build = major_in([f"cuda{(dist_version('cuda-bindings') or '').split('.')[0]}"])
+        builtin = not p.build["numba_cuda"]
+        offline_check(p, "compiles a kernel (compile_ptx)", lambda: _numba_compile_ptx(cuda, builtin))
     if not cuda.is_available():
         p.no_gpu = f"numba sees no GPU (numba.cuda.is_available() is False{raised(cuda.get_current_device)})"
         return
@@ -625,15 +635,34 @@ def _check_numba(p: Probe) -> None:
     _numba_kernel_check(p, cuda, np)
 
 
-def _numba_compile_ptx(cuda: Any) -> str:
-    """numba-cuda compiles to PTX through NVVM (from the wheels) with no device."""
+def cuda_image() -> bool:
+    """Is this a CUDA image? Every one sets NVIDIA_REQUIRE_CUDA (the product's Dockerfile) or
+    CUDA_VERSION (nvidia/cuda bases); a CPU image sets neither."""
+    return any(os.environ.get(name, "").strip() for name in ("NVIDIA_REQUIRE_CUDA", "CUDA_VERSION"))
+
+
+def _numba_compile_ptx(cuda: Any, builtin: bool = False) -> str:
+    """numba (numba-cuda, or the built-in target) compiles to PTX through NVVM with no device.
+
+    The built-in target maps the asked compute capability to the nearest one the CUDA runtime
+    reports, and CUDA 11's runtime reports none without a driver ("No supported GPU compute
+    capabilities found"); so the target is fixed (NUMBA_FORCE_CUDA_CC's setting) for this compile
+    only: it still proves that NVVM and libdevice load and compile."""
 
     def scale(x: Any, out: Any) -> None:
         i = cuda.grid(1)
         if i < out.size:
             out[i] = x[i] * 2.0
 
-    ptx, _ = cuda.compile_ptx(scale, "(float32[:], float32[:])", cc=(7, 5))
+    config = attempt(lambda: importlib.import_module("numba.core.config")) if builtin else None
+    forced = getattr(config, "FORCE_CUDA_CC", None)
+    if config is not None:
+        config.FORCE_CUDA_CC = (7, 5)
+    try:
+        ptx, _ = cuda.compile_ptx(scale, "(float32[:], float32[:])", cc=(7, 5))
+    finally:
+        if config is not None:
+            config.FORCE_CUDA_CC = forced
     if ".entry" not in ptx:
         raise RuntimeError("compile_ptx returned no kernel entry")
     return f"compile_ptx for sm_75: {len(ptx)} bytes of PTX"

@@ -1,5 +1,5 @@
 """What a release's own metadata states, read from the index's documents (pure): which releases a
-project has (final, not yanked, with a Linux x86_64 wheel), and from a release's Requires-Python
+project has (final, not yanked, with a wheel for Linux x86_64: a platform wheel or a pure-Python one), and from a release's Requires-Python
 and Requires-Dist the CUDA it was built for (torch's nvidia/cuda-toolkit pins, jax's cudaNN
 extras, tensorflow's [and-cuda]), its NumPy bounds, and jax's jaxlib pin."""
 
@@ -13,7 +13,7 @@ from typing import Any
 from packaging.markers import Marker
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.utils import canonicalize_name
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from builder.compat.versions import mm
@@ -21,6 +21,7 @@ from builder.errors import RunFailure
 from builder.spec import grammar
 
 _EXTRA = re.compile(r"""\bextra\s*==\s*['"]([^'"]+)['"]""")
+_LINUX_PLATFORM = re.compile(r"(?:manylinux\d*(?:_\d+)*|linux)_x86_64")  # manylinux1/2010/2014, manylinux_2_28, linux
 _LOWER_FIRST = {">=": 0, ">": 0, "~=": 0, "==": 0, "===": 0, "!=": 1, "<": 2, "<=": 2}
 
 @dataclass(frozen=True)
@@ -37,10 +38,17 @@ class Meta:
 
 
 def is_linux_wheel(file: Mapping[str, Any]) -> bool:
+    """A non-yanked wheel that installs on the images' platform (glibc Linux x86_64): one of its
+    platform tags is manylinux*/linux x86_64, or `any` (a pure-Python wheel: jax ships only
+    `py3-none-any`). Read from the file name's tags, never a substring of the name."""
     name = str(file.get("filename", ""))
     if file.get("yanked") is True or not name.endswith(".whl") or file.get("packagetype", "bdist_wheel") != "bdist_wheel":
         return False
-    return ("manylinux" in name or "linux_x86_64" in name) and "x86_64" in name
+    try:
+        tags = parse_wheel_filename(name)[3]
+    except InvalidWheelFilename:
+        return False
+    return any(_LINUX_PLATFORM.fullmatch(t.platform) or (t.platform == "any" and not t.interpreter.startswith("py2")) for t in tags)
 
 
 def available(doc: Mapping[str, Any], project: str) -> set[str]:

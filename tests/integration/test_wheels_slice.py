@@ -1,6 +1,7 @@
 """The CUDA-from-wheels slice, for real: one image per framework on the bootstrapped Debian base with
 CUDA from PyPI wheels (torch cu130, jax[cuda13], cupy-cuda13x[ctk], numba-cuda[cu13],
-tensorflow[and-cuda] on CUDA 12.5), built and smoke-tested on this GPU-less host.
+tensorflow[and-cuda] on CUDA 12.5), and the newest torch (2.15, PyPI's cu132 build) on its CUDA 13.2
+base, built and smoke-tested on this GPU-less host.
 
 Each must come out `gpu-skipped` (never `passed`) with its CPU-side CUDA checks passed: the CUDA
 each framework was built for, a kernel compiled where the framework can, and every CUDA library the
@@ -71,7 +72,11 @@ def wheels_test(wheels_build: Any) -> dict[str, dict[str, Any]]:
 
 
 def test_the_slice_has_one_image_per_framework() -> None:
-    assert sorted(s.stack for s in WHEELS) == ["cupy", "jax", "numba", "tensorflow", "torch"]
+    assert sorted(s.stack for s in WHEELS) == ["cupy", "jax", "numba", "tensorflow", "torch", "torch"]
+    assert {(s.base.name, s.versions["torch"]) for s in WHEELS if s.stack == "torch"} == {
+        ("cuda13-debian12", "2.14.1"),
+        ("cuda13.2-debian12", "2.15.0"),  # the newest torch: PyPI's wheel is the CUDA 13.2 build
+    }
     for spec in WHEELS:
         assert spec.base.vendor == "cuda" and spec.base.cuda_from_wheels and spec.base.image is None
         assert spec.constraints, f"{spec.id}: no constraints keep its CUDA wheels on CUDA {spec.base.version}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from packaging.version import Version
@@ -12,7 +13,8 @@ from builder.compat.versions import in_range, mm, newest_at_or_below, span
 from builder.records import Base, Install, Verdict
 from builder.yamlsrc import LDict
 
-SECTION_KEYS = ("releases", "builtin_cuda", "numba_cuda")
+SECTION_KEYS = ("releases", "builtin_cuda", "builtin_nvvm", "numba_cuda")
+NVVM_WHEEL = re.compile(r"nvidia-cuda-nvcc-cu\d+==\d+(\.\d+)+")
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,7 @@ class NumbaCuda:
 class NumbaFacts:
     releases: tuple[NumbaRelease, ...]
     builtin_cuda: tuple[str, ...]  # CUDA majors numba's own (deprecated) CUDA target serves
+    builtin_nvvm: tuple[tuple[str, str], ...]  # CUDA major.minor -> the nvidia-cuda-nvcc wheel pin that brings its libNVVM
     numba_cuda: tuple[NumbaCuda, ...]  # by numba_min, ascending
 
 
@@ -54,7 +57,17 @@ def load(t: Table, section: LDict) -> NumbaFacts:
         )
         for row in t.rows(t.section(section, "numba_cuda"), keys, "numba_min", section.line)
     )
-    return NumbaFacts(releases=releases, builtin_cuda=t.strs(t.section(section, "builtin_cuda"), section.line), numba_cuda=numba_cuda)
+    nvvm = []
+    for row in t.rows(t.section(section, "builtin_nvvm"), ("cuda", "wheel"), "cuda", section.line):
+        if not NVVM_WHEEL.fullmatch(str(row["wheel"])):
+            raise t.fail(f"numba builtin_nvvm wheel must pin an nvidia-cuda-nvcc-cuNN wheel exactly (nvidia-cuda-nvcc-cu11==11.8.89), got {row['wheel']!r}", row.line)
+        nvvm.append(("{}.{}".format(*mm(str(row["cuda"]))), str(row["wheel"])))
+    return NumbaFacts(
+        releases=releases,
+        builtin_cuda=t.strs(t.section(section, "builtin_cuda"), section.line),
+        builtin_nvvm=tuple(nvvm),
+        numba_cuda=numba_cuda,
+    )
 
 
 def _release(version: str, facts: NumbaFacts) -> NumbaRelease | None:
@@ -88,9 +101,17 @@ def decide_numba(base: Base, python: str, version: str, compat: Compat) -> Verdi
                 f"numba's built-in CUDA target (CUDA {major}) needs the CUDA toolkit's NVVM from the system; "
                 f"base {base.name} brings CUDA from wheels: use a CUDA 12+ base (numba-cuda) or an nvidia/cuda base"
             )
+        minor = "{}.{}".format(*mm(base.version))
+        wheel = dict(facts.builtin_nvvm).get(minor)
+        if wheel is None:
+            known = ", ".join(c for c, _ in facts.builtin_nvvm) or "none"
+            return Verdict.no(
+                f"numba's built-in CUDA target needs libNVVM, which an nvidia/cuda -runtime base lacks, and the table has no "
+                f"nvidia-cuda-nvcc wheel for CUDA {minor} (numba.builtin_nvvm: {known}); base {base.name} is CUDA {base.version}"
+            )
         install = Install(
-            "numba", version, (f"numba=={version}",), variant=f"cuda{major}", built_cuda=major, numpy_min=rel.numpy[0], numpy_max=rel.numpy[1],
-            notes=(f"numba's built-in CUDA target serves CUDA {major} (numba-cuda needs CUDA 12+); it needs the toolkit's NVVM in the base",),
+            "numba", version, (f"numba=={version}", wheel), variant=f"cuda{major}", built_cuda=major, numpy_min=rel.numpy[0], numpy_max=rel.numpy[1],
+            notes=(f"numba's built-in CUDA target serves CUDA {major} (numba-cuda needs CUDA 12+); its libNVVM comes from {wheel}, linked at /usr/local/cuda/nvvm",),
         )  # fmt: skip
         return Verdict(ok=True, install=install)
     return _numba_cuda(base, python, version, rel, facts, major)
