@@ -142,13 +142,18 @@ def read_lock(path: Path) -> Lock | None:
     there (a link or a special file is not one: render refuses those), a one-line UserError naming
     the line for a file that is not, byte for byte, a lock `builder lock` writes (lock.files.load)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)  # a FIFO there must not hang the open
     except OSError:
         return None
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            return None
-        data = handle.read(MAX_LOCK + 1)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None  # checked on the descriptor, before any read: a folder or a FIFO is never read
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            data = handle.read(MAX_LOCK + 1)
+    except OSError as exc:
+        raise UserError(f"cannot be read ({exc.strerror}); check its permissions", _shown(path)) from None
+    finally:
+        os.close(fd)
     if len(data) > MAX_LOCK:
         raise UserError(f"is larger than {MAX_LOCK} bytes, which no lock is; restore it from git or delete it and run `builder lock`", _shown(path))
     try:

@@ -8,8 +8,10 @@ this image's, naming the file and line; `render` never blesses one. No network, 
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shutil
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,7 +22,7 @@ from builder.compat.facts import table
 from builder.errors import UserError
 from builder.lock import files
 from builder.lock.target import target_for
-from builder.workspace import Workspace
+from builder.workspace import Workspace, read_lock
 
 ROOT = Path(__file__).resolve().parents[1]
 IMAGE = "jax0.10.2-cu124-py3.11-ubuntu22.04"  # requires jax[cuda12]==0.10.2 and jaxlib==0.10.2; pins cuDNN (a label)
@@ -237,3 +239,36 @@ def test_a_lock_binds_its_body_with_a_digest_written_by_lock_text() -> None:
     body = text.split("\n", 5)[5]
     assert text.split("\n")[4] == "# body: sha256:" + hashlib.sha256(body.encode()).hexdigest()
     assert files.write(files.read(text, "x")) == text
+
+
+def test_a_folder_or_a_fifo_where_a_lock_goes_is_no_lock_and_never_hangs(tmp_path: Path) -> None:
+    """Both are refused by render as files it did not write; reading them must neither crash
+    (a folder: os.fdopen raised IsADirectoryError) nor block (a FIFO: open waited for a writer)."""
+    folder = tmp_path / "folder.lock"
+    folder.mkdir()
+    assert read_lock(folder) is None
+    fifo = tmp_path / "fifo.lock"
+    os.mkfifo(fifo)
+    found: list[object] = []
+    reader = threading.Thread(target=lambda: found.append(read_lock(fifo)), daemon=True)
+    reader.start()
+    reader.join(timeout=10)
+    assert not reader.is_alive(), "reading a FIFO where a lock goes blocked"
+    assert found == [None]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "words"),
+    [
+        ("nvidia-cublas==13.1.2.11 ", "nvidia-cublas==13.3.0.0 ", "nvidia-cublas==13.3.0.0 breaks the image's constraint nvidia-cublas<13.2.0.9"),
+        ("nvidia-cuda-runtime==13.0.96 ", "nvidia-cuda-runtime==1!13.0.96 ", "the io.builder.cuda-runtime label takes a plain release"),
+    ],
+)
+def test_a_resealed_lock_still_keeps_to_the_images_constraints_and_label_grammar(repo: Path, cli: RunCli, old: str, new: str, words: str) -> None:
+    """A CUDA-from-wheels image: its constraints.txt keeps the CUDA wheels on its CUDA, so a lock
+    that pins past them is refused even with its digest rewritten."""
+    path = repo / "images/jax0.10.2-cu130-py3.11-debian12/requirements.lock"
+    tampered = _replace(old, new, sealed=True)(path.read_text(encoding="utf-8"))
+    path.write_text(tampered, encoding="utf-8")
+    found = one_line_error(cli("--matrix", "matrix.yaml", "render"))
+    assert int(found["line"]) == line_of(tampered, new.strip()) and words in found["what"], found[0]

@@ -174,6 +174,7 @@ def _check_header(found: dict[str, str], where: str) -> None:
 def _packages(body: str, where: str, offset: int) -> tuple[Package, ...]:
     """uv's requirements format, one line at a time, into packages (any other line is refused)."""
     out: list[Package] = []
+    seen: set[str] = set()
     name = version = ""
     line_of = 0
     hashes: list[str] = []
@@ -190,8 +191,9 @@ def _packages(body: str, where: str, offset: int) -> tuple[Package, ...]:
         if pin:
             flush()
             name, version, line_of, hashes, via = str(canonicalize_name(pin["name"])), _version(pin["version"], where, number), number, [], None
-            if any(p.name == name for p in out):
+            if name in seen:
                 raise UserError(f"{name} is pinned twice; re-lock", where, number)
+            seen.add(name)
         elif _is_option(line):
             raise UserError(_unexpected(line), where, number)
         elif not name:
@@ -237,12 +239,17 @@ def _check_graph(packages: tuple[Package, ...], where: str) -> None:
         for source in package.via:
             if source not in (REQUIREMENTS, CONSTRAINTS) and source not in names:
                 raise UserError(f"{package.name} says it is required by {source!r}, which the lock does not pin; re-lock", where, package.line)
-    reached = {p.name for p in packages if REQUIREMENTS in p.via}
-    grew = True
-    while grew:
-        more = {p.name for p in packages if p.name not in reached and any(v in reached for v in p.via)}
-        reached |= more
-        grew = bool(more)
+    needs: dict[str, list[str]] = {}  # package -> the packages whose `# via` names it
+    for package in packages:
+        for source in package.via:
+            needs.setdefault(source, []).append(package.name)
+    todo = [p.name for p in packages if REQUIREMENTS in p.via]
+    reached = set(todo)
+    while todo:
+        for name in needs.get(todo.pop(), ()):
+            if name not in reached:
+                reached.add(name)
+                todo.append(name)
     for package in packages:
         if package.name not in reached:
             raise UserError(f"nothing the image requires needs {package.name} (see its `# via`): added by hand? re-lock", where, package.line)
