@@ -705,3 +705,10 @@ def test_one_apply_adds_at_most_the_newest_few_releases_per_framework_and_says_w
         "matrix.yaml: frameworks.torch: 1 older plannable release(s) held back, not added (2.14.402); one --apply adds the newest 1 "
         "per framework (--max-new); add others by hand if you want their images",
     ]
+
+
+def test_the_cli_cap_defaults_to_the_one_apply_uses() -> None:
+    from builder.cli import main
+
+    command = main.commands["updates"]
+    assert next(p.default for p in command.params if p.name == "max_new") == apply_mod.MAX_NEW
