@@ -21,7 +21,7 @@ from click.testing import Result
 from builder.compat.facts import table
 from builder.errors import UserError
 from builder.lock import files
-from builder.lock.target import target_for
+from builder.lock.target import LockTarget, target_for
 from builder.workspace import Workspace, read_lock
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -272,3 +272,13 @@ def test_a_resealed_lock_still_keeps_to_the_images_constraints_and_label_grammar
     path.write_text(tampered, encoding="utf-8")
     found = one_line_error(cli("--matrix", "matrix.yaml", "render"))
     assert int(found["line"]) == line_of(tampered, new.strip()) and words in found["what"], found[0]
+
+
+def test_a_requirement_whose_marker_leaves_it_out_on_the_target_is_not_required_in_the_lock() -> None:
+    resolved = f"numba==0.68.0 \\\n    --hash=sha256:{H}\n    # via -r requirements.in\n"
+    target = LockTarget("img", ("numba==0.68.0", 'pywin32==306; sys_platform == "win32"'), (), "3.11", "x86_64-manylinux_2_36", ())
+    lock = files.load(files.lock_text("img", target.inputs, "3.11", "x86_64-manylinux_2_36", resolved), "x")
+    files.verify(lock, target, "x")
+    with pytest.raises(UserError, match="the image requires scipy==1.14.1, which the lock does not pin"):
+        grown = LockTarget("img", ("numba==0.68.0", "scipy==1.14.1"), (), "3.11", "x86_64-manylinux_2_36", ())
+        files.verify(files.load(files.lock_text("img", grown.inputs, "3.11", "x86_64-manylinux_2_36", resolved), "x"), grown, "x")

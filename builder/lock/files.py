@@ -281,8 +281,8 @@ def verify(lock: Lock, target: LockTarget, where: str) -> None:
         return
     if (contents.python, contents.platform) != (target.python, target.platform):
         raise UserError(f"is for python {contents.python}, {contents.platform}, not {target.python}, {target.platform}; re-lock", where, 4)
-    wanted = {str(canonicalize_name(r.name)): r for r in _requirements(target.requirements, where)}
-    limits = _requirements(target.constraints, where)
+    wanted = {str(canonicalize_name(r.name)): r for r in _requirements(target.requirements, target, where)}
+    limits = _requirements(target.constraints, target, where)
     by_name = {p.name: p for p in contents.packages}
     for package in contents.packages:
         if REQUIREMENTS in package.via and package.name not in wanted:
@@ -301,11 +301,16 @@ def verify(lock: Lock, target: LockTarget, where: str) -> None:
             raise UserError(f"{name}=={pinned.version} is not the {requirement} the image requires; re-lock", where, pinned.line)
 
 
-def _requirements(lines: tuple[str, ...], where: str) -> list[Requirement]:
+def _requirements(lines: tuple[str, ...], target: LockTarget, where: str) -> list[Requirement]:
+    """The plan's requirements that apply on the lock's target (a marker can leave one out)."""
     try:
-        return [Requirement(line) for line in lines]
+        found = [Requirement(line) for line in lines]
     except InvalidRequirement as exc:
         raise UserError(f"the plan's requirement cannot be read ({exc})", where) from None
+    machine = target.platform.split("-", 1)[0]
+    env = {"python_version": target.python, "python_full_version": f"{target.python}.0", "sys_platform": "linux",
+           "platform_system": "Linux", "os_name": "posix", "platform_machine": machine}  # fmt: skip
+    return [r for r in found if r.marker is None or r.marker.evaluate(env)]
 
 
 def libraries(lock: Lock) -> dict[str, str]:
