@@ -460,18 +460,19 @@ index_json_option = click.option(
 
 @main.command()
 @click.option("--apply", "do_apply", is_flag=True, help="add the releases the rules can place to matrix.yaml (comments and order kept)")
+@click.option("--max-new", type=click.IntRange(min=1), default=3, show_default=True, help="with --apply: add at most this many releases per framework (the newest)")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @index_json_option
 @click.option("--ca-bundle", metavar="FILE", help="PEM bundle to trust for the index (or $BUILDER_CA_BUNDLE)")
 @click.pass_obj
 @user_errors
-def updates(ws: Workspace, do_apply: bool, fmt: str, index_json_url: str | None, ca_bundle: str | None) -> None:
+def updates(ws: Workspace, do_apply: bool, max_new: int, fmt: str, index_json_url: str | None, ca_bundle: str | None) -> None:
     """Releases newer than matrix.yaml lists, what their metadata says, and whether the rules can place them."""
     from builder.ui.nightly import print_releases
     from builder.updates import apply, releases
 
     found = releases.check(ws.matrix, base_url=index_json_url, ca_bundle=ca_bundle)
-    edits = apply.apply(ws.matrix_path, found.releases) if do_apply else []
+    edits = apply.apply(ws.matrix_path, found.releases, max_new) if do_apply else []
     if fmt == "json":
         emit_json({**found.to_json(), "applied": edits})
     else:

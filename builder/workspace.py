@@ -12,8 +12,10 @@ import stat
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from builder.compat.facts import table
 from builder.errors import UserError
-from builder.lock.files import LOCK_NAME, parse
+from builder.lock.files import LOCK_NAME, load, verify
+from builder.lock.target import target_for
 from builder.records import ImageSpec, Lock, Matrix, Plan
 from builder.render.context import Files, content_hash, contexts
 from builder.render.tree import expected_tree
@@ -67,7 +69,7 @@ class Workspace:
         images = tuple(
             replace(
                 spec,
-                lock=overrides.get(spec.id) or read_lock(self.images_dir / spec.id / LOCK_NAME),
+                lock=overrides.get(spec.id) or checked_lock(spec, self.images_dir / spec.id / LOCK_NAME),
                 unlocked=next((reason for selector, reason in policy if matches(selector, fields_of(spec))), None),
             )
             for spec in plan.images
@@ -119,19 +121,44 @@ class Workspace:
         return expected_tree(images, self.contexts(images))
 
 
-def read_lock(path: Path) -> Lock | None:
-    """A lock file `builder lock` wrote, read without following links; None for anything else."""
+def checked_lock(spec: ImageSpec, path: Path) -> Lock | None:
+    """The image's lock (read_lock), checked to be this image's and, when its inputs are current,
+    what they lock (lock.files.verify): render never blesses and build never installs an edited lock."""
+    lock = read_lock(path)
+    if lock is not None:
+        verify(lock, target_for(spec, table()), _shown(path))
+    return lock
+
+
+def _shown(path: Path) -> str:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def read_lock(path: Path) -> Lock | None:
+    """A lock file `builder lock` wrote, read without following links; None when there is no file
+    there (a link or a special file is not one: render refuses those), a one-line UserError naming
+    the line for a file that is not, byte for byte, a lock `builder lock` writes (lock.files.load)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)  # a FIFO there must not hang the open
     except OSError:
         return None
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            return None
-        data = handle.read(MAX_LOCK + 1)
-    if len(data) > MAX_LOCK:
-        return None
     try:
-        return parse(data.decode("utf-8"))
-    except UnicodeDecodeError:
-        return None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None  # checked on the descriptor, before any read: a folder or a FIFO is never read
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            data = handle.read(MAX_LOCK + 1)
+    except OSError as exc:
+        raise UserError(f"cannot be read ({exc.strerror}); check its permissions", _shown(path)) from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_LOCK:
+        raise UserError(f"is larger than {MAX_LOCK} bytes, which no lock is; restore it from git or delete it and run `builder lock`", _shown(path))
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise UserError("is not UTF-8 text, which no lock is; restore it from git or delete it and run `builder lock`", _shown(path), line) from None
+    return load(text, _shown(path))

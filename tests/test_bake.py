@@ -177,3 +177,14 @@ def test_two_ids_on_one_bake_name_are_an_error(embedded_plan: Plan) -> None:
 def test_an_unhashed_spec_is_refused(embedded_plan: Plan) -> None:
     with pytest.raises(ValueError, match="no content hash"):
         bake.bake_file([replace(embedded_plan.images[0], content_hash="")])
+
+
+def test_two_bases_on_one_group_name_are_an_error_not_a_merged_group(embedded_plan: Plan) -> None:
+    """Bases `x.y` and `x_y` both sanitise to `base-x_y`: bake would merge their images into one
+    group (building one base's group built both), so the plan is refused, naming both bases."""
+    spec = embedded_plan.images[0]
+    one = replace(spec, id="a-1", base=replace(spec.base, name="x.y", line=3))
+    two = replace(spec, id="a-2", base=replace(spec.base, name="x_y", line=9))
+    with pytest.raises(UserError, match=r"bases 'x\.y' \(matrix.yaml line 3\) and 'x_y' \(line 9\) both become bake group 'base-x_y'"):
+        bake.bake_file([one, two])
+    assert bake.bake_file([one])["group"]["base-x_y"]["targets"] == ["a-1"]

@@ -28,10 +28,13 @@ llvmlite==0.50.0 \\
 numba==0.68.0 \\
     --hash=sha256:{H2} \\
     --hash=sha256:{H1}
+    # via -r requirements.in
 nvidia-cudnn-cu12==9.3.0.75 \\
     --hash=sha256:{H2}
+    # via numba
 nvidia-nccl-cu12==2.21.5 \\
     --hash=sha256:{H2}
+    # via numba
 --index-url https://user:secret@mirror/simple
 """
 

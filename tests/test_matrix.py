@@ -192,6 +192,19 @@ CASES: dict[str, Case] = {
     "empty file": Case("", "", ("the file is empty",), at=1),
     "comment-only file": Case("# nothing here yet\n", "#", ("the file is empty",)),
     "top level is a list": Case("- a\n- b\n", "- a", ("the top level must be a mapping",)),
+    "one release in two spellings": Case(
+        edit('torch: ["2.5.1"]', 'torch:\n    - "2.5.1"\n    - "2.5.1.0"'),
+        '"2.5.1.0"',
+        ("frameworks.torch lists '2.5.1.0' and '2.5.1' (line 11), one release by PEP 440", "keep '2.5.1'"),
+    ),
+    "a zero-padded spelling first": Case(
+        edit('torch: ["2.5.1"]', 'torch: ["2.5.01", "2.5.1"]'), "torch: [", ("lists '2.5.1' and '2.5.01'", "keep '2.5.1'")
+    ),
+    "an include spelling a listed release another way": Case(
+        SMALL + 'include:\n  - {base: cuda12.4-ubuntu22.04, stack: torch, python: "3.11", torch: "2.5.1.0"}\n',
+        "- {base:",
+        ("include torch '2.5.1.0' is frameworks.torch's '2.5.1' spelled another way", "write '2.5.1'"),
+    ),
     "yaml integer tag on a non-number": Case(edit("registry: ghcr.io/example/gpu-images", "registry: !!int ghcr"), "registry:", ()),
     "yaml timestamp tag on a non-date": Case(edit('torch: ["2.5.1"]', 'torch: [!!timestamp "2.5.1"]'), "torch:", ()),
     "recursive yaml alias": Case(edit('python: ["3.11"]', 'python: &py ["3.11", *py]'), "python:", ()),

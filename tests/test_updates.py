@@ -699,3 +699,60 @@ def test_updates_then_apply_end_to_end(in_tmp: Path, filled: FakeIndex) -> None:
         assert ids == set(release.accepted)
     again = rel.find_updates(grown, table(), client(filled))
     assert {(r.framework, r.version) for r in again.plannable} == set()  # what was added is no longer new
+
+
+# --- one release, one image; a bounded --apply (hardening #14, finding 10) ----------------------
+
+
+def test_one_release_in_several_spellings_is_one_candidate_in_its_normal_spelling(matrix: Matrix, index: FakeIndex) -> None:
+    """A mirror listing 2.14.2, 2.14.2.0 and 2.14.02 (one release to pip) must not make three releases
+    and three sets of images; the one kept is the normal spelling, fetched as the index spells it."""
+    fill(index)  # lists 2.14.2 among others
+    for spelling in ("2.14.02", "2.14.2.0"):
+        index.add("torch", spelling, ">=3.10", TORCH_CU130)
+    report = rel.find_updates(matrix, table(), client(index))
+    assert [r.version for r in report.releases if r.framework == "torch"] == ["2.14.2", "2.14.3", "2.14.6", "2.14.7", "2.15.0"]
+    assert [r.status for r in report.releases if r.version == "2.14.2"] == [rel.PLANNABLE]
+
+
+def test_one_release_in_a_spelling_the_index_alone_uses_is_fetched_by_that_spelling(matrix: Matrix, index: FakeIndex) -> None:
+    fill(index)
+    del index.projects["torch"]["2.14.2"]
+    for spelling in ("2.14.2.0", "2.14.02"):
+        index.add("torch", spelling, ">=3.10", TORCH_CU130)
+    report = rel.find_updates(matrix, table(), client(index))
+    assert [r.version for r in report.releases if r.framework == "torch"] == ["2.14.2.0", "2.14.3", "2.14.6", "2.14.7", "2.15.0"]
+
+
+def test_apply_adds_one_release_once_whatever_its_spellings(repo_matrix: Path) -> None:
+    edits = apply_mod.apply(repo_matrix, [plannable("torch", "2.14.02"), plannable("torch", "2.14.2.0"), plannable("torch", "2.14.2")])
+    assert edits == ["matrix.yaml: frameworks.torch += 2.14.2"]
+    listed = dict(load_matrix(repo_matrix).frameworks)["torch"]
+    assert listed[-1] == "2.14.2" and "2.14.2.0" not in listed
+    assert apply_mod.apply(repo_matrix, [plannable("torch", "2.14.2.0")]) == []  # listed already, spelled otherwise
+
+
+def test_one_apply_adds_at_most_the_newest_few_releases_per_framework_and_says_what_it_held_back(repo_matrix: Path) -> None:
+    """400 patch releases from a broken mirror must not turn 51 images into 1,251 overnight."""
+    flood = [plannable("torch", f"2.14.{n}") for n in range(2, 402)]
+    edits = apply_mod.apply(repo_matrix, [*flood, plannable("numba", "0.68.1")])
+    assert edits[:4] == [
+        "matrix.yaml: frameworks.numba += 0.68.1",
+        "matrix.yaml: frameworks.torch += 2.14.399",
+        "matrix.yaml: frameworks.torch += 2.14.400",
+        "matrix.yaml: frameworks.torch += 2.14.401",
+    ]
+    assert len(edits) == 5 and "397 older plannable release(s) held back, not added (2.14.2, 2.14.3" in edits[4] and "--max-new" in edits[4]
+    assert dict(load_matrix(repo_matrix).frameworks)["torch"][-3:] == ("2.14.399", "2.14.400", "2.14.401")
+    assert apply_mod.apply(repo_matrix, [plannable("torch", "2.14.402"), plannable("torch", "2.14.403")], limit=1) == [
+        "matrix.yaml: frameworks.torch += 2.14.403",
+        "matrix.yaml: frameworks.torch: 1 older plannable release(s) held back, not added (2.14.402); one --apply adds the newest 1 "
+        "per framework (--max-new); add others by hand if you want their images",
+    ]
+
+
+def test_the_cli_cap_defaults_to_the_one_apply_uses() -> None:
+    from builder.cli import main
+
+    command = main.commands["updates"]
+    assert next(p.default for p in command.params if p.name == "max_new") == apply_mod.MAX_NEW

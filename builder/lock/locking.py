@@ -19,7 +19,8 @@ from builder.compat.facts import table
 from builder.engine import settings as build_settings
 from builder.engine import staging
 from builder.engine.settings import BuildSettings
-from builder.lock.files import drift, lock_text, parse
+from builder.errors import UserError
+from builder.lock.files import LOCK_NAME, drift, load, lock_text, verify
 from builder.lock.resolve import LockFailed, resolve, sources, uv_binary
 from builder.lock.target import lock_state, target_for
 from builder.records import ImageSpec, Lock
@@ -56,11 +57,16 @@ class LockResult:
 Done = Callable[[LockResult], None]
 
 
-def check(specs: Sequence[ImageSpec]) -> list[LockResult]:
-    """Offline: every lock against its inputs; a missing lock counts unless matrix.yaml's `unlocked` names the image."""
+def check(specs: Sequence[ImageSpec], images_dir: str = "images") -> list[LockResult]:
+    """Offline: every lock against its inputs; a missing lock counts unless matrix.yaml's `unlocked` names the image.
+    Every lock must be, line for line, what `builder lock` writes, for this image and (unless stale)
+    for its inputs (files.load, files.verify): anything else is a UserError naming the file and line."""
     out = []
     for spec in specs:
         found = lock_state(spec, table())
+        if spec.lock is not None:
+            where = f"{images_dir}/{spec.id}/{LOCK_NAME}"
+            verify(load(spec.lock.text, where), target_for(spec, table()), where)
         detail = {"stale": "its inputs changed since `builder lock`", "missing": "no requirements.lock", "unlocked": spec.unlocked or ""}
         out.append(LockResult(spec.id, "current" if found == "locked" else found, detail=detail.get(found, "")))
     return out
@@ -120,9 +126,12 @@ def _lock_one(spec: ImageSpec, settings: BuildSettings, cache: Path, uv: str, up
         resolved = resolve(target, where, settings, cache, previous=previous, uv=uv)
     except LockFailed as exc:
         return LockResult(spec.id, exc.kind, time.monotonic() - started, exc.message), None
-    lock = parse(lock_text(spec.id, target.inputs, target.python, target.platform, resolved))
-    if lock is None:
-        return LockResult(spec.id, "failed", time.monotonic() - started, "uv wrote no lock"), None
+    try:
+        made = f"uv's lock for {spec.id}"
+        lock = load(lock_text(spec.id, target.inputs, target.python, target.platform, resolved), made)
+        verify(lock, target, made)
+    except UserError as exc:
+        return LockResult(spec.id, "failed", time.monotonic() - started, str(exc)), None
     changes = tuple(drift(spec.lock, lock)) if spec.lock else ()
     status = "locked" if spec.lock is None or lock.text != spec.lock.text else "current"
     return LockResult(spec.id, status, time.monotonic() - started, pins=len(lock.pins), changes=changes), lock

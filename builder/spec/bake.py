@@ -4,7 +4,8 @@ with a remote or Kubernetes driver) builds the same images from the same rendere
 Each image is one target: its images/<id>/ folder as the context, the plan's tag, the labels
 `builder build` adds, and the platform its lock was resolved for. Bake allows only
 `[a-zA-Z0-9_-]` in target and group names, so ids map to names by `target_name` (dots and anything
-else become `_`); the mapping is checked to be one-to-one, and each target's tag ends in its id,
+else become `_`); the mapping is checked to be one-to-one (for base groups too: bases `x.y` and
+`x_y` are refused, not merged), and each target's tag ends in its id,
 so a name leads back to its image. Groups: `default` (everything), `base-<base>`, `vendor-<vendor>`,
 and `needs-local-base` / `from-registry`: a bootstrapped base (`bootstrap: debootstrap`) exists only
 in the engine that `builder build` made it in, never in a registry, so its images build only there.
@@ -19,7 +20,7 @@ from typing import Any
 from builder.compat.facts import table
 from builder.errors import UserError
 from builder.lock.target import platform_for
-from builder.records import ImageSpec
+from builder.records import Base, ImageSpec
 from builder.render.labels import build_labels
 
 NAME = re.compile(r"^[A-Za-z0-9_-]+$")  # bake's rule for target and group names
@@ -61,6 +62,7 @@ def bake_file(images: Iterable[ImageSpec], *, images_dir: str = "images", revisi
     names: dict[str, str] = {}
     targets: dict[str, dict[str, Any]] = {}
     groups: dict[str, list[str]] = {"default": []}
+    bases: dict[str, Base] = {}  # group name -> the one base it stands for (bake names are narrower than base names)
     local: list[str] = []
     pulled: list[str] = []
     for spec in specs:
@@ -68,7 +70,14 @@ def bake_file(images: Iterable[ImageSpec], *, images_dir: str = "images", revisi
         _claim(names, name, f"image {spec.id}")
         targets[name] = target(spec, images_dir, revision)
         groups["default"].append(name)
-        groups.setdefault(f"base-{target_name(spec.base.name)}", []).append(name)
+        group = f"base-{target_name(spec.base.name)}"
+        if bases.setdefault(group, spec.base).name != spec.base.name:
+            other = bases[group]
+            raise UserError(
+                f"bases '{other.name}' (matrix.yaml line {other.line}) and '{spec.base.name}' (line {spec.base.line}) both become bake "
+                f"group {group!r}, which would merge their images; rename one in matrix.yaml"
+            )
+        groups.setdefault(group, []).append(name)
         groups.setdefault(f"vendor-{spec.base.vendor}", []).append(name)
         (local if spec.base.bootstrap else pulled).append(name)
     if local:

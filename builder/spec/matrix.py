@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from packaging.version import Version
+
 from builder.errors import UserError
 from builder.records import FRAMEWORKS, VENDORS, Base, Matrix, Rule
 from builder.spec import grammar
@@ -88,7 +90,7 @@ def load_matrix(path: Path) -> Matrix:
     exclude = _rules(ctx, top.get("exclude"), top.line_of("exclude"), "exclude", names)
     include = _rules(ctx, top.get("include"), top.line_of("include"), "include", names)
     for rule in include:
-        _check_include(ctx, rule, dict(stacks))
+        _check_include(ctx, rule, dict(stacks), dict(frameworks))
     default_select = _defaults(ctx, top)
     indexes = _indexes(ctx, top.get("indexes"), top.line_of("indexes"))
     ca_bundle = _build(ctx, top.get("build"), top.line_of("build"), path.parent)
@@ -234,8 +236,26 @@ def _frameworks(ctx: _Ctx, frameworks: LDict) -> tuple[tuple[str, tuple[str, ...
             raise ctx.fail(f"frameworks.{name} is empty; list a version or remove the key", frameworks.line_of(name))
         values = [ctx.text(v, f"{name} version", items.line_of(i), grammar.is_version, '"2.5.1"') for i, v in enumerate(items)]
         _no_repeats(ctx, values, items, f"frameworks.{name}")
+        _one_spelling(ctx, values, items, f"frameworks.{name}")
         out.append((name, tuple(values)))
     return tuple(out)
+
+
+def _one_spelling(ctx: _Ctx, values: list[str], items: LList, what: str) -> None:
+    """2.14.2, 2.14.2.0 and 2.14.02 are one release to pip (PEP 440) but three image ids, tags and
+    builds: a release is listed once. The spelling to keep is the one already in normal form."""
+    first: dict[Version, int] = {}
+    for i, value in enumerate(values):
+        release = Version(value)
+        if release in first:
+            j = first[release]
+            spellings = [values[j], value]
+            keep = next((v for v in spellings if str(Version(v)) == v), str(release))
+            raise ctx.fail(
+                f"{what} lists {value!r} and {values[j]!r} (line {items.line_of(j)}), one release by PEP 440; keep {keep!r} and remove the other",
+                items.line_of(i),
+            )
+        first[release] = i
 
 
 def _stacks(ctx: _Ctx, stacks: LDict, frameworks: dict[str, tuple[str, ...]]) -> tuple[tuple[str, tuple[str, ...]], ...]:
@@ -288,7 +308,7 @@ def _rules(ctx: _Ctx, value: Any, line: int, what: str, names: dict[str, set[str
     return tuple(out)
 
 
-def _check_include(ctx: _Ctx, rule: Rule, stacks: dict[str, tuple[str, ...]]) -> None:
+def _check_include(ctx: _Ctx, rule: Rule, stacks: dict[str, tuple[str, ...]], frameworks: dict[str, tuple[str, ...]]) -> None:
     keys = dict(rule.fields)
     for key in ("base", "stack", "python"):
         if key not in keys or any(c in keys[key] for c in "*?["):
@@ -300,6 +320,9 @@ def _check_include(ctx: _Ctx, rule: Rule, stacks: dict[str, tuple[str, ...]]) ->
             raise ctx.fail(f"include for stack '{keys['stack']}' needs '{member}: \"<version>\"'", rule.line)
         if not grammar.is_version(keys[member]):
             raise ctx.fail(f'include {member} version {keys[member]!r} is not valid; expected like "2.5.1"', rule.line_of(member))
+        listed = next((v for v in frameworks.get(member, ()) if Version(v) == Version(keys[member]) and v != keys[member]), None)
+        if listed is not None:
+            raise ctx.fail(f"include {member} {keys[member]!r} is frameworks.{member}'s {listed!r} spelled another way; write {listed!r}", rule.line_of(member))
     extra = sorted(set(keys) - {"base", "stack", "python", *stacks[keys["stack"]]})
     if extra:
         raise ctx.fail(f"include names {', '.join(extra)}, which stack '{keys['stack']}' does not have; remove it", rule.line_of(extra[0]))

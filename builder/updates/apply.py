@@ -28,18 +28,27 @@ from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from builder.errors import UserError
 from builder.spec.matrix import load_matrix
-from builder.updates.releases import PLANNABLE, Release
+from builder.updates.releases import PLANNABLE, Release, spelling_rank
 
 _DASH = re.compile(r"[ \t]*-[ \t]+")
 
 
-def apply(matrix_path: Path, releases: Iterable[Release]) -> list[str]:
-    """Add every plannable release's version to frameworks.<framework>; the lines say what was added
-    ("matrix.yaml: frameworks.torch += 2.14.2"). A version already listed is not added again."""
-    wanted: dict[str, set[str]] = {}
+MAX_NEW = 3  # releases one --apply adds per framework (the newest): a mirror listing 400 must not make 400 x images overnight
+
+
+def apply(matrix_path: Path, releases: Iterable[Release], limit: int = MAX_NEW) -> list[str]:
+    """Add the plannable releases' versions to frameworks.<framework>; the lines say what was added
+    ("matrix.yaml: frameworks.torch += 2.14.2") and what was held back. A release is one version by
+    PEP 440 (2.14.2 = 2.14.2.0 = 2.14.02): one already listed in any spelling is not added again, and
+    of several spellings one is added. At most `limit` releases per framework are added, the newest."""
+    if limit < 1:
+        raise UserError(f"the number of releases to add per framework must be at least 1, not {limit}")
+    wanted: dict[str, dict[Version | str, str]] = {}
     for release in releases:
         if release.status == PLANNABLE:
-            wanted.setdefault(release.framework, set()).add(release.version)
+            spellings = wanted.setdefault(release.framework, {})
+            key = _identity(release.version)
+            spellings[key] = min(spellings.get(key, release.version), release.version, key=spelling_rank)
     if not wanted:
         return []
     before = load_matrix(matrix_path)  # refuses a matrix that is invalid already, naming its line
@@ -52,19 +61,35 @@ def apply(matrix_path: Path, releases: Iterable[Release]) -> list[str]:
     expected = dict(listed)
     added: list[str] = []
     for framework in sorted(wanted):
-        new = sorted((v for v in wanted[framework] if v not in listed.get(framework, ())), key=_version_key)
+        have = {_identity(v) for v in listed.get(framework, ())}
+        new = sorted((v for key, v in wanted[framework].items() if key not in have), key=_version_key)
+        held, new = new[:-limit], new[-limit:]
         if not new:
             continue
         seq = _sequence(lists, lists_line, framework, new, shown)
         inserts.append(_insertion(text, seq, new, framework, shown))
         expected[framework] = (*listed[framework], *new)
         added += [f"{shown}: frameworks.{framework} += {v}" for v in new]
+        if held:
+            shown_held = ", ".join(held[:5]) + (f" and {len(held) - 5} more" if len(held) > 5 else "")
+            added.append(
+                f"{shown}: frameworks.{framework}: {len(held)} older plannable release(s) held back, not added ({shown_held}); one --apply "
+                f"adds the newest {limit} per framework (--max-new); add others by hand if you want their images"
+            )
     if not inserts:
         return []
     for index, piece in sorted(inserts, reverse=True):  # from the end, so earlier offsets stay valid
         text = text[:index] + piece + text[index:]
     _replace_checked(target, text, shown, expected)
     return added
+
+
+def _identity(version: str) -> Version | str:
+    """What makes two spellings one release (PEP 440 equality); an unparsable one is its own text (the loader refuses it)."""
+    try:
+        return Version(version)
+    except InvalidVersion:
+        return version
 
 
 def _line(node: Node) -> int:

@@ -444,15 +444,29 @@ def find_updates(matrix: Matrix, compat: Compat, fetch: Fetch) -> UpdatesReport:
             continue  # not in matrix.yaml: nothing to compare with, no list to add to
         newest_listed.append((fw, baseline))
         projects = cupy_projects(matrix, compat, baseline) if fw == "cupy" else PROJECTS[fw]
-        found: dict[str, list[str]] = {}
+        found: dict[Version, dict[str, str]] = {}  # one release (PEP 440 equality) -> project -> the spelling it is fetched by
         for project in projects:
             for version in candidates(fetch(project), project, baseline):
-                found.setdefault(version, []).append(project)
+                spellings = found.setdefault(Version(version), {})
+                spellings[project] = min(spellings.get(project, version), version, key=spelling_rank)
         jaxlib = available(fetch("jaxlib"), "jaxlib") if fw == "jax" and found else set()
-        for version in sorted(found, key=Version):
-            metas = [read_meta(fetch(project, version), project, version) for project in found[version]]
+        for release in sorted(found):
+            by_project = found[release]
+            version = min(by_project.values(), key=spelling_rank)
+            metas = [read_meta(fetch(project, spelled), project, version) for project, spelled in by_project.items()]
             out.append(place(read_release(fw, version, metas, jaxlib), matrix, compat))
     return UpdatesReport(tuple(out), tuple(newest_listed))
+
+
+def spelling_rank(version: str) -> tuple[bool, int, str]:
+    """Of several spellings of one release (2.14.2, 2.14.2.0, 2.14.02: one by PEP 440, which pip
+    installs alike), the one to keep: its normal form, then the shortest. Several would each become
+    an image of the same release."""
+    try:
+        normal = str(Version(version)) == version
+    except InvalidVersion:
+        normal = False
+    return (not normal, len(version), version)
 
 
 def check(

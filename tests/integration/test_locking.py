@@ -6,6 +6,7 @@ hash was tampered with fails the build (pip's --require-hashes), and nothing hal
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -120,14 +121,20 @@ def test_keep_going_locks_the_rest_and_lists_what_failed(repo: Path, serve_index
 
 @pytest.mark.docker
 def test_a_build_from_a_tampered_lock_fails_on_the_hash(repo: Path, docker_client: Any) -> None:
-    """Every hash of one locked package replaced: pip's --require-hashes refuses every copy of it."""
+    """Every hash of one locked package replaced, and the body digest rewritten to match (it binds
+    the body; it is no signature), so the lock passes `builder lock --check`: pip's --require-hashes
+    still refuses every copy of it. (Without the rewritten digest, render and build refuse the lock
+    before any build: tests/test_lock_integrity.py.)"""
     lock = repo / "images" / NUMBA / "requirements.lock"
     lines = lock.read_text(encoding="utf-8").splitlines()
     pins = [i for i, line in enumerate(lines) if re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*==", line)]
     first, following = pins[0], pins[1]
     for i in range(first, following):
-        lines[i] = re.sub(r"sha256:[0-9a-f]{64}", "sha256:" + "0" * 64, lines[i])
+        lines[i] = re.sub(r"sha256:[0-9a-f]{64}", "sha256:" + hashlib.sha256(str(i).encode()).hexdigest(), lines[i])
+    body = "\n".join(lines[5:]) + "\n"
+    lines[4] = "# body: sha256:" + hashlib.sha256(body.encode()).hexdigest()
     lock.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert builder(repo, "lock", "--check", "--select", f"id={NUMBA}").returncode == 0
     _retag(repo, "builder-test/tampered")
     tag = f"builder-test/tampered:{NUMBA}"
     try:
