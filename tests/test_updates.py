@@ -711,7 +711,7 @@ def test_one_release_in_several_spellings_is_one_candidate_in_its_normal_spellin
     for spelling in ("2.14.02", "2.14.2.0"):
         index.add("torch", spelling, ">=3.10", TORCH_CU130)
     report = rel.find_updates(matrix, table(), client(index))
-    assert [r.version for r in report.releases if r.framework == "torch"] == ["2.14.2", "2.14.3", "2.14.6", "2.14.7", "2.15.0"]
+    assert [r.version for r in report.releases if r.framework == "torch"] == ["2.14.2", "2.14.3", "2.14.6", "2.14.7", "2.17.0"]
     assert [r.status for r in report.releases if r.version == "2.14.2"] == [rel.PLANNABLE]
 
 
@@ -721,7 +721,7 @@ def test_one_release_in_a_spelling_the_index_alone_uses_is_fetched_by_that_spell
     for spelling in ("2.14.2.0", "2.14.02"):
         index.add("torch", spelling, ">=3.10", TORCH_CU130)
     report = rel.find_updates(matrix, table(), client(index))
-    assert [r.version for r in report.releases if r.framework == "torch"] == ["2.14.2.0", "2.14.3", "2.14.6", "2.14.7", "2.15.0"]
+    assert [r.version for r in report.releases if r.framework == "torch"] == ["2.14.2.0", "2.14.3", "2.14.6", "2.14.7", "2.17.0"]
 
 
 def test_apply_adds_one_release_once_whatever_its_spellings(repo_matrix: Path) -> None:
@@ -735,9 +735,9 @@ def test_apply_adds_one_release_once_whatever_its_spellings(repo_matrix: Path) -
 def test_one_apply_adds_at_most_the_newest_few_releases_per_framework_and_says_what_it_held_back(repo_matrix: Path) -> None:
     """400 patch releases from a broken mirror must not turn 51 images into 1,251 overnight."""
     flood = [plannable("torch", f"2.14.{n}") for n in range(2, 402)]
-    edits = apply_mod.apply(repo_matrix, [*flood, plannable("numba", "0.68.1")])
+    edits = apply_mod.apply(repo_matrix, [*flood, plannable("numba", "0.68.2")])
     assert edits[:4] == [
-        "matrix.yaml: frameworks.numba += 0.68.1",
+        "matrix.yaml: frameworks.numba += 0.68.2",
         "matrix.yaml: frameworks.torch += 2.14.399",
         "matrix.yaml: frameworks.torch += 2.14.400",
         "matrix.yaml: frameworks.torch += 2.14.401",
