@@ -12,7 +12,9 @@ import stat
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from builder.compat.facts import table
 from builder.errors import UserError
+from builder.lock.claims import with_lock_claims
 from builder.lock.files import LOCK_NAME, parse
 from builder.records import ImageSpec, Lock, Matrix, Plan
 from builder.render.context import Files, content_hash, contexts
@@ -63,16 +65,23 @@ class Workspace:
         build without one, the reason."""
         plan = make_plan(self.matrix)
         policy = [(parse_select(expr), reason) for expr, reason, _ in self.matrix.unlocked]
+        exceptions = [(parse_select(expr), reason) for expr, reason, _ in self.matrix.cuda_exceptions]
         overrides = dict(self.lock_overrides)
-        images = tuple(
-            replace(
+        images = []
+        for spec in plan.images:
+            fields = fields_of(spec)
+            exception = next((reason for selector, reason in exceptions if matches(selector, fields)), None)
+            spec = replace(
                 spec,
                 lock=overrides.get(spec.id) or read_lock(self.images_dir / spec.id / LOCK_NAME),
-                unlocked=next((reason for selector, reason in policy if matches(selector, fields_of(spec))), None),
+                unlocked=next((reason for selector, reason in policy if matches(selector, fields)), None),
+                cuda_exception=exception,
+                # an exception's CUDA wheels may leave the base's minor: nothing holds them to it
+                constraints=() if exception is not None and not spec.base.cuda_from_wheels else spec.constraints,
             )
-            for spec in plan.images
-        )
-        return replace(plan, images=images)
+            images.append(with_lock_claims(spec, table()))
+        warnings = tuple(sorted({w for spec in images for w in spec.warnings}))
+        return replace(plan, images=tuple(images), warnings=warnings)
 
     def with_locks(self, locks: dict[str, Lock]) -> Workspace:
         """This workspace as if these images had these locks (what `builder lock` is about to write)."""

@@ -19,6 +19,7 @@ from builder.compat.facts import table
 from builder.engine import settings as build_settings
 from builder.engine import staging
 from builder.engine.settings import BuildSettings
+from builder.lock.claims import refuse_other_cuda
 from builder.lock.files import drift, lock_text, parse
 from builder.lock.resolve import LockFailed, resolve, sources, uv_binary
 from builder.lock.target import lock_state, target_for
@@ -104,6 +105,7 @@ def lock_images(ws: Workspace, specs: Sequence[ImageSpec], options: LockOptions,
                 new[spec.id] = lock
             failed |= result.status in FAILED
             done(result)
+    refuse_other_cuda(ws, [s for s in todo if s.id in new], new)
     if new:
         updated = ws.with_locks(new)
         write_tree(ws.images_dir, updated.rendered_tree())
