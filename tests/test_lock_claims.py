@@ -195,7 +195,7 @@ def test_lock_writes_a_lock_on_the_base_minor(tmp_path: Path, monkeypatch: pytes
     assert (tmp_path / "images" / spec.id / "requirements.lock").is_file()
 
 
-def test_a_stated_exception_lets_the_lock_through_and_the_claims_follow_it(write_matrix: object) -> None:
+def test_a_stated_exception_lets_the_lock_through_and_the_claims_follow_it(tmp_path: Path) -> None:
     ws = Workspace(ROOT / "matrix.yaml")
     spec = next(s for s in ws.decided.images if s.id == "torch2.5.1-cu124-on-cu128-py3.12-ubuntu24.04")
     assert spec.cuda_exception and spec.lock is not None and spec.constraints == ()
@@ -203,10 +203,12 @@ def test_a_stated_exception_lets_the_lock_through_and_the_claims_follow_it(write
     assert spec.accelerator.version == "12.4" and spec.accelerator.require_cuda == "cuda>=12.4"
     assert spec.accelerator.min_driver == dict(table().cuda_toolkits)["12.4.0"]
     assert any("two CUDA user spaces" in w for w in ws.decided.warnings)
-    without = Workspace(ROOT / "matrix.yaml")
-    object.__setattr__(without, "matrix", load_matrix(ROOT / "matrix.yaml").__class__(**{**vars(load_matrix(ROOT / "matrix.yaml")), "cuda_exceptions": ()}))
-    bare = next(s for s in without.decided.images if s.id == spec.id)
-    assert refusals(bare, spec.lock, table())  # the same lock, without the exception, is refused
+    # the same lock, without the exception: constrained to 12.8, and refused
+    text = (ROOT / "matrix.yaml").read_text(encoding="utf-8")
+    (tmp_path / "matrix.yaml").write_text(text.split("\ncuda_exceptions:")[0] + "\n", encoding="utf-8")
+    bare = next(s for s in Workspace(tmp_path / "matrix.yaml").decided.images if s.id == spec.id)
+    assert bare.cuda_exception is None and any(c.startswith("cuda-toolkit>=12.8.0,") for c in bare.constraints)
+    assert any("nvidia-cuda-runtime-cu12 12.4.127 is CUDA 12.4, the image is CUDA 12.8" in p for p in refusals(bare, spec.lock, table()))
 
 
 @pytest.mark.parametrize(
@@ -242,3 +244,31 @@ def test_tensorflow_on_a_base_older_than_its_cuda_wheels_is_not_planned() -> Non
     base = Base("cuda12.4-ubuntu22.04", "cuda", "ubuntu22.04", "12.4.1", image="nvidia/cuda:12.4.1-cudnn-runtime-ubuntu22.04")
     verdict = decide("tensorflow", base, "3.11", "2.21.0", table())
     assert not verdict.ok and "one CUDA per image" in verdict.reason
+
+
+def test_the_report_and_the_catalog_record_name_the_cuda_the_lock_loads() -> None:
+    """They named the base's CUDA (12.8.1) for an image whose lock loads 12.4."""
+    from builder.publish.publisher import measured
+    from builder.report.model import build_report
+
+    ws = Workspace(ROOT / "matrix.yaml")
+    spec = next(s for s in ws.decided.images if s.id == "torch2.5.1-cu124-on-cu128-py3.12-ubuntu24.04")
+    report = build_report(ws.decided, (spec,), {}, (), {})
+    assert next(r for r in report.rows if r.id == spec.id).accelerator == "CUDA 12.4"
+    assert measured(spec, {})["accelerator"]["version"] == "12.4"
+
+
+def test_the_smoke_check_accepts_the_cuda_the_image_declares() -> None:
+    """The in-container check compared NVIDIA_REQUIRE_CUDA with the base's CUDA: an exception image
+    (which declares its lock's 12.4 on a 12.8 base) failed it."""
+    from concurrent.futures import Future
+    from types import SimpleNamespace
+
+    from builder.smoke.checks.test_image import test_accelerator_environment as check
+
+    entry = json.loads((IMAGES / "torch2.5.1-cu124-on-cu128-py3.12-ubuntu24.04" / "image.json").read_text(encoding="utf-8"))
+    require = entry["accelerator"]["require_cuda"]
+    done: Future[object] = Future()
+    done.set_result(SimpleNamespace(stdout=f"NVIDIA_VISIBLE_DEVICES=all\nNVIDIA_DRIVER_CAPABILITIES=compute,utility\nNVIDIA_REQUIRE_CUDA={require}\n"))
+    check({"environment": done}, entry)
+    assert require.startswith("cuda>=12.4") and entry["base"]["version"] == "12.8.1"
