@@ -90,6 +90,7 @@ class Matrix:
     default_select_line: int = 0
     unlocked: tuple[tuple[str, str, int], ...] = ()  # (select expression, reason, line): may build without a lock
     cuda_exceptions: tuple[tuple[str, str, int], ...] = ()  # (select, reason, line): CUDA wheels may leave the base's minor
+    keep_older_gpus: tuple[tuple[str, str, int], ...] = ()  # (select, reason, line): cuDNN held below the release that dropped GPUs
 
     def base(self, name: str) -> Base:
         for b in self.bases:

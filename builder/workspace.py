@@ -14,7 +14,7 @@ from pathlib import Path
 
 from builder.compat.facts import table
 from builder.errors import UserError
-from builder.lock.claims import with_lock_claims
+from builder.lock.claims import keep_older_gpus, with_lock_claims
 from builder.lock.files import LOCK_NAME, parse
 from builder.records import ImageSpec, Lock, Matrix, Plan
 from builder.render.context import Files, content_hash, contexts
@@ -66,6 +66,7 @@ class Workspace:
         plan = make_plan(self.matrix)
         policy = [(parse_select(expr), reason) for expr, reason, _ in self.matrix.unlocked]
         exceptions = [(parse_select(expr), reason) for expr, reason, _ in self.matrix.cuda_exceptions]
+        older_gpus = [parse_select(expr) for expr, _, _ in self.matrix.keep_older_gpus]
         overrides = dict(self.lock_overrides)
         images = []
         for spec in plan.images:
@@ -79,6 +80,8 @@ class Workspace:
                 # an exception's CUDA wheels may leave the base's minor: nothing holds them to it
                 constraints=() if exception is not None and not spec.base.cuda_from_wheels else spec.constraints,
             )
+            if any(matches(selector, fields) for selector in older_gpus):
+                spec = keep_older_gpus(spec, table())
             images.append(with_lock_claims(spec, table()))
         warnings = tuple(sorted({w for spec in images for w in spec.warnings}))
         return replace(plan, images=tuple(images), warnings=warnings)

@@ -9,6 +9,7 @@ mechanisms: the component table, the constraints made from it, `builder lock`'s 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -231,12 +232,30 @@ def test_bad_cuda_exceptions_are_one_line_errors(tmp_path: Path, small_matrix: s
 
 
 def test_the_compute_capability_floor_follows_the_locked_cudnn() -> None:
+    """gpu_arch.yaml says jax cuda12 runs from 5.2; with cuDNN 9.28 locked it needs 7.5 (it said 5.2)."""
+    ws = Workspace(ROOT / "matrix.yaml")
+    spec = next(s for s in ws.decided.images if s.id == "jax0.10.2-cu128-py3.12-ubuntu24.04")
+    assert spec.lock is not None and not any(c.startswith("nvidia-cudnn") for c in spec.constraints)
+    assert tuple(int(p) for p in dict(spec.lock.pins)["nvidia-cudnn-cu12"].split(".")[:2]) >= CUDNN_DROPS_OLD_GPUS
+    assert cc_floor(spec, table()) == "7.5"
+    assert cc_floor(dataclasses.replace(spec, lock=None), table()) == "5.2"  # the kernels alone
+
+
+def test_keep_older_gpus_holds_cudnn_below_the_release_that_dropped_them() -> None:
     ws = Workspace(ROOT / "matrix.yaml")
     spec = next(s for s in ws.decided.images if s.id == "jax0.4.35-cu124-py3.11-ubuntu22.04")
-    assert spec.lock is not None
-    cudnn = dict(spec.lock.pins)["nvidia-cudnn-cu12"]
-    expected = "7.5" if tuple(int(p) for p in cudnn.split(".")[:2]) >= CUDNN_DROPS_OLD_GPUS else "5.2"
-    assert cc_floor(spec, table()) == expected  # gpu_arch.yaml alone says 5.2
+    assert "nvidia-cudnn-cu12<9.11" in spec.constraints
+    assert spec.lock is not None and tuple(int(p) for p in dict(spec.lock.pins)["nvidia-cudnn-cu12"].split(".")[:2]) < (9, 11)
+    assert cc_floor(spec, table()) == "5.2"
+
+
+@pytest.mark.parametrize("key", ["keep_older_gpus", "cuda_exceptions"])
+def test_a_policy_without_a_reason_is_a_one_line_error(tmp_path: Path, small_matrix: str, key: str) -> None:
+    path = tmp_path / "matrix.yaml"
+    path.write_text(small_matrix + f"{key}:\n" + '  - {select: "stack=torch"}\n', encoding="utf-8")
+    with pytest.raises(UserError, match=f"an {key} entry needs 'reason:'") as caught:
+        load_matrix(path)
+    assert caught.value.line is not None
 
 
 def test_tensorflow_on_a_base_older_than_its_cuda_wheels_is_not_planned() -> None:

@@ -173,3 +173,12 @@ def cudnn_floor(cudnn: str, cudnn_cc: tuple[tuple[str, str], ...]) -> str | None
     have = _v(cudnn)
     floors = [cc for since, cc in cudnn_cc if have is not None and have >= Version(since)]
     return max(floors, key=lambda cc: tuple(int(p) for p in cc.split("."))) if floors else None
+
+
+def older_gpus_cudnn(minor: str, cudnn_cc: tuple[tuple[str, str], ...]) -> str | None:
+    """The constraint that keeps a lock's cuDNN below the first release that dropped a GPU
+    generation (cuda.cudnn_cc: 9.11), so the image still runs where its wheels' kernels do."""
+    if not cudnn_cc:
+        return None
+    first = min((since for since, _ in cudnn_cc), key=Version)
+    return f"nvidia-cudnn-cu{minor.split('.')[0]}<{first}"

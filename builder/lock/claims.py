@@ -66,6 +66,17 @@ def cc_floor(spec: ImageSpec, compat: Compat) -> str | None:
     return max(floors, key=cc_tuple) if floors else None
 
 
+def keep_older_gpus(spec: ImageSpec, compat: Compat) -> ImageSpec:
+    """matrix.yaml's `keep_older_gpus` choice for a CUDA image: its cuDNN is held below the release
+    that dropped GPU generations (the other choice, the default, is the newest cuDNN with the
+    compute-capability floor following it)."""
+    minor = base_minor(spec)
+    line = cuda_components.older_gpus_cudnn(minor, compat.cudnn_cc) if minor else None
+    if line is None or line in spec.constraints:
+        return spec
+    return replace(spec, constraints=(*spec.constraints, line))
+
+
 def with_lock_claims(spec: ImageSpec, compat: Compat) -> ImageSpec:
     """The spec whose claims follow its lock: the accelerator of the CUDA it loads, each
     framework's cuDNN as locked, and a warning when the lock's CUDA is not the base's."""

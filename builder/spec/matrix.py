@@ -18,7 +18,7 @@ from builder.yamlsrc import LDict, LList, load
 
 TOP_KEYS = (
     "registry", "defaults", "bases", "python", "frameworks", "stacks", "exclude", "include", "indexes", "build", "source", "unlocked",
-    "cuda_exceptions",
+    "cuda_exceptions", "keep_older_gpus",
 )  # fmt: skip
 REQUIRED_TOP = ("registry", "bases", "python", "frameworks", "stacks")
 BASE_KEYS = ("vendor", "version", "os", "image", "digest", "bootstrap")
@@ -118,6 +118,13 @@ def load_matrix(path: Path) -> Matrix:
             top.line_of("cuda_exceptions"),
             "cuda_exceptions",
             "which images, and why their CUDA wheels may leave the base's CUDA minor",
+        ),
+        keep_older_gpus=_policies(
+            ctx,
+            top.get("keep_older_gpus"),
+            top.line_of("keep_older_gpus"),
+            "keep_older_gpus",
+            "which images keep the cuDNN that still runs on older GPUs, and why",
         ),
     )
     _bounded(ctx, matrix, top.line_of("bases"))
