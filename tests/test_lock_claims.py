@@ -291,3 +291,19 @@ def test_the_smoke_check_accepts_the_cuda_the_image_declares() -> None:
     done.set_result(SimpleNamespace(stdout=f"NVIDIA_VISIBLE_DEVICES=all\nNVIDIA_DRIVER_CAPABILITIES=compute,utility\nNVIDIA_REQUIRE_CUDA={require}\n"))
     check({"environment": done}, entry)
     assert require.startswith("cuda>=12.4") and entry["base"]["version"] == "12.8.1"
+
+
+def test_lock_check_finds_a_committed_lock_with_a_second_cuda(tmp_path: Path) -> None:
+    """Its inputs may be current (an 11.8 base has no constraints to change): the check reads the pins too."""
+    from builder.lock.files import lock_text
+    from builder.lock.target import target_for
+
+    ws = Workspace(ROOT / "matrix.yaml")
+    spec = next(s for s in ws.decided.images if s.id == "cupy13.6.0-cu118-py3.11-ubuntu22.04")
+    target = target_for(spec, table())
+    bad = parse(lock_text(spec.id, target.inputs, target.python, target.platform, _resolved((("cupy-cuda11x", "13.6.0"), ("nvidia-cuda-nvrtc-cu12", "12.9.86")))))
+    assert bad is not None
+    [result] = locking.check((dataclasses.replace(spec, lock=bad),))
+    assert result.status == "stale" and "nvidia-cuda-nvrtc-cu12 12.9.86 is built for CUDA 12" in result.detail
+    [fine] = locking.check((spec,))
+    assert fine.status == "current"

@@ -19,7 +19,7 @@ from builder.compat.facts import table
 from builder.engine import settings as build_settings
 from builder.engine import staging
 from builder.engine.settings import BuildSettings
-from builder.lock.claims import refuse_other_cuda
+from builder.lock.claims import refusals, refuse_other_cuda
 from builder.lock.files import drift, lock_text, parse
 from builder.lock.resolve import LockFailed, resolve, sources, uv_binary
 from builder.lock.target import lock_state, target_for
@@ -63,6 +63,9 @@ def check(specs: Sequence[ImageSpec]) -> list[LockResult]:
     for spec in specs:
         found = lock_state(spec, table())
         detail = {"stale": "its inputs changed since `builder lock`", "missing": "no requirements.lock", "unlocked": spec.unlocked or ""}
+        second = refusals(spec, spec.lock, table()) if found == "locked" and spec.lock is not None else []
+        if second:  # one CUDA per image: a lock that carries another is not current, whatever its inputs
+            found, detail["stale"] = "stale", f"its lock carries a second CUDA: {second[0]}"
         out.append(LockResult(spec.id, "current" if found == "locked" else found, detail=detail.get(found, "")))
     return out
 
