@@ -61,8 +61,9 @@ class Workspace:
     @functools.cached_property
     def decided(self) -> Plan:
         """The plan without content hashes: enough to select from. Each image carries its lock
-        (images/<id>/requirements.lock, as `builder lock` wrote it) and, when matrix.yaml lets it
-        build without one, the reason."""
+        (images/<id>/requirements.lock, as `builder lock` wrote it), matrix.yaml's policies for it
+        (`unlocked`, `cuda_exceptions`, `keep_older_gpus`, each with its reason) and the claims its
+        lock makes (builder.lock.claims)."""
         plan = make_plan(self.matrix)
         policy = [(parse_select(expr), reason) for expr, reason, _ in self.matrix.unlocked]
         exceptions = [(parse_select(expr), reason) for expr, reason, _ in self.matrix.cuda_exceptions]

@@ -307,3 +307,13 @@ def test_lock_check_finds_a_committed_lock_with_a_second_cuda(tmp_path: Path) ->
     assert result.status == "stale" and "nvidia-cuda-nvrtc-cu12 12.9.86 is built for CUDA 12" in result.detail
     [fine] = locking.check((spec,))
     assert fine.status == "current"
+
+
+def test_an_unlocked_exception_declares_the_cuda_its_wheel_was_built_for() -> None:
+    """torch cu126 on the 12.8 base (download.pytorch.org, unlocked) said cuda>=12.8 while it loads 12.6."""
+    ws = Workspace(ROOT / "matrix.yaml")
+    spec = next(s for s in ws.decided.images if s.id == "torch2.14.1-cu126-on-cu128-py3.12-ubuntu24.04")
+    assert spec.lock is None and spec.cuda_exception
+    assert spec.accelerator.version == "12.6" and spec.accelerator.require_cuda == "cuda>=12.6"
+    dockerfile = (IMAGES / spec.id / "Dockerfile").read_text(encoding="utf-8")
+    assert 'NVIDIA_REQUIRE_CUDA="cuda>=12.6"' in dockerfile

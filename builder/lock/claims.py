@@ -34,11 +34,15 @@ def base_minor(spec: ImageSpec) -> str | None:
 
 def declared_cuda(spec: ImageSpec, lock: Lock | None) -> str | None:
     """The CUDA the image declares: the base's, unless its lock's runtime wheels load another minor
-    (an image matrix.yaml's `cuda_exceptions` lets do so); then that minor."""
+    (an image matrix.yaml's `cuda_exceptions` lets do so); then that minor. An exception's image
+    without a lock (its index cannot be reached) declares the CUDA its wheel variant was built for,
+    the one table fact that says what it will load."""
     minor = base_minor(spec)
-    if minor is None or lock is None:
+    if minor is None:
         return spec.base.version
-    loaded = cuda_components.lock_cuda(lock.pins)
+    loaded = cuda_components.lock_cuda(lock.pins) if lock is not None else None
+    if loaded is None and lock is None and spec.cuda_exception is not None:
+        loaded = next((i.built_cuda for i in spec.installs if i.built_cuda and "." in i.built_cuda), None)
     return spec.base.version if loaded is None or loaded == minor else loaded
 
 
@@ -80,10 +84,10 @@ def keep_older_gpus(spec: ImageSpec, compat: Compat) -> ImageSpec:
 def with_lock_claims(spec: ImageSpec, compat: Compat) -> ImageSpec:
     """The spec whose claims follow its lock: the accelerator of the CUDA it loads, each
     framework's cuDNN as locked, and a warning when the lock's CUDA is not the base's."""
-    if spec.lock is None or spec.base.vendor != "cuda":
+    if spec.base.vendor != "cuda" or (spec.lock is None and spec.cuda_exception is None):
         return spec
     cuda = declared_cuda(spec, spec.lock)
-    cudnn = libraries(spec.lock).get("cudnn")
+    cudnn = libraries(spec.lock).get("cudnn") if spec.lock else None
     installs = tuple(replace(i, cudnn=cudnn) if i.cudnn and cudnn else i for i in spec.installs)
     warnings = spec.warnings
     if cuda != spec.base.version:
