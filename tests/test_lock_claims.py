@@ -317,3 +317,10 @@ def test_an_unlocked_exception_declares_the_cuda_its_wheel_was_built_for() -> No
     assert spec.accelerator.version == "12.6" and spec.accelerator.require_cuda == "cuda>=12.6"
     dockerfile = (IMAGES / spec.id / "Dockerfile").read_text(encoding="utf-8")
     assert 'NVIDIA_REQUIRE_CUDA="cuda>=12.6"' in dockerfile
+
+
+def test_the_last_minor_of_a_major_is_capped_by_the_next_major() -> None:
+    """CUDA 12.9 has no 12.10: its -cu12 wheels cannot leave 12.x, and cuda-toolkit stops below 13.0."""
+    made = cuda_components.constraints("12.9", table().toolkit_components)
+    assert not isinstance(made, str) and made[0] == "cuda-toolkit>=12.9.0,<13.0.0"
+    assert "nvidia-cublas-cu12>=12.9.0.13" in made

@@ -94,7 +94,10 @@ def _bounds(minor: str, rows: Rows) -> tuple[dict[str, tuple[str | None, str | N
         ceiling = next((components[name] for _, components in later if name in components), None)
         if name in here or ceiling is not None:
             out[name] = (here.get(name), ceiling)
-    return out, (later[0][0] if later else None)
+    # the next minor: the next row of this major, else the first of a later major (12.9 -> 13.0:
+    # the -cu12 wheels cannot leave 12.x, and the cuda-toolkit meta package is capped there)
+    newer_majors = [cuda for cuda, _ in rows if int(cuda.split(".")[0]) > int(major)]
+    return out, (later[0][0] if later else newer_majors[0] if newer_majors else None)
 
 
 def constraints(minor: str, rows: Rows) -> tuple[str, ...] | str:
