@@ -14,6 +14,7 @@ import json
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -324,3 +325,15 @@ def test_the_last_minor_of_a_major_is_capped_by_the_next_major() -> None:
     made = cuda_components.constraints("12.9", table().toolkit_components)
     assert not isinstance(made, str) and made[0] == "cuda-toolkit>=12.9.0,<13.0.0"
     assert "nvidia-cublas-cu12>=12.9.0.13" in made
+
+
+def test_the_cli_refuses_in_one_line_with_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: Any) -> None:
+    shutil.copy(ROOT / "matrix.yaml", tmp_path / "matrix.yaml")
+    monkeypatch.setattr(locking, "resolve", lambda *a, **k: _resolved(OLD_JAX_LOCK_PINS))
+    monkeypatch.setattr(locking, "uv_binary", lambda: "uv")
+    result = cli("--matrix", str(tmp_path / "matrix.yaml"), "lock", "--select", "id=jax0.4.35-cu124-*", "--no-host-settings")
+    assert result.exit_code == 2
+    lines = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "second CUDA" in lines[0] and "nothing written" in lines[0]
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "images").exists()
