@@ -93,7 +93,12 @@ def test_every_claim_about_an_image_agrees_with_its_lock(image: str, exceptions:
     if "." in entry["accelerator"]["version"][len(loaded) :]:  # a patch release: Table 3 names its driver
         assert entry["accelerator"].get("min_driver") == expected_driver, image
     # cuDNN, cuBLAS, NCCL, the runtime: plan JSON and labels say what the lock pins
-    for library, prefix in (("cudnn", "nvidia-cudnn-cu"), ("nccl", "nvidia-nccl-cu"), ("cublas", "nvidia-cublas"), ("cuda-runtime", "nvidia-cuda-runtime")):
+    for library, prefix in (
+        ("cudnn", "nvidia-cudnn-cu"),
+        ("nccl", "nvidia-nccl-cu"),
+        ("cublas", "nvidia-cublas"),
+        ("cuda-runtime", "nvidia-cuda-runtime"),
+    ):
         locked = next((v for n, v in pins.items() if n.startswith(prefix)), None)
         assert entry["libraries"].get(library) == locked, (image, library)
         assert labels.get(f"io.builder.{library}") == locked, (image, library)
@@ -102,7 +107,9 @@ def test_every_claim_about_an_image_agrees_with_its_lock(image: str, exceptions:
         assert cudnn is None or claimed == cudnn, f"{image}: the plan says {framework}'s cuDNN is {claimed}, the lock pins {cudnn}"
     # the compute-capability floor follows the locked cuDNN
     if cudnn is not None and tuple(int(p) for p in cudnn.split(".")[:2]) >= CUDNN_DROPS_OLD_GPUS:
-        assert entry.get("cc_min") is not None and float(entry["cc_min"]) >= 7.5, f"{image}: cuDNN {cudnn} needs CC >= 7.5, the plan says {entry.get('cc_min')}"
+        assert entry.get("cc_min") is not None and float(entry["cc_min"]) >= 7.5, (
+            f"{image}: cuDNN {cudnn} needs CC >= 7.5, the plan says {entry.get('cc_min')}"
+        )
     assert labels.get("io.builder.cc-min") == entry.get("cc_min"), image
 
 
@@ -134,7 +141,12 @@ def test_toolkit_wheels_of_a_newer_minor_are_found() -> None:
 
 
 def test_a_cuda_13_0_update_may_ship_cublas_13_1() -> None:
-    pins = (("nvidia-cublas", "13.1.1.3"), ("nvidia-cuda-runtime", "13.0.96"), ("nvidia-cudnn-cu13", "9.24.0.43"), ("cuda-toolkit", "13.0.3.0"))
+    pins = (
+        ("nvidia-cublas", "13.1.1.3"),
+        ("nvidia-cuda-runtime", "13.0.96"),
+        ("nvidia-cudnn-cu13", "9.24.0.43"),
+        ("cuda-toolkit", "13.0.3.0"),
+    )
     assert cuda_components.problems(pins, "13.0", table().toolkit_components) == []
     assert cuda_components.problems((("nvidia-cublas", "13.2.0.9"),), "13.0", table().toolkit_components)  # 13.1's
 
@@ -289,7 +301,9 @@ def test_the_smoke_check_accepts_the_cuda_the_image_declares() -> None:
     entry = json.loads((IMAGES / "torch2.5.1-cu124-on-cu128-py3.12-ubuntu24.04" / "image.json").read_text(encoding="utf-8"))
     require = entry["accelerator"]["require_cuda"]
     done: Future[object] = Future()
-    done.set_result(SimpleNamespace(stdout=f"NVIDIA_VISIBLE_DEVICES=all\nNVIDIA_DRIVER_CAPABILITIES=compute,utility\nNVIDIA_REQUIRE_CUDA={require}\n"))
+    done.set_result(
+        SimpleNamespace(stdout=f"NVIDIA_VISIBLE_DEVICES=all\nNVIDIA_DRIVER_CAPABILITIES=compute,utility\nNVIDIA_REQUIRE_CUDA={require}\n")
+    )
     check({"environment": done}, entry)
     assert require.startswith("cuda>=12.4") and entry["base"]["version"] == "12.8.1"
 
@@ -302,7 +316,15 @@ def test_lock_check_finds_a_committed_lock_with_a_second_cuda(tmp_path: Path) ->
     ws = Workspace(ROOT / "matrix.yaml")
     spec = next(s for s in ws.decided.images if s.id == "cupy13.6.0-cu118-py3.11-ubuntu22.04")
     target = target_for(spec, table())
-    bad = parse(lock_text(spec.id, target.inputs, target.python, target.platform, _resolved((("cupy-cuda11x", "13.6.0"), ("nvidia-cuda-nvrtc-cu12", "12.9.86")))))
+    bad = parse(
+        lock_text(
+            spec.id,
+            target.inputs,
+            target.python,
+            target.platform,
+            _resolved((("cupy-cuda11x", "13.6.0"), ("nvidia-cuda-nvrtc-cu12", "12.9.86"))),
+        )
+    )
     assert bad is not None
     [result] = locking.check((dataclasses.replace(spec, lock=bad),))
     assert result.status == "stale" and "nvidia-cuda-nvrtc-cu12 12.9.86 is built for CUDA 12" in result.detail
