@@ -359,3 +359,21 @@ def test_the_cli_refuses_in_one_line_with_exit_2(tmp_path: Path, monkeypatch: py
     assert len(lines) == 1 and "second CUDA" in lines[0] and "nothing written" in lines[0]
     assert "Traceback" not in result.output
     assert not (tmp_path / "images").exists()
+
+
+def test_doctor_judges_the_driver_against_the_cuda_the_lock_loads() -> None:
+    """A 560 driver runs torch 2.5.1's CUDA 12.4 wheels on the 12.8 base; doctor warned it was older
+    than the 570 CUDA 12.8.1 wants (the base's, not what the image loads)."""
+    from builder.host import doctor
+    from builder.host.facts import AmdInfo, EngineFacts, HostInfo, NvidiaGpu, NvidiaInfo
+
+    ws = Workspace(ROOT / "matrix.yaml")
+    spec = next(s for s in ws.decided.images if s.id == "torch2.5.1-cu124-on-cu128-py3.12-ubuntu24.04")
+    host = HostInfo(
+        engine=EngineFacts(reachable=True, version="27.1.1", runtimes=("nvidia",)),
+        nvidia=NvidiaInfo(status="ok", driver="560.35.03", gpus=(NvidiaGpu(0, "NVIDIA H200", "9.0", 143771),), device_nodes=True),
+        amd=AmdInfo(),
+    )
+    got = doctor.image_verdict(host, spec)
+    assert got.status == "ok", got.reason
+    assert "driver 560.35.03 >= 550.54.14" in got.reason
