@@ -89,6 +89,8 @@ class Matrix:
     source: str = "https://github.com/example/gpu-images"
     default_select_line: int = 0
     unlocked: tuple[tuple[str, str, int], ...] = ()  # (select expression, reason, line): may build without a lock
+    cuda_exceptions: tuple[tuple[str, str, int], ...] = ()  # (select, reason, line): CUDA wheels may leave the base's minor
+    keep_older_gpus: tuple[tuple[str, str, int], ...] = ()  # (select, reason, line): cuDNN held below the release that dropped GPUs
 
     def base(self, name: str) -> Base:
         for b in self.bases:
@@ -186,6 +188,7 @@ class ImageSpec:
     constraints: tuple[str, ...] = ()  # what keeps a CUDA-from-wheels image's CUDA wheels on its CUDA (lock, install)
     lock: Lock | None = None  # the image's requirements.lock, when `builder lock` made one
     unlocked: str | None = None  # why matrix.yaml lets this image build without a lock
+    cuda_exception: str | None = None  # why matrix.yaml lets its CUDA wheels leave the base's CUDA minor
 
     @property
     def versions(self) -> dict[str, str]:

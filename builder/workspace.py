@@ -14,6 +14,7 @@ from pathlib import Path
 
 from builder.compat.facts import table
 from builder.errors import UserError
+from builder.lock.claims import keep_older_gpus, with_lock_claims
 from builder.lock.files import LOCK_NAME, load, verify
 from builder.lock.target import target_for
 from builder.records import ImageSpec, Lock, Matrix, Plan
@@ -61,20 +62,31 @@ class Workspace:
     @functools.cached_property
     def decided(self) -> Plan:
         """The plan without content hashes: enough to select from. Each image carries its lock
-        (images/<id>/requirements.lock, as `builder lock` wrote it) and, when matrix.yaml lets it
-        build without one, the reason."""
+        (images/<id>/requirements.lock, as `builder lock` wrote it), matrix.yaml's policies for it
+        (`unlocked`, `cuda_exceptions`, `keep_older_gpus`, each with its reason) and the claims its
+        lock makes (builder.lock.claims)."""
         plan = make_plan(self.matrix)
         policy = [(parse_select(expr), reason) for expr, reason, _ in self.matrix.unlocked]
+        exceptions = [(parse_select(expr), reason) for expr, reason, _ in self.matrix.cuda_exceptions]
+        older_gpus = [parse_select(expr) for expr, _, _ in self.matrix.keep_older_gpus]
         overrides = dict(self.lock_overrides)
-        images = tuple(
-            replace(
+        images = []
+        for spec in plan.images:
+            fields = fields_of(spec)
+            exception = next((reason for selector, reason in exceptions if matches(selector, fields)), None)
+            spec = replace(
                 spec,
                 lock=overrides.get(spec.id) or checked_lock(spec, self.images_dir / spec.id / LOCK_NAME),
-                unlocked=next((reason for selector, reason in policy if matches(selector, fields_of(spec))), None),
+                unlocked=next((reason for selector, reason in policy if matches(selector, fields)), None),
+                cuda_exception=exception,
+                # an exception's CUDA wheels may leave the base's minor: nothing holds them to it
+                constraints=() if exception is not None and not spec.base.cuda_from_wheels else spec.constraints,
             )
-            for spec in plan.images
-        )
-        return replace(plan, images=images)
+            if any(matches(selector, fields) for selector in older_gpus):
+                spec = keep_older_gpus(spec, table())
+            images.append(with_lock_claims(spec, table()))
+        warnings = tuple(sorted({w for spec in images for w in spec.warnings}))
+        return replace(plan, images=tuple(images), warnings=warnings)
 
     def with_locks(self, locks: dict[str, Lock]) -> Workspace:
         """This workspace as if these images had these locks (what `builder lock` is about to write)."""

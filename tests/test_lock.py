@@ -175,7 +175,7 @@ def test_the_embedded_matrix_is_locked_or_says_why_not() -> None:
 
 def test_a_locked_image_is_built_from_its_lock_with_hashes_and_labelled_with_its_libraries() -> None:
     ws = Workspace(ROOT / "matrix.yaml")
-    spec = next(s for s in ws.decided.images if s.id == "jax0.10.2-cu124-py3.11-ubuntu22.04")
+    spec = next(s for s in ws.decided.images if s.id == "jax0.10.2-cu128-py3.12-ubuntu24.04")
     assert spec.lock is not None
     files = ws.contexts((spec,))[spec.id]
     dockerfile = files["Dockerfile"].decode()

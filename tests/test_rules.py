@@ -190,12 +190,12 @@ def test_tensorflow_and_cuda_on_tested_minor_or_newer(b: Base, compat: Compat) -
     assert install.index_urls == ()
 
 
-def test_tensorflow_on_an_older_cuda_12_minor_is_planned_with_the_driver_floor(compat: Compat) -> None:
-    """[and-cuda] brings its own CUDA 12.5 libraries: below 12.5 they run with a driver >= 525.60.13 (minor version compatibility)."""
-    verdict = decide_tensorflow(CUDA124, "3.11", "2.18.0", compat)
-    install = ok(verdict)
-    assert install.requirements == ("tensorflow[and-cuda]==2.18.0",) and install.built_cuda == "12.5"
-    assert any("525.60.13" in w and "minor version compatibility" in w for w in verdict.warnings)
+def test_tensorflow_on_an_older_cuda_12_minor_is_not_planned(compat: Compat) -> None:
+    """[and-cuda] brings CUDA 12.5+ wheels; every image holds its CUDA wheels on its base's minor (one
+    CUDA user space), so a 12.4 base cannot hold them. It was planned with a warning naming 12.5
+    while its lock loaded 12.9 (issue 15)."""
+    refused(decide_tensorflow(CUDA124, "3.11", "2.18.0", compat), "needs CUDA >= 12.5 wheels", "one CUDA per image")
+    assert ok(decide_tensorflow(CUDA125, "3.11", "2.18.0", compat)).built_cuda == "12.5"
 
 
 def test_tensorflow_rejects_cuda_11(compat: Compat) -> None:

@@ -281,7 +281,8 @@ def test_tensorflow_cuda_comes_from_the_and_cuda_extra(matrix: Matrix, filled: F
     got = found(matrix, filled)
     ok, moved = got[("tensorflow", "2.21.1")], got[("tensorflow", "2.21.2")]
     assert (ok.status, ok.cuda, ok.numpy) == (rel.PLANNABLE, "12.5", ">=1.26.0,<2.2.0")
-    assert ok.accepted == ("cuda12.4-ubuntu22.04/py3.11", "cpu-ubuntu24.04/py3.12")  # TF needs CUDA 12; a CUDA 13 base gets none
+    # TF needs CUDA 12.5+ wheels: a CUDA 13 base gets none, nor a 12.4 one (one CUDA per image, issue 15)
+    assert ok.accepted == ("cpu-ubuntu24.04/py3.12",)
     assert (moved.status, moved.cuda) == (rel.NEEDS_RULES, "12.8")
     assert (
         'pins CUDA 12.8 (nvidia-cuda-runtime), but tensorflow.releases 2.21 in builder/compat/data/compat.yaml says cuda: "12.5"'

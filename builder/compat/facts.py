@@ -8,18 +8,19 @@ so a framework's facts and the decisions that use them live side by side.
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from packaging.requirements import InvalidRequirement, Requirement
+from packaging.version import InvalidVersion, Version
 
 from builder import frameworks
 from builder.compat.tables import DATA_DIR, PyRange, Table
 from builder.yamlsrc import LDict
 
 DEFAULT_PATH = DATA_DIR / "compat.yaml"
-CUDA_KEYS = ("toolkits", "mvc_floor", "require_branches", "brands", "cudnn_cc", "wheel_constraints")
+CUDA_KEYS = ("toolkits", "mvc_floor", "require_branches", "brands", "cudnn_cc", "toolkit_components")
 SHARED_SECTIONS = ("schema", "os_python", "os_glibc", "numpy", "cuda")
 T = TypeVar("T")
 
@@ -42,7 +43,7 @@ class Compat:
     brands: tuple[tuple[str, tuple[str, ...]], ...]  # (until cuda, brand names)
     numpy: tuple[tuple[str, PyRange], ...]
     cudnn_cc: tuple[tuple[str, str], ...]  # cuDNN release -> lowest compute capability it supports from then on
-    wheel_constraints: tuple[tuple[str, tuple[str, ...]], ...]  # CUDA minor -> what keeps a lock's CUDA wheels on it
+    toolkit_components: tuple[tuple[str, tuple[tuple[str, str], ...]], ...]  # CUDA minor -> (component, version at X.Y.0)
     frameworks: tuple[tuple[str, object], ...]  # framework -> the facts its rule module loaded
 
     def facts(self, kind: type[T]) -> T:
@@ -88,9 +89,9 @@ def load_compat(path: Path = DEFAULT_PATH) -> Compat:
             (str(row["version"]), t.pyrange(row["python"], row.line))
             for row in t.rows(t.section(doc, "numpy"), ("version", "python"), "version", doc.line)
         ),
-        wheel_constraints=tuple(
-            (str(row["cuda"]), _constraints(t, row))
-            for row in t.rows(t.section(cuda, "wheel_constraints"), ("cuda", "below", "constraints"), "cuda", cuda.line)
+        toolkit_components=tuple(
+            (str(row["cuda"]), _components(t, row))
+            for row in t.rows(t.section(cuda, "toolkit_components"), ("cuda", "components"), "cuda", cuda.line)
         ),
         cudnn_cc=tuple(
             (str(row["from"]), str(row["cc_min"])) for row in t.rows(t.section(cuda, "cudnn_cc"), ("from", "cc_min"), "from", cuda.line)
@@ -99,14 +100,21 @@ def load_compat(path: Path = DEFAULT_PATH) -> Compat:
     )
 
 
-def _constraints(t: Table, row: LDict) -> tuple[str, ...]:
-    lines = t.strs(row["constraints"], row.line)
-    for line in lines:
+def _components(t: Table, row: LDict) -> tuple[tuple[str, str], ...]:
+    """component -> version: a name that makes a wheel name, a version that parses."""
+    components = row["components"]
+    if not isinstance(components, dict) or not components:
+        raise t.fail('components must be a mapping of component -> version (e.g. {cublas: "12.4.2.65"})', row.line)
+    out = []
+    for name, version in components.items():
+        if not isinstance(name, str) or not re.fullmatch(r"[a-z][a-z0-9-]*[a-z0-9]", name) or not isinstance(version, str):
+            raise t.fail(f"component {name!r}: {version!r} must be a lower-case name and a quoted version", row.line)
         try:
-            Requirement(line)
-        except InvalidRequirement:
-            raise t.fail(f"constraint {line!r} is not a requirement (e.g. nvidia-cuda-runtime<13.1.80)", row.line) from None
-    return lines
+            Version(version)
+        except InvalidVersion:
+            raise t.fail(f"component {name}: version {version!r} does not parse", row.line) from None
+        out.append((name, version))
+    return tuple(sorted(out))
 
 
 def _os_python(t: Table, doc: LDict) -> tuple[OsPython, ...]:

@@ -20,6 +20,7 @@ from builder.engine import settings as build_settings
 from builder.engine import staging
 from builder.engine.settings import BuildSettings
 from builder.errors import UserError
+from builder.lock.claims import refusals, refuse_other_cuda
 from builder.lock.files import LOCK_NAME, drift, load, lock_text, verify
 from builder.lock.resolve import LockFailed, resolve, sources, uv_binary
 from builder.lock.target import lock_state, target_for
@@ -68,6 +69,9 @@ def check(specs: Sequence[ImageSpec], images_dir: str = "images") -> list[LockRe
             where = f"{images_dir}/{spec.id}/{LOCK_NAME}"
             verify(load(spec.lock.text, where), target_for(spec, table()), where)
         detail = {"stale": "its inputs changed since `builder lock`", "missing": "no requirements.lock", "unlocked": spec.unlocked or ""}
+        second = refusals(spec, spec.lock, table()) if found == "locked" and spec.lock is not None else []
+        if second:  # one CUDA per image: a lock that carries another is not current, whatever its inputs
+            found, detail["stale"] = "stale", f"its lock carries a second CUDA: {second[0]}"
         out.append(LockResult(spec.id, "current" if found == "locked" else found, detail=detail.get(found, "")))
     return out
 
@@ -110,6 +114,7 @@ def lock_images(ws: Workspace, specs: Sequence[ImageSpec], options: LockOptions,
                 new[spec.id] = lock
             failed |= result.status in FAILED
             done(result)
+    refuse_other_cuda(ws, [s for s in todo if s.id in new], new)
     if new:
         updated = ws.with_locks(new)
         write_tree(ws.images_dir, updated.rendered_tree())

@@ -61,7 +61,7 @@ def measured(spec: ImageSpec, result: dict[str, Any]) -> dict[str, Any]:
     torch_build = (builds.get("torch") or {}).get("build") or {}
     cudnn = libraries.get("cudnn") or (str(torch_build["cudnn"]) if torch_build.get("cudnn") else None)
     rocm = str(torch_build["hip"]) if torch_build.get("hip") else None
-    accelerator = {"kind": spec.base.vendor, "version": spec.base.version, "cuda": cuda, "cudnn": cudnn, "rocm": rocm}
+    accelerator = {"kind": spec.base.vendor, "version": spec.accelerator.version, "cuda": cuda, "cudnn": cudnn, "rocm": rocm}
     if spec.base.vendor == "cpu":
         accelerator = {"kind": "cpu", "version": None, "cuda": None, "cudnn": None, "rocm": None}
     python = str((probe.get("host") or {}).get("python") or spec.python)

@@ -52,7 +52,7 @@ class Report:
 def _accelerator(spec: ImageSpec) -> str:
     if spec.base.vendor == "cpu":
         return "CPU"
-    return f"{'CUDA' if spec.base.vendor == 'cuda' else 'ROCm'} {spec.base.version}"
+    return f"{'CUDA' if spec.base.vendor == 'cuda' else 'ROCm'} {spec.accelerator.version}"  # the lock's CUDA (builder.lock.claims)
 
 
 def _status(spec: ImageSpec, record: KnownGood | None, result: Mapping[str, Any] | None) -> tuple[str, str]:

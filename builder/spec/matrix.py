@@ -20,6 +20,7 @@ from builder.yamlsrc import LDict, LList, load
 
 TOP_KEYS = (
     "registry", "defaults", "bases", "python", "frameworks", "stacks", "exclude", "include", "indexes", "build", "source", "unlocked",
+    "cuda_exceptions", "keep_older_gpus",
 )  # fmt: skip
 REQUIRED_TOP = ("registry", "bases", "python", "frameworks", "stacks")
 BASE_KEYS = ("vendor", "version", "os", "image", "digest", "bootstrap")
@@ -113,6 +114,20 @@ def load_matrix(path: Path) -> Matrix:
         source=source,
         default_select_line=top["defaults"].line_of("select") if default_select else 0,
         unlocked=_unlocked(ctx, top.get("unlocked"), top.line_of("unlocked")),
+        cuda_exceptions=_policies(
+            ctx,
+            top.get("cuda_exceptions"),
+            top.line_of("cuda_exceptions"),
+            "cuda_exceptions",
+            "which images, and why their CUDA wheels may leave the base's CUDA minor",
+        ),
+        keep_older_gpus=_policies(
+            ctx,
+            top.get("keep_older_gpus"),
+            top.line_of("keep_older_gpus"),
+            "keep_older_gpus",
+            "which images keep the cuDNN that still runs on older GPUs, and why",
+        ),
     )
     _bounded(ctx, matrix, top.line_of("bases"))
     return matrix
@@ -384,23 +399,31 @@ def _build(ctx: _Ctx, value: Any, line: int, root: Path) -> str | None:
 
 def _unlocked(ctx: _Ctx, value: Any, line: int) -> tuple[tuple[str, str, int], ...]:
     """`unlocked:` entries: images that may build without a lock, each with the reason."""
+    return _policies(ctx, value, line, "unlocked", "which images, and why they cannot be locked")
+
+
+def _policies(ctx: _Ctx, value: Any, line: int, key: str, what: str) -> tuple[tuple[str, str, int], ...]:
+    """A list of `{select, reason}` entries (`unlocked:`, `cuda_exceptions:`): which images a policy
+    covers and why, each select checked here so a typo fails at load with its line."""
     if value is None:
         return ()
     from builder.spec.select import parse_select  # local import: select depends on records only
 
     out = []
-    items = ctx.seq(value, "unlocked", line)
+    items = ctx.seq(value, key, line)
     for i, item in enumerate(items):
-        entry = ctx.mapping(item, "an unlocked entry", items.line_of(i))
-        ctx.keys(entry, ("select", "reason"), "an unlocked entry")
-        for key in ("select", "reason"):
-            if key not in entry:
-                raise ctx.fail(f"an unlocked entry needs '{key}:' (which images, and why they cannot be locked)", entry.line)
-        expr = ctx.text(entry["select"], "unlocked.select", entry.line_of("select"), bool, '"index=https://download.pytorch.org/*"')
+        entry = ctx.mapping(item, f"an {key} entry", items.line_of(i))
+        ctx.keys(entry, ("select", "reason"), f"an {key} entry")
+        for field in ("select", "reason"):
+            if field not in entry:
+                raise ctx.fail(f"an {key} entry needs '{field}:' ({what})", entry.line)
+        expr = ctx.text(entry["select"], f"{key}.select", entry.line_of("select"), bool, '"index=https://download.pytorch.org/*"')
         try:
             parse_select(expr)
         except UserError as exc:
-            raise ctx.fail(f"unlocked.select: {exc.message}", entry.line_of("select")) from None
-        reason = ctx.text(entry["reason"], "unlocked.reason", entry.line_of("reason"), lambda r: "\n" not in r and bool(r.strip()), '"index not reachable"')
+            raise ctx.fail(f"{key}.select: {exc.message}", entry.line_of("select")) from None
+        reason = ctx.text(
+            entry["reason"], f"{key}.reason", entry.line_of("reason"), lambda r: "\n" not in r and bool(r.strip()), '"index not reachable"'
+        )
         out.append((expr, reason, entry.line))
     return tuple(out)

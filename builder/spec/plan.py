@@ -10,6 +10,7 @@ import re
 from fnmatch import fnmatchcase
 from typing import Any
 
+from builder.compat import cuda_components
 from builder.compat.facts import Compat, table
 from builder.compat.rules import decide
 from builder.compat.rules.cuda import accelerator
@@ -17,6 +18,7 @@ from builder.compat.rules.numpy import pick_numpy
 from builder.compat.rules.python import decide_python
 from builder.compat.versions import mm
 from builder.errors import UserError
+from builder.lock.claims import cc_floor
 from builder.lock.files import libraries
 from builder.lock.target import lock_state
 from builder.records import Combination, ImageSpec, Install, Matrix, Plan, Skipped
@@ -77,15 +79,9 @@ def decide_combination(combo: Combination, matrix: Matrix, compat: Compat) -> Im
         for url in _indexes(install, matrix.index_urls):
             if url not in index_urls:
                 index_urls.append(url)
-    constraints: tuple[str, ...] = ()
-    if combo.base.cuda_from_wheels:
-        assert combo.base.version is not None
-        minor = "{}.{}".format(*mm(combo.base.version))
-        found = dict(compat.wheel_constraints).get(minor)
-        if found is None:
-            known = ", ".join(c for c, _ in compat.wheel_constraints)
-            return f"CUDA {minor} from wheels has no constraints in builder/compat/data/compat.yaml (cuda.wheel_constraints; known: {known}); add them"
-        constraints = found
+    constraints = _cuda_constraints(combo, compat)
+    if isinstance(constraints, str):
+        return constraints
     image = image_id(combo, tuple(installs))
     if not grammar.DOCKER_TAG.fullmatch(image):
         return f"image id {image!r} is not a valid Docker tag (too long?); shorten the base os or versions"
@@ -106,6 +102,19 @@ def decide_combination(combo: Combination, matrix: Matrix, compat: Compat) -> Im
         warnings=tuple(warnings),
         constraints=constraints,
     )
+
+
+def _cuda_constraints(combo: Combination, compat: Compat) -> tuple[str, ...] | str:
+    """What keeps the lock's CUDA wheels on the base's CUDA minor: one CUDA user space per image.
+    A CUDA-from-wheels base has no CUDA without them, so a minor the table lacks is a skip; an
+    nvidia/cuda base whose minor the table lacks (11.8: no framework here brings CUDA 11 wheels)
+    gets none, and `builder lock` still refuses a lock whose CUDA wheels leave its minor."""
+    if combo.base.vendor != "cuda" or combo.base.version is None:
+        return ()
+    found = cuda_components.constraints("{}.{}".format(*mm(combo.base.version)), compat.toolkit_components)
+    if isinstance(found, str):
+        return found if combo.base.cuda_from_wheels else ()
+    return found
 
 
 def _skipped(combo: Combination, reason: str) -> Skipped:
@@ -187,6 +196,7 @@ def image_entry(spec: ImageSpec) -> dict[str, Any]:
         "warnings": list(spec.warnings),
         "lock": lock_state(spec, table()),
         "libraries": libraries(spec.lock) if spec.lock else {},
+        **({"cc_min": floor} if (floor := cc_floor(spec, table())) else {}),
     }
 
 

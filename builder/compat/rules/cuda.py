@@ -35,13 +35,16 @@ def require_cuda(cuda: str, compat: Compat) -> str:
     return " ".join(clauses)
 
 
-def accelerator(base: Base, compat: Compat) -> Accelerator:
+def accelerator(base: Base, compat: Compat, version: str | None = None) -> Accelerator:
+    """What a CUDA image declares: driver floors and NVIDIA_REQUIRE_CUDA of `version` (the CUDA its
+    lock loads, builder.lock.claims), else of the base's CUDA."""
     if base.vendor != "cuda" or base.version is None:
         return Accelerator(kind=base.vendor, version=base.version)
+    cuda = version or base.version
     return Accelerator(
         kind="cuda",
-        version=base.version,
-        min_driver=toolkit_driver(base.version, compat),
-        mvc_driver=mvc_driver(base.version, compat),
-        require_cuda=require_cuda(base.version, compat),
+        version=cuda,
+        min_driver=toolkit_driver(cuda, compat),
+        mvc_driver=mvc_driver(cuda, compat),
+        require_cuda=require_cuda(cuda, compat),
     )

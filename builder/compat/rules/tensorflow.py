@@ -66,11 +66,13 @@ def decide_tensorflow(base: Base, python: str, version: str, compat: Compat) -> 
     tested, have = mm(rel.cuda), mm(base.version)
     if have[0] != tested[0]:
         return Verdict.no(f"tensorflow {version} is tested with CUDA {rel.cuda}; base {base.name} is CUDA {have[0]}")
-    warnings: tuple[str, ...] = ()
     if have < tested:
-        warnings = (
-            f"tensorflow {version}[and-cuda] brings its own CUDA {rel.cuda} libraries; on base {base.name} (CUDA {base.version}) "
-            f"they run through minor version compatibility (driver >= {_cuda12_floor(compat)}); PTX JIT needs a driver for CUDA {rel.cuda}",
+        # Every CUDA image holds its CUDA wheels on its base's minor (one CUDA user space), and
+        # [and-cuda] needs the tested CUDA's wheels or newer (PYPI_TF): they cannot be held there.
+        return Verdict.no(
+            f"tensorflow {version}[and-cuda] needs CUDA >= {rel.cuda} wheels; base {base.name} is CUDA {base.version}, "
+            "and an image keeps its CUDA wheels on its base's CUDA (one CUDA per image): use a CUDA "
+            f"{rel.cuda}+ base"
         )
     install = Install(
         "tensorflow",
@@ -80,11 +82,7 @@ def decide_tensorflow(base: Base, python: str, version: str, compat: Compat) -> 
         built_cuda=rel.cuda,
         cudnn=rel.cudnn,
     )
-    return Verdict(ok=True, install=install, warnings=warnings)
-
-
-def _cuda12_floor(compat: Compat) -> str:
-    return dict(compat.mvc_floor).get("12", "525.60.13")
+    return Verdict(ok=True, install=install)
 
 
 def _rocm(base: Base, version: str, facts: TensorflowFacts) -> Verdict:
