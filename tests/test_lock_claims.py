@@ -25,7 +25,7 @@ from builder.errors import UserError
 from builder.lock import locking
 from builder.lock.claims import cc_floor, refusals
 from builder.lock.files import parse
-from builder.records import Base
+from builder.records import Base, ImageSpec
 from builder.spec.matrix import load_matrix
 from builder.workspace import Workspace
 
@@ -178,15 +178,29 @@ def test_every_cuda_image_on_a_known_minor_is_constrained_to_it() -> None:
 # -- builder lock refuses a second CUDA -------------------------------------------------------------
 
 
-def _resolved(pins: tuple[tuple[str, str], ...]) -> str:
-    return "".join(f"{name}=={version} \\\n    --hash=sha256:{'a' * 64}\n" for name, version in pins)
+def _resolved(spec: ImageSpec, pins: tuple[tuple[str, str], ...]) -> str:
+    """What uv would print for `spec`: its top-level pins `via -r requirements.in`, then `pins` as
+    their dependencies (sorted, hashed, each reachable), so only the CUDA content is under test."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    from builder.lock.target import target_for
+
+    top = {}
+    for line in target_for(spec, table()).requirements:
+        requirement = Requirement(line)
+        top[str(canonicalize_name(requirement.name))] = next(iter(requirement.specifier)).version
+    first = sorted(top)[0]
+    rows = {name: (version, "-r requirements.in") for name, version in top.items()}
+    rows.update({name: (version, first) for name, version in pins if name not in top})
+    return "".join(f"{name}=={version} \\\n    --hash=sha256:{'a' * 64}\n    # via {via}\n" for name, (version, via) in sorted(rows.items()))
 
 
 def test_lock_refuses_a_lock_that_leaves_the_base_minor_and_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     shutil.copy(ROOT / "matrix.yaml", tmp_path / "matrix.yaml")
     ws = Workspace(tmp_path / "matrix.yaml")
     spec = next(s for s in ws.decided.images if s.id == "jax0.4.35-cu124-py3.11-ubuntu22.04")
-    monkeypatch.setattr(locking, "resolve", lambda *a, **k: _resolved(OLD_JAX_LOCK_PINS))
+    monkeypatch.setattr(locking, "resolve", lambda *a, **k: _resolved(spec, OLD_JAX_LOCK_PINS))
     monkeypatch.setattr(locking, "uv_binary", lambda: "uv")
     with pytest.raises(UserError) as caught:
         locking.lock_images(ws, (spec,), locking.LockOptions(use_host=False), lambda r: None)
@@ -202,7 +216,7 @@ def test_lock_writes_a_lock_on_the_base_minor(tmp_path: Path, monkeypatch: pytes
     ws = Workspace(tmp_path / "matrix.yaml")
     spec = next(s for s in ws.decided.images if s.id == "jax0.4.35-cu124-py3.11-ubuntu22.04")
     good = (("nvidia-cuda-runtime-cu12", "12.4.127"), ("nvidia-cublas-cu12", "12.4.5.8"), ("nvidia-cudnn-cu12", "9.10.2.21"))
-    monkeypatch.setattr(locking, "resolve", lambda *a, **k: _resolved(good))
+    monkeypatch.setattr(locking, "resolve", lambda *a, **k: _resolved(spec, good))
     monkeypatch.setattr(locking, "uv_binary", lambda: "uv")
     results = locking.lock_images(ws, (spec,), locking.LockOptions(use_host=False, upgrade=True), lambda r: None)
     assert [r.status for r in results] == ["locked"]
@@ -322,7 +336,7 @@ def test_lock_check_finds_a_committed_lock_with_a_second_cuda(tmp_path: Path) ->
             target.inputs,
             target.python,
             target.platform,
-            _resolved((("cupy-cuda11x", "13.6.0"), ("nvidia-cuda-nvrtc-cu12", "12.9.86"))),
+            _resolved(spec, (("nvidia-cuda-nvrtc-cu12", "12.9.86"),)),
         )
     )
     assert bad is not None
@@ -351,7 +365,8 @@ def test_the_last_minor_of_a_major_is_capped_by_the_next_major() -> None:
 
 def test_the_cli_refuses_in_one_line_with_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: Any) -> None:
     shutil.copy(ROOT / "matrix.yaml", tmp_path / "matrix.yaml")
-    monkeypatch.setattr(locking, "resolve", lambda *a, **k: _resolved(OLD_JAX_LOCK_PINS))
+    spec = next(s for s in Workspace(ROOT / "matrix.yaml").decided.images if s.id == "jax0.4.35-cu124-py3.11-ubuntu22.04")
+    monkeypatch.setattr(locking, "resolve", lambda *a, **k: _resolved(spec, OLD_JAX_LOCK_PINS))
     monkeypatch.setattr(locking, "uv_binary", lambda: "uv")
     result = cli("--matrix", str(tmp_path / "matrix.yaml"), "lock", "--select", "id=jax0.4.35-cu124-*", "--no-host-settings")
     assert result.exit_code == 2

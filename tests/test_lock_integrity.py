@@ -25,7 +25,7 @@ from builder.lock.target import LockTarget, target_for
 from builder.workspace import Workspace, read_lock
 
 ROOT = Path(__file__).resolve().parents[1]
-IMAGE = "jax0.10.2-cu124-py3.11-ubuntu22.04"  # requires jax[cuda12]==0.10.2 and jaxlib==0.10.2; pins cuDNN (a label)
+IMAGE = "jax0.10.2-cu128-py3.12-ubuntu24.04"  # requires jax[cuda12]==0.10.2 and jaxlib==0.10.2; pins cuDNN (a label)
 LOCK = f"images/{IMAGE}/requirements.lock"
 ERROR = re.compile(r"^error: (?P<file>[^:\n]+):(?P<line>[0-9]+): (?P<what>.+)$")
 RunCli = Callable[..., Result]
@@ -173,7 +173,7 @@ TAMPERS: dict[str, tuple[Tamper, str | int | None, str]] = {
         "not in the form",
     ),
     "another image's header": (
-        _replace(f"for {IMAGE}:", "for jax0.10.2-cu128-py3.12-ubuntu24.04:"),
+        _replace(f"for {IMAGE}:", "for jax0.10.2-cu130-py3.12-ubuntu24.04:"),
         "re-resolves it",
         "not in the form",
     ),
@@ -208,10 +208,10 @@ def test_a_tampered_lock_is_refused_by_lock_check_and_render_naming_its_line(nam
 
 def test_a_lock_copied_from_another_image_is_refused_even_while_stale(repo: Path, cli: RunCli) -> None:
     """Its own inputs line makes it stale (so no pin check runs), but it names another image."""
-    shutil.copyfile(repo / "images/jax0.10.2-cu128-py3.12-ubuntu24.04/requirements.lock", repo / LOCK)
+    shutil.copyfile(repo / "images/jax0.10.2-cu130-py3.12-ubuntu24.04/requirements.lock", repo / LOCK)
     found = one_line_error(cli("--matrix", "matrix.yaml", "render"))
     assert (found["file"], found["line"]) == (LOCK, "1")
-    assert "is the lock of jax0.10.2-cu128-py3.12-ubuntu24.04, not of " + IMAGE in found["what"]
+    assert "is the lock of jax0.10.2-cu130-py3.12-ubuntu24.04, not of " + IMAGE in found["what"]
 
 
 def test_the_untampered_copy_passes_both_gates(repo: Path, cli: RunCli) -> None:

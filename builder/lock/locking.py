@@ -134,7 +134,8 @@ def _lock_one(spec: ImageSpec, settings: BuildSettings, cache: Path, uv: str, up
     try:
         made = f"uv's lock for {spec.id}"
         lock = load(lock_text(spec.id, target.inputs, target.python, target.platform, resolved), made)
-        verify(lock, target, made)
+        if not refusals(spec, lock, table()):  # a second CUDA is refused whole by lock_images, in one line
+            verify(lock, target, made)
     except UserError as exc:
         return LockResult(spec.id, "failed", time.monotonic() - started, str(exc)), None
     changes = tuple(drift(spec.lock, lock)) if spec.lock else ()
