@@ -391,3 +391,19 @@ def test_socket_level_shutdown_only_touches_its_own_connection() -> None:
     assert b.recv(1) == b""  # shut down: the peer sees the end
     a.close()
     b.close()
+
+
+def test_a_stalled_tls_handshake_fails_at_the_deadline() -> None:
+    """Not a byte after the ClientHello: the handshake blocks in a read the per-read timeout would let run."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+    threading.Thread(target=lambda: accepted.append(listener.accept()[0]), daemon=True).start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(IndexFailure, match=r"^no complete answer for https://127\.0\.0\.1:\d+/pypi/torch/json .* within 1 s"):
+            IndexClient(f"https://127.0.0.1:{listener.getsockname()[1]}/pypi", timeout_s=30, backoff_s=0, deadline_s=1)("torch")
+        assert time.monotonic() - started < 3
+    finally:
+        listener.close()
+        for sock in accepted:
+            sock.close()

@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
 import pytest
+from click.testing import Result
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from builder.engine.secrets import redact
 from builder.lock.resolve import classify
-from builder.text import escape_controls, printable
+from builder.text import escape_controls, printable, redact
 
 PROPERTY = settings(max_examples=400, deadline=None, derandomize=True)
 
@@ -94,3 +97,18 @@ def test_printable_never_lets_a_control_character_through(text: str) -> None:
     assert len(shown) <= 100
     assert not any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in shown)
     assert escape_controls(shown) == shown
+
+
+def test_the_cli_redacts_every_error_line_it_prints(cli: Callable[..., Result], write_matrix: Callable[..., Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The last guard: a message that forgot to redact still prints no password."""
+    from builder.errors import RunFailure
+    from builder.updates import releases
+    from tests.test_updates import MATRIX
+
+    def check(*args: object, **kwargs: object) -> None:
+        raise RunFailure("cannot reach https://me@corp.example:s3cretPW@mirror.corp/pypi (connection refused)")
+
+    monkeypatch.setattr(releases, "check", check)
+    result = cli("--matrix", str(write_matrix(MATRIX)), "updates")
+    assert result.exit_code == 1
+    assert "error: cannot reach https://****@mirror.corp/pypi (connection refused)" in result.output and "s3cretPW" not in result.output

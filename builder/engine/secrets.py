@@ -11,12 +11,13 @@ deletes it inside the same RUN, so no layer holds it; the history holds only the
 from __future__ import annotations
 
 import http.server
-import re
 import secrets
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+
+from builder.text import redact as redact  # re-exported: where the build's callers have always found it
 
 LOCALHOST = "127.0.0.1"
 
@@ -91,57 +92,3 @@ def serving() -> Iterator[SecretServer]:
         server.server_close()
         with server._lock:
             server._secrets.clear()
-
-
-_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
-_LINE_END = re.compile(r"[\r\n]")
-_AUTHORITY_END = re.compile(r"[/?#]")
-_HOST_START = re.compile(r"[\w\[%]")
-MASK = "****"
-
-
-def redact(text: str) -> str:
-    """Credentials in URLs (`user:password@`, `token@`) -> `****@`, for anything written to logs,
-    results or messages.
-
-    A URL's userinfo is everything from `://` to the LAST `@` before its host, so a user name that is
-    an e-mail address (`me@corp.example:pw@host`, usual on Artifactory and Nexus) and a password with
-    spaces, `@` or `:` are masked whole. The last `@` is looked for twice, and the later one wins:
-    in the authority (up to the first `/`, `?` or `#`; spaces allowed), and in the URL's first
-    whitespace-free stretch (a raw `/`, `?` or `#` inside a password, which no client parses but a
-    message could still print). It never looks past the end of the line or the next `scheme://`, and
-    only at an `@` followed by a host, so `user:password@ in the URL` in prose is left alone. When in
-    doubt it masks more (`git+https://host/repo@v1` shows as `git+https://****@v1`): a message with
-    less detail is a fair price for a password that never reaches a log."""
-    out: list[str] = []
-    done = 0
-    for match in _SCHEME.finditer(text):
-        start = match.end()
-        if start < done:
-            continue  # a `scheme://` inside what was just masked
-        at = _userinfo_end(text, start)
-        if at > 0:
-            out.append(text[done:start])
-            out.append(MASK)
-            done = start + at
-    out.append(text[done:])
-    return "".join(out)
-
-
-def _userinfo_end(text: str, start: int) -> int:
-    """How far past `start` (just after `://`) the `@` that ends the userinfo is, or -1."""
-    line = _LINE_END.search(text, start)
-    end = line.start() if line else len(text)
-    following = _SCHEME.search(text, start, end)  # the authority never runs into the next URL
-    cut = _AUTHORITY_END.search(text, start, following.start() if following else end)
-    authority = text[start : cut.start() if cut else following.start() if following else end]
-    stretch = text[start:end].split(None, 1)[0] if end > start and not text[start].isspace() else ""
-    return max(_last_at(authority), _last_at(stretch))
-
-
-def _last_at(text: str) -> int:
-    """The last `@` in `text` that is followed by something a host can start with."""
-    at = text.rfind("@")
-    while at >= 0 and not _HOST_START.match(text, at + 1):
-        at = text.rfind("@", 0, at)
-    return at

@@ -17,10 +17,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder.engine.secrets import redact
 from builder.engine.settings import BuildSettings
 from builder.lock.target import PYPI, LockTarget
-from builder.text import printable
+from builder.text import printable, redact
 
 TIMEOUT_S = 900
 _FETCH = re.compile(r"Failed to fetch: `?(\S+?)`?$", re.MULTILINE)

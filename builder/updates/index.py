@@ -26,10 +26,9 @@ from urllib.parse import quote, unquote, urlsplit, urlunsplit
 from urllib.request import url2pathname
 
 from builder import __version__, fsio
-from builder.engine.secrets import redact
 from builder.engine.settings import check_ca_bundle
 from builder.errors import RunFailure, UserError
-from builder.text import escape_controls, printable
+from builder.text import escape_controls, printable, redact
 from builder.updates import transport, wheelmeta
 
 DEFAULT_INDEX_JSON_URL = "https://pypi.org/pypi"
@@ -227,15 +226,14 @@ class IndexClient:
         http_error: Callable[[int, str], Exception],
     ) -> T:
         """One request under the document's deadline: `handle(response)`, or the failure classified."""
-        left = deadline.left()
-        if left <= 0:
+        if deadline.passed():
             raise self._late(shown, deadline)
         try:
-            with self._opener.open(request, timeout=min(self.timeout_s, left)) as response:
+            with self._opener.open(request, timeout=deadline.socket_timeout(self.timeout_s)) as response:
                 result = handle(response)
         except urllib.error.HTTPError as exc:
             exc.close()
-            if deadline.expired:
+            if deadline.passed():
                 raise self._late(shown, deadline) from None
             raise http_error(exc.code, printable(exc.reason, 100)) from None
         except transport.Refused as exc:
@@ -244,9 +242,9 @@ class IndexClient:
                 self.display,
             ) from None
         except urllib.error.URLError as exc:
-            raise self._late(shown, deadline) if deadline.expired else self._network_error(exc.reason) from None
+            raise self._late(shown, deadline) if deadline.passed() else self._network_error(exc.reason) from None
         except (OSError, http.client.HTTPException) as exc:
-            raise self._late(shown, deadline) if deadline.expired else self._network_error(exc) from None
+            raise self._late(shown, deadline) if deadline.passed() else self._network_error(exc) from None
         if deadline.expired:  # a body the deadline cut short can look complete (no Content-Length)
             raise self._late(shown, deadline)
         return result

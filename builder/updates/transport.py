@@ -59,6 +59,14 @@ class Deadline:
     def left(self) -> float:
         return self.end - time.monotonic()
 
+    def passed(self) -> bool:
+        return self.expired or self.left() <= 0
+
+    def socket_timeout(self, per_operation: float) -> float:
+        """The per-operation timeout, past the deadline by a margin: the deadline's timer fires
+        first, so a stall is reported as the deadline it is, not as a shorter timeout."""
+        return min(per_operation, max(0.0, self.left()) + 1.0)
+
     def __enter__(self) -> Deadline:
         self._timer = threading.Timer(max(0.0, self.left()), self._expire)
         self._timer.daemon = True
