@@ -320,9 +320,11 @@ def test_a_file_url_to_a_regular_wheel_is_read(tmp_path: Path, wheel: bytes) -> 
     assert isinstance(out[0], dict) and out[0]["info"]["requires_python"] == ">=3.10"
 
 
-def test_a_wheel_url_of_another_scheme_is_refused(wheel: bytes) -> None:
-    with serve(index_listing(lambda: "ftp://127.0.0.1/t.whl", len(wheel))) as index, pytest.raises(IndexFailure, match="not an http"):
+@pytest.mark.parametrize(("url", "said"), [("ftp://127.0.0.1/t.whl", "not an http"), ("http://a..b/t.whl", "cannot ask the package index"), ("http://[::1/t.whl", "Invalid IPv6 URL")])
+def test_a_wheel_url_that_cannot_be_asked_is_one_line(wheel: bytes, url: str, said: str) -> None:
+    with serve(index_listing(lambda: url, len(wheel))) as index, pytest.raises(IndexFailure, match=said) as failed:
         IndexClient(index.url + "/pypi", backoff_s=0).release("torch", "9.1.0")
+    assert "\n" not in str(failed.value)
 
 
 # --- 9. what the mirror says reaches messages without control characters ------------------------
@@ -360,7 +362,9 @@ def test_json_nested_past_the_parser_is_one_line() -> None:
 # --- 8. malformed index URLs --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("url", ["http://[::1", "http://[::1/pypi", "https://host:99999/pypi", "https://u:p/w@host/pypi", "http://h\x1b[2J/pypi"])
+@pytest.mark.parametrize(
+    "url", ["http://[::1", "http://[::1/pypi", "https://host:99999/pypi", "https://u:p/w@host/pypi", "http://h\x1b[2J/pypi", "https://a..b/pypi", f"https://{'a' * 64}.example/pypi"]
+)
 def test_a_malformed_index_url_is_one_line(url: str) -> None:
     with pytest.raises(UserError) as bad:
         IndexClient(url)

@@ -245,6 +245,8 @@ class IndexClient:
             raise self._late(shown, deadline) if deadline.passed() else self._network_error(exc.reason) from None
         except (OSError, http.client.HTTPException) as exc:
             raise self._late(shown, deadline) if deadline.passed() else self._network_error(exc) from None
+        except ValueError as exc:  # a URL the index listed that urllib cannot ask (a host idna refuses, a bad port)
+            raise IndexFailure(f"cannot ask the package index {self.display} for {shown}: {printable(exc, 120)}", self.display) from None
         if deadline.expired:  # a body the deadline cut short can look complete (no Content-Length)
             raise self._late(shown, deadline)
         return result
@@ -366,11 +368,15 @@ def _split_url(given: str, display: str) -> tuple[str, str | None, str]:
         parts = urlsplit(text)
         host, port = parts.hostname, parts.port
     except ValueError as exc:  # `http://[::1`, a port that is no number or out of range
-        raise UserError(f"the package index URL {display!r} is malformed ({printable(exc, 80)}): {fix}") from None
+        raise UserError(f"the package index URL '{display}' is malformed ({printable(exc, 80)}): {fix}") from None
     if parts.scheme not in ("http", "https") or not host or any(c.isspace() or not c.isprintable() for c in text):
-        raise UserError(f"the package index URL {display!r} is not an http(s) URL: {fix}")
+        raise UserError(f"the package index URL '{display}' is not an http(s) URL: {fix}")
+    try:
+        host.encode("idna")  # what the connection does with it: `a..b` or a 64-letter label fail there
+    except UnicodeError:
+        raise UserError(f"the package index URL '{display}' has an invalid host name: {fix}") from None
     if parts.query or parts.fragment:
-        raise UserError(f"the package index URL {display!r} has a query or fragment; {fix}")
+        raise UserError(f"the package index URL '{display}' has a query or fragment; {fix}")
     auth = None
     if parts.username is not None:
         pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
