@@ -320,7 +320,7 @@ def test_a_file_url_to_a_regular_wheel_is_read(tmp_path: Path, wheel: bytes) -> 
     assert isinstance(out[0], dict) and out[0]["info"]["requires_python"] == ">=3.10"
 
 
-@pytest.mark.parametrize(("url", "said"), [("ftp://127.0.0.1/t.whl", "not an http"), ("http://a..b/t.whl", "cannot ask the package index"), ("http://[::1/t.whl", "Invalid IPv6 URL")])
+@pytest.mark.parametrize(("url", "said"), [("ftp://127.0.0.1/t.whl", "not an http"), ("http://a..b/t.whl", "cannot ask the package index"), ("http://[::1/t.whl", "Invalid IPv6 URL"), ("http://attacker:x@127.0.0.1/t.whl", "credentials in it")])
 def test_a_wheel_url_that_cannot_be_asked_is_one_line(wheel: bytes, url: str, said: str) -> None:
     with serve(index_listing(lambda: url, len(wheel))) as index, pytest.raises(IndexFailure, match=said) as failed:
         IndexClient(index.url + "/pypi", backoff_s=0).release("torch", "9.1.0")

@@ -14,6 +14,7 @@ import base64
 import http.client
 import json
 import math
+import re
 import socket
 import ssl
 import time
@@ -161,13 +162,15 @@ class IndexClient:
         """Bytes first..last of a file the index lists (retried like the documents, within the wheel's deadline)."""
         shown = printable(redact(url))
         try:
-            scheme = urlsplit(url).scheme
-        except ValueError:
-            scheme = ""
-        if scheme == "file":
+            parts = urlsplit(url)
+        except ValueError as exc:
+            raise ValueError(f"the index lists {shown}, which is malformed ({exc})") from None
+        if parts.scheme == "file":
             return _file_range(url, shown, first, last, files)
-        if scheme not in transport.DEFAULT_PORTS:
+        if parts.scheme not in transport.DEFAULT_PORTS:
             raise ValueError(f"the index lists {shown}, which is not an http(s) or file:// URL")
+        if "@" in parts.netloc:  # urllib cannot send them, and the index's own go only to its origin
+            raise ValueError(f"the index lists {shown}, a URL with credentials in it; list files without them")
         what = f"cannot read {shown} from the package index {self.display}"
         return self._retried(lambda: self._range_once(url, shown, first, last, deadline), what, deadline)
 
@@ -242,9 +245,9 @@ class IndexClient:
                 self.display,
             ) from None
         except urllib.error.URLError as exc:
-            raise self._late(shown, deadline) if deadline.passed() else self._network_error(exc.reason) from None
+            raise self._late(shown, deadline) if deadline.passed() else self._network_error(exc.reason, request.host) from None
         except (OSError, http.client.HTTPException) as exc:
-            raise self._late(shown, deadline) if deadline.passed() else self._network_error(exc) from None
+            raise self._late(shown, deadline) if deadline.passed() else self._network_error(exc, request.host) from None
         except ValueError as exc:  # a URL the index listed that urllib cannot ask (a host idna refuses, a bad port)
             raise IndexFailure(f"cannot ask the package index {self.display} for {shown}: {printable(exc, 120)}", self.display) from None
         if deadline.expired:  # a body the deadline cut short can look complete (no Content-Length)
@@ -331,7 +334,7 @@ class IndexClient:
             f"the package index {self.display} answered {status} for {shown}: {hint}, or point {_OPTION} at another mirror", self.display
         )
 
-    def _network_error(self, reason: object) -> Exception:
+    def _network_error(self, reason: object, host: str) -> Exception:
         if isinstance(reason, ssl.SSLCertVerificationError):
             detail = printable(reason.verify_message or "certificate verify failed")
             return IndexFailure(
@@ -348,7 +351,8 @@ class IndexClient:
         if isinstance(reason, TimeoutError):
             return _Transient(f"timed out after {self.timeout_s:g} s")
         if isinstance(reason, socket.gaierror):
-            return _Transient(f"cannot resolve {urlsplit(self.base_url).hostname}: {reason.strerror or reason}")
+            name = re.sub(r":\d*$", "", host.rsplit("@", 1)[-1])  # urllib's host: [userinfo@]name[:port]
+            return _Transient(f"cannot resolve {printable(name, 100)}: {reason.strerror or reason}")
         if isinstance(reason, ConnectionRefusedError):
             return _Transient("connection refused")
         if isinstance(reason, (http.client.RemoteDisconnected, ConnectionResetError, ConnectionAbortedError, BrokenPipeError)):
