@@ -9,6 +9,7 @@ Escaping (not dropping) keeps what was sent visible, so the message still says w
 
 from __future__ import annotations
 
+import bisect
 import re
 
 ELLIPSIS = "…"
@@ -36,10 +37,9 @@ def printable(text: object, limit: int = 200) -> str:
     return shown if len(shown) <= limit else shown[: max(0, limit - 1)] + ELLIPSIS
 
 
-_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
-_LINE_END = re.compile(r"[\r\n]")
-_AUTHORITY_END = re.compile(r"[/?#]")
+_SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-")
 _HOST_START = re.compile(r"[\w\[%]")
+_AT, _BREAK, _SPACE, _DELIMITER = re.compile("@"), re.compile(r"[\r\n]"), re.compile(r"\s"), re.compile("[/?#]")
 MASK = "****"
 
 
@@ -56,35 +56,50 @@ def redact(text: str) -> str:
     only at an `@` followed by a host, so `user:password@ in the URL` in prose is left alone. When in
     doubt it masks more (`git+https://host/repo@v1` shows as `git+https://****@v1`): a message with
     less detail is a fair price for a password that never reaches a log."""
+    schemes = _schemes(text)
+    if not schemes:
+        return text
+    ats = [i for i in _positions(_AT, text) if _HOST_START.match(text, i + 1)]
+    breaks, spaces, delimiters = _positions(_BREAK, text), _positions(_SPACE, text), _positions(_DELIMITER, text)
+    scheme_starts = [s for s, _ in schemes]
     out: list[str] = []
     done = 0
-    for match in _SCHEME.finditer(text):
-        start = match.end()
+    for _, start in schemes:
         if start < done:
             continue  # a `scheme://` inside what was just masked
-        at = _userinfo_end(text, start)
-        if at > 0:
-            out.append(text[done:start])
-            out.append(MASK)
-            done = start + at
+        line_end = _next(breaks, start, len(text))
+        following = min(_next(scheme_starts, start, len(text)), line_end)  # the authority never runs into the next URL
+        authority_end = min(_next(delimiters, start, len(text)), following)
+        stretch_end = min(_next(spaces, start, len(text)), line_end)  # the first whitespace-free stretch
+        i = bisect.bisect_left(ats, max(authority_end, stretch_end)) - 1
+        if i >= 0 and ats[i] >= start:
+            out += [text[done:start], MASK]
+            done = ats[i]
     out.append(text[done:])
     return "".join(out)
 
 
-def _userinfo_end(text: str, start: int) -> int:
-    """How far past `start` (just after `://`) the `@` that ends the userinfo is, or -1."""
-    line = _LINE_END.search(text, start)
-    end = line.start() if line else len(text)
-    following = _SCHEME.search(text, start, end)  # the authority never runs into the next URL
-    cut = _AUTHORITY_END.search(text, start, following.start() if following else end)
-    authority = text[start : cut.start() if cut else following.start() if following else end]
-    stretch = text[start:end].split(None, 1)[0] if end > start and not text[start].isspace() else ""
-    return max(_last_at(authority), _last_at(stretch))
+def _schemes(text: str) -> list[tuple[int, int]]:
+    """(where `scheme://` starts, where its `//` ends) for every `://` in `text`. Found from each `://`
+    backwards (a scheme is at most 32 characters here), never by a pattern that restarts at every
+    letter of a long word, so a megabyte of letters costs a megabyte of work."""
+    out = []
+    at = text.find("://")
+    while at >= 0:
+        start = at
+        while start > 0 and at - start < 32 and text[start - 1] in _SCHEME_CHARS:
+            start -= 1
+        out.append((start, at + 3))
+        at = text.find("://", at + 3)
+    return out
 
 
-def _last_at(text: str) -> int:
-    """The last `@` in `text` that is followed by something a host can start with."""
-    at = text.rfind("@")
-    while at >= 0 and not _HOST_START.match(text, at + 1):
-        at = text.rfind("@", 0, at)
-    return at
+def _positions(pattern: re.Pattern[str], text: str) -> list[int]:
+    """Where `pattern` matches, in order: found once, so redacting a long log stays linear-ish."""
+    return [m.start() for m in pattern.finditer(text)]
+
+
+def _next(positions: list[int], start: int, default: int) -> int:
+    """The first position at or after `start`, else `default` (positions are sorted)."""
+    i = bisect.bisect_left(positions, start)
+    return positions[i] if i < len(positions) else default

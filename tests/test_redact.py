@@ -112,3 +112,14 @@ def test_the_cli_redacts_every_error_line_it_prints(cli: Callable[..., Result], 
     result = cli("--matrix", str(write_matrix(MATRIX)), "updates")
     assert result.exit_code == 1
     assert "error: cannot reach https://****@mirror.corp/pypi (connection refused)" in result.output and "s3cretPW" not in result.output
+
+
+def test_redact_stays_linear_on_long_hostile_lines() -> None:
+    """A pattern that restarts at every letter (or scans to the line end per URL) is quadratic: a
+    megabyte of log took minutes. Each of these is a megabyte."""
+    import time
+
+    for text in ("https://" + "a" * 1_000_000, "a" * 1_000_000, "a://" * 250_000, "https://u:p@h/x " * 62_500, "@a" * 500_000):
+        started = time.process_time()
+        redact(text)
+        assert time.process_time() - started < 10, text[:20]
