@@ -411,3 +411,9 @@ def test_a_stalled_tls_handshake_fails_at_the_deadline() -> None:
         listener.close()
         for sock in accepted:
             sock.close()
+
+
+def test_a_remote_index_may_not_name_files_on_this_machine() -> None:
+    client = IndexClient("https://mirror.example/pypi")
+    with pytest.raises(ValueError, match="only an index on 127.0.0.1 may list local files"):
+        client._range("file:///etc/passwd", 0, 10, transport.Deadline(5), {})

@@ -1,11 +1,13 @@
 """A small client of the package index's JSON API (PyPI's `GET {base}/{project}/json` and
 `{base}/{project}/{version}/json`), for `builder updates` and the nightly loop.
 
-Network only, stdlib urllib: a timeout on every socket operation, the CA bundle the user gives
-(else the system's), retries with backoff for what a retry can fix (network errors, timeouts,
-HTTP 5xx and 429) and none for what it cannot (404, other 4xx, TLS verification, a body that is
-not JSON). Whatever goes wrong is one `IndexFailure` whose message is one line: the index, the
-cause, and what to do.
+Network only, stdlib urllib (through builder.updates.transport): a timeout on every socket
+operation and a wall-clock deadline on every document, tries included; the CA bundle the user
+gives (else the system's); retries with backoff for what a retry can fix (network errors,
+timeouts, HTTP 5xx and 429) and none for what it cannot (404, other 4xx, TLS verification, a body
+that is not JSON). Credentials stay with their origin. Whatever goes wrong is one `IndexFailure`
+whose message is one line: the index, the cause, and what to do; text the index sent is escaped
+(builder.text.printable) before it is part of one.
 """
 
 from __future__ import annotations
@@ -123,7 +125,8 @@ class IndexClient:
         if cafile is not None or self.base_url.startswith("https://"):  # plain http:// skips loading the system's CA store
             context = ssl.create_default_context(cafile=cafile)
         # No proxy can reach this machine's loopback: a local mirror (or a test's) is asked directly.
-        self._opener = transport.opener(context, {} if host in _LOOPBACK else None, self._credentials)
+        self._local = host in _LOOPBACK
+        self._opener = transport.opener(context, {} if self._local else None, self._credentials)
         self._projects: dict[str, dict[str, Any]] = {}  # project documents, for the wheel fallback
 
     def __call__(self, project: str, version: str | None = None) -> dict[str, Any]:
@@ -144,7 +147,7 @@ class IndexClient:
             files: dict[str, bytes] = {}
             try:
                 with transport.Deadline(self.deadline_s) as deadline:  # the wheel's reads are one document
-                    fetch: wheelmeta.FetchRange = lambda url, first, last: self._range(url, first, last, deadline, files)  # noqa: E731
+                    fetch: wheelmeta.FetchRange = lambda wheel, first, last: self._range(wheel, first, last, deadline, files)  # noqa: E731
                     return wheelmeta.release_document(self._projects[project], url, version, fetch)
             except wheelmeta.NoWheel as exc:
                 raise ProjectNotFound(f"{project} {version}: the index {self.display} serves no release document and {exc}", self.display) from None
@@ -166,6 +169,8 @@ class IndexClient:
         except ValueError as exc:
             raise ValueError(f"the index lists {shown}, which is malformed ({exc})") from None
         if parts.scheme == "file":
+            if not self._local:  # a remote document naming this machine's files: probing, or a FIFO to hang on
+                raise ValueError(f"the index lists {shown}, a file on this machine; only an index on 127.0.0.1 may list local files")
             return _file_range(url, shown, first, last, files)
         if parts.scheme not in transport.DEFAULT_PORTS:
             raise ValueError(f"the index lists {shown}, which is not an http(s) or file:// URL")
