@@ -21,6 +21,7 @@ from rich.console import Console
 from builder.errors import Interrupted, RunFailure, UserError
 from builder.render import tree as render_tree
 from builder.spec.formats import github_matrix, plan_json
+from builder.text import redact
 from builder.workspace import Workspace
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -42,10 +43,10 @@ def user_errors(func: F) -> F:
         try:
             return func(*args, **kwargs)
         except UserError as exc:
-            click.echo(f"error: {exc}", err=True)
+            click.echo(f"error: {redact(str(exc))}", err=True)  # the last guard: no URL's password is ever printed
             sys.exit(2)
         except RunFailure as exc:
-            click.echo(f"error: {exc}", err=True)
+            click.echo(f"error: {redact(str(exc))}", err=True)
             sys.exit(1)
         except KeyboardInterrupt as exc:
             signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
@@ -53,7 +54,7 @@ def user_errors(func: F) -> F:
             sys.exit(128 + signum)
         except Exception as exc:
             if "builder.engine.client" in sys.modules and sys.modules["builder.engine.client"].is_engine_fault(exc):
-                click.echo(f"error: the Docker engine failed mid-run: {' '.join(str(exc).split())[:300]}", err=True)
+                click.echo(f"error: the Docker engine failed mid-run: {redact(' '.join(str(exc).split()))[:300]}", err=True)
                 sys.exit(1)
             raise
         finally:

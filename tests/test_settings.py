@@ -413,3 +413,27 @@ def test_unset_or_empty_proxies_are_not_passed(isolated: Path) -> None:
 
 def test_build_args_of_default_settings_are_empty() -> None:
     assert BuildSettings().build_args == {}
+
+
+@pytest.mark.parametrize("url", ["http://[::1", "http://[::1/simple", "https://mirror:99999/simple", "https://mirror:0/simple", "file://[::1/x"])
+def test_index_urls_urllib_cannot_parse_are_refused_in_one_line(url: str) -> None:
+    with pytest.raises(UserError, match="is not a package index URL") as bad:
+        resolve({}, use_host=False, index_url=url)
+    assert "\n" not in str(bad.value)
+    resolve({}, use_host=False, index_url="http://[::1]:8080/simple/")  # a bracketed IPv6 host is fine
+
+
+def test_a_malformed_url_in_the_host_pip_config_is_one_line_not_a_traceback(isolated: Path) -> None:
+    for key in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS"):
+        env = {key: "file://[::1/wheels", "PIP_CONFIG_FILE": "/dev/null"}
+        if key == "PIP_FIND_LINKS":
+            assert resolve(env).pip.local_dirs == ()  # a find-links that is no folder is not used
+            continue
+        with pytest.raises(UserError, match="the host's pip configuration"):
+            resolve(env)
+
+
+def test_an_email_user_name_and_its_password_never_reach_the_url_error() -> None:
+    with pytest.raises(UserError) as caught:
+        resolve({}, use_host=False, index_url="ftp://me@corp.example:s3cretPW@mirror/simple")
+    assert "s3cretPW" not in str(caught.value) and "corp.example" not in str(caught.value)

@@ -7,7 +7,9 @@ import contextlib
 import http.server
 import io
 import json
+import struct
 import threading
+import tracemalloc
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -127,3 +129,61 @@ def test_metadata_reads_an_in_memory_wheel_through_the_range_reader(tmp_path: Pa
     assert wheelmeta.metadata("mem://t.whl", len(data), fetch)[0] == ">=3.10"
     assert calls and all(0 <= a <= b < len(data) for a, b in calls)
     assert io.BytesIO(data).getbuffer().nbytes == len(data)
+
+
+def _bomb(method: int, inflated: int = 64 * 2**20, declared: int | None = 100) -> bytes:
+    """A wheel whose METADATA is `inflated` zero bytes compressed with `method` (a few hundred bytes
+    to a few KB), its uncompressed size patched to `declared` in both headers: a zip that lies."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=method) as wheel, wheel.open("x-1.dist-info/METADATA", "w") as member:
+        for _ in range(inflated // 2**20):
+            member.write(b"\0" * 2**20)
+    data = bytearray(buf.getvalue())
+    if declared is not None:
+        local, central = data.find(b"PK\x03\x04"), data.find(b"PK\x01\x02")
+        struct.pack_into("<L", data, local + 22, declared)
+        struct.pack_into("<L", data, central + 24, declared)
+    return bytes(data)
+
+
+@pytest.mark.parametrize("method", [zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA], ids=["deflate", "bzip2", "lzma"])
+def test_a_metadata_zip_bomb_is_refused_without_inflating_it(method: int) -> None:
+    data = _bomb(method)
+    assert len(data) < 100_000  # 64 MiB of METADATA in a small wheel
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match=r"inflates to more than 4 MiB") as bomb:
+            wheelmeta.metadata("mem://bomb.whl", len(data), lambda url, first, last: data[first : last + 1])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 * 2**20, peak  # the output bound (4 MiB, and the decompressor's buffers), not the 64 MiB it inflates to
+    assert "\n" not in str(bomb.value) and "x-1.dist-info/METADATA" in str(bomb.value)
+
+
+def test_a_metadata_member_declaring_a_huge_size_is_refused_before_reading() -> None:
+    data = _bomb(zipfile.ZIP_DEFLATED, inflated=8 * 2**20, declared=None)
+    with pytest.raises(ValueError, match=r"declares 8,388,608 bytes uncompressed, more than the 4 MiB"):
+        wheelmeta.metadata("mem://big.whl", len(data), lambda url, first, last: data[first : last + 1])
+
+
+@pytest.mark.parametrize("method", [zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA])
+def test_metadata_reads_every_compression_a_zip_can_have(method: int) -> None:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=method) as wheel:
+        wheel.writestr("torch-9.1.0.dist-info/METADATA", METADATA)
+    data = buf.getvalue()
+    assert wheelmeta.metadata("mem://t.whl", len(data), lambda url, first, last: data[first : last + 1]) == (
+        ">=3.10",
+        ('nvidia-cuda-runtime==13.0.96; platform_system == "Linux"', "filelock"),
+    )
+
+
+def test_a_corrupt_metadata_member_is_refused() -> None:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_STORED) as wheel:
+        wheel.writestr("torch-9.1.0.dist-info/METADATA", METADATA)
+    data = bytearray(buf.getvalue())
+    data[data.find(b"Requires-Python")] ^= 0x20  # one flipped bit, same size
+    with pytest.raises(ValueError, match="CRC does not match"):
+        wheelmeta.metadata("mem://t.whl", len(data), lambda url, first, last: bytes(data[first : last + 1]))

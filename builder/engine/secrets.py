@@ -11,12 +11,13 @@ deletes it inside the same RUN, so no layer holds it; the history holds only the
 from __future__ import annotations
 
 import http.server
-import re
 import secrets
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+
+from builder.text import redact as redact  # re-exported: where the build's callers have always found it
 
 LOCALHOST = "127.0.0.1"
 
@@ -91,11 +92,3 @@ def serving() -> Iterator[SecretServer]:
         server.server_close()
         with server._lock:
             server._secrets.clear()
-
-
-_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
-
-
-def redact(text: str) -> str:
-    """Credentials in URLs (`user:password@`, `token@`) -> `****@`, for anything written to logs or results."""
-    return _USERINFO.sub("****@", text)

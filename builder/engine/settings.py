@@ -64,7 +64,10 @@ def _split(value: str) -> list[str]:
 
 def _local_path(location: str) -> Path | None:
     if location.startswith("file://"):
-        return Path(unquote(urlsplit(location).path))
+        try:
+            return Path(unquote(urlsplit(location).path))
+        except ValueError:  # `file://[::1/x`: not a folder; check_index_url names it
+            return None
     if "://" not in location:
         return Path(location).expanduser()
     return None
@@ -146,11 +149,20 @@ def resolve(
 
 
 def check_index_url(url: str, source: str) -> None:
-    """An index URL pip can use, before any build runs: http(s)://host/... or file:///path."""
-    if not grammar.is_index_url(url):
+    """An index URL pip can use, before any build runs: http(s)://host/... or file:///path, and one
+    urllib parses too (`http://[::1` or a port past 65535 passes a pattern, not a parser)."""
+    if not (grammar.is_index_url(url) and _parses(url)):
         raise UserError(
             f"{source}: {secrets.redact(url)!r} is not a package index URL; give http(s)://host/path/ or file:///path/ (e.g. https://pypi.org/simple/)"
         )
+
+
+def _parses(url: str) -> bool:
+    try:
+        parts = urlsplit(url)
+        return parts.scheme == "file" or (bool(parts.hostname) and (parts.port is None or parts.port > 0))
+    except ValueError:
+        return False
 
 
 def check_ca_bundle(path: Path, given: str) -> Path:

@@ -17,9 +17,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder.engine.secrets import redact
 from builder.engine.settings import BuildSettings
 from builder.lock.target import PYPI, LockTarget
+from builder.text import printable, redact
 
 TIMEOUT_S = 900
 _FETCH = re.compile(r"Failed to fetch: `?(\S+?)`?$", re.MULTILINE)
@@ -121,7 +121,13 @@ def resolve(
 
 
 def classify(returncode: int, stderr: str) -> LockFailed:
-    text = redact(stderr)
+    """uv's failure as one line: credentials in any URL masked (engine.secrets.redact), and what the
+    index sent (an error page, a name) with its control characters escaped (builder.text)."""
+    failed = _classify(returncode, redact(stderr))
+    return LockFailed(failed.kind, printable(failed.message, 2000))
+
+
+def _classify(returncode: int, text: str) -> LockFailed:
     fetch = _FETCH.search(text)
     if fetch and returncode == 2:
         url = fetch.group(1)

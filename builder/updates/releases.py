@@ -39,6 +39,7 @@ from builder.compat.versions import mm, newest_at_or_below, release_of
 from builder.errors import UserError
 from builder.records import Base, Install, Matrix, Verdict
 from builder.spec.plan import make_plan
+from builder.text import printable
 from builder.updates.metadata import (
     Meta,
     available,
@@ -213,7 +214,7 @@ def _joined(values: Iterable[tuple[str, str | None]]) -> str | None:
 
 def _facts_text(pub: Published) -> str:
     meta = pub.metas[0]
-    said = [f"Requires-Python {meta.requires_python or 'unstated'}"]
+    said = [f"Requires-Python {printable(meta.requires_python or 'unstated', 120)}"]
     cuda = pub.cuda
     if pub.framework == "torch":
         said.append(f"its PyPI wheel is {cuda or 'a CPU build'}")
@@ -276,7 +277,7 @@ def contradictions(pub: Published, ok: Sequence[tuple[Base, str, Install]], row:
     for requires, pythons in refused.items():
         if pythons:
             problems.append(
-                f"{fw} {version} requires Python {requires} (its metadata), but {row.label} in {COMPAT_FILE} allows Python "
+                f"{fw} {version} requires Python {printable(requires, 120)} (its metadata), but {row.label} in {COMPAT_FILE} allows Python "
                 f"{', '.join(sorted(pythons))} (python: [{', '.join(row.python)}]): narrow it, or add a row for {version}"
             )
     for (pin, bounds), pythons in numpy_refused.items():
@@ -482,12 +483,13 @@ def check(
     given, else $BUILDER_CA_BUNDLE, else matrix.yaml build.ca_bundle, else the system's. IndexFailure (a RunFailure)
     when the index cannot answer; UserError for a malformed URL or CA bundle."""
     from builder.engine.settings import CA_ENV  # the network side, imported only when asked to use it
-    from builder.updates.index import DEFAULT_TIMEOUT_S, IndexClient, index_json_url
+    from builder.updates.index import DEFAULT_TIMEOUT_S, IndexClient, index_deadline, index_json_url
 
     env = os.environ if env is None else env
     client = IndexClient(
         index_json_url(base_url, env),
         ca_bundle=ca_bundle or env.get(CA_ENV) or matrix.ca_bundle,
         timeout_s=DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s,
+        deadline_s=index_deadline(env),
     )
     return find_updates(matrix, compat or table(), client)

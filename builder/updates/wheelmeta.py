@@ -10,17 +10,25 @@ become the `info` of a PyPI-style release document.
 
 from __future__ import annotations
 
+import bz2
 import email.parser
 import io
+import lzma
+import struct
 import zipfile
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import urljoin
 
+from builder.text import escape_controls
 from builder.updates.metadata import is_linux_wheel
 
 BLOCK = 256 * 1024  # zipfile reads in small pieces; fetch aligned blocks and keep them
 MAX_BLOCKS = 64  # at most 16 MiB read per wheel (a central directory of ~100k files)
+MAX_FETCHED = MAX_BLOCKS * BLOCK
+MAX_METADATA = 4 * 2**20  # uncompressed; torch's METADATA is ~40 KB, one with a long README a few hundred
+_LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")  # a zip member's local file header (APPNOTE 4.3.7)
 
 FetchRange = Callable[[str, int, int], bytes]  # (url, first byte, last byte inclusive) -> exactly those bytes
 
@@ -91,12 +99,74 @@ def metadata(url: str, size: int, fetch: FetchRange) -> tuple[str | None, tuple[
             names = [n for n in wheel.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
             if len(names) != 1:
                 raise ValueError(f"{url} has {len(names)} .dist-info/METADATA files")
-            text = wheel.read(names[0]).decode("utf-8", "replace")
+            text = member(wheel, wheel.getinfo(names[0]), MAX_METADATA, url).decode("utf-8", "replace")
     except zipfile.BadZipFile as exc:
         raise ValueError(f"{url} is not a zip file ({exc})") from None
     message = email.parser.Parser().parsestr(text, headersonly=True)
     requires_python = message.get("Requires-Python")
-    return (str(requires_python).strip() or None if requires_python else None), tuple(str(v) for v in message.get_all("Requires-Dist") or ())
+    python = escape_controls(str(requires_python).strip()) or None if requires_python else None
+    return python, tuple(escape_controls(str(v)) for v in message.get_all("Requires-Dist") or ())
+
+
+def member(wheel: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int, url: str) -> bytes:
+    """A member's bytes, decompressed with a bound on the OUTPUT: at most `limit` bytes are ever
+    made, whatever the zip declares, so a 1 KB member that inflates to gigabytes (deflate, bzip2
+    or lzma alike) is refused in one line instead of allocated. zipfile's own reader bounds only
+    deflate's output per read; its bzip2 and lzma readers inflate every compressed chunk whole."""
+    where = f"{url}: {escape_controls(info.filename)}"
+    if info.file_size > limit:
+        raise ValueError(f"{where} declares {info.file_size:,} bytes uncompressed, more than the {limit // 2**20} MiB a METADATA file may have")
+    if info.flag_bits & 0x1:
+        raise ValueError(f"{where} is encrypted")
+    raw = _raw(wheel, info, where)
+    try:
+        if info.compress_type == zipfile.ZIP_STORED:
+            data = raw[: limit + 1]
+        elif info.compress_type == zipfile.ZIP_DEFLATED:
+            data = zlib.decompressobj(-15).decompress(raw, limit + 1)
+        elif info.compress_type == zipfile.ZIP_BZIP2:
+            data = bz2.BZ2Decompressor().decompress(raw, limit + 1)
+        elif info.compress_type == zipfile.ZIP_LZMA:
+            data = _lzma(raw, limit + 1)
+        else:
+            raise ValueError(f"{where} uses compression method {info.compress_type}, which wheels do not")
+    except (zlib.error, OSError, EOFError, lzma.LZMAError) as exc:
+        raise ValueError(f"{where} does not decompress ({exc})") from None
+    if len(data) > limit:
+        raise ValueError(f"{where} inflates to more than {limit // 2**20} MiB (a zip bomb, or not a METADATA file)")
+    if zlib.crc32(data) != info.CRC:
+        raise ValueError(f"{where} is corrupt (its CRC does not match)")
+    return data
+
+
+def _raw(wheel: zipfile.ZipFile, info: zipfile.ZipInfo, where: str) -> bytes:
+    """The member's compressed bytes, located through its local header (they are bounded by the
+    range reader's limit on what is fetched)."""
+    fp = wheel.fp
+    if fp is None:
+        raise ValueError(f"{where}: the wheel is closed")
+    fp.seek(info.header_offset)
+    header = fp.read(_LOCAL_HEADER.size)
+    if len(header) != _LOCAL_HEADER.size or header[:4] != b"PK\x03\x04":
+        raise ValueError(f"{where} has no valid local header")
+    fields = _LOCAL_HEADER.unpack(header)
+    fp.seek(info.header_offset + _LOCAL_HEADER.size + fields[-2] + fields[-1])
+    raw = fp.read(info.compress_size)
+    if len(raw) != info.compress_size:
+        raise ValueError(f"{where} is cut short")
+    return raw
+
+
+def _lzma(raw: bytes, max_length: int) -> bytes:
+    """A zip LZMA member (APPNOTE 5.8.8: version, properties size, properties, raw LZMA1 stream) read
+    as the .lzma "alone" format, whose header is the same 5 property bytes and an unknown size."""
+    if len(raw) < 9:
+        raise lzma.LZMAError("too short for an LZMA member")
+    (props_size,) = struct.unpack("<H", raw[2:4])
+    if props_size != 5:
+        raise lzma.LZMAError(f"LZMA properties of {props_size} bytes")
+    alone = raw[4:9] + b"\xff" * 8 + raw[9:]
+    return lzma.LZMADecompressor(format=lzma.FORMAT_ALONE).decompress(alone, max_length)
 
 
 def release_document(project_doc: Mapping[str, Any], project_url: str, version: str, fetch: FetchRange) -> dict[str, Any]:
