@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from builder.catalog.records import KnownGood
 from builder.deliver import Published, Verified
 from builder.ui.status import styled
+from builder.ui.text import markup
 
 
 class PublishLines:
@@ -23,7 +23,7 @@ class PublishLines:
         return  # the registry's per-layer chatter; the summary says what happened
 
     def done(self, outcome: Published) -> None:
-        self.err.print(f"{styled(outcome.status)} {outcome.id}: {escape(outcome.digest or outcome.reason)}")
+        self.err.print(f"{styled(outcome.status)} {markup(outcome.id)}: {markup(outcome.digest or outcome.reason)}")
 
 
 def print_publish_summary(out: Console, outcomes: Sequence[Published]) -> None:
@@ -31,7 +31,7 @@ def print_publish_summary(out: Console, outcomes: Sequence[Published]) -> None:
     for column in ("image", "status", "digest / reason", "tags"):
         table.add_column(column, overflow="fold")
     for o in outcomes:
-        table.add_row(o.id, styled(o.status), escape(o.digest or o.reason), escape("\n".join(o.tags)))
+        table.add_row(markup(o.id), styled(o.status), markup(o.digest or o.reason), "\n".join(markup(t) for t in o.tags))
     out.print(table)
 
 
@@ -44,14 +44,15 @@ def print_catalog(out: Console, records: Sequence[KnownGood], verified: Sequence
     for column in columns:
         table.add_column(column, overflow="fold")
     for r in records:
-        accel = r.accelerator.get("kind", "")
+        accel = r.accelerator.get("kind") or ""
         if r.accelerator.get("cuda"):
             accel += f" {r.accelerator['cuda']}" + (f" cuDNN {r.accelerator['cudnn']}" if r.accelerator.get("cudnn") else "")
         elif r.accelerator.get("rocm"):
             accel += f" {r.accelerator['rocm']}"
-        row = [r.id, " ".join(f"{k} {v}" for k, v in sorted(r.frameworks.items())), accel, r.python, styled(r.verdict), escape(str(r.host.get("gpu", ""))), r.published, r.digest]
+        frameworks = " ".join(f"{k} {v}" for k, v in sorted(r.frameworks.items()))
+        row = [markup(r.id), markup(frameworks), markup(accel), markup(r.python), styled(r.verdict), markup(r.host.get("gpu") or ""), markup(r.published), markup(r.digest)]
         if verified:
             check = checks.get(r.id)
-            row.append(styled("present") if check and check.ok else f"[red]missing[/red]: {escape(check.detail if check else '')}")
+            row.append(styled("present") if check and check.ok else f"[red]missing[/red]: {markup(check.detail if check else '')}")
         table.add_row(*row)
     out.print(table)
