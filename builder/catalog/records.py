@@ -121,7 +121,7 @@ def from_json(data: Any, where: str) -> KnownGood:
         raise bad("lock_sha256", "a sha256 hex string or null")
     for key in ("floating", "notes"):
         if key in data and not (isinstance(data[key], list) and len(data[key]) <= MAX_ITEMS and all(_text(v, MAX_TEXT) for v in data[key])):
-            raise bad(key, f"a list of at most {MAX_ITEMS} strings")
+            raise bad(key, f"a list of at most {MAX_ITEMS} strings of at most {MAX_TEXT} characters")
     for key, limit, nullable in (("frameworks", MAX_VERSION, False), ("libraries", MAX_VERSION, False), ("accelerator", MAX_VERSION, True), ("base", MAX_TEXT, True), ("host", MAX_TEXT, True)):
         if not _mapping(data[key], functools.partial(_text_or_null, limit=limit, nullable=nullable)):
             raise bad(key, f"an object of at most {MAX_ITEMS} short keys with {'string or null' if nullable else 'string'} values of at most {limit} characters")

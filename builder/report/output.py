@@ -84,7 +84,7 @@ def _check(path: Path, marker: str, legacy: re.Pattern[bytes], protected: tuple[
     """write_generated's refusals, checked before anything is written (it repeats them when it writes)."""
     for other in protected:
         if os.path.exists(other) and os.path.exists(path) and os.path.samefile(path, other):
-            raise UserError(f"{path} is an input of this run; write the output somewhere else", str(path))
+            raise UserError("is an input of this run (the matrix or the catalog); write the output somewhere else", str(path))
     parent = path.parent
     if parent.exists() and not parent.is_dir():
         raise UserError(f"{parent} is not a folder; give a path in a folder", str(path))
@@ -96,8 +96,10 @@ def _check(path: Path, marker: str, legacy: re.Pattern[bytes], protected: tuple[
         raise UserError(f"cannot check it: {exc.strerror}", str(path)) from None
     if stat.S_ISDIR(st.st_mode):
         raise UserError("is a folder; give a file path", str(path))
+    if stat.S_ISLNK(st.st_mode):
+        raise UserError("is a symbolic link; refusing to replace it (give the real path)", str(path))
     if not stat.S_ISREG(st.st_mode):
-        raise UserError("is a symbolic link, device, FIFO or socket; refusing to replace it", str(path))
+        raise UserError("is not a regular file (a device, FIFO or socket); refusing to replace it", str(path))
     if _legacy(path, legacy):
         return
     try:
