@@ -166,3 +166,14 @@ def test_the_step_summary_is_appended_to(tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(fifo))
     with pytest.raises(UserError):
         write_summary(fifo, "x", ())
+
+
+def test_the_step_summary_is_never_an_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text("registry: r/x\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(matrix))
+    with pytest.raises(UserError, match="input of this run"):
+        check_summary(matrix, (matrix,))
+    with pytest.raises(UserError, match="input of this run"):
+        write_summary(matrix, f"x\n{SUMMARY_MARKER}\n", (matrix,))
+    assert matrix.read_text() == "registry: r/x\n"

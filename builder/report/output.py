@@ -61,18 +61,23 @@ def write_report(markdown: tuple[Path, str], html: tuple[Path, str], protected: 
 
 def check_summary(path: Path, protected: Iterable[Path]) -> None:
     """Refuse a summary path before the nightly runs (hours), not when it ends."""
-    if not _is_step_summary(path):
-        _check(path, SUMMARY_MARKER, LEGACY_SUMMARY, tuple(protected))
+    inputs = tuple(protected)
+    if _is_step_summary(path):
+        _not_an_input(path, inputs)
+    else:
+        _check(path, SUMMARY_MARKER, LEGACY_SUMMARY, inputs)
 
 
 def write_summary(path: Path, text: str, protected: Iterable[Path]) -> None:
     """The nightly's Markdown summary: appended to `$GITHUB_STEP_SUMMARY`, else a generated file."""
+    inputs = tuple(protected)
     if _is_step_summary(path):
+        _not_an_input(path, inputs)  # $GITHUB_STEP_SUMMARY=matrix.yaml would append to the matrix
         _append(path, text)
     elif _legacy(path, LEGACY_SUMMARY):
         write_atomic(path, text)
     else:
-        write_generated(path, text, SUMMARY_MARKER, protected=protected)
+        write_generated(path, text, SUMMARY_MARKER, protected=inputs)
 
 
 def _is_step_summary(path: Path) -> bool:
@@ -82,9 +87,7 @@ def _is_step_summary(path: Path) -> bool:
 
 def _check(path: Path, marker: str, legacy: re.Pattern[bytes], protected: tuple[Path, ...]) -> None:
     """write_generated's refusals, checked before anything is written (it repeats them when it writes)."""
-    for other in protected:
-        if os.path.exists(other) and os.path.exists(path) and os.path.samefile(path, other):
-            raise UserError("is an input of this run (the matrix or the catalog); write the output somewhere else", str(path))
+    _not_an_input(path, protected)
     parent = path.parent
     if parent.exists() and not parent.is_dir():
         raise UserError(f"{parent} is not a folder; give a path in a folder", str(path))
@@ -108,6 +111,12 @@ def _check(path: Path, marker: str, legacy: re.Pattern[bytes], protected: tuple[
         head = b""
     if marker.encode("utf-8") not in head:
         raise UserError("exists and was not written by builder; refusing to replace it (delete it or choose another path)", str(path))
+
+
+def _not_an_input(path: Path, protected: tuple[Path, ...]) -> None:
+    for other in protected:
+        if os.path.exists(other) and os.path.exists(path) and os.path.samefile(path, other):
+            raise UserError("is an input of this run (the matrix or the catalog); write the output somewhere else", str(path))
 
 
 def _legacy(path: Path, header: re.Pattern[bytes]) -> bool:
