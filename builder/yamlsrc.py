@@ -7,6 +7,7 @@ convert them ourselves.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -133,7 +134,7 @@ def load(path: Path, display: str | None = None) -> Any:
     Read through fsio: a FIFO, a device (`--matrix /dev/zero`) or a file over MAX_BYTES is refused
     in one line instead of hanging or reading until memory runs out."""
     file = display or str(path)
-    if not path.exists() and not path.is_symlink():
+    if not os.path.lexists(path):  # never raises (a name too long is read below, and refused there)
         raise UserError("no such file; pass --matrix PATH or set BUILDER_MATRIX, or run from a folder with matrix.yaml", file)
     try:
         text = read_text(path, MAX_BYTES, "file")

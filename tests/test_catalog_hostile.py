@@ -193,3 +193,11 @@ def test_repeated_terms_count_once_and_long_words_are_cut_in_the_message() -> No
     with pytest.raises(UserError) as caught:
         parse_query("x" * 100_000)
     assert len(str(caught.value)) < 300
+
+
+def test_a_name_too_long_is_one_line(cli: RunCli, tmp_path: Path) -> None:
+    """os.stat raises ENAMETOOLONG, which Path.exists/is_dir do not swallow: it was a traceback."""
+    long = str(tmp_path / ("a" * 5000))
+    line = one_line_exit_2(cli("catalog", "--catalog", long))
+    assert len(line) < 2100
+    one_line_exit_2(cli("--matrix", long, "plan"))

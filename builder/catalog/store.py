@@ -8,6 +8,7 @@ fails before `add` leaves the catalog byte for byte as it was.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -44,12 +45,12 @@ class Catalog:
     def load(self) -> tuple[KnownGood, ...]:
         """The records, sorted by id. An absent known-good.json is an empty catalog; an absent
         folder too, unless the user named it (then it is a typo, and one line says so)."""
-        if not self.root.is_dir():
-            if self.named or self.root.exists():
-                what = "is not a folder" if self.root.exists() else "no such catalog folder"
+        if not os.path.isdir(self.root):  # os.path: False, never an exception, for a name too long
+            if self.named or os.path.lexists(self.root):
+                what = "is not a folder" if os.path.lexists(self.root) else "no such catalog folder"
                 raise UserError(f"{what}; give the folder that holds {CATALOG_FILE} (or leave --catalog out for catalog/ beside matrix.yaml)", str(self.root))
             return ()
-        if not self.file.exists() and not self.file.is_symlink():
+        if not os.path.lexists(self.file):
             return ()
         where = str(self.file)
         data = read_json(self.file, MAX_BYTES, "catalog file")
