@@ -27,8 +27,8 @@ from builder.workspace import Workspace
 F = TypeVar("F", bound=Callable[..., Any])
 MAX_JOBS = 32  # parallel builds; more only thrash the engine and the disk
 MAX_TIMEOUT_S = 24 * 3600
-out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 200)
-err = Console(stderr=True, soft_wrap=True)
+out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 200, emoji=False)  # a value with :name: stays text
+err = Console(stderr=True, soft_wrap=True, emoji=False)
 
 
 def user_errors(func: F) -> F:

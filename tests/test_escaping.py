@@ -26,7 +26,7 @@ from tests.catalog_fixtures import record
 RunCli = Callable[..., Result]
 CLEAR = "\x1b[2J\x1b[H"
 OSC8 = "\x1b]8;;https://evil.example/\x07click me\x1b]8;;\x07"
-RICH = "[link=https://evil.example/]x[/link] [/] [bold red]"
+RICH = "[link=https://evil.example/]x[/link] [/] [bold red] :warning:"
 HOSTILE = f"{CLEAR}{OSC8} {RICH}"
 IMAGE = "torch2.5.1-cu124-py3.11-ubuntu22.04"  # the one image of the small matrix
 
@@ -59,7 +59,7 @@ def test_catalog_prints_hostile_fields_as_text(cli: RunCli, tmp_path: Path) -> N
     result = cli("catalog", "--catalog", str(folder))
     assert result.exit_code == 0, result.output
     _assert_inert(result.output)
-    assert "[/]" in result.stdout and "[bold red]" in result.stdout  # shown, not read as markup
+    assert "[/]" in result.stdout and "[bold red]" in result.stdout and ":warning:" in result.stdout  # shown, not read as markup or emoji
 
 
 def test_no_match_and_unknown_key_messages_are_inert(cli: RunCli, tmp_path: Path) -> None:
