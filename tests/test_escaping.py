@@ -156,3 +156,12 @@ def test_markdown_text_and_code() -> None:
     assert text("- item") == "\\- item" and text("=== ") == "\\==="
     assert code("frameworks.numba += 0.68.0") == "`frameworks.numba += 0.68.0`"
     assert code("a`b") == "a\\`b" and code("a\nb") == "a b"
+
+
+def test_a_long_catalog_is_plain_lines_and_still_inert(cli: RunCli, tmp_path: Path) -> None:
+    """Beyond RICH_ROWS records the catalog is written as plain lines (rich took 3.5 s for 2,001)."""
+    records = [_hostile_record(id=f"img{n:04d}\x1b[2J[/]") for n in range(RICH_ROWS + 1)]
+    result = cli("catalog", "--catalog", str(_write_catalog(tmp_path / "cat", *records)))
+    assert result.exit_code == 0, result.output
+    _assert_inert(result.output)
+    assert result.stdout.count("[/]") >= RICH_ROWS + 1 and "┃" not in result.stdout

@@ -9,6 +9,7 @@ from rich.table import Table
 
 from builder.catalog.records import KnownGood
 from builder.deliver import Published, Verified
+from builder.ui.rows import RICH_ROWS, print_rows
 from builder.ui.status import styled
 from builder.ui.text import markup
 
@@ -36,13 +37,13 @@ def print_publish_summary(out: Console, outcomes: Sequence[Published]) -> None:
 
 
 def print_catalog(out: Console, records: Sequence[KnownGood], verified: Sequence[Verified] = ()) -> None:
+    """A rich table; beyond RICH_ROWS records plain aligned lines (2,001 records took rich 3.5 s)."""
     checks = {v.record.id: v for v in verified}
-    table = Table(title=f"known-good ({len(records)})", title_justify="left")
+    title = f"known-good ({len(records)})"
     columns = ["image", "frameworks", "accelerator", "python", "verdict", "host", "published", "digest"]
     if verified:
         columns.append("in registry")
-    for column in columns:
-        table.add_column(column, overflow="fold")
+    rows = []
     for r in records:
         accel = r.accelerator.get("kind") or ""
         if r.accelerator.get("cuda"):
@@ -50,9 +51,21 @@ def print_catalog(out: Console, records: Sequence[KnownGood], verified: Sequence
         elif r.accelerator.get("rocm"):
             accel += f" {r.accelerator['rocm']}"
         frameworks = " ".join(f"{k} {v}" for k, v in sorted(r.frameworks.items()))
-        row = [markup(r.id), markup(frameworks), markup(accel), markup(r.python), styled(r.verdict), markup(r.host.get("gpu") or ""), markup(r.published), markup(r.digest)]
+        row = [r.id, frameworks, accel, r.python, r.verdict, r.host.get("gpu") or "", r.published, r.digest]
         if verified:
             check = checks.get(r.id)
-            row.append(styled("present") if check and check.ok else f"[red]missing[/red]: {markup(check.detail if check else '')}")
-        table.add_row(*row)
+            row.append("present" if check and check.ok else f"missing: {check.detail if check else ''}")
+        rows.append(row)
+    if len(rows) > RICH_ROWS:
+        print_rows(out, title, columns, rows)  # escapes every cell itself
+        return
+    table = Table(title=title, title_justify="left")
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        cells = [markup(cell) for cell in row]
+        cells[4] = styled(row[4])
+        if verified:
+            cells[-1] = styled("present") if row[-1] == "present" else f"[red]missing[/red]{markup(row[-1][len('missing'):])}"
+        table.add_row(*cells)
     out.print(table)
