@@ -22,13 +22,14 @@ from builder.errors import Interrupted, RunFailure, UserError
 from builder.render import tree as render_tree
 from builder.spec.formats import github_matrix, plan_json
 from builder.text import redact
+from builder.ui.text import MAX_LINE, plain
 from builder.workspace import Workspace
 
 F = TypeVar("F", bound=Callable[..., Any])
 MAX_JOBS = 32  # parallel builds; more only thrash the engine and the disk
 MAX_TIMEOUT_S = 24 * 3600
-out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 200)
-err = Console(stderr=True, soft_wrap=True)
+out = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 200, emoji=False)  # a value with :name: stays text
+err = Console(stderr=True, soft_wrap=True, emoji=False)
 
 
 def user_errors(func: F) -> F:
@@ -43,10 +44,10 @@ def user_errors(func: F) -> F:
         try:
             return func(*args, **kwargs)
         except UserError as exc:
-            click.echo(f"error: {redact(str(exc))}", err=True)  # the last guard: no URL's password is ever printed
+            click.echo(f"error: {plain(redact(str(exc)), limit=MAX_LINE)}", err=True)
             sys.exit(2)
         except RunFailure as exc:
-            click.echo(f"error: {redact(str(exc))}", err=True)
+            click.echo(f"error: {plain(redact(str(exc)), limit=MAX_LINE)}", err=True)
             sys.exit(1)
         except KeyboardInterrupt as exc:
             signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
@@ -386,7 +387,7 @@ def publish(ws: Workspace, select_expr: str | None, registry: str | None, dry_ru
     print_publish_summary(out, outcomes)
     published = [o for o in outcomes if o.status == "published"]
     if published:
-        click.echo(f"recorded {len(published)} image(s) in {catalog.file}; a teammate runs: builder pull id={published[0].id}", err=True)
+        click.echo(plain(f"recorded {len(published)} image(s) in {catalog.file}; a teammate runs: builder pull id={published[0].id}"), err=True)
     _exit_for(deliver.publish_ok(outcomes))
 
 
@@ -399,8 +400,8 @@ def pull(ws: Workspace, query: tuple[str, ...], catalog_dir: str | None) -> None
     """Pull the newest known-good image matching QUERY (e.g. torch=2.14 cuda=13 python=3.11) by digest."""
     from builder import deliver
 
-    pulled = deliver.pull(deliver.catalog_of(ws, catalog_dir), " ".join(query), log=lambda line: None)
-    click.echo(f"pulled {pulled.record.digest} ({pulled.record.id}, verified)", err=True)
+    pulled = deliver.pull(deliver.catalog_of(ws, catalog_dir, must_exist=True), " ".join(query), log=lambda line: None)
+    click.echo(plain(f"pulled {pulled.record.digest} ({pulled.record.id}, verified)"), err=True)
     if pulled.note:
         click.echo(pulled.note, err=True)
     click.echo(pulled.run_line)
@@ -418,7 +419,7 @@ def catalog(ws: Workspace, query: tuple[str, ...], fmt: str, verify: bool, catal
     from builder import deliver
     from builder.ui.catalog import print_catalog
 
-    store = deliver.catalog_of(ws, catalog_dir)
+    store = deliver.catalog_of(ws, catalog_dir, must_exist=True)
     records = deliver.find(store, " ".join(query))
     checked = deliver.verify(store, records) if verify else []
     if fmt == "json":
@@ -429,7 +430,7 @@ def catalog(ws: Workspace, query: tuple[str, ...], fmt: str, verify: bool, catal
     else:
         print_catalog(out, records, checked)
     if query and not records:
-        click.echo(f"error: {deliver.no_match_message(store, ' '.join(query))}", err=True)
+        click.echo(f"error: {plain(deliver.no_match_message(store, ' '.join(query)), limit=MAX_LINE)}", err=True)
         sys.exit(1)
     _exit_for(all(v.ok for v in checked))
 
@@ -446,12 +447,12 @@ def report(ws: Workspace, markdown_path: str | None, html_path: str | None, cata
 
     files = deliver.report(
         ws,
-        deliver.catalog_of(ws, catalog_dir),
+        deliver.catalog_of(ws, catalog_dir, must_exist=True),
         Path(markdown_path) if markdown_path else ws.matrix_path.parent / "docs" / "support-matrix.md",
         Path(html_path) if html_path else ws.build_dir / "report" / "index.html",
     )
     click.echo(", ".join(f"{n} {status}" for status, n in files.counts.items()), err=True)
-    click.echo(f"wrote {files.markdown} and {files.html}")
+    click.echo(plain(f"wrote {files.markdown} and {files.html}"))
 
 
 index_json_option = click.option(
@@ -500,9 +501,9 @@ def updates(ws: Workspace, do_apply: bool, max_new: int, fmt: str, index_json_ur
 @user_errors
 def nightly(ws: Workspace, /, select_expr: str | None, summary_path: str | None, jobs: int, gpu: str, timeout_s: int, **kwargs: Any) -> None:
     """updates -> plan -> lock -> build what changed -> test -> publish what passed -> report; exit 1 on a regression."""
-    from builder import app
-    from builder.fsio import write_atomic
+    from builder import app, deliver
     from builder.nightly import loop, summary
+    from builder.report.output import check_summary, write_summary
     from builder.ui.nightly import NightlyLines, print_nightly
 
     options = loop.NightlyOptions(
@@ -521,11 +522,13 @@ def nightly(ws: Workspace, /, select_expr: str | None, summary_path: str | None,
         from builder.publish.publisher import check_repository
 
         check_repository(options.registry or ws.matrix.registry)
-    report = loop.nightly(ws.matrix_path, options, NightlyLines(err))
     target = Path(summary_path) if summary_path else ws.build_dir / "nightly" / "summary.md"
-    write_atomic(target, summary.render(report))
+    inputs = (ws.matrix_path, deliver.catalog_of(ws, options.catalog_dir).file)
+    check_summary(target, inputs)  # a summary path that cannot be written stops it before the run, not after
+    report = loop.nightly(ws.matrix_path, options, NightlyLines(err))
+    write_summary(target, summary.render(report), inputs)
     print_nightly(out, report)
-    click.echo(f"summary: {target}", err=True)
+    click.echo(plain(f"summary: {target}"), err=True)
     _exit_for(not report.regressed and not report.notes)
 
 

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from builder.catalog.query import closest, matching, parse_query, unknown_keys
+from builder.catalog.query import closest, known_keys, matching, parse_query, unknown_keys
 from builder.catalog.records import KnownGood
 from builder.catalog.store import Catalog
 from builder.engine import client as engine
@@ -50,8 +50,13 @@ class PublishEvents(Protocol):
     def done(self, outcome: Published) -> None: ...
 
 
-def catalog_of(ws: Workspace, override: str | None = None) -> Catalog:
-    return Catalog(Path(override) if override else ws.matrix_path.parent / "catalog")
+def catalog_of(ws: Workspace, override: str | None = None, *, must_exist: bool = False) -> Catalog:
+    """The --catalog folder, else catalog/ beside the matrix. `must_exist`: for the commands that
+    only read it (catalog, pull, report), a --catalog folder that is not there is a typo, exit 2;
+    publish and nightly create it on their first record."""
+    if override:
+        return Catalog(Path(override), named=must_exist)
+    return Catalog(ws.matrix_path.parent / "catalog")
 
 
 def publish(ws: Workspace, specs: Sequence[ImageSpec], options: PublishOptions, catalog: Catalog, events: PublishEvents) -> list[Published]:
@@ -100,19 +105,20 @@ def find(catalog: Catalog, query: str) -> list[KnownGood]:
     terms = parse_query(query)
     bad = unknown_keys(records, terms) if records else []
     if bad:
-        keys = sorted({k for r in records for k in r.fields()})
-        raise UserError(f"query key {bad[0]!r} is in no record; keys: {', '.join(keys)}")
+        raise UserError(f"query key {bad[0]!r} is in no record; keys: {known_keys(records)}")
     return matching(records, terms) if terms else list(records)
 
 
 def no_match_message(catalog: Catalog, query: str) -> str:
     records = catalog.load()
+    asked = " ".join(str(t) for t in parse_query(query))
+    query = asked if len(asked) <= 200 else asked[:197] + "..."
     if not records:
         return f"the catalog ({catalog.file}) is empty: `builder publish` records known-good images"
     near = closest(records, parse_query(query))
     if not near:
         return f"no known-good image matches {query!r}; `builder catalog` lists all {len(records)}"
-    hints = "; ".join(f"{r.id} (differs in {', '.join(f'{t.key}={r.fields().get(t.key)}' for t in missed)})" for r, missed in near)
+    hints = "; ".join(f"{r.id} (differs in {', '.join(f'{t.key}={r.fields().get(t.key)}' for t in missed[:5])}{', ...' if len(missed) > 5 else ''})" for r, missed in near)
     return f"no known-good image matches {query!r}; closest: {hints}"
 
 
@@ -215,12 +221,11 @@ class ReportFiles:
 
 def report(ws: Workspace, catalog: Catalog, markdown: Path, html: Path) -> ReportFiles:
     """docs/support-matrix.md and build/report/index.html from the plan, build/results and the catalog."""
-    import json
-
-    from builder.fsio import write_atomic
+    from builder.fsio import MiB, read_json
     from builder.report.html import render_html
     from builder.report.markdown import render_markdown
     from builder.report.model import build_report
+    from builder.report.output import write_report
 
     records = catalog.load()
     specs = ws.selected(None, use_default=False)  # every planned image, with its content hash
@@ -230,12 +235,11 @@ def report(ws: Workspace, catalog: Catalog, markdown: Path, html: Path) -> Repor
     build_json = results_dir / "build.json"
     if build_json.exists():
         try:
-            for entry in json.loads(build_json.read_text(encoding="utf-8")):
+            for entry in read_json(build_json, 16 * MiB, "build summary"):
                 if isinstance(entry, dict) and entry.get("sizes"):
                     sizes[str(entry["id"])] = float(entry["sizes"]["image_mb"])
-        except (OSError, ValueError, TypeError, KeyError):
+        except (UserError, ValueError, TypeError, KeyError):
             pass  # sizes are a nicety; the report stands without them
     model = build_report(ws.decided, specs, results, records, sizes)
-    write_atomic(markdown, render_markdown(model))
-    write_atomic(html, render_html(model))
+    write_report((markdown, render_markdown(model)), (html, render_html(model)), protected=(ws.matrix_path, catalog.file))
     return ReportFiles(markdown, html, model.counts())

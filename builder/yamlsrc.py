@@ -7,6 +7,7 @@ convert them ourselves.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import yaml
 from yaml.constructor import SafeConstructor
 
 from builder.errors import UserError
+from builder.fsio import read_text
 
 # libyaml's composer when present (about 15x faster); both give the same nodes and marks.
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -23,6 +25,10 @@ MAX_BYTES = 16 * 2**20  # a matrix or table bigger than this is a mistake, not a
 # The "billion laughs" file (9 aliases of 9 aliases ...) stops here after a few thousand values.
 ALIAS_FACTOR = 4
 ALIAS_ALLOWANCE = 10_000
+# Parser events (each scalar, alias, list or mapping start and end) in one document: matrix.yaml has
+# ~300, the largest compat table ~2,200 (tests/test_bounds.py checks the headroom). Counting this
+# many takes under a second; composing and converting them a few.
+MAX_EVENTS = 200_000
 
 
 class LDict(dict[str, Any]):
@@ -123,19 +129,17 @@ def _convert(node: yaml.Node, file: str, constructor: SafeConstructor, budget: _
 
 
 def load(path: Path, display: str | None = None) -> Any:
-    """Parse a YAML file into LDict/LList/scalars; YAML errors become one-line UserErrors."""
+    """Parse a YAML file into LDict/LList/scalars; YAML errors become one-line UserErrors.
+
+    Read through fsio: a FIFO, a device (`--matrix /dev/zero`) or a file over MAX_BYTES is refused
+    in one line instead of hanging or reading until memory runs out."""
     file = display or str(path)
+    if not os.path.lexists(path):  # never raises (a name too long is read below, and refused there)
+        raise UserError("no such file; pass --matrix PATH or set BUILDER_MATRIX, or run from a folder with matrix.yaml", file)
     try:
-        if path.stat().st_size > MAX_BYTES:
-            raise UserError(f"the file is larger than {MAX_BYTES // 2**20} MiB; a matrix this big is a mistake (or split it)", file)
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError(
-            "no such file; pass --matrix PATH or set BUILDER_MATRIX, or run from a folder with matrix.yaml",
-            file,
-        ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"cannot read: {exc}", file) from None
+        text = read_text(path, MAX_BYTES, "file")
+    except UserError as exc:
+        raise UserError(exc.message, file) from None
     return loads(text, file)
 
 
@@ -143,6 +147,7 @@ def loads(text: str, file: str) -> Any:
     if len(text) > MAX_BYTES:
         raise UserError(f"the file is larger than {MAX_BYTES // 2**20} MiB; a matrix this big is a mistake (or split it)", file)
     try:
+        _count_events(text, file)
         node = yaml.compose(text, Loader=_LOADER)
     except RecursionError:
         raise UserError("nesting is too deep to read; flatten the structure", file, 1) from None
@@ -166,6 +171,23 @@ def loads(text: str, file: str) -> Any:
         raise UserError(f"cannot read value: {exc.problem}", file, line) from None
     except RecursionError:
         raise UserError("nesting is too deep or an alias refers to itself; write the values out", file, 1) from None
+
+
+def _count_events(text: str, file: str) -> None:
+    """Refuse a document of more than MAX_EVENTS values before any node is built.
+
+    Composing and converting cost ~14 us a value: a 15 MiB one-line flow list (7.5 million items)
+    took 106 s and 2.9 GB before the matrix checks refused it. First a text gate (C speed): every
+    value after the first needs a comma (flow style) or a new line (block style), so more of them
+    than MAX_EVENTS is refused at once. Then the parser's events are counted up to MAX_EVENTS (it
+    streams, so this costs time in proportion to the cap, not the file): nested `[[[...]]]` or
+    `- - - x` that pass the gate stop there."""
+    message = f"more than {MAX_EVENTS:,} values; a matrix or table this large is a mistake (or split it)"
+    if text.count(",") + text.count("\n") > MAX_EVENTS:
+        raise UserError(message, file)
+    for count, event in enumerate(yaml.parse(text, Loader=_LOADER)):
+        if count >= MAX_EVENTS:
+            raise UserError(message, file, int(event.start_mark.line) + 1 if event.start_mark else None)
 
 
 def _construct(node: yaml.Node, file: str, constructor: SafeConstructor) -> Any:

@@ -79,7 +79,7 @@ def test_a_new_record_takes_its_floating_tags_from_the_old_one(tmp_path: Path) -
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("{not json", "not readable JSON"),
+        ("{not json", "not valid JSON"),
         ('{"schema": 9, "images": []}', 'expected {"schema": 1'),
         ('{"schema": 1, "images": [{"id": "x"}]}', "record 'x' lacks"),
     ],

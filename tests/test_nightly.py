@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -215,3 +216,21 @@ def test_summary_explains_a_gpu_skipped_hold_back() -> None:
     assert "held: tested without a GPU" in row
     accepted = loop._publish(ws, [], [held], loop.NightlyOptions(accept_gpu_skipped=True), [], _Events())[0]  # type: ignore[arg-type]
     assert accepted[0].held == ""
+
+
+@pytest.mark.parametrize("target", ["matrix", "mine", "folder"])
+def test_a_summary_path_builder_may_not_write_stops_the_nightly_before_it_runs(write_matrix: WriteMatrix, tmp_path: Path, target: str) -> None:
+    """--summary goes through the report's writer: the matrix, a file of the user's or a folder is
+    refused in one line before any stage runs (it used to be replaced, or fail after hours)."""
+    matrix = write_matrix()
+    mine = tmp_path / "notes.md"
+    mine.write_text("mine\n")
+    path = {"matrix": matrix, "mine": mine, "folder": tmp_path}[target]
+    before = matrix.read_bytes()
+    env = {**os.environ, "DOCKER_HOST": "unix:///nonexistent/docker.sock"}  # should the check regress: no engine, no builds
+    args = [sys.executable, "-m", "builder", "--matrix", str(matrix), "nightly", "--no-updates", "--no-publish", "--summary", str(path)]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=120, check=False, env=env)
+    assert done.returncode == 2, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and done.stderr.startswith("error: ")
+    assert matrix.read_bytes() == before and mine.read_text() == "mine\n"
+    assert not (tmp_path / "images").exists() and not (tmp_path / "build").exists()

@@ -87,3 +87,19 @@ def test_html_escapes_what_it_shows(report: Report) -> None:
     assert "<script" not in page
     assert "the &lt;cuDNN&gt; library" in page and "<cuDNN>" not in page
     assert page.count('data-status="known-good" data-id=') == 1
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [{"diagnoses": ["x"]}, {"failures": 5}, {"diagnoses": {"a": 1}, "failures": [{"x": 1}]}, {"verdict": "passed", "gpu": "x"}, {"verdict": "passed", "gpu": None}],
+)
+def test_a_results_file_of_the_wrong_shape_does_not_stop_the_report(broken: dict[str, Any]) -> None:
+    """A hand-edited build/results/<id>.json was an AttributeError or TypeError traceback."""
+    ws = Workspace(GOLDEN_MATRIX)
+    specs = ws.selected(None, use_default=False)
+    spec = next(s for s in specs if s.id == FAILED)
+    result = {"verdict": "failed", "content_hash": spec.content_hash, **broken}
+    report = build_report(ws.decided, specs, {FAILED: result}, [], {})
+    row = next(r for r in report.rows if r.id == FAILED)
+    assert row.status == result["verdict"] and len(row.detail) <= 300
+    render_markdown(report)

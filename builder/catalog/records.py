@@ -7,7 +7,9 @@ naming the catalog file and the record, so a hand-edited catalog fails loudly, n
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -54,7 +56,12 @@ class KnownGood:
 
     def fields(self) -> dict[str, str]:
         """Every key a query can name, as text: id, stack, os, base, python, vendor, cuda, cudnn, rocm,
-        each framework, verdict, digest, repository, tag."""
+        each framework, verdict, digest, repository, tag. Built once per record: a query asks it
+        for every term (do not mutate the returned mapping)."""
+        return self._fields
+
+    @functools.cached_property
+    def _fields(self) -> dict[str, str]:
         out = {
             "id": self.id,
             "stack": self.stack,
@@ -78,22 +85,79 @@ class RecordError(ValueError):
     """A catalog record that cannot be read; the message names the record."""
 
 
+# Caps on what a record may hold. Real values are far below them (an id is ~40 characters, a
+# version ~10, a host line ~100); the caps exist so a hand-edited or hostile catalog cannot make
+# `catalog` lay out a megabyte cell, or a 5,000-digit version overflow the version parser.
+MAX_TEXT = 1024  # any string field
+MAX_VERSION = 64  # versions: frameworks, python, libraries, accelerator values
+MAX_ITEMS = 64  # entries of any list or mapping field
+_TEXT = ("id", "tag", "digest", "content_hash", "stack", "os", "verdict", "tested", "published", "builder_version", "manifest")
+
+
 def from_json(data: Any, where: str) -> KnownGood:
+    """A record checked field by field (type, size), or a RecordError naming the record and field."""
     if not isinstance(data, dict):
         raise RecordError(f"{where}: a record must be an object")
+    raw_id = data.get("id")
+    name = repr(_short(raw_id)) if isinstance(raw_id, str) else "?"
     names = [f for f in KnownGood.__dataclass_fields__]
     optional = {"size_mb", "manifest", "notes"}
     missing = [n for n in names if n not in data and n not in optional]
     if missing:
-        raise RecordError(f"{where}: record {data.get('id', '?')!r} lacks {', '.join(missing)}")
+        raise RecordError(f"{where}: record {name} lacks {', '.join(missing)}")
     unknown = sorted(set(data) - set(names))
     if unknown:
-        raise RecordError(f"{where}: record {data.get('id', '?')!r} has unknown keys {', '.join(unknown)}")
-    if not DIGEST.match(str(data["digest"])):
-        raise RecordError(f"{where}: record {data['id']!r} digest {data['digest']!r} is not repository@sha256:<64 hex>")
+        raise RecordError(f"{where}: record {name} has unknown keys {', '.join(_short(k) for k in unknown[:5])}{' ...' if len(unknown) > 5 else ''}")
+
+    def bad(field_name: str, want: str) -> RecordError:
+        return RecordError(f"{where}: record {name} field {field_name!r} must be {want}; got {_short(repr(data[field_name]))}")
+
+    for key in _TEXT:
+        if key in data and not _text(data[key], MAX_TEXT):
+            raise bad(key, f"text of at most {MAX_TEXT} characters")
+    if not _text(data["python"], MAX_VERSION):
+        raise bad("python", f"a version of at most {MAX_VERSION} characters")
+    if data["lock_sha256"] is not None and not _text(data["lock_sha256"], MAX_VERSION + 1):
+        raise bad("lock_sha256", "a sha256 hex string or null")
+    for key in ("floating", "notes"):
+        if key in data and not (isinstance(data[key], list) and len(data[key]) <= MAX_ITEMS and all(_text(v, MAX_TEXT) for v in data[key])):
+            raise bad(key, f"a list of at most {MAX_ITEMS} strings of at most {MAX_TEXT} characters")
+    for key, limit, nullable in (("frameworks", MAX_VERSION, False), ("libraries", MAX_VERSION, False), ("accelerator", MAX_VERSION, True), ("base", MAX_TEXT, True), ("host", MAX_TEXT, True)):
+        if not _mapping(data[key], functools.partial(_text_or_null, limit=limit, nullable=nullable)):
+            raise bad(key, f"an object of at most {MAX_ITEMS} short keys with {'string or null' if nullable else 'string'} values of at most {limit} characters")
+    if not _mapping(data["tests"], lambda v: type(v) is int and 0 <= v < 2**31):
+        raise bad("tests", "an object of counts (whole numbers)")
+    if type(data["gpu_skipped_accepted"]) is not bool:
+        raise bad("gpu_skipped_accepted", "true or false")
+    size = data.get("size_mb")
+    if size is not None and not (type(size) in (int, float) and 0 <= size < 1e9):
+        raise bad("size_mb", "a number of megabytes or null")
+    if not DIGEST.match(data["digest"]):
+        raise RecordError(f"{where}: record {name} digest {data['digest']!r} is not repository@sha256:<64 hex>")
     if data["verdict"] not in VERDICTS:
-        raise RecordError(f"{where}: record {data['id']!r} verdict {data['verdict']!r} is not one of {', '.join(VERDICTS)}")
+        raise RecordError(f"{where}: record {name} verdict {data['verdict']!r} is not one of {', '.join(VERDICTS)}")
     values = {n: data[n] for n in names if n in data}
     values["floating"] = tuple(values.get("floating") or ())
     values["notes"] = tuple(values.get("notes") or ())
     return KnownGood(**values)
+
+
+def _text(value: Any, limit: int) -> bool:
+    return isinstance(value, str) and len(value) <= limit
+
+
+def _text_or_null(value: Any, limit: int, nullable: bool) -> bool:
+    return (nullable and value is None) or _text(value, limit)
+
+
+def _mapping(value: Any, ok: Callable[[Any], bool]) -> bool:
+    return (
+        isinstance(value, dict)
+        and len(value) <= MAX_ITEMS
+        and all(_text(k, MAX_VERSION) and ok(v) for k, v in value.items())
+    )
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = str(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

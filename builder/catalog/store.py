@@ -8,7 +8,7 @@ fails before `add` leaves the catalog byte for byte as it was.
 
 from __future__ import annotations
 
-import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -17,16 +17,18 @@ import filelock
 
 from builder.catalog.records import SCHEMA, KnownGood, RecordError, from_json
 from builder.errors import UserError
-from builder.fsio import write_atomic
+from builder.fsio import MiB, dump_json, read_json, write_atomic
 
 CATALOG_FILE = "known-good.json"
 MANIFESTS = "manifests"
 LOCK_WAIT_S = 120
+MAX_BYTES = 32 * MiB  # ~2 KB a record: some 16,000 images; a file beyond this is not a catalog
 
 
 @dataclass(frozen=True)
 class Catalog:
     root: Path  # the catalog/ folder
+    named: bool = False  # given by the user (--catalog): a missing folder is a mistake, not an empty catalog
 
     @property
     def file(self) -> Path:
@@ -41,14 +43,17 @@ class Catalog:
         return filelock.FileLock(str(self.root / f".{CATALOG_FILE}.lock"), timeout=LOCK_WAIT_S)
 
     def load(self) -> tuple[KnownGood, ...]:
-        """The records, sorted by id; an absent catalog is an empty one."""
-        if not self.file.exists():
+        """The records, sorted by id. An absent known-good.json is an empty catalog; an absent
+        folder too, unless the user named it (then it is a typo, and one line says so)."""
+        if not os.path.isdir(self.root):  # os.path: False, never an exception, for a name too long
+            if self.named or os.path.lexists(self.root):
+                what = "is not a folder" if os.path.lexists(self.root) else "no such catalog folder"
+                raise UserError(f"{what}; give the folder that holds {CATALOG_FILE} (or leave --catalog out for catalog/ beside matrix.yaml)", str(self.root))
+            return ()
+        if not os.path.lexists(self.file):
             return ()
         where = str(self.file)
-        try:
-            data = json.loads(self.file.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise UserError(f"{where}: not readable JSON ({exc}); restore it from git (`git checkout -- {self.file.name}`)") from None
+        data = read_json(self.file, MAX_BYTES, "catalog file")
         if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("images"), list):
             raise UserError(f"{where}: expected {{\"schema\": {SCHEMA}, \"images\": [...]}}; restore it from git")
         try:
@@ -81,4 +86,4 @@ class Catalog:
 def render(records: Sequence[KnownGood]) -> str:
     """The catalog file's bytes: deterministic (sorted records, sorted keys, one trailing newline)."""
     doc = {"schema": SCHEMA, "images": [r.to_json() for r in sorted(records, key=lambda r: r.id)]}
-    return json.dumps(doc, indent=2, sort_keys=True) + "\n"
+    return dump_json(doc)

@@ -3,15 +3,26 @@ run), plus what the catalog says passed: together, "passed before"."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from builder.catalog.records import KnownGood
-from builder.fsio import write_atomic
+from builder.errors import UserError
+from builder.fsio import MiB, dump_json, read_json, write_atomic
 from builder.nightly.compare import BAD, OK, Outcome
 
 SCHEMA = 1
+MAX_BYTES = 16 * MiB  # one short entry per image
+
+
+def _read(target: Path) -> Any:
+    """The last run's document, or None when there is none or it cannot be trusted (a FIFO, a
+    device, JSON nested 200k deep, NaN): history is a hint, the catalog stands without it."""
+    try:
+        return read_json(target, MAX_BYTES, "nightly history")
+    except UserError:
+        return None
 
 
 def path(build_dir: Path) -> Path:
@@ -21,10 +32,7 @@ def path(build_dir: Path) -> Path:
 def previous(build_dir: Path, known_good: Sequence[KnownGood]) -> dict[str, str]:
     """id -> status before this run: the last nightly's, else "passed" for a known-good record."""
     seen = {r.id: "passed" for r in known_good}
-    try:
-        data = json.loads(path(build_dir).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return seen  # no previous nightly (or an unreadable one): the catalog alone
+    data = _read(path(build_dir))  # None: no previous nightly (or an unreadable one): the catalog alone
     if isinstance(data, dict) and data.get("schema") == SCHEMA and isinstance(data.get("images"), list):
         for entry in data["images"]:
             if isinstance(entry, dict) and isinstance(entry.get("id"), str) and isinstance(entry.get("status"), str):
@@ -36,15 +44,12 @@ def save(build_dir: Path, date: str, outcomes: Sequence[Outcome]) -> Path:
     """Merge this run's outcomes over the last file's (a run over a selection keeps the others)."""
     target = path(build_dir)
     kept: dict[str, dict[str, object]] = {}
-    try:
-        data = json.loads(target.read_text(encoding="utf-8"))
-        if isinstance(data, dict) and data.get("schema") == SCHEMA:
-            kept = {str(e["id"]): e for e in data.get("images", []) if isinstance(e, dict) and "id" in e}
-    except (OSError, ValueError):
-        pass
+    data = _read(target)
+    if isinstance(data, dict) and data.get("schema") == SCHEMA and isinstance(data.get("images"), list):
+        kept = {e["id"]: e for e in data["images"] if isinstance(e, dict) and isinstance(e.get("id"), str)}
     for o in outcomes:
         if o.status in OK or o.status in BAD:  # not-run, build-blocked: nothing learned, the last status stands
             kept[o.id] = {**o.to_json(), "date": date}
     doc = {"schema": SCHEMA, "date": date, "images": [kept[k] for k in sorted(kept)]}
-    write_atomic(target, json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    write_atomic(target, dump_json(doc))
     return target

@@ -122,7 +122,10 @@ def _nightly(ws: Workspace, matrix_path: Path, options: NightlyOptions, events: 
         notes += publish_notes
 
     events.stage("report")
-    deliver.report(ws, catalog, ws.matrix_path.parent / "docs" / "support-matrix.md", ws.build_dir / "report" / "index.html")
+    try:  # a report path builder may not replace (a file of the user's) is a note, not the loss of the run's history
+        deliver.report(ws, catalog, ws.matrix_path.parent / "docs" / "support-matrix.md", ws.build_dir / "report" / "index.html")
+    except UserError as exc:
+        notes.append(f"report: {exc}")
     history.save(ws.build_dir, date, outcomes)
     return NightlyReport(date, tuple(compare(before, outcomes)), tuple(outcomes), releases, applied, drift, tuple(notes), checked)
 

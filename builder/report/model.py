@@ -55,16 +55,26 @@ def _accelerator(spec: ImageSpec) -> str:
     return f"{'CUDA' if spec.base.vendor == 'cuda' else 'ROCm'} {spec.accelerator.version}"  # the lock's CUDA (builder.lock.claims)
 
 
+MAX_DETAIL = 300  # characters of a diagnosis shown in a cell
+
+
+def _items(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
 def _status(spec: ImageSpec, record: KnownGood | None, result: Mapping[str, Any] | None) -> tuple[str, str]:
+    """A results file is read as it comes (a hand-edited one may hold anything): entries of the
+    wrong shape are left out rather than stopping the report."""
     current = result is not None and result.get("content_hash") == spec.content_hash
     if current and result is not None and result.get("verdict") == "failed":
-        found = [f"{d.get('framework', '')}: {d.get('cause', '')}".strip(": ") for d in result.get("diagnoses") or []]
-        return "failed", "; ".join(found) or next(iter(result.get("failures") or []), "failed")[:300]
+        found = [f"{d.get('framework', '')}: {d.get('cause', '')}".strip(": ") for d in _items(result.get("diagnoses")) if isinstance(d, dict)]
+        return "failed", str("; ".join(found) or next(iter(_items(result.get("failures"))), "failed"))[:MAX_DETAIL]
     if record is not None:
         status = "gpu-skipped" if record.verdict == "gpu-skipped" else "known-good"
         return status, f"on {record.host.get('gpu', 'unknown host')}" + (f", driver {record.host['driver']}" if record.host.get("driver") else "")
     if current and result is not None and result.get("verdict") in ("passed", "gpu-skipped"):
-        return str(result["verdict"]), str((result.get("gpu") or {}).get("reason", ""))
+        gpu = result.get("gpu")
+        return str(result["verdict"]), str(gpu.get("reason", "") if isinstance(gpu, dict) else "")[:MAX_DETAIL]
     return "not-built", "no smoke result for its current content hash"
 
 
@@ -88,7 +98,7 @@ def build_report(plan: Plan, specs: Sequence[ImageSpec], results: Mapping[str, M
                 detail=detail,
                 digest=record.digest if record else "",
                 size_mb=record.size_mb if record and record.size_mb else sizes.get(spec.id),
-                date=(record.published if record else str((results.get(spec.id) or {}).get("date", ""))),
+                date=(record.published if record else str((results.get(spec.id) or {}).get("date", ""))[:64]),
             )
         )
     for skipped in plan.skipped:

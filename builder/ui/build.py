@@ -11,6 +11,7 @@ from rich.table import Table
 
 from builder.engine.build import BuildResult
 from builder.ui.status import styled
+from builder.ui.text import markup
 
 
 class BuildProgress:
@@ -30,20 +31,20 @@ class BuildProgress:
         self.progress.stop()
 
     def info(self, text: str) -> None:
-        self.progress.console.print(text, highlight=False)
+        self.progress.console.print(markup(text, lines=True), highlight=False)
 
     def line(self, image: str, text: str) -> None:
         if text.startswith("Step "):
             task = self.steps.get(image)
             if task is None:
-                task = self.steps[image] = self.progress.add_task(image, total=None)
-            self.progress.update(task, description=f"{image}: {text.strip()[:70]}")
+                task = self.steps[image] = self.progress.add_task(markup(image), total=None)
+            self.progress.update(task, description=f"{markup(image)}: {markup(text.strip()[:70])}")
 
     def done(self, result: BuildResult) -> None:
         self.progress.advance(self.overall)
         if result.id in self.steps:
             self.progress.remove_task(self.steps.pop(result.id))
-        self.progress.console.print(f"{styled(result.status)} {result.id} ({result.seconds:.1f}s)")
+        self.progress.console.print(f"{styled(result.status)} {markup(result.id)} ({result.seconds:.1f}s)")
 
 
 def print_build_summary(out: Console, results: Sequence[BuildResult]) -> None:
@@ -55,5 +56,5 @@ def print_build_summary(out: Console, results: Sequence[BuildResult]) -> None:
         if r.fix:
             detail += f" -> {r.fix}"
         sizes = [f"{r.sizes[k]:.0f}" for k in ("image_mb", "venv_mb", "base_mb")] + [f"{r.sizes['ratio']:.3f}"] if r.sizes else [""] * 4
-        table.add_row(r.id, styled(r.status), f"{r.seconds:.1f}", *sizes, str(r.attempts), detail)
+        table.add_row(markup(r.id), styled(r.status), f"{r.seconds:.1f}", *sizes, str(r.attempts), markup(detail))
     out.print(table)

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from builder.host.doctor import Check, ImageVerdict, Status
 from builder.host.facts import HostInfo
+from builder.ui.text import markup
 
 _STYLE: dict[Status, str] = {
     "ok": "green",
@@ -35,7 +35,7 @@ def render_table(
     for column in ("check", "status", "detail", "fix"):
         hosts.add_column(column, overflow="fold")
     for check in checks:
-        hosts.add_row(escape(check.name), _status(check.status), escape(check.detail), escape(check.fix))
+        hosts.add_row(markup(check.name), _status(check.status), markup(check.detail), markup(check.fix))
     console.print(hosts)
     if not verdicts:
         return
@@ -44,14 +44,14 @@ def render_table(
         images.add_column(column, overflow="fold")
     for verdict in verdicts:
         images.add_row(
-            escape(verdict.image),
+            markup(verdict.image),
             _status(verdict.status),
-            escape(verdict.reason),
-            escape(verdict.fix),
+            markup(verdict.reason),
+            markup(verdict.fix),
         )
     console.print(images)
     unchecked = sorted({note for verdict in verdicts for note in verdict.unchecked})
     if unchecked:
         console.print("[dim]Not checked:[/]")
         for note in unchecked:
-            console.print(f"[dim]  - {escape(note)}[/]", highlight=False)
+            console.print(f"[dim]  - {markup(note)}[/]", highlight=False)

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rich.console import Console
-from rich.markup import escape
 
 from builder.lock.locking import LockResult
 from builder.ui.rows import print_rows
 from builder.ui.status import styled
+from builder.ui.text import markup
 
 
 class LockLines:
@@ -17,7 +17,7 @@ class LockLines:
         self.err = err
 
     def __call__(self, result: LockResult) -> None:
-        self.err.print(f"{styled(result.status)} {result.id} ({result.seconds:.1f}s)")
+        self.err.print(f"{styled(result.status)} {markup(result.id)} ({result.seconds:.1f}s)")
 
 
 def print_lock_summary(out: Console, results: Sequence[LockResult]) -> None:
@@ -28,6 +28,6 @@ def print_lock_summary(out: Console, results: Sequence[LockResult]) -> None:
     print_rows(out, "lock", ("image", "status", "seconds", "pins", "detail"), rows)
     for r in results:
         if r.changes:
-            out.print(f"[bold]{escape(r.id)}[/]")
+            out.print(f"[bold]{markup(r.id)}[/]")
             for name, old, new in r.changes:
-                out.print(f"  {escape(name)} {escape(old or '(new)')} -> {escape(new or '(removed)')}", highlight=False)
+                out.print(f"  {markup(name)} {markup(old or '(new)')} -> {markup(new or '(removed)')}", highlight=False)

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rich.console import Console
-from rich.markup import escape
 
 from builder.nightly.compare import NightlyReport
 from builder.ui.build import BuildProgress
@@ -15,6 +14,7 @@ from builder.ui.lock import LockLines
 from builder.ui.rows import print_rows
 from builder.ui.status import styled
 from builder.ui.test import TestLines
+from builder.ui.text import markup
 from builder.updates.releases import Release
 
 
@@ -26,10 +26,10 @@ class NightlyLines:
         self.lock = LockLines(err)
 
     def stage(self, name: str) -> None:
-        self.err.print(f"[bold]== {escape(name)}[/]")
+        self.err.print(f"[bold]== {markup(name)}[/]")
 
     def info(self, text: str) -> None:
-        self.err.print(escape(text))
+        self.err.print(markup(text))
 
     def build(self) -> BuildProgress:
         return BuildProgress(self.err)
@@ -56,7 +56,7 @@ def print_nightly(out: Console, report: NightlyReport) -> None:
     rows = [(c.id, c.kind, c.before or "-", c.now, c.detail) for c in report.changes]
     print_rows(out, "nightly", ("image", "change", "before", "now", "detail"), rows)
     for note in report.notes:
-        out.print(f"{styled('failed')} {escape(note)}")
+        out.print(f"{styled('failed')} {markup(note)}")
     bad = [c for c in report.changes if c.kind == "regression"]
     if bad:
-        out.print(f"{styled('failed')} {len(bad)} regression(s): {escape(', '.join(c.id for c in bad))}")
+        out.print(f"{styled('failed')} {len(bad)} regression(s): {markup(', '.join(c.id for c in bad))}")

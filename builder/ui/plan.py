@@ -6,6 +6,7 @@ from rich.console import Console
 
 from builder.records import ImageSpec, Plan
 from builder.ui.rows import print_rows
+from builder.ui.text import markup
 
 
 def _frameworks(frameworks: tuple[tuple[str, str], ...]) -> str:
@@ -24,4 +25,4 @@ def print_table(console: Console, plan: Plan, images: tuple[ImageSpec, ...], exp
     elif plan.skipped:
         console.print(f"{len(plan.skipped)} combinations skipped; --explain lists them with reasons")
     for warning in plan.warnings:
-        console.print(f"[yellow]warning:[/] {warning}")
+        console.print(f"[yellow]warning:[/] {markup(warning)}")

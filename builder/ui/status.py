@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from builder.ui.text import markup
+
 STYLE = {
     "built": "green",
     "up-to-date": "green",
@@ -26,4 +28,4 @@ STYLE = {
 
 
 def styled(status: str) -> str:
-    return f"[{STYLE.get(status, 'white')}]{status}[/]"
+    return f"[{STYLE.get(status, 'white')}]{markup(status)}[/]"

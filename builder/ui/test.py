@@ -10,6 +10,7 @@ from rich.table import Table
 from builder.records import ImageSpec
 from builder.smoke.runner import SmokeResult
 from builder.ui.status import styled
+from builder.ui.text import markup
 
 
 class TestLines:
@@ -19,11 +20,11 @@ class TestLines:
         self.err = err
 
     def started(self, spec: ImageSpec) -> None:
-        self.err.print(f"testing {spec.id} ...")
+        self.err.print(f"testing {markup(spec.id)} ...")
 
     def done(self, result: SmokeResult) -> None:
         cuda = f", {result.cuda_checks_passed}/{len(result.cuda_checks)} CUDA checks without a GPU passed" if result.cuda_checks else ""
-        self.err.print(f"{styled(result.verdict)} {result.id} ({result.seconds:.1f}s{cuda})")
+        self.err.print(f"{styled(result.verdict)} {markup(result.id)} ({result.seconds:.1f}s{cuda})")
 
 
 def print_test_summary(out: Console, results: Sequence[SmokeResult]) -> None:
@@ -43,5 +44,5 @@ def print_test_summary(out: Console, results: Sequence[SmokeResult]) -> None:
         )
         diagnosis = "; ".join(f"{d.get('framework', '')}: {d['cause']} -> {d['fix']}" for d in r.diagnoses) or "; ".join(r.failures)[:300]
         cuda = f"{r.cuda_checks_passed}/{len(r.cuda_checks)} passed" if r.cuda_checks else "-"
-        table.add_row(r.id, styled(r.verdict), frameworks, r.gpu.get("reason", ""), tests, cuda, f"{r.seconds:.1f}", diagnosis)
+        table.add_row(markup(r.id), styled(r.verdict), markup(frameworks), markup(r.gpu.get("reason", "")), tests, cuda, f"{r.seconds:.1f}", markup(diagnosis))
     out.print(table)
