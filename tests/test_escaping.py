@@ -126,7 +126,7 @@ def test_the_nightly_summary_cannot_be_restructured() -> None:
     )  # fmt: skip
     summary = render_summary(report)
     headings = [line for line in summary.splitlines() if line.startswith("#")]
-    assert headings == ["# Nightly 2026-12-01 \\# date: 1 regression(s)", "## Regressions (passed before, fail now)", "## New releases", "## Lock drift", "## Images"]
+    assert headings == ["# Nightly 2026-12-01 \\# date: 1 regression(s); run failed: 1 problem(s)", "## Regressions (passed before, fail now)", "## New releases", "## Lock drift", "## Images"]
     assert "<script>" not in summary and "<b>" not in summary
     for line in summary.splitlines():
         if line.startswith("| "):
