@@ -1,6 +1,12 @@
 """Push a tested image and build its known-good record: the immutable tag and the floating tags
 of its line, the digest as the registry reports it, the package manifest read from the image,
-and what the smoke tests measured inside it."""
+and what the smoke tests measured inside it.
+
+Everything here acts on the image id the gate approved, never on a name: a name (the build tag, a
+push tag) can be moved by a concurrent `builder build --force` or a `docker tag` at any moment, and
+the image behind it then is not the one that was tested. Every pushed tag is checked against the
+registry: its digest must be the approved image's (the engine lists it among that image's
+RepoDigests) and every floating tag's digest must be the immutable tag's."""
 
 from __future__ import annotations
 
@@ -8,7 +14,6 @@ import hashlib
 import importlib.metadata
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -78,10 +83,11 @@ def lock_sha256(spec: ImageSpec) -> str | None:
     return hashlib.sha256(spec.lock.text.encode()).hexdigest() if spec.lock else None
 
 
-def read_manifest(client: Any, spec: ImageSpec, host: HostInfo, digest: str) -> str:
-    """pip freeze, the dpkg list and the key environment, read in a locked-down container."""
+def read_manifest(client: Any, spec: ImageSpec, image: str, host: HostInfo, digest: str) -> str:
+    """pip freeze, the dpkg list and the key environment, read in a locked-down container of the
+    approved image id (a tool-labelled container, so a killed run's one is swept later)."""
     kwargs = run_kwargs(spec, gpu_access(spec, "off", host), host, 120)
-    kwargs.update(command=["timeout", "-s", "KILL", "120", "sh", "-c", MANIFEST_SCRIPT], detach=True)
+    kwargs.update(image=image, command=["timeout", "-s", "KILL", "120", "sh", "-c", MANIFEST_SCRIPT], detach=True)
     with engine.tracked_container(client, **kwargs) as container:
         container.start()
         status = container.wait(timeout=180)
@@ -105,35 +111,42 @@ def registry_digest(client: Any, reference: str) -> str:
         raise RunFailure(f"the registry did not report a digest for {reference}: {' '.join(str(exc).split())[:200]}") from None
 
 
-def push_as(client: Any, spec: ImageSpec, repository: str, tag: str, log: Callable[[str], None]) -> str:
-    """Tag spec's image as repository:tag and push it. A push that fails takes its tag back: the
-    engine keeps no tag for an image the registry never got (a tag that named another image
-    before names it again)."""
+def push_as(client: Any, image: str, repository: str, tag: str, log: Callable[[str], None], deadline: float | None = None) -> str:
+    """Push the image id `image` as repository:tag. The local name is only the engine's handle for
+    the push: afterwards (pushed, failed or interrupted) it names what it named before, nothing or
+    another image, unless someone moved it meanwhile (then it is theirs)."""
     target = f"{repository}:{tag}"
     before = engine.image_id(client, target)
-    client.api.tag(spec.tag, repository, tag=tag)
+    client.api.tag(image, repository, tag=tag)
     try:
-        return push.push_image(client, target, log=log)
-    except BaseException:
-        if before is None:
-            engine.remove_image_quietly(client, target)  # an untag: the image stays under spec.tag
-        else:
-            client.api.tag(before, repository, tag=tag)
-        raise
+        return push.push_image(client, target, log=log, deadline=deadline)
+    finally:
+        if before != image and engine.image_id(client, target) == image:
+            if before is None:
+                engine.remove_image_quietly(client, target)  # an untag: the image keeps its other names
+            else:
+                client.api.tag(before, repository, tag=tag)
 
 
-def publish_one(
-    client: Any, spec: ImageSpec, result: dict[str, Any], repository: str, known: Sequence[KnownGood], host: HostInfo, accepted: bool, log: Callable[[str], None]
-) -> tuple[KnownGood, str]:
-    """Push spec's image as repository:<id>, move the floating tags this image is the newest of,
-    and return its record and manifest. Raises RunFailure (nothing recorded) on any failure."""
-    pushed = push_as(client, spec, repository, spec.id, log)
-    digest = registry_digest(client, f"{repository}:{spec.id}")
-    if digest != pushed:
-        raise RunFailure(f"push of {repository}:{spec.id} reported {pushed} but the registry reports {digest}")
+def push_verified(client: Any, image: str, repository: str, tag: str, log: Callable[[str], None], deadline: float | None, expected: str | None = None) -> str:
+    """push_as, then proof that the registry's repository:tag is the approved image (and, for a
+    floating tag, the immutable tag's digest). A name moved between our tag and the engine's push
+    sent another image: pushed once more from the id; still wrong, RunFailure naming what is there."""
+    found = ""
+    for _ in range(2):
+        pushed = push_as(client, image, repository, tag, log, deadline)
+        found = registry_digest(client, f"{repository}:{tag}")
+        ours = f"{repository}@{found}" in (client.api.inspect_image(image).get("RepoDigests") or [])
+        if found == pushed and ours and expected in (None, found):
+            return found
+    want = expected or f"the digest of the tested image {image[:19]}"
+    raise RunFailure(f"{repository}:{tag} points at {found} in the registry, not {want}: its local name was moved during the push (a concurrent build or docker tag?); publish again")
+
+
+def build_record(client: Any, spec: ImageSpec, image: str, result: dict[str, Any], repository: str, digest: str, accepted: bool) -> KnownGood:
     facts = measured(spec, result)
-    info = client.api.inspect_image(spec.tag)
-    record = KnownGood(
+    info = client.api.inspect_image(image)
+    return KnownGood(
         id=spec.id,
         tag=f"{repository}:{spec.id}",
         digest=f"{repository}@{digest}",
@@ -158,11 +171,29 @@ def publish_one(
         manifest=f"manifests/{spec.id}.txt",
         notes=tuple(note for i in spec.installs for note in i.notes) + (("published without a GPU run: its verdict is gpu-skipped",) if result["verdict"] == "gpu-skipped" else ()),
     )
-    moved = []
-    others = [r for r in known if r.id != spec.id]
-    for line in floating_tags(spec.id):
-        if newest_of_line(line, [*others, record]) is record:
-            push_as(client, spec, repository, line, log)
-            moved.append(f"{repository}:{line}")
-    record = replace(record, floating=tuple(moved))
-    return record, read_manifest(client, spec, host, record.digest)
+
+
+def push_immutable(
+    client: Any, spec: ImageSpec, image: str, result: dict[str, Any], repository: str, host: HostInfo, accepted: bool, log: Callable[[str], None], deadline: float | None = None
+) -> tuple[KnownGood, str]:
+    """Push the approved image id as repository:<id>; its record (no floating tags yet) and manifest."""
+    digest = push_verified(client, image, repository, spec.id, log, deadline)
+    record = build_record(client, spec, image, result, repository, digest, accepted)
+    return record, read_manifest(client, spec, image, host, record.digest)
+
+
+def floating_to_move(record: KnownGood, known: Sequence[KnownGood]) -> tuple[str, ...]:
+    """The floating tags (full names) this record is the newest of, given the other records."""
+    others = [r for r in known if r.id != record.id]
+    repository = record.repository
+    return tuple(f"{repository}:{line}" for line in floating_tags(record.id) if newest_of_line(line, [*others, record]) is record)
+
+
+def move_floating(client: Any, image: str, record: KnownGood, tags: Sequence[str], log: Callable[[str], None], moved: list[str], deadline: float | None = None) -> None:
+    """Push each floating tag from the approved id, each proven to be the record's digest; `moved`
+    gets each one as it lands, so a caller that is interrupted knows what the registry holds."""
+    digest = record.digest.split("@", 1)[1]
+    for full in tags:
+        repository, _, line = full.rpartition(":")
+        push_verified(client, image, repository, line, log, deadline, expected=digest)
+        moved.append(full)
