@@ -27,7 +27,7 @@ from builder.engine.failures import is_network_failure
 from builder.errors import RunFailure, UserError
 from builder.host import facts as hostinfo
 from builder.publish import gate
-from builder.publish.publisher import check_repository, floating_to_move, move_floating, push_immutable
+from builder.publish.publisher import PushNames, check_repository, floating_to_move, move_floating, push_immutable
 from builder.publish.tags import floating_tags
 from builder.records import ImageSpec
 from builder.smoke.args import docker_run_line
@@ -99,8 +99,20 @@ def _publish_one(
     host: hostinfo.HostInfo, options: PublishOptions, deadline: float, events: PublishEvents,
 ) -> Published:  # fmt: skip
     assert decision.result is not None
+    names = PushNames(client)
     try:
-        record, manifest = push_immutable(client, spec, approved, decision.result, repository, host, options.accept_gpu_skipped, events.info, deadline)
+        return _push_and_record(client, names, spec, approved, decision, repository, catalog, host, options, deadline, events)
+    finally:
+        names.release()  # also on SIGTERM: no push name stays in the engine
+
+
+def _push_and_record(
+    client: Any, names: PushNames, spec: ImageSpec, approved: str, decision: gate.Decision, repository: str, catalog: Catalog,
+    host: hostinfo.HostInfo, options: PublishOptions, deadline: float, events: PublishEvents,
+) -> Published:  # fmt: skip
+    assert decision.result is not None
+    try:
+        record, manifest = push_immutable(client, names, spec, approved, decision.result, repository, host, options.accept_gpu_skipped, events.info, deadline)
     except RunFailure as exc:
         return Published(spec.id, "failed", exc.message)
     pending = floating_to_move(record, catalog.load())
@@ -108,7 +120,7 @@ def _publish_one(
     catalog.add([replace(record, notes=record.notes + note)], {spec.id: manifest})
     moved: list[str] = []
     try:
-        move_floating(client, approved, record, pending, events.info, moved, deadline)
+        move_floating(client, names, approved, record, pending, events.info, moved, deadline)
     except RunFailure as exc:
         left = [t for t in pending if t not in moved]
         catalog.add([replace(record, floating=tuple(moved), notes=record.notes + (f"floating tags not moved: {', '.join(left)} ({exc.message})",))], {})

@@ -67,7 +67,9 @@ class FakeApi:
     def remove_image(self, ref: str) -> None:
         if ref not in self.e.names:
             raise NotFound(ref)
-        del self.e.names[ref]
+        image = self.e.names.pop(ref)
+        if image not in self.e.names.values():
+            self.e.images.discard(image)  # like the engine: its last name gone, an unused image goes too
 
     # the registry
     def push(self, repository: str, tag: str, stream: bool, decode: bool) -> Iterator[dict[str, Any]]:

@@ -111,30 +111,49 @@ def registry_digest(client: Any, reference: str) -> str:
         raise RunFailure(f"the registry did not report a digest for {reference}: {' '.join(str(exc).split())[:200]}") from None
 
 
-def push_as(client: Any, image: str, repository: str, tag: str, log: Callable[[str], None], deadline: float | None = None) -> str:
-    """Push the image id `image` as repository:tag. The local name is only the engine's handle for
-    the push: afterwards (pushed, failed or interrupted) it names what it named before, nothing or
-    another image, unless someone moved it meanwhile (then it is theirs)."""
-    target = f"{repository}:{tag}"
-    before = engine.image_id(client, target)
-    client.api.tag(image, repository, tag=tag)
-    try:
-        return push.push_image(client, target, log=log, deadline=deadline)
-    finally:
-        if before != image and engine.image_id(client, target) == image:
+class PushNames:
+    """The local names publish gives the approved image id to push it (the engine pushes names, not
+    ids). They stay while the image is published: when a concurrent build has moved the build tag,
+    they are what keeps the tested image in the engine. `release` (always, in a finally) gives each
+    name back what it named before, nothing or another image, unless someone moved it meanwhile."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.made: list[tuple[str, str, str | None, str]] = []  # repository, tag, what it named before, our image
+
+    def give(self, image: str, repository: str, tag: str) -> str:
+        target = f"{repository}:{tag}"
+        before = engine.image_id(self.client, target)
+        self.client.api.tag(image, repository, tag=tag)
+        self.made.append((repository, tag, before, image))
+        return target
+
+    def release(self) -> None:
+        for repository, tag, before, image in reversed(self.made):
+            target = f"{repository}:{tag}"
+            if before == image or engine.image_id(self.client, target) != image:
+                continue  # it was ours already, or someone moved it meanwhile: theirs
             if before is None:
-                engine.remove_image_quietly(client, target)  # an untag: the image keeps its other names
+                engine.remove_image_quietly(self.client, target)
             else:
-                client.api.tag(before, repository, tag=tag)
+                self.client.api.tag(before, repository, tag=tag)
+        self.made.clear()
 
 
-def push_verified(client: Any, image: str, repository: str, tag: str, log: Callable[[str], None], deadline: float | None, expected: str | None = None) -> str:
+def push_as(client: Any, names: PushNames, image: str, repository: str, tag: str, log: Callable[[str], None], deadline: float | None = None) -> str:
+    """Push the image id `image` as repository:tag (its local name is released by `names`)."""
+    return push.push_image(client, names.give(image, repository, tag), log=log, deadline=deadline)
+
+
+def push_verified(
+    client: Any, names: PushNames, image: str, repository: str, tag: str, log: Callable[[str], None], deadline: float | None, expected: str | None = None
+) -> str:
     """push_as, then proof that the registry's repository:tag is the approved image (and, for a
     floating tag, the immutable tag's digest). A name moved between our tag and the engine's push
     sent another image: pushed once more from the id; still wrong, RunFailure naming what is there."""
     found = ""
     for _ in range(2):
-        pushed = push_as(client, image, repository, tag, log, deadline)
+        pushed = push_as(client, names, image, repository, tag, log, deadline)
         found = registry_digest(client, f"{repository}:{tag}")
         ours = f"{repository}@{found}" in (client.api.inspect_image(image).get("RepoDigests") or [])
         if found == pushed and ours and expected in (None, found):
@@ -174,10 +193,11 @@ def build_record(client: Any, spec: ImageSpec, image: str, result: dict[str, Any
 
 
 def push_immutable(
-    client: Any, spec: ImageSpec, image: str, result: dict[str, Any], repository: str, host: HostInfo, accepted: bool, log: Callable[[str], None], deadline: float | None = None
-) -> tuple[KnownGood, str]:
+    client: Any, names: PushNames, spec: ImageSpec, image: str, result: dict[str, Any], repository: str, host: HostInfo, accepted: bool,
+    log: Callable[[str], None], deadline: float | None = None,
+) -> tuple[KnownGood, str]:  # fmt: skip
     """Push the approved image id as repository:<id>; its record (no floating tags yet) and manifest."""
-    digest = push_verified(client, image, repository, spec.id, log, deadline)
+    digest = push_verified(client, names, image, repository, spec.id, log, deadline)
     record = build_record(client, spec, image, result, repository, digest, accepted)
     return record, read_manifest(client, spec, image, host, record.digest)
 
@@ -189,11 +209,13 @@ def floating_to_move(record: KnownGood, known: Sequence[KnownGood]) -> tuple[str
     return tuple(f"{repository}:{line}" for line in floating_tags(record.id) if newest_of_line(line, [*others, record]) is record)
 
 
-def move_floating(client: Any, image: str, record: KnownGood, tags: Sequence[str], log: Callable[[str], None], moved: list[str], deadline: float | None = None) -> None:
+def move_floating(
+    client: Any, names: PushNames, image: str, record: KnownGood, tags: Sequence[str], log: Callable[[str], None], moved: list[str], deadline: float | None = None
+) -> None:
     """Push each floating tag from the approved id, each proven to be the record's digest; `moved`
     gets each one as it lands, so a caller that is interrupted knows what the registry holds."""
     digest = record.digest.split("@", 1)[1]
     for full in tags:
         repository, _, line = full.rpartition(":")
-        push_verified(client, image, repository, line, log, deadline, expected=digest)
+        push_verified(client, names, image, repository, line, log, deadline, expected=digest)
         moved.append(full)
