@@ -189,8 +189,6 @@ def from_json(data: Any, where: str) -> SmokeResult:
     if not isinstance(failures, list) or not all(isinstance(f, str) for f in failures):
         raise _fail(where, "'failures' must be a list of text")
     diagnoses = _dicts(doc["diagnoses"], "diagnoses", where)
-    if not all(isinstance(v, str) for d in diagnoses for v in d.values()):
-        raise _fail(where, "'diagnoses' must hold text")
     seconds = doc["seconds"]
     if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not math.isfinite(seconds):
         raise _fail(where, "'seconds' must be a number")
@@ -202,7 +200,7 @@ def from_json(data: Any, where: str) -> SmokeResult:
         seconds=float(seconds),
         tests=tests,
         failures=tuple(failures),
-        diagnoses=tuple({str(k): str(v) for k, v in d.items()} for d in diagnoses),
+        diagnoses=tuple({str(k): v if isinstance(v, str) else str(v) for k, v in d.items()} for d in diagnoses),
         probe=_probe(doc["probe"], where),
         date=_str(doc, "date", where),
         cuda_checks=_dicts(doc["cuda_checks"], "cuda_checks", where),

@@ -348,3 +348,27 @@ def test_pull_of_a_deleted_digest_says_so_at_once(tmp_path: Path, fake: FakeEngi
     with pytest.raises(RunFailure, match=r"the registry has no such manifest \(deleted\?\)") as caught:
         deliver.pull(_pull_catalog(tmp_path), "torch=2.13", log=lambda line: None, wait_s=5)
     assert "is the registry up" not in str(caught.value) and len(fake.pulls) == 1 and time.monotonic() - started < 3
+
+
+def test_what_the_runner_judges_is_what_the_reader_accepts(tmp_path: Path, spec: Any) -> None:
+    """The writer's side: a run's own result (failed, with a probe and a diagnosis) reads back equal."""
+    from builder.smoke.args import GpuAccess
+    from builder.smoke.runner import Workdir, judge
+
+    work = Workdir(tmp_path / spec.id)
+    work.path.mkdir()
+    work.junit.write_text(
+        '<testsuite tests="3" failures="0" errors="1" skipped="0"><testcase name="test_probe"><error message="boom"/></testcase></testsuite>'
+    )
+    probe = {"frameworks": {"torch": {"status": "failed", "reason": "no", "diagnosis": {"cause": "c", "fix": "f"}, "offline": [{"name": "x", "ok": False}]}}}
+    work.probe_out.write_text(json.dumps(probe))
+    result = judge(spec, GpuAccess(False, "cpu image: no GPU needed"), 1, "", work, time.monotonic(), "2026-12-01T10:00:00Z")
+    assert (result.verdict, result.returncode, result.vendor) == ("failed", 1, "cpu")
+    results.write(tmp_path, result)
+    assert results.load(tmp_path, spec.id) == result
+
+
+def test_catalog_verify_names_a_deleted_digest(tmp_path: Path, fake: FakeEngine) -> None:
+    catalog = _pull_catalog(tmp_path)
+    (checked,) = deliver.verify(catalog, catalog.load())
+    assert not checked.ok and checked.detail.startswith("the registry has no such manifest (deleted?)")
