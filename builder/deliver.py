@@ -27,7 +27,7 @@ from builder.engine.failures import is_network_failure
 from builder.errors import RunFailure, UserError
 from builder.host import facts as hostinfo
 from builder.publish import gate
-from builder.publish.publisher import PushNames, check_repository, floating_to_move, move_floating, push_immutable
+from builder.publish.publisher import PushNames, check_repository, floating_to_move, move_floating, push_immutable, read_local
 from builder.publish.tags import floating_tags
 from builder.records import ImageSpec
 from builder.smoke.args import docker_run_line
@@ -112,7 +112,8 @@ def _push_and_record(
 ) -> Published:  # fmt: skip
     assert decision.result is not None
     try:
-        record, manifest = push_immutable(client, names, spec, approved, decision.result, repository, host, options.accept_gpu_skipped, events.info, deadline)
+        local = read_local(client, spec, approved, host)  # before any push: nothing after it can fail but the catalog write
+        record, manifest = push_immutable(client, names, spec, approved, local, decision.result, repository, options.accept_gpu_skipped, events.info, deadline)
     except RunFailure as exc:
         return Published(spec.id, "failed", exc.message)
     pending = floating_to_move(record, catalog.load())

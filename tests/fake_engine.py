@@ -34,7 +34,7 @@ class FakeContainer:
     def start(self) -> None: ...
 
     def wait(self, timeout: int) -> dict[str, int]:
-        return {"StatusCode": 0}
+        return {"StatusCode": self.engine.manifest_status}
 
     def logs(self, stdout: bool, stderr: bool) -> bytes:
         image = self.engine.resolve(self.kwargs["image"])
@@ -124,6 +124,7 @@ class FakeEngine:
         self.before_push: Callable[[str], None] = lambda name: None
         self.fail_push: Callable[[str], str | None] = lambda name: None
         self.stall = False
+        self.manifest_status = 0  # the exit code of a manifest container
         self.pull_fault: Exception | None = None
         self.api = FakeApi(self)
         self.containers = FakeContainers(self)

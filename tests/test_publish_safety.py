@@ -372,3 +372,12 @@ def test_catalog_verify_names_a_deleted_digest(tmp_path: Path, fake: FakeEngine)
     catalog = _pull_catalog(tmp_path)
     (checked,) = deliver.verify(catalog, catalog.load())
     assert not checked.ok and checked.detail.startswith("the registry has no such manifest (deleted?)")
+
+
+def test_a_manifest_that_cannot_be_read_stops_publish_before_any_push(tmp_path: Path, spec: Any, fake: FakeEngine) -> None:
+    """Everything the record needs from the engine is read first: no immutable tag without its record."""
+    bound_result(tmp_path, spec)
+    fake.manifest_status = 1
+    (outcome,), catalog = run_publish(tmp_path, spec)
+    assert outcome.status == "failed" and "reading the package manifest" in outcome.reason
+    assert fake.registry == {} and fake.pushes == [] and not catalog.file.exists()

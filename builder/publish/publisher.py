@@ -14,8 +14,11 @@ import hashlib
 import importlib.metadata
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+
+from docker.errors import NotFound  # type: ignore[import-untyped]
 
 from builder.catalog.records import KnownGood
 from builder.engine import client as engine
@@ -74,7 +77,10 @@ def measured(spec: ImageSpec, result: dict[str, Any]) -> dict[str, Any]:
 
 
 def base_identity(client: Any, spec: ImageSpec) -> dict[str, Any]:
-    info = client.api.inspect_image(spec.base.from_ref)
+    try:
+        info = client.api.inspect_image(spec.base.from_ref)
+    except NotFound:
+        raise RunFailure(f"its base image {spec.base.from_ref} is no longer in the engine, so the record cannot name it; build it again") from None
     digests = [d for d in info.get("RepoDigests") or [] if "@sha256:" in d]
     return {"name": spec.base.name, "ref": spec.base.from_ref, "id": str(info["Id"]), "digest": digests[0] if digests else None}
 
@@ -83,7 +89,7 @@ def lock_sha256(spec: ImageSpec) -> str | None:
     return hashlib.sha256(spec.lock.text.encode()).hexdigest() if spec.lock else None
 
 
-def read_manifest(client: Any, spec: ImageSpec, image: str, host: HostInfo, digest: str) -> str:
+def read_manifest(client: Any, spec: ImageSpec, image: str, host: HostInfo) -> str:
     """pip freeze, the dpkg list and the key environment, read in a locked-down container of the
     approved image id (a tool-labelled container, so a killed run's one is swept later)."""
     kwargs = run_kwargs(spec, gpu_access(spec, "off", host), host, 120)
@@ -100,7 +106,7 @@ def read_manifest(client: Any, spec: ImageSpec, image: str, host: HostInfo, dige
         if section == "## environment" and not line.startswith("## ") and not MANIFEST_ENV.match(line):
             continue
         lines.append(line)
-    return f"# {spec.id}\n# {digest}\n" + "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n"
 
 
 def registry_digest(client: Any, reference: str) -> str:
@@ -162,9 +168,24 @@ def push_verified(
     raise RunFailure(f"{repository}:{tag} points at {found} in the registry, not {want}: its local name was moved during the push (a concurrent build or docker tag?); publish again")
 
 
-def build_record(client: Any, spec: ImageSpec, image: str, result: dict[str, Any], repository: str, digest: str, accepted: bool) -> KnownGood:
+@dataclass(frozen=True)
+class Local:
+    """What the record needs from the engine, read before anything is pushed: after the immutable
+    push only the catalog write remains, so a push is never left without its record by a manifest
+    container or a base image that fails."""
+
+    manifest: str  # pip freeze, dpkg list, environment (without the digest header)
+    base: dict[str, Any]
+    size_mb: float
+
+
+def read_local(client: Any, spec: ImageSpec, image: str, host: HostInfo) -> Local:
+    size = int(client.api.inspect_image(image).get("Size") or 0)
+    return Local(read_manifest(client, spec, image, host), base_identity(client, spec), round(size / 1e6, 1))
+
+
+def build_record(spec: ImageSpec, local: Local, result: dict[str, Any], repository: str, digest: str, accepted: bool) -> KnownGood:
     facts = measured(spec, result)
-    info = client.api.inspect_image(image)
     return KnownGood(
         id=spec.id,
         tag=f"{repository}:{spec.id}",
@@ -173,7 +194,7 @@ def build_record(client: Any, spec: ImageSpec, image: str, result: dict[str, Any
         content_hash=spec.content_hash,
         stack=spec.stack,
         os=spec.base.os,
-        base=base_identity(client, spec),
+        base=local.base,
         lock_sha256=lock_sha256(spec),
         frameworks=facts["frameworks"],
         accelerator=facts["accelerator"],
@@ -186,20 +207,20 @@ def build_record(client: Any, spec: ImageSpec, image: str, result: dict[str, Any
         tested=str(result.get("date") or ""),
         published=now(),
         builder_version=builder_version(),
-        size_mb=round(int(info.get("Size") or 0) / 1e6, 1),
+        size_mb=local.size_mb,
         manifest=f"manifests/{spec.id}.txt",
         notes=tuple(note for i in spec.installs for note in i.notes) + (("published without a GPU run: its verdict is gpu-skipped",) if result["verdict"] == "gpu-skipped" else ()),
     )
 
 
 def push_immutable(
-    client: Any, names: PushNames, spec: ImageSpec, image: str, result: dict[str, Any], repository: str, host: HostInfo, accepted: bool,
+    client: Any, names: PushNames, spec: ImageSpec, image: str, local: Local, result: dict[str, Any], repository: str, accepted: bool,
     log: Callable[[str], None], deadline: float | None = None,
 ) -> tuple[KnownGood, str]:  # fmt: skip
     """Push the approved image id as repository:<id>; its record (no floating tags yet) and manifest."""
     digest = push_verified(client, names, image, repository, spec.id, log, deadline)
-    record = build_record(client, spec, image, result, repository, digest, accepted)
-    return record, read_manifest(client, spec, image, host, record.digest)
+    record = build_record(spec, local, result, repository, digest, accepted)
+    return record, f"# {spec.id}\n# {record.digest}\n{local.manifest}"
 
 
 def floating_to_move(record: KnownGood, known: Sequence[KnownGood]) -> tuple[str, ...]:
