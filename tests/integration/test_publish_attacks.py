@@ -228,3 +228,24 @@ def test_a_stalled_upload_fails_at_the_deadline_in_one_line_and_later_pushes_go_
         started = time.monotonic()
         digest = push.push_image(docker_client, f"{after}:x", log=lambda line: None, deadline=60)
         assert registry_digest(f"{name}-after", "x") == digest and time.monotonic() - started < 60
+
+
+KILLED = """
+import sys, time
+from builder.engine import client as e
+c = e.connect()
+with e.tracked_container(c, image=sys.argv[1], command=["sleep", "600"], labels={"io.builder.image-id": "manifest"}) as box:
+    print(box.id, flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_sigkilled_publishs_manifest_container_is_removed_by_the_next_publish(workspace: Any, images: dict[str, str], docker_client: Any) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", KILLED, images["tested"]], cwd=ROOT, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.stdout is not None
+    container = proc.stdout.readline().strip()
+    proc.kill()  # SIGKILL: no finally, no atexit
+    proc.wait(30)
+    assert docker_client.api.inspect_container(container)["Id"] == container, "the killed run left its container"
+    deliver.publish(workspace, [], deliver.PublishOptions(registry=f"127.0.0.1:5000/h5a-sweep-{RUN}"), workspace.catalog, Events())
+    assert not docker_client.api.containers(all=True, filters={"id": container}), "the next publish removed it"
