@@ -373,16 +373,19 @@ catalog_option = click.option("--catalog", "catalog_dir", metavar="DIR", help="t
 @click.option("--registry", metavar="REPO", help="repository to push to, e.g. 127.0.0.1:5000/gpu-images (default: matrix.yaml's registry)")
 @click.option("--dry-run", is_flag=True, help="say what would be pushed and recorded; push and write nothing")
 @click.option("--accept-gpu-skipped", is_flag=True, help="also publish CUDA/ROCm images tested without a GPU (the record says so)")
+@click.option("--push-timeout", "push_timeout", type=click.FloatRange(min=1, max=1e6), metavar="SECONDS", help="a push that has not finished by then is cancelled (default: $BUILDER_PUSH_DEADLINE_S or 3600)")
 @catalog_option
 @click.pass_obj
 @user_errors
-def publish(ws: Workspace, select_expr: str | None, registry: str | None, dry_run: bool, accept_gpu_skipped: bool, catalog_dir: str | None) -> None:
+def publish(
+    ws: Workspace, select_expr: str | None, registry: str | None, dry_run: bool, accept_gpu_skipped: bool, push_timeout: float | None, catalog_dir: str | None
+) -> None:
     """Push images whose smoke tests passed for their current build; record them as known-good."""
     from builder import deliver
     from builder.ui.catalog import PublishLines, print_publish_summary
 
     catalog = deliver.catalog_of(ws, catalog_dir)
-    options = deliver.PublishOptions(registry=registry, dry_run=dry_run, accept_gpu_skipped=accept_gpu_skipped)
+    options = deliver.PublishOptions(registry=registry, dry_run=dry_run, accept_gpu_skipped=accept_gpu_skipped, push_deadline_s=push_timeout)
     outcomes = deliver.publish(ws, ws.selected(select_expr, use_default=True), options, catalog, PublishLines(err))
     print_publish_summary(out, outcomes)
     published = [o for o in outcomes if o.status == "published"]
@@ -400,7 +403,11 @@ def pull(ws: Workspace, query: tuple[str, ...], catalog_dir: str | None) -> None
     """Pull the newest known-good image matching QUERY (e.g. torch=2.14 cuda=13 python=3.11) by digest."""
     from builder import deliver
 
-    pulled = deliver.pull(deliver.catalog_of(ws, catalog_dir, must_exist=True), " ".join(query), log=lambda line: None)
+    try:
+        build_repository: str | None = ws.matrix.registry  # builder build's names here: pull never moves them
+    except UserError:
+        build_repository = None  # no matrix beside the catalog: no build names to keep
+    pulled = deliver.pull(deliver.catalog_of(ws, catalog_dir, must_exist=True), " ".join(query), log=lambda line: None, build_repository=build_repository)
     click.echo(plain(f"pulled {pulled.record.digest} ({pulled.record.id}, verified)"), err=True)
     if pulled.note:
         click.echo(pulled.note, err=True)

@@ -4,11 +4,12 @@ image tested without a GPU, `gpu-skipped`, only when the caller accepts that; th
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from builder import results
+from builder.errors import UserError
 from builder.records import ImageSpec
 
 
@@ -21,14 +22,13 @@ class Decision:
 
 
 def read_result(results_dir: Path, image_id: str) -> dict[str, Any] | None:
-    path = results_dir / f"{image_id}.json"
-    if not path.exists():
-        return None
+    """For readers that only show a result (report, nightly): one this tool cannot vouch for counts
+    as none. Publish uses `results.load` itself, to say why it refuses."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        found = results.load(results_dir, image_id)
+    except UserError:
         return None
-    return data if isinstance(data, dict) else None
+    return found.to_json() if found else None
 
 
 def decide(spec: ImageSpec, result: dict[str, Any] | None, image_id: str | None, accept_gpu_skipped: bool) -> Decision:

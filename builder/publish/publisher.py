@@ -1,6 +1,12 @@
 """Push a tested image and build its known-good record: the immutable tag and the floating tags
 of its line, the digest as the registry reports it, the package manifest read from the image,
-and what the smoke tests measured inside it."""
+and what the smoke tests measured inside it.
+
+Everything here acts on the image id the gate approved, never on a name: a name (the build tag, a
+push tag) can be moved by a concurrent `builder build --force` or a `docker tag` at any moment, and
+the image behind it then is not the one that was tested. Every pushed tag is checked against the
+registry: its digest must be the approved image's (the engine lists it among that image's
+RepoDigests) and every floating tag's digest must be the immutable tag's."""
 
 from __future__ import annotations
 
@@ -8,9 +14,11 @@ import hashlib
 import importlib.metadata
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+
+from docker.errors import NotFound  # type: ignore[import-untyped]
 
 from builder.catalog.records import KnownGood
 from builder.engine import client as engine
@@ -69,7 +77,10 @@ def measured(spec: ImageSpec, result: dict[str, Any]) -> dict[str, Any]:
 
 
 def base_identity(client: Any, spec: ImageSpec) -> dict[str, Any]:
-    info = client.api.inspect_image(spec.base.from_ref)
+    try:
+        info = client.api.inspect_image(spec.base.from_ref)
+    except NotFound:
+        raise RunFailure(f"its base image {spec.base.from_ref} is no longer in the engine, so the record cannot name it; build it again") from None
     digests = [d for d in info.get("RepoDigests") or [] if "@sha256:" in d]
     return {"name": spec.base.name, "ref": spec.base.from_ref, "id": str(info["Id"]), "digest": digests[0] if digests else None}
 
@@ -78,10 +89,11 @@ def lock_sha256(spec: ImageSpec) -> str | None:
     return hashlib.sha256(spec.lock.text.encode()).hexdigest() if spec.lock else None
 
 
-def read_manifest(client: Any, spec: ImageSpec, host: HostInfo, digest: str) -> str:
-    """pip freeze, the dpkg list and the key environment, read in a locked-down container."""
+def read_manifest(client: Any, spec: ImageSpec, image: str, host: HostInfo) -> str:
+    """pip freeze, the dpkg list and the key environment, read in a locked-down container of the
+    approved image id (a tool-labelled container, so a killed run's one is swept later)."""
     kwargs = run_kwargs(spec, gpu_access(spec, "off", host), host, 120)
-    kwargs.update(command=["timeout", "-s", "KILL", "120", "sh", "-c", MANIFEST_SCRIPT], detach=True)
+    kwargs.update(image=image, command=["timeout", "-s", "KILL", "120", "sh", "-c", MANIFEST_SCRIPT], detach=True)
     with engine.tracked_container(client, **kwargs) as container:
         container.start()
         status = container.wait(timeout=180)
@@ -94,7 +106,7 @@ def read_manifest(client: Any, spec: ImageSpec, host: HostInfo, digest: str) -> 
         if section == "## environment" and not line.startswith("## ") and not MANIFEST_ENV.match(line):
             continue
         lines.append(line)
-    return f"# {spec.id}\n# {digest}\n" + "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n"
 
 
 def registry_digest(client: Any, reference: str) -> str:
@@ -105,35 +117,76 @@ def registry_digest(client: Any, reference: str) -> str:
         raise RunFailure(f"the registry did not report a digest for {reference}: {' '.join(str(exc).split())[:200]}") from None
 
 
-def push_as(client: Any, spec: ImageSpec, repository: str, tag: str, log: Callable[[str], None]) -> str:
-    """Tag spec's image as repository:tag and push it. A push that fails takes its tag back: the
-    engine keeps no tag for an image the registry never got (a tag that named another image
-    before names it again)."""
-    target = f"{repository}:{tag}"
-    before = engine.image_id(client, target)
-    client.api.tag(spec.tag, repository, tag=tag)
-    try:
-        return push.push_image(client, target, log=log)
-    except BaseException:
-        if before is None:
-            engine.remove_image_quietly(client, target)  # an untag: the image stays under spec.tag
-        else:
-            client.api.tag(before, repository, tag=tag)
-        raise
+class PushNames:
+    """The local names publish gives the approved image id to push it (the engine pushes names, not
+    ids). They stay while the image is published: when a concurrent build has moved the build tag,
+    they are what keeps the tested image in the engine. `release` (always, in a finally) gives each
+    name back what it named before, nothing or another image, unless someone moved it meanwhile."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.made: list[tuple[str, str, str | None, str]] = []  # repository, tag, what it named before, our image
+
+    def give(self, image: str, repository: str, tag: str) -> str:
+        target = f"{repository}:{tag}"
+        before = engine.image_id(self.client, target)
+        self.client.api.tag(image, repository, tag=tag)
+        self.made.append((repository, tag, before, image))
+        return target
+
+    def release(self) -> None:
+        for repository, tag, before, image in reversed(self.made):
+            target = f"{repository}:{tag}"
+            if before == image or engine.image_id(self.client, target) != image:
+                continue  # it was ours already, or someone moved it meanwhile: theirs
+            if before is None:
+                engine.remove_image_quietly(self.client, target)
+            else:
+                self.client.api.tag(before, repository, tag=tag)
+        self.made.clear()
 
 
-def publish_one(
-    client: Any, spec: ImageSpec, result: dict[str, Any], repository: str, known: Sequence[KnownGood], host: HostInfo, accepted: bool, log: Callable[[str], None]
-) -> tuple[KnownGood, str]:
-    """Push spec's image as repository:<id>, move the floating tags this image is the newest of,
-    and return its record and manifest. Raises RunFailure (nothing recorded) on any failure."""
-    pushed = push_as(client, spec, repository, spec.id, log)
-    digest = registry_digest(client, f"{repository}:{spec.id}")
-    if digest != pushed:
-        raise RunFailure(f"push of {repository}:{spec.id} reported {pushed} but the registry reports {digest}")
+def push_as(client: Any, names: PushNames, image: str, repository: str, tag: str, log: Callable[[str], None], deadline: float | None = None) -> str:
+    """Push the image id `image` as repository:tag (its local name is released by `names`)."""
+    return push.push_image(client, names.give(image, repository, tag), log=log, deadline=deadline)
+
+
+def push_verified(
+    client: Any, names: PushNames, image: str, repository: str, tag: str, log: Callable[[str], None], deadline: float | None, expected: str | None = None
+) -> str:
+    """push_as, then proof that the registry's repository:tag is the approved image (and, for a
+    floating tag, the immutable tag's digest). A name moved between our tag and the engine's push
+    sent another image: pushed once more from the id; still wrong, RunFailure naming what is there."""
+    found = ""
+    for _ in range(2):
+        pushed = push_as(client, names, image, repository, tag, log, deadline)
+        found = registry_digest(client, f"{repository}:{tag}")
+        ours = f"{repository}@{found}" in (client.api.inspect_image(image).get("RepoDigests") or [])
+        if found == pushed and ours and expected in (None, found):
+            return found
+    want = expected or f"the digest of the tested image {image[:19]}"
+    raise RunFailure(f"{repository}:{tag} points at {found} in the registry, not {want}: its local name was moved during the push (a concurrent build or docker tag?); publish again")
+
+
+@dataclass(frozen=True)
+class Local:
+    """What the record needs from the engine, read before anything is pushed: after the immutable
+    push only the catalog write remains, so a push is never left without its record by a manifest
+    container or a base image that fails."""
+
+    manifest: str  # pip freeze, dpkg list, environment (without the digest header)
+    base: dict[str, Any]
+    size_mb: float
+
+
+def read_local(client: Any, spec: ImageSpec, image: str, host: HostInfo) -> Local:
+    size = int(client.api.inspect_image(image).get("Size") or 0)
+    return Local(read_manifest(client, spec, image, host), base_identity(client, spec), round(size / 1e6, 1))
+
+
+def build_record(spec: ImageSpec, local: Local, result: dict[str, Any], repository: str, digest: str, accepted: bool) -> KnownGood:
     facts = measured(spec, result)
-    info = client.api.inspect_image(spec.tag)
-    record = KnownGood(
+    return KnownGood(
         id=spec.id,
         tag=f"{repository}:{spec.id}",
         digest=f"{repository}@{digest}",
@@ -141,7 +194,7 @@ def publish_one(
         content_hash=spec.content_hash,
         stack=spec.stack,
         os=spec.base.os,
-        base=base_identity(client, spec),
+        base=local.base,
         lock_sha256=lock_sha256(spec),
         frameworks=facts["frameworks"],
         accelerator=facts["accelerator"],
@@ -154,15 +207,36 @@ def publish_one(
         tested=str(result.get("date") or ""),
         published=now(),
         builder_version=builder_version(),
-        size_mb=round(int(info.get("Size") or 0) / 1e6, 1),
+        size_mb=local.size_mb,
         manifest=f"manifests/{spec.id}.txt",
         notes=tuple(note for i in spec.installs for note in i.notes) + (("published without a GPU run: its verdict is gpu-skipped",) if result["verdict"] == "gpu-skipped" else ()),
     )
-    moved = []
-    others = [r for r in known if r.id != spec.id]
-    for line in floating_tags(spec.id):
-        if newest_of_line(line, [*others, record]) is record:
-            push_as(client, spec, repository, line, log)
-            moved.append(f"{repository}:{line}")
-    record = replace(record, floating=tuple(moved))
-    return record, read_manifest(client, spec, host, record.digest)
+
+
+def push_immutable(
+    client: Any, names: PushNames, spec: ImageSpec, image: str, local: Local, result: dict[str, Any], repository: str, accepted: bool,
+    log: Callable[[str], None], deadline: float | None = None,
+) -> tuple[KnownGood, str]:  # fmt: skip
+    """Push the approved image id as repository:<id>; its record (no floating tags yet) and manifest."""
+    digest = push_verified(client, names, image, repository, spec.id, log, deadline)
+    record = build_record(spec, local, result, repository, digest, accepted)
+    return record, f"# {spec.id}\n# {record.digest}\n{local.manifest}"
+
+
+def floating_to_move(record: KnownGood, known: Sequence[KnownGood]) -> tuple[str, ...]:
+    """The floating tags (full names) this record is the newest of, given the other records."""
+    others = [r for r in known if r.id != record.id]
+    repository = record.repository
+    return tuple(f"{repository}:{line}" for line in floating_tags(record.id) if newest_of_line(line, [*others, record]) is record)
+
+
+def move_floating(
+    client: Any, names: PushNames, image: str, record: KnownGood, tags: Sequence[str], log: Callable[[str], None], moved: list[str], deadline: float | None = None
+) -> None:
+    """Push each floating tag from the approved id, each proven to be the record's digest; `moved`
+    gets each one as it lands, so a caller that is interrupted knows what the registry holds."""
+    digest = record.digest.split("@", 1)[1]
+    for full in tags:
+        repository, _, line = full.rpartition(":")
+        push_verified(client, names, image, repository, line, log, deadline, expected=digest)
+        moved.append(full)

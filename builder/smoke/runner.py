@@ -13,45 +13,23 @@ import sys
 import time
 import xml.etree.ElementTree as ET
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from builder import results
 from builder.engine import client as engine
 from builder.host.diagnose import diagnose_text
 from builder.host.facts import HostInfo
 from builder.records import ImageSpec
 from builder.render.labels import HASH_LABEL
+from builder.results import SmokeResult as SmokeResult  # re-exported: app, ui and tests import it from here
+from builder.results import verdict_of as verdict_of
 from builder.smoke.args import GpuAccess, gpu_access, run_kwargs
 from builder.spec.plan import image_entry
 
 CHECKS_DIR = Path(__file__).resolve().parent / "checks"
-
-
-@dataclass(frozen=True)
-class SmokeResult:
-    id: str
-    tag: str
-    verdict: str  # passed | gpu-skipped | failed | not-built
-    gpu: dict[str, Any]
-    seconds: float
-    tests: dict[str, int] = field(default_factory=dict)
-    failures: tuple[str, ...] = ()
-    diagnoses: tuple[dict[str, str], ...] = ()
-    probe: dict[str, Any] | None = None
-    date: str = ""
-    cuda_checks: tuple[dict[str, Any], ...] = ()  # the CUDA checks that ran without a GPU, each with ok
-    content_hash: str = ""  # the io.builder.content-hash label of the image that was tested
-    image_id: str = ""  # the engine's id of that image: publish refuses one that changed since
-    host: dict[str, Any] = field(default_factory=dict)  # where it ran: GPU model and driver, or "no GPU"
-
-    @property
-    def cuda_checks_passed(self) -> int:
-        return sum(bool(c.get("ok")) for c in self.cuda_checks)
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _junit_counts(path: Path) -> tuple[dict[str, int], list[str]]:
@@ -69,15 +47,6 @@ def _junit_counts(path: Path) -> tuple[dict[str, int], list[str]]:
                 message = (bad.get("message") or "").splitlines()[0:1]
                 failures.append(f"{case.get('name')}: {message[0] if message else 'failed'}"[:400])
     return counts, failures
-
-
-def verdict_of(returncode: int, counts: dict[str, int], attached: bool, vendor: str) -> str:
-    ran = counts.get("tests", 0) - counts.get("skipped", 0)
-    if returncode != 0 or counts.get("failures") or counts.get("errors") or ran <= 0:
-        return "failed"  # nothing checked is not a pass
-    if vendor != "cpu" and not attached:
-        return "gpu-skipped"
-    return "passed"
 
 
 def _diagnoses(probe: dict[str, Any] | None, failures: list[str]) -> list[dict[str, str]]:
@@ -222,6 +191,8 @@ def judge(spec: ImageSpec, access: GpuAccess, returncode: int, output: str, work
         probe=probe,
         date=stamp,
         cuda_checks=tuple(cuda_checks(probe)),
+        returncode=returncode,
+        vendor=spec.base.vendor,
     )
 
 
@@ -254,7 +225,7 @@ def smoke_one(client: Any, spec: ImageSpec, host: HostInfo, mode: str, timeout_s
         image_id=str(tested["Id"]),
         host=host_record(host),
     )
-    (results_dir / f"{spec.id}.json").write_text(json.dumps(result.to_json(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    results.write(results_dir, result)  # bound to this run: publish refuses a file edited after it
     return result
 
 

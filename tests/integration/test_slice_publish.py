@@ -16,11 +16,13 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from builder import results as stored
 from builder.engine import client as engine
 from builder.workspace import Workspace
 
@@ -103,7 +105,8 @@ def test_pull_by_query_gets_the_same_digest_back(published: tuple[Path, Any], do
     catalog, _ = published
     torch = next(s for s in SLICE if s.stack == "torch")
     record = _records(catalog)[torch.id]
-    docker_client.api.remove_image(record["tag"])  # only the publish tag; the pull must bring it back by digest
+    assert engine.image_id(docker_client, record["tag"]) is None, "publish leaves no push name in the engine"
+    engine.remove_image_quietly(docker_client, record["tag"])  # the pull must bring the name back by digest
     version = ".".join(torch.versions["torch"].split(".")[:2])
     done = builder("pull", f"torch={version}", "python=3.11", "--catalog", str(catalog))
     assert done.returncode == 0, done.stderr
@@ -140,16 +143,23 @@ def test_verify_reports_a_digest_the_registry_no_longer_has(published: tuple[Pat
 def test_untested_and_failed_images_are_refused(published: tuple[Path, Any], tmp_path: Path) -> None:
     numba = next(s for s in SLICE if s.stack == "numba")
     results = ROOT / "build" / "results" / f"{numba.id}.json"
-    saved = results.read_text()
+    index = results.parent / stored.INDEX
+    saved, saved_index = results.read_text(), index.read_text()
     try:
         results.unlink()
         done = builder("publish", "--select", f"id={numba.id}", "--registry", REPOSITORY, "--catalog", str(tmp_path))
         assert done.returncode == 1 and "never tested" in done.stdout
-        results.write_text(json.dumps({**json.loads(saved), "verdict": "failed", "failures": ["test_pip_check_is_clean: boom"]}))
+        passed = stored.from_json(json.loads(saved), str(results))
+        failed = replace(passed, verdict="failed", returncode=1, tests={**passed.tests, "failures": 1}, failures=("test_pip_check_is_clean: boom",))
+        stored.write(results.parent, failed)  # as a test run that failed writes it
         done = builder("publish", "--select", f"id={numba.id}", "--registry", REPOSITORY, "--catalog", str(tmp_path))
         assert done.returncode == 1 and "its smoke tests failed" in done.stdout
+        results.write_text(results.read_text().replace('"verdict": "failed"', '"verdict": "passed"'))  # hand-edited
+        done = builder("publish", "--select", f"id={numba.id}", "--registry", REPOSITORY, "--catalog", str(tmp_path))
+        assert done.returncode == 1 and "changed since the test run wrote it" in " ".join(done.stderr.split()), done.stderr
     finally:
         results.write_text(saved)
+        index.write_text(saved_index)
     assert not (tmp_path / "known-good.json").exists(), "nothing refused is recorded"
     done = builder("build", "--push")
     assert done.returncode == 2 and "--push is gone" in done.stderr and "builder publish" in done.stderr
