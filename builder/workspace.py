@@ -16,6 +16,7 @@ from builder.errors import UserError
 from builder.lock.files import LOCK_NAME, parse
 from builder.records import ImageSpec, Lock, Matrix, Plan
 from builder.render.context import Files, content_hash, contexts
+from builder.render.swap import recover
 from builder.render.tree import expected_tree
 from builder.spec.matrix import load_matrix
 from builder.spec.plan import make_plan
@@ -62,6 +63,7 @@ class Workspace:
         (images/<id>/requirements.lock, as `builder lock` wrote it) and, when matrix.yaml lets it
         build without one, the reason."""
         plan = make_plan(self.matrix)
+        recover(self.images_dir)  # a render killed mid-swap: its previous tree (and locks) back before they are read
         policy = [(parse_select(expr), reason) for expr, reason, _ in self.matrix.unlocked]
         overrides = dict(self.lock_overrides)
         images = tuple(
