@@ -19,6 +19,7 @@ from builder.compat.facts import table
 from builder.engine import settings as build_settings
 from builder.engine import staging
 from builder.engine.settings import BuildSettings
+from builder.lock import children
 from builder.lock.files import drift, lock_text, parse
 from builder.lock.resolve import LockFailed, resolve, sources, uv_binary
 from builder.lock.target import lock_state, target_for
@@ -91,7 +92,7 @@ def lock_images(ws: Workspace, specs: Sequence[ImageSpec], options: LockOptions,
             todo.append(spec)
     new: dict[str, Lock] = {}
     failed = False
-    with ThreadPoolExecutor(max_workers=max(1, min(options.jobs, MAX_JOBS))) as pool:
+    with ThreadPoolExecutor(max_workers=max(1, min(options.jobs, MAX_JOBS))) as pool, children.stopped_on_exit():
         futures = {spec.id: pool.submit(_lock_one, spec, chosen, cache, uv, options.upgrade) for spec in todo}
         for spec in todo:
             future = futures[spec.id]
