@@ -55,6 +55,7 @@ HOSTILE = {
     "repeat": ("{{ 'x' * 10**9 }}\n", ["Dockerfile.j2:1:", "too big"]),
     "power": ("{{ 10 ** (10 ** 10) }}\n", ["Dockerfile.j2:1:", "too big"]),
     "doubling": ('{% set ns = namespace(s="x") %}{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}{% endfor %}\n', ["too big"]),
+    "concat doubling": ('{% set ns = namespace(s="x") %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}\n', ["'~'", "too big"]),
     "output": ("{{ 'x' | center(50000000) }}\n", ["larger than 4 MiB"]),
     "private": ("{{ spec.__class__.__init__.__globals__ }}\n", ["Dockerfile.j2:1:", "unsafe"]),
     "missing include": ('{% include "nowhere.j2" %}\n', ["Dockerfile.j2:1:", "nowhere.j2"]),

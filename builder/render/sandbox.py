@@ -5,7 +5,7 @@ What a template may do is bounded: it is read only from inside its templates fol
 leads out of it is refused: templates/ beside the matrix override the shipped ones, and a link to
 ~/.ssh/id_rsa would otherwise end up in every Dockerfile), as a bounded UTF-8 regular file
 (fsio.read_text); it runs in jinja2's sandbox (no private attributes, `range` at most 100000
-items), with `*`, `**` and `+` refused when their result would be huge; its output is bounded in
+items), with `*`, `**`, `+` and `~` refused when their result would be huge; its output is bounded in
 size, and rendering it in time.
 """
 
@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+from jinja2 import nodes
+from jinja2.compiler import CodeGenerator, Frame
 from jinja2.loaders import split_template_path
 from jinja2.sandbox import SandboxedEnvironment
 
@@ -76,10 +78,28 @@ def override_folder(folder: Path) -> Path | None:
     return folder
 
 
+class _Codegen(CodeGenerator):
+    """`a ~ b` through Sandbox.concat (jinja2 joins it inline, where no sandbox hook sees it)."""
+
+    def visit_Concat(self, node: nodes.Concat, frame: Frame) -> None:
+        self.write("environment.concat((")
+        for arg in node.nodes:
+            self.visit(arg, frame)
+            self.write(", ")
+        self.write("))")
+
+
 class Sandbox(SandboxedEnvironment):
     """jinja2's sandbox, with the operators that can build a huge value bounded."""
 
     intercepted_binops = frozenset({"*", "**", "+"})  # also keeps them from being folded at compile time
+    code_generator_class = _Codegen
+
+    def concat(self, values: Iterable[Any]) -> str:
+        pieces = [str(value) for value in values]
+        if sum(map(len, pieces)) > MAX_ITEMS:
+            raise jinja2.exceptions.SecurityError("the result of '~' would be too big for a template")
+        return "".join(pieces)
 
     def call_binop(self, context: jinja2.runtime.Context, operator: str, left: Any, right: Any) -> Any:
         if _too_big(operator, left, right):
