@@ -302,3 +302,25 @@ def test_a_runaway_template_is_stopped_in_one_line(tmp_path: Path) -> None:
     assert stderr.strip().splitlines() == [stderr.strip()] and "did not finish within 2 s" in stderr
     assert f"{root}/templates/Dockerfile.j2" in stderr
     assert not (root / "images").exists()
+
+
+def test_a_lock_written_while_a_render_ran_is_not_dropped(tmp_path: Path) -> None:
+    """render computes the tree, `builder lock` writes a new lock meanwhile, render swaps its tree in:
+    it must stop rather than exit 0 with the image unlocked."""
+    from builder.errors import UserError
+    from builder.lock.files import parse
+    from builder.render.tree import write_tree
+    from builder.workspace import Workspace
+
+    (tmp_path / "matrix.yaml").write_text(MATRIX, encoding="utf-8")
+    ws = Workspace(tmp_path / "matrix.yaml")
+    write_tree(ws.images_dir, ws.rendered_tree())
+    computed = Workspace(tmp_path / "matrix.yaml").rendered_tree()  # render: the tree without a lock
+    lock = parse(LOCK)
+    assert lock is not None
+    locked = Workspace(tmp_path / "matrix.yaml").with_locks({IMAGE: lock})
+    write_tree(ws.images_dir, locked.rendered_tree())  # `builder lock` finishes first
+    with pytest.raises(UserError, match="changed while this ran"):
+        write_tree(ws.images_dir, computed)
+    assert (ws.images_dir / IMAGE / "requirements.lock").read_text(encoding="utf-8") == LOCK
+    assert write_tree(ws.images_dir, Workspace(tmp_path / "matrix.yaml").rendered_tree()) == []  # run again: current

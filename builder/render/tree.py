@@ -275,5 +275,21 @@ def write_tree(out_dir: Path, expected: Mapping[str, bytes], *, force: bool = Fa
             swap.sweep(out_dir)
             return []
         check_ownership(out_dir, expected, force=force)
+        if not force:
+            _keeps_locks(out_dir, expected)
         swap.replace_folder(out_dir, expected)
         return changed
+
+
+def _keeps_locks(out_dir: Path, expected: Mapping[str, bytes]) -> None:
+    """Refuse to drop the lock of an image the plan still has: the tree was computed without it
+    (`builder lock` wrote it meanwhile), and an exit 0 would leave the image unlocked."""
+    for rel in sorted(expected):
+        image, _, name = rel.partition("/")
+        lock = f"{image}/{LOCK_NAME}"
+        st = _lstat(out_dir / lock) if name == "image.json" and lock not in expected else None
+        if st is not None and stat.S_ISREG(st.st_mode):
+            raise UserError(
+                f"{out_dir / lock} is not in what this run would write (it changed while this ran, or it is not a lock "
+                f"`builder lock` wrote); run the command again, or `builder lock --select id={image}` to remake it"
+            )
