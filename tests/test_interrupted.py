@@ -324,3 +324,22 @@ def test_a_lock_written_while_a_render_ran_is_not_dropped(tmp_path: Path) -> Non
         write_tree(ws.images_dir, computed)
     assert (ws.images_dir / IMAGE / "requirements.lock").read_text(encoding="utf-8") == LOCK
     assert write_tree(ws.images_dir, Workspace(tmp_path / "matrix.yaml").rendered_tree()) == []  # run again: current
+
+
+def test_the_sweep_removes_only_dead_runs_lock_folders_of_this_user(tmp_path: Path) -> None:
+    from builder.lock import children
+
+    me = f"{children.PREFIX}{os.getpid()}-{children.process_start(os.getpid())}-"
+    live, dead, reused = tmp_path / f"{me}abcd1234", tmp_path / f"{children.PREFIX}{os.getpid()}-1-abcd1234", tmp_path / "x"
+    old, young = tmp_path / f"{children.PREFIX}olda1234", tmp_path / f"{children.PREFIX}newa1234"  # the naming before pids
+    for folder in (live, dead, old, young):
+        folder.mkdir()
+        (folder / "requirements.in").write_text("numba\n", encoding="utf-8")
+    os.utime(old, (time.time() - 2 * children.LEGACY_AGE_S,) * 2)
+    reused.mkdir()
+    link = tmp_path / f"{children.PREFIX}999999-1-link1234"
+    link.symlink_to(reused)
+    other = tmp_path / f"{children.PREFIX}thisisnotours"
+    other.mkdir()
+    assert sorted(children.sweep(tmp_path)) == sorted([dead, old])  # pid reused (another start time): dead
+    assert live.is_dir() and young.is_dir() and link.is_symlink() and reused.is_dir() and other.is_dir()

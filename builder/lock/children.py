@@ -110,6 +110,9 @@ def run(argv: list[str], env: dict[str, str], timeout: float) -> subprocess.Comp
     with _guard:
         _running.add(proc)
     try:
+        if _stopping.is_set():  # stopped_on_exit looked before this one was listed: stop it here
+            _kill(proc)
+            raise Stopped
         out, err = proc.communicate(timeout=timeout)
     finally:
         with _guard:
