@@ -143,10 +143,12 @@ def replace_folder(out_dir: Path, files: Mapping[str, bytes]) -> None:
         raise UserError(f"cannot write {out_dir}: {exc.strerror}; check the folder and its permissions") from None
     finally:
         # Before the swap tmp is the partial new tree; after an exchange it is the old tree. `old` is
-        # deleted only once out_dir stands again: it may be the only complete tree.
-        shutil.rmtree(tmp, ignore_errors=True)
-        if os.path.lexists(out_dir) and os.path.lexists(old):
-            shutil.rmtree(old, ignore_errors=True)
+        # deleted only once out_dir stands again: it may be the only complete tree. Signals wait
+        # for this too (a few hundred small files), so an interrupted render leaves no litter.
+        with held_signals():
+            shutil.rmtree(tmp, ignore_errors=True)
+            if os.path.lexists(out_dir) and os.path.lexists(old):
+                shutil.rmtree(old, ignore_errors=True)
 
 
 def _write(tmp: Path, files: Mapping[str, bytes]) -> None:
