@@ -19,6 +19,7 @@ from builder.lock.files import LOCK_NAME, load, verify
 from builder.lock.target import target_for
 from builder.records import ImageSpec, Lock, Matrix, Plan
 from builder.render.context import Files, content_hash, contexts
+from builder.render.swap import recover
 from builder.render.tree import expected_tree
 from builder.spec.matrix import load_matrix
 from builder.spec.plan import make_plan
@@ -66,6 +67,7 @@ class Workspace:
         (`unlocked`, `cuda_exceptions`, `keep_older_gpus`, each with its reason) and the claims its
         lock makes (builder.lock.claims)."""
         plan = make_plan(self.matrix)
+        recover(self.images_dir)  # a render killed mid-swap: its previous tree (and locks) back before they are read
         policy = [(parse_select(expr), reason) for expr, reason, _ in self.matrix.unlocked]
         exceptions = [(parse_select(expr), reason) for expr, reason, _ in self.matrix.cuda_exceptions]
         older_gpus = [parse_select(expr) for expr, _, _ in self.matrix.keep_older_gpus]

@@ -20,6 +20,7 @@ from builder.engine import settings as build_settings
 from builder.engine import staging
 from builder.engine.settings import BuildSettings
 from builder.errors import UserError
+from builder.lock import children
 from builder.lock.claims import refusals, refuse_other_cuda
 from builder.lock.files import LOCK_NAME, drift, load, lock_text, verify
 from builder.lock.resolve import LockFailed, resolve, sources, uv_binary
@@ -101,7 +102,7 @@ def lock_images(ws: Workspace, specs: Sequence[ImageSpec], options: LockOptions,
             todo.append(spec)
     new: dict[str, Lock] = {}
     failed = False
-    with ThreadPoolExecutor(max_workers=max(1, min(options.jobs, MAX_JOBS))) as pool:
+    with ThreadPoolExecutor(max_workers=max(1, min(options.jobs, MAX_JOBS))) as pool, children.stopped_on_exit():
         futures = {spec.id: pool.submit(_lock_one, spec, chosen, cache, uv, options.upgrade) for spec in todo}
         for spec in todo:
             future = futures[spec.id]

@@ -13,11 +13,11 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from builder.engine.settings import BuildSettings
+from builder.lock import children
 from builder.lock.target import PYPI, LockTarget
 from builder.text import printable, redact
 
@@ -99,8 +99,7 @@ def resolve(
 ) -> str:
     """uv's requirements-format lock for the target; LockFailed when it cannot. `previous` (an
     older lock's text) makes uv keep its pins where they still fit (no needless drift)."""
-    with tempfile.TemporaryDirectory(prefix="builder-lock-") as tmp:
-        folder = Path(tmp)
+    with children.work_folder() as folder:  # removed by the next run if this one is killed
         requirements = folder / "requirements.in"
         requirements.write_text("".join(f"{line}\n" for line in target.requirements), encoding="utf-8")
         constraints = None
@@ -112,9 +111,11 @@ def resolve(
             output.write_text(previous, encoding="utf-8")
         argv = command(uv or uv_binary(), target, where, requirements, constraints, output)
         try:
-            done = subprocess.run(argv, env=environment(settings, cache_dir), capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+            done = children.run(argv, environment(settings, cache_dir), TIMEOUT_S)  # uv ends with this process
         except subprocess.TimeoutExpired:
             raise LockFailed("failed", f"uv did not finish within {TIMEOUT_S} s") from None
+        except children.Stopped:
+            raise LockFailed("failed", "not started: the run is being interrupted") from None
         if done.returncode != 0:
             raise classify(done.returncode, done.stderr)
         return output.read_text(encoding="utf-8")

@@ -17,6 +17,7 @@ from builder.compat.facts import table
 from builder.lock.claims import cc_floor
 from builder.lock.files import libraries
 from builder.records import ImageSpec
+from builder.render import sandbox
 
 ENTRY = "Dockerfile.j2"
 _PACKAGE = Path(__file__).resolve().parents[1]
@@ -29,10 +30,11 @@ def shipped_templates() -> Path:
 
 
 def environment(template_dirs: Iterable[Path] = ()) -> jinja2.Environment:
-    """Templates beside the matrix override the shipped ones, file by file."""
-    search = [str(p) for p in template_dirs if p.is_dir()] + [str(shipped_templates())]
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(search),
+    """Templates beside the matrix override the shipped ones, file by file (builder.render.sandbox:
+    no link out of a templates folder, bounded files, output and time)."""
+    search = [found for found in map(sandbox.override_folder, template_dirs) if found is not None]
+    return sandbox.Sandbox(
+        loader=sandbox.Loader([*search, shipped_templates()]),
         undefined=jinja2.StrictUndefined,
         autoescape=False,
         keep_trailing_newline=True,
@@ -80,7 +82,7 @@ def dockerfile(spec: ImageSpec, env: jinja2.Environment, source: str, matrix_nam
         "constrained": bool(spec.constraints),
         "labels": labels(spec, source),
     }
-    text = env.get_template(ENTRY).render(context)
+    text = sandbox.render(env, ENTRY, context)
     return "\n".join(line.rstrip() for line in text.splitlines()) + "\n"
 
 
