@@ -33,7 +33,7 @@ MATRIX = textwrap.dedent(
     """
 )
 IMAGE = "numba0.68.0-cpu-py3.11-debian12"
-LOCK = lock_text(IMAGE, "sha256:" + "0" * 64, "3.11", "x86_64-manylinux_2_36", "numba==0.68.0 \\\n    --hash=sha256:" + "a" * 64 + "\n")
+LOCK = lock_text(IMAGE, "sha256:" + "0" * 64, "3.11", "x86_64-manylinux_2_36", "numba==0.68.0 \\\n    --hash=sha256:" + "a" * 64 + "\n    # via -r requirements.in\n")
 
 # Runs `builder <args>` with a pause at one step. argv: point, ready file, builder args...
 HOOK = textwrap.dedent(
