@@ -224,7 +224,8 @@ def test_night_two_reports_the_regression_first_and_exits_1(nights: dict[str, An
     regressions = summary.split("## Regressions (passed before, fail now)", 1)[1].split("## ", 1)[0]
     assert JAX in regressions and NUMBA not in regressions, regressions
     # the cause, through jaxlib's own ImportError ("error while initializing the extension <- ImportError: numpy... failed to import")
-    assert "jax: ImportError" in regressions and "<- ImportError: numpy" in regressions, regressions
+    # (Markdown-escaped: `<` is `&lt;` in the file, `<` on the rendered page)
+    assert "jax: ImportError" in regressions and "&lt;- ImportError: numpy" in regressions, regressions
     assert summary.index("## Regressions") < summary.index("## New releases") < summary.index("## Images")
     images = summary.split("## Images", 1)[1]
     assert images.index(JAX) < images.index(NUMBA)  # regressions first in the table too
