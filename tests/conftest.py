@@ -9,6 +9,7 @@ its own conftest.py, and pytest swaps the module named `conftest` between direct
 
 from __future__ import annotations
 
+import signal
 import sys
 import textwrap
 from collections.abc import Callable
@@ -19,6 +20,12 @@ import pytest
 from click.testing import CliRunner, Result
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# A suite started in the background by a non-interactive shell (`cmd &`) inherits SIGINT ignored, and
+# so would every `builder` process the tests start: their Ctrl-C cases would then test nothing and
+# fail. Python's own handler here means children start with the default disposition again.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 if str(ROOT) not in sys.path:  # so `pytest tests/...` works without an install
     sys.path.insert(0, str(ROOT))
 
