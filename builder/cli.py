@@ -138,6 +138,7 @@ def plan(ws: Workspace, select_expr: str | None, fmt: str, explain: bool, contex
         # Complete contexts (images/<id> plus the probe that `builder build` stages), so any builder
         # builds them as they are; the folder is builder's own (render's ownership rules).
         folder = Path(contexts_dir).absolute() if contexts_dir else ws.build_dir / "bake"
+        render_tree.check_apart(folder, {"render's images/": ws.images_dir, "the templates": ws.templates})
         contexts = ws.contexts(images)
         render_tree.write_tree(folder, {f"{i}/{name}": data for i, files in contexts.items() for name, data in files.items()})
         relative = Path(os.path.relpath(folder, Path.cwd())).as_posix()  # bake resolves contexts from where it runs
@@ -157,6 +158,8 @@ def plan(ws: Workspace, select_expr: str | None, fmt: str, explain: bool, contex
 def render(ws: Workspace, check: bool, out_dir: str | None, force: bool) -> None:
     """Write images/<id>/ build contexts from the plan."""
     target = Path(out_dir).absolute() if out_dir else ws.images_dir
+    if target.resolve() != ws.images_dir.resolve():  # another tree: never inside images/, nor holding it
+        render_tree.check_apart(target, {"images/": ws.images_dir})
     expected = ws.rendered_tree()
     if check:
         stale = render_tree.stale(target, expected)
