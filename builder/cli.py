@@ -88,13 +88,23 @@ class _Group(click.Group):
             click.echo(exc.ctx.get_help() if exc.ctx else exc.format_message())
             sys.exit(0)
         except click.exceptions.UsageError as exc:
-            command = f"builder {exc.ctx.command_path.split(' ', 1)[1]} --help" if exc.ctx and " " in exc.ctx.command_path else "builder --help"
+            # The subcommands after the root's name, whatever the root was called (`builder`, `python -m builder`).
+            names = [c.info_name for c in _lineage(exc.ctx)][1:] if exc.ctx else []
+            command = " ".join(["builder", *(n for n in names if n), "--help"])
             click.echo(f"error: {exc.format_message()} (see `{command}`)", err=True)
             sys.exit(2)
         except click.exceptions.Abort:
             sys.exit(130)
         except click.exceptions.Exit as exc:
             sys.exit(exc.exit_code)
+
+
+def _lineage(ctx: click.Context) -> list[click.Context]:
+    """ctx and its parents, the root first."""
+    chain = [ctx]
+    while chain[-1].parent is not None:
+        chain.append(chain[-1].parent)
+    return chain[::-1]
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
