@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from builder.spec import grammar
+
 SCHEMA = 1
 DIGEST = re.compile(r"^[a-z0-9][a-z0-9._:/-]*@sha256:[0-9a-f]{64}$")
 VERDICTS = ("passed", "gpu-skipped")  # what may be published; gpu-skipped only when accepted
@@ -134,6 +136,10 @@ def from_json(data: Any, where: str) -> KnownGood:
         raise bad("size_mb", "a number of megabytes or null")
     if not DIGEST.match(data["digest"]):
         raise RecordError(f"{where}: record {name} digest {data['digest']!r} is not repository@sha256:<64 hex>")
+    repository, colon, tag = data["tag"].rpartition(":")
+    if not colon or repository != data["digest"].split("@", 1)[0] or not grammar.DOCKER_TAG.match(tag):
+        # as publish writes it; pull retags by it, so a tag in another repository would move a name not ours
+        raise RecordError(f"{where}: record {name} tag {_short(data['tag'])!r} is not {data['digest'].split('@', 1)[0]}:<tag> (the repository of its digest)")
     if data["verdict"] not in VERDICTS:
         raise RecordError(f"{where}: record {name} verdict {data['verdict']!r} is not one of {', '.join(VERDICTS)}")
     values = {n: data[n] for n in names if n in data}
