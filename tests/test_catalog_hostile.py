@@ -92,6 +92,16 @@ def test_a_record_tag_outside_its_digests_repository_is_refused_on_read(cli: Run
     assert "s3cret" not in line
 
 
+@pytest.mark.parametrize("field", ["digest", "tag"])
+def test_a_refused_reference_never_quotes_its_password(cli: RunCli, tmp_path: Path, field: str) -> None:
+    """Found by the second hostile pass: a record digest `u:pw@registry/x@sha256:...` (no scheme, so
+    redact did not see it) was quoted whole in the refusal."""
+    value = "ci:s3cret@registry.example/gpu-images" + ("@sha256:" + "0" * 64 if field == "digest" else ":x")
+    folder = write_catalog(tmp_path / "cat", good(**{field: value}))
+    line = one_line_exit_2(cli("catalog", "--catalog", str(folder)), ID, field)
+    assert "s3cret" not in line and "****@registry.example" in line
+
+
 def test_infinity_and_nan_are_refused(cli: RunCli, tmp_path: Path) -> None:
     folder = tmp_path / "cat"
     folder.mkdir()
