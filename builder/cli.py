@@ -88,13 +88,23 @@ class _Group(click.Group):
             click.echo(exc.ctx.get_help() if exc.ctx else exc.format_message())
             sys.exit(0)
         except click.exceptions.UsageError as exc:
-            command = f"builder {exc.ctx.command_path.split(' ', 1)[1]} --help" if exc.ctx and " " in exc.ctx.command_path else "builder --help"
+            # The subcommands after the root's name, whatever the root was called (`builder`, `python -m builder`).
+            names = [c.info_name for c in _lineage(exc.ctx)][1:] if exc.ctx else []
+            command = " ".join(["builder", *(n for n in names if n), "--help"])
             click.echo(f"error: {exc.format_message()} (see `{command}`)", err=True)
             sys.exit(2)
         except click.exceptions.Abort:
             sys.exit(130)
         except click.exceptions.Exit as exc:
             sys.exit(exc.exit_code)
+
+
+def _lineage(ctx: click.Context) -> list[click.Context]:
+    """ctx and its parents, the root first."""
+    chain = [ctx]
+    while chain[-1].parent is not None:
+        chain.append(chain[-1].parent)
+    return chain[::-1]
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -138,6 +148,7 @@ def plan(ws: Workspace, select_expr: str | None, fmt: str, explain: bool, contex
         # Complete contexts (images/<id> plus the probe that `builder build` stages), so any builder
         # builds them as they are; the folder is builder's own (render's ownership rules).
         folder = Path(contexts_dir).absolute() if contexts_dir else ws.build_dir / "bake"
+        render_tree.check_apart(folder, {"render's images/": ws.images_dir, "the templates": ws.templates})
         contexts = ws.contexts(images)
         render_tree.write_tree(folder, {f"{i}/{name}": data for i, files in contexts.items() for name, data in files.items()})
         relative = Path(os.path.relpath(folder, Path.cwd())).as_posix()  # bake resolves contexts from where it runs
@@ -157,6 +168,8 @@ def plan(ws: Workspace, select_expr: str | None, fmt: str, explain: bool, contex
 def render(ws: Workspace, check: bool, out_dir: str | None, force: bool) -> None:
     """Write images/<id>/ build contexts from the plan."""
     target = Path(out_dir).absolute() if out_dir else ws.images_dir
+    if target.resolve() != ws.images_dir.resolve():  # another tree: never inside images/, nor holding it
+        render_tree.check_apart(target, {"images/": ws.images_dir})
     expected = ws.rendered_tree()
     if check:
         stale = render_tree.stale(target, expected)

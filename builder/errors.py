@@ -3,11 +3,18 @@ while running (exit 1)."""
 
 from __future__ import annotations
 
+from builder.text import redact
+
 
 class UserError(Exception):
-    """A problem the user can fix; printed as one line `error: [file:line: ]message`, exit code 2."""
+    """A problem the user can fix; printed as one line `error: [file:line: ]message`, exit code 2.
+
+    The message is redacted here (builder.text.redact), not only where the CLI prints it: an error
+    travels (doctor's table, a nightly summary, a catalog --verify cell), and a credential in a URL
+    it quotes ($DOCKER_HOST, an index URL) must not reach any of them."""
 
     def __init__(self, message: str, file: str | None = None, line: int | None = None) -> None:
+        message = redact(message)
         super().__init__(message)
         self.message = message
         self.file = file
@@ -23,9 +30,10 @@ class UserError(Exception):
 
 class RunFailure(Exception):
     """The run started but something outside the user's input failed (a registry that is down,
-    an engine lost mid-run); printed as one line `error: message`, exit code 1."""
+    an engine lost mid-run); printed as one line `error: message`, exit code 1. Redacted as UserError is."""
 
     def __init__(self, message: str) -> None:
+        message = redact(message)
         super().__init__(message)
         self.message = message
 

@@ -78,6 +78,30 @@ def test_a_field_of_the_wrong_type_is_one_line_naming_record_and_field(cli: RunC
     assert field in line and (ID in line or field == "id"), line
 
 
+@pytest.mark.parametrize(
+    "tag",
+    ["https://ci:s3cret@127.0.0.1:5000/gpu-images:x", "127.0.0.1:5000/other-images:x", "no-colon", "127.0.0.1:5000/gpu-images:bad tag"],
+)
+@pytest.mark.parametrize("fmt", ["table", "json"])
+def test_a_record_tag_outside_its_digests_repository_is_refused_on_read(cli: RunCli, tmp_path: Path, tag: str, fmt: str) -> None:
+    """Found by the second hostile pass: a record whose `tag` was an https URL with a password was
+    listed, and `catalog --format json` printed the password; only `pull` checked the tag. A record's
+    tag is <the digest's repository>:<tag>, as publish writes it, and the reader now says so."""
+    folder = write_catalog(tmp_path / "cat", good(tag=tag))
+    line = one_line_exit_2(cli("catalog", "--catalog", str(folder), "--format", fmt), ID, "127.0.0.1:5000/gpu-images:<tag>")
+    assert "s3cret" not in line
+
+
+@pytest.mark.parametrize("field", ["digest", "tag"])
+def test_a_refused_reference_never_quotes_its_password(cli: RunCli, tmp_path: Path, field: str) -> None:
+    """Found by the second hostile pass: a record digest `u:pw@registry/x@sha256:...` (no scheme, so
+    redact did not see it) was quoted whole in the refusal."""
+    value = "ci:s3cret@registry.example/gpu-images" + ("@sha256:" + "0" * 64 if field == "digest" else ":x")
+    folder = write_catalog(tmp_path / "cat", good(**{field: value}))
+    line = one_line_exit_2(cli("catalog", "--catalog", str(folder)), ID, field)
+    assert "s3cret" not in line and "****@registry.example" in line
+
+
 def test_infinity_and_nan_are_refused(cli: RunCli, tmp_path: Path) -> None:
     folder = tmp_path / "cat"
     folder.mkdir()

@@ -163,3 +163,10 @@ def test_a_default_selection_matching_nothing_names_the_matrix_line(cli: RunCli,
     result = cli("build")
     assert result.exit_code == 2
     assert result.stderr.startswith("error: matrix.yaml:14: defaults.select 'base=nope*' matches none of the 1 planned images; base is one of:")
+
+
+def test_a_usage_error_names_the_help_to_run_under_python_m() -> None:
+    """Found by the second hostile pass: run as `python -m builder`, the hint read `builder -m builder lock --help`."""
+    done = subprocess.run([sys.executable, "-m", "builder", "lock", "-j", "0"], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2
+    assert done.stderr.strip().endswith("(see `builder lock --help`)"), done.stderr

@@ -377,3 +377,20 @@ def test_stage_leaves_the_wheelhouse_untouched(tmp_path: Path, source: dict[str,
     staged = stage(_spec(), source, tmp_path / "contexts", _settings(find_links, simple_index))
     shutil.rmtree(staged.path)  # what build_one does afterwards
     assert (_tree(find_links), _tree(simple_index.parent)) == before
+
+
+@pytest.mark.timeout(20)
+def test_a_fifo_or_device_named_like_a_wheel_is_no_wheel(tmp_path: Path) -> None:
+    """Found by the second hostile pass: a FIFO in --wheelhouse named like a pinned wheel hung `builder
+    lock` (its sha256 read) past SIGTERM, for ten minutes until SIGKILL. Only regular files are wheels."""
+    import os
+
+    from builder.errors import UserError
+
+    folder = tmp_path / "wheelhouse"
+    folder.mkdir()
+    os.mkfifo(folder / EXPECTED["3.11"]["numba==0.68.0"])
+    (folder / EXPECTED["3.11"]["torch==2.13.0+cpu"].replace("+", "%2B")).symlink_to("/dev/zero")
+    assert local_wheels(_spec(), (folder,)) == {}
+    with pytest.raises(UserError, match="not a regular file"):
+        context.sha256_of(folder / EXPECTED["3.11"]["numba==0.68.0"])

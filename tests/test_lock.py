@@ -13,7 +13,7 @@ from builder.engine.settings import BuildSettings, PipSources
 from builder.errors import UserError
 from builder.lock import locking
 from builder.lock.files import drift, libraries, lock_text, parse
-from builder.lock.resolve import classify, command, sources
+from builder.lock.resolve import classify, command, environment, sources
 from builder.lock.target import LockTarget, lock_state, platform_for, target_for
 from builder.records import ImageSpec, Lock
 from builder.spec.matrix import load_matrix
@@ -121,8 +121,22 @@ def test_uv_runs_wheels_only_with_no_config_and_no_interpreter_download(tmp_path
     text = " ".join(argv)
     for flag in ("--no-config", "--only-binary :all:", "--no-python-downloads", "--generate-hashes", "--no-header",
                  "--python-version 3.12", "--python-platform x86_64-manylinux_2_39", "--index-strategy unsafe-best-match",
-                 "--constraint", "--default-index https://pypi.org/simple"):  # fmt: skip
+                 "--constraint"):  # fmt: skip
         assert flag in text, flag
+    assert environment(BuildSettings(), tmp_path, sources((), BuildSettings()))["UV_DEFAULT_INDEX"] == "https://pypi.org/simple"
+
+
+def test_index_credentials_never_reach_uvs_command_line(tmp_path: Path) -> None:
+    """A command line is world-readable (`ps`); a password from pip's config or $PIP_INDEX_URL goes to uv
+    in its environment (its owner's alone), with every index in priority order."""
+    settings = BuildSettings(pip=PipSources(index_url="https://ci:s3cret@mirror.corp/simple", extra_index_urls=("https://ci:t0ken@extra.corp/simple",)))
+    where = sources(("https://download.pytorch.org/whl/cpu",), settings)
+    target = LockTarget("img", ("numba==0.68.0",), (), "3.12", "x86_64-manylinux_2_39", ())
+    argv = command("uv", target, where, tmp_path / "r.in", None, tmp_path / "out")
+    assert not any("s3cret" in arg or "t0ken" in arg or "mirror.corp" in arg for arg in argv), argv
+    env = environment(settings, tmp_path, where)
+    assert env["UV_DEFAULT_INDEX"] == "https://ci:s3cret@mirror.corp/simple"
+    assert env["UV_INDEX"].split(" ") == ["https://ci:s3cret@mirror.corp/simple", "https://download.pytorch.org/whl/cpu", "https://ci:t0ken@extra.corp/simple"]
 
 
 def test_an_unreachable_index_is_named_once() -> None:

@@ -123,3 +123,37 @@ def test_redact_stays_linear_on_long_hostile_lines() -> None:
         started = time.process_time()
         redact(text)
         assert time.process_time() - started < 10, text[:20]
+
+
+def test_an_error_never_carries_a_credential_whoever_prints_it() -> None:
+    """Errors are redacted where they are made: doctor's table and a nightly summary print them
+    without the CLI's last-line redaction."""
+    from builder.errors import RunFailure, UserError
+
+    assert "s3cret" not in str(UserError("cannot reach https://ci:s3cret@mirror/simple", "matrix.yaml", 3))
+    assert "s3cret" not in UserError("cannot reach https://ci:s3cret@mirror/simple").message
+    assert "s3cret" not in str(RunFailure("push to https://ci:s3cret@registry/x failed"))
+
+
+def test_a_password_in_docker_host_never_reaches_doctor(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by the second hostile pass: `DOCKER_HOST=https://u:pw@host builder doctor` printed the
+    password in the engine row."""
+    from builder.host.facts import engine_facts
+
+    monkeypatch.setenv("DOCKER_HOST", "https://ci:s3cret@127.0.0.1:1")
+    facts = engine_facts()
+    assert not facts.reachable
+    assert facts.error and "s3cret" not in facts.error and "127.0.0.1:1" in facts.error
+
+
+@pytest.mark.parametrize("host", ["http://[::1", "\x1b[2J::::"])
+def test_a_docker_host_no_url_parser_reads_is_one_line(host: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by the second hostile pass: a $DOCKER_HOST urllib cannot parse was a ValueError traceback
+    from `builder clean --dry-run`; now the engine's one-line refusal, its control characters escaped."""
+    from builder.engine.client import connect
+    from builder.errors import UserError
+
+    monkeypatch.setenv("DOCKER_HOST", host)
+    with pytest.raises(UserError, match="no Docker engine answers at") as raised:
+        connect()
+    assert "\x1b" not in str(raised.value) and "\n" not in str(raised.value)

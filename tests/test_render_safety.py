@@ -75,8 +75,10 @@ def test_out_naming_a_device_is_refused(repo: Path) -> None:
 
 @pytest.mark.parametrize("out", ["/", "/proc/..", "~"])
 def test_out_at_the_root_or_home_is_refused_without_reading_it(repo: Path, out: str) -> None:
-    done = builder("render", "--out", os.path.expanduser(out), cwd=repo, timeout=30)
-    one_line_error(done, "did not write", "move it out of")
+    target = Path(os.path.expanduser(out))
+    done = builder("render", "--out", str(target), cwd=repo, timeout=30)
+    holds_images = repo.resolve().is_relative_to(target.resolve())  # refused before any read: it would replace images/
+    one_line_error(done, *(("overlaps", "images/") if holds_images else ("did not write", "move it out of")))
 
 
 def test_nothing_that_cannot_be_ours_is_read(repo: Path) -> None:
@@ -156,3 +158,24 @@ def test_a_newline_in_the_matrix_file_name_never_reaches_a_dockerfile(tmp_path: 
     done = builder("--matrix", str(odd), "render", cwd=tmp_path)
     assert done.returncode == 2 and "newline or control character" in done.stderr
     assert not (tmp_path / "images").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "overlaps"),
+    [
+        (("plan", "--format", "bake", "--contexts", "images"), "images"),  # the committed tree itself
+        (("plan", "--format", "bake", "--contexts", f"images/{IMAGE}"), "images"),  # inside it
+        (("plan", "--format", "bake", "--contexts", "templates/x"), "templates"),
+        (("render", "--out", f"images/{IMAGE}/nested"), "images"),
+        (("render", "--out", "."), "images"),  # holding it
+    ],
+)
+def test_a_tree_never_lands_on_another_tree_the_tool_keeps(repo: Path, args: tuple[str, ...], overlaps: str) -> None:
+    """Found by the second hostile pass: `plan --format bake --contexts images` replaced the rendered
+    images/ with bake contexts (image.json and the manifest gone, probe files added), after which
+    `render` refused its own folder. Both trees carry render's marker, so ownership did not stop it."""
+    assert builder("render", cwd=repo).returncode == 0
+    before = snapshot(repo / "images")
+    one_line_error(builder(*args, cwd=repo), "overlaps", overlaps)
+    assert snapshot(repo / "images") == before
+    assert builder("render", "--check", cwd=repo).returncode == 0

@@ -437,3 +437,16 @@ def test_an_email_user_name_and_its_password_never_reach_the_url_error() -> None
     with pytest.raises(UserError) as caught:
         resolve({}, use_host=False, index_url="ftp://me@corp.example:s3cretPW@mirror/simple")
     assert "s3cretPW" not in str(caught.value) and "corp.example" not in str(caught.value)
+
+
+@pytest.mark.timeout(20)
+def test_a_pip_config_that_is_a_fifo_or_too_big_is_skipped_not_waited_on(tmp_path: Path) -> None:
+    """Found by the second hostile pass: PIP_CONFIG_FILE naming a FIFO (or /dev/zero) hung `builder
+    lock` for ever. Like /dev/null, a file that is no config file is no configuration."""
+    fifo = tmp_path / "pip.fifo"
+    os.mkfifo(fifo)
+    huge = tmp_path / "huge.conf"
+    huge.write_text("[global]\nindex-url = https://huge.example/simple\n" + "#" * (settings.PIP_CONFIG_LIMIT + 1), encoding="utf-8")
+    good = _conf(tmp_path / "pip.conf", "[global]\nextra-index-url = https://extra.corp/simple\n")
+    assert read_pip_sources({}, [fifo, huge, good]) == PipSources(extra_index_urls=("https://extra.corp/simple",))
+    assert read_pip_sources({"PIP_CONFIG_FILE": str(fifo), "HOME": str(tmp_path / "home"), "XDG_CONFIG_DIRS": str(tmp_path / "x")}) == PipSources()

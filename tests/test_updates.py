@@ -757,3 +757,17 @@ def test_the_cli_cap_defaults_to_the_one_apply_uses() -> None:
 
     command = main.commands["updates"]
     assert next(p.default for p in command.params if p.name == "max_new") == apply_mod.MAX_NEW
+
+
+def test_a_mirrors_endless_requires_python_is_cut_in_what_updates_reports(matrix: Matrix, filled: FakeIndex) -> None:
+    """Found by the second hostile pass: a 4 KB Requires-Python of `\\x1b[2J`s filled a hundred table
+    lines (7,000 escaped characters), and a document may be 64 MiB: what a release reports from its
+    metadata (table and JSON) is bounded like every other text from the index."""
+    filled.add("torch", "2.17.1", ">=3.10" + "\x1b[2J" * 20000, TORCH_CU130)
+    filled.add("numba", "0.69.1", ">=3.10", [*NUMBA_NUMPY, "numpy<2.7,>=1.22" + ",!=1.0" * 20000])
+    releases = found(matrix, filled)
+    for key in (("torch", "2.17.1"), ("numba", "0.69.1")):
+        release = releases[key]
+        assert len(release.requires_python or "") <= 200 and len(release.numpy or "") <= 200, key
+        assert "\x1b" not in (release.requires_python or "") + (release.numpy or "")
+        assert len(release.reason) <= 4000, key

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from builder.spec import grammar
+
 SCHEMA = 1
 DIGEST = re.compile(r"^[a-z0-9][a-z0-9._:/-]*@sha256:[0-9a-f]{64}$")
 VERDICTS = ("passed", "gpu-skipped")  # what may be published; gpu-skipped only when accepted
@@ -133,7 +135,11 @@ def from_json(data: Any, where: str) -> KnownGood:
     if size is not None and not (type(size) in (int, float) and 0 <= size < 1e9):
         raise bad("size_mb", "a number of megabytes or null")
     if not DIGEST.match(data["digest"]):
-        raise RecordError(f"{where}: record {name} digest {data['digest']!r} is not repository@sha256:<64 hex>")
+        raise RecordError(f"{where}: record {name} digest {_reference(data['digest'])!r} is not repository@sha256:<64 hex>")
+    repository, colon, tag = data["tag"].rpartition(":")
+    if not colon or repository != data["digest"].split("@", 1)[0] or not grammar.DOCKER_TAG.match(tag):
+        # as publish writes it; pull retags by it, so a tag in another repository would move a name not ours
+        raise RecordError(f"{where}: record {name} tag {_reference(data['tag'])!r} is not {data['digest'].split('@', 1)[0]}:<tag> (the repository of its digest)")
     if data["verdict"] not in VERDICTS:
         raise RecordError(f"{where}: record {name} verdict {data['verdict']!r} is not one of {', '.join(VERDICTS)}")
     values = {n: data[n] for n in names if n in data}
@@ -156,6 +162,15 @@ def _mapping(value: Any, ok: Callable[[Any], bool]) -> bool:
         and len(value) <= MAX_ITEMS
         and all(_text(k, MAX_VERSION) and ok(v) for k, v in value.items())
     )
+
+
+_USERINFO = re.compile(r"^(?:[a-z][a-z0-9+.-]*://)?[^/@]*@(?=[^/]*/)", re.IGNORECASE)
+
+
+def _reference(value: str) -> str:
+    """An image reference a refusal may quote: `user:password@` before its registry masked (no
+    reference has an `@` before its first `/`; redact only sees it after a `scheme://`), and short."""
+    return _short(_USERINFO.sub("****@", value))
 
 
 def _short(value: Any, limit: int = 60) -> str:

@@ -23,6 +23,7 @@ import docker  # type: ignore[import-untyped]
 from docker.errors import APIError, DockerException, NotFound  # type: ignore[import-untyped]
 
 from builder.errors import UserError
+from builder.text import printable
 
 OWNER_LABEL = "io.builder.owner"
 OWNER_VALUE = "builder"
@@ -79,11 +80,9 @@ def connect(timeout: int = 600) -> docker.DockerClient:
     try:
         client = docker.from_env(timeout=min(timeout, PING_TIMEOUT_S))
         client.ping()
-    except (DockerException, OSError) as exc:
-        reason = " ".join(str(exc).split())
-        if len(reason) > 200:
-            reason = reason[:197] + "..."
-        raise UserError(f"no Docker engine answers at {where}: {reason}; {START_ENGINE_HINT}") from None
+    except (DockerException, OSError, ValueError) as exc:  # ValueError: a $DOCKER_HOST urllib cannot parse
+        reason = printable(" ".join(str(exc).split()), 200)
+        raise UserError(f"no Docker engine answers at {printable(where, 200)}: {reason}; {START_ENGINE_HINT}") from None
     client.api.timeout = timeout
     _track_streams(client)
     return client

@@ -16,11 +16,13 @@ from urllib.parse import unquote, urlsplit
 
 from builder.engine import secrets
 from builder.errors import UserError
+from builder.fsio import MiB, read_text
 from builder.spec import grammar
 
 CA_ENV = "BUILDER_CA_BUNDLE"
 HOST_CA_ENV = ("PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE", "CURL_CA_BUNDLE")
 HOST_CA_FILES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
+PIP_CONFIG_LIMIT = MiB  # a pip.conf is a few lines; more is not one
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
 
 
@@ -80,8 +82,10 @@ def read_pip_sources(env: Mapping[str, str], files: list[Path] | None = None) ->
     for path in files if files is not None else pip_config_files(env):
         parser = configparser.RawConfigParser()  # as pip: '%' in a URL is literal
         try:
-            parser.read(path)
-        except (configparser.Error, OSError):
+            # bounded and regular files only: PIP_CONFIG_FILE=/dev/zero or a FIFO hung the lock for ever;
+            # one that is no config file is skipped, as /dev/null (pip's own "no config") always was
+            parser.read_string(read_text(Path(path), PIP_CONFIG_LIMIT, "pip configuration file"), str(path))
+        except (configparser.Error, UserError):
             continue
         parsers.append(parser)
     for section in ("global", "install"):  # pip orders by section first, then by file
@@ -171,7 +175,8 @@ def check_ca_bundle(path: Path, given: str) -> Path:
     if path.is_dir():
         raise UserError(f"CA bundle {given!r} is a folder; give the PEM file inside it {where}")
     if not path.is_file():
-        raise UserError(f"CA bundle {given!r} does not exist; pass a PEM file {where}")
+        what = "is not a regular file (a device, FIFO or socket)" if path.exists() else "does not exist"
+        raise UserError(f"CA bundle {given!r} {what}; pass a PEM file {where}")
     try:
         ssl.create_default_context(cafile=str(path))
     except (ssl.SSLError, OSError, UnicodeDecodeError) as exc:

@@ -14,6 +14,7 @@ import html.parser
 import os
 import platform
 import shutil
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import Version
 
 from builder.engine.settings import BuildSettings
+from builder.errors import UserError
 from builder.records import ImageSpec
 from builder.spec import grammar
 
@@ -50,7 +52,8 @@ class _Links(html.parser.HTMLParser):
 
 def _candidates(folder: Path, project: str) -> list[Path]:
     """Wheel files for `project` in a find-links folder or a file:// simple index."""
-    found = [p for p in folder.glob("*.whl") if _project(p.name) == project]
+    # regular files only: a FIFO (or a link to /dev/zero) named like a wheel hung `lock` past SIGTERM
+    found = [p for p in folder.glob("*.whl") if _project(p.name) == project and p.is_file()]
     page = folder / project / "index.html"
     if page.is_file():
         links = _Links()
@@ -111,8 +114,13 @@ def local_wheels(spec: ImageSpec, folders: tuple[Path, ...]) -> dict[str, Path]:
 
 
 def sha256_of(path: Path) -> str:
+    """The file's sha256; opened non-blocking and checked on the descriptor, so a wheel swapped for a
+    FIFO or a device after it was listed is refused instead of read for ever."""
     digest = hashlib.sha256()
-    with path.open("rb") as handle:
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UserError(f"{path} is not a regular file (a device, FIFO or socket); a wheel is a file")
         while chunk := handle.read(1 << 22):
             digest.update(chunk)
     return digest.hexdigest()

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Literal
 
 from builder.errors import UserError
+from builder.text import redact
 
 Runner = Callable[[list[str]], tuple[int, str]]
 Identity = Callable[[], tuple[int, frozenset[int]]]  # (effective uid, group ids)
@@ -236,7 +237,7 @@ def engine_facts() -> EngineFacts:
             runtimes=tuple(sorted(engine_mod.gpu_runtimes(client))),
         )
     except (DockerException, OSError) as exc:
-        return EngineFacts(reachable=False, error=_first_line(str(exc)) or type(exc).__name__)
+        return EngineFacts(reachable=False, error=redact(_first_line(str(exc))) or type(exc).__name__)
     finally:
         client.close()
 

@@ -73,10 +73,8 @@ def command(uv: str, target: LockTarget, where: Sources, requirements: Path, con
         "--python-version", target.python, "--python-platform", target.platform,
         "--only-binary", ":all:", "--no-python-downloads", "--generate-hashes", "--no-header",
         "--index-strategy", "unsafe-best-match",  # as pip: the best version across every index
-        "--default-index", where.default_index, "--output-file", str(output),
+        "--output-file", str(output),
     ]  # fmt: skip
-    for index in where.indexes:
-        argv += ["--index", index]
     for folder in where.find_links:
         argv += ["--find-links", folder]
     if constraints is not None:
@@ -84,10 +82,19 @@ def command(uv: str, target: LockTarget, where: Sources, requirements: Path, con
     return argv
 
 
-def environment(settings: BuildSettings, cache_dir: Path) -> dict[str, str]:
-    """Only what uv needs: PATH, HOME, the cache, the CA bundle and the proxies (no UV_* or PIP_* from the caller)."""
+def environment(settings: BuildSettings, cache_dir: Path, where: Sources) -> dict[str, str]:
+    """Only what uv needs: PATH, HOME, the cache, the indexes, the CA bundle and the proxies (no UV_* or
+    PIP_* from the caller).
+
+    The indexes go here, not on uv's command line: an index URL may carry a password (from pip's
+    config or $PIP_INDEX_URL, which no other user can read), and a command line is world-readable
+    (`ps`, /proc/<pid>/cmdline) while a process's environment is its owner's alone. UV_INDEX is
+    space-separated in priority order, as repeated `--index` options are."""
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp"), "UV_CACHE_DIR": str(cache_dir)}
     env["UV_NO_CONFIG"] = "1"
+    env["UV_DEFAULT_INDEX"] = where.default_index
+    if where.indexes:
+        env["UV_INDEX"] = " ".join(where.indexes)
     if settings.ca_bundle is not None:
         env["SSL_CERT_FILE"] = str(settings.ca_bundle)
     env.update(dict(settings.proxies))
@@ -111,7 +118,7 @@ def resolve(
             output.write_text(previous, encoding="utf-8")
         argv = command(uv or uv_binary(), target, where, requirements, constraints, output)
         try:
-            done = children.run(argv, environment(settings, cache_dir), TIMEOUT_S)  # uv ends with this process
+            done = children.run(argv, environment(settings, cache_dir, where), TIMEOUT_S)  # uv ends with this process
         except subprocess.TimeoutExpired:
             raise LockFailed("failed", f"uv did not finish within {TIMEOUT_S} s") from None
         except children.Stopped:

@@ -266,6 +266,18 @@ def _check_file(out_dir: Path, rel: str, manifest: Mapping[str, str], expected: 
 # -- writing -----------------------------------------------------------------------------------------
 
 
+def check_apart(folder: Path, others: Mapping[str, Path]) -> None:
+    """Refuse a tree folder that is, holds or lies inside another tree the tool keeps (`others`:
+    what it is called -> where). Both carry render's marker, so ownership alone lets one replace the
+    other: `plan --format bake --contexts images` replaced the committed images/ with bake contexts
+    (no image.json, no manifest), after which `render` refused its own folder."""
+    real = folder.resolve()
+    for name, other in others.items():
+        where = other.resolve()
+        if real == where or real.is_relative_to(where) or where.is_relative_to(real):
+            raise UserError(f"{folder} overlaps {name} ({other}), which this command must not replace; give a folder apart from it")
+
+
 def write_tree(out_dir: Path, expected: Mapping[str, bytes], *, force: bool = False) -> list[str]:
     """Replace out_dir with exactly `expected` (builder.render.swap: never no tree, even when killed); returns what changed."""
     with swap.folder_lock(out_dir):

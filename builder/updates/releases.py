@@ -203,6 +203,16 @@ def read_release(framework: str, version: str, metas: Sequence[Meta], jaxlib_ver
     return Published(framework, version, metas, jaxlib=jaxlib, jaxlib_missing=jaxlib not in jaxlib_versions)
 
 
+SHOWN_LIMIT = 200  # characters of a Requires-Python or NumPy bound a release reports
+REASON_LIMIT = 2000  # characters of a release's detail, which quotes metadata too
+
+
+def _shown(value: str | None) -> str | None:
+    """Metadata text as a release reports it (table, JSON, summary): bounded like any text from the
+    index, since a mirror's 64 MiB document may hold one endless Requires-Python."""
+    return None if value is None else printable(value, SHOWN_LIMIT)
+
+
 def _joined(values: Iterable[tuple[str, str | None]]) -> str | None:
     """One value when all agree, else `project: value` for each."""
     pairs = list(values)
@@ -410,12 +420,12 @@ def _release(pub: Published, status: str, reason: str, accepted: tuple[str, ...]
         framework=pub.framework,
         project=", ".join(m.project for m in pub.metas),
         version=pub.version,
-        requires_python=_joined((m.project, m.requires_python) for m in pub.metas),
+        requires_python=_shown(_joined((m.project, m.requires_python) for m in pub.metas)),
         cuda=pub.cuda,
-        numpy=_joined((m.project, numpy_bounds(m.requires_dist)) for m in pub.metas),
+        numpy=_shown(_joined((m.project, numpy_bounds(m.requires_dist)) for m in pub.metas)),
         jaxlib=pub.jaxlib,
         status=status,
-        reason=reason,
+        reason=printable(reason, REASON_LIMIT),
         accepted=accepted,
         jaxlib_missing=pub.jaxlib_missing,
     )
