@@ -134,6 +134,8 @@ select_option = click.option("--select", "select_expr", metavar="EXPR", help="ke
 @user_errors
 def plan(ws: Workspace, select_expr: str | None, fmt: str, explain: bool, contexts_dir: str | None) -> None:
     """Expand and validate the matrix; print the images it yields."""
+    if contexts_dir is not None and fmt != "bake":
+        raise click.UsageError("--contexts goes with --format bake (where its build contexts are written)")
     images = ws.selected(select_expr, use_default=False)
     if fmt == "json":
         emit_json(plan_json(images, ws.decided.skipped))

@@ -188,3 +188,10 @@ def test_two_bases_on_one_group_name_are_an_error_not_a_merged_group(embedded_pl
     with pytest.raises(UserError, match=r"bases 'x\.y' \(matrix.yaml line 3\) and 'x_y' \(line 9\) both become bake group 'base-x_y'"):
         bake.bake_file([one, two])
     assert bake.bake_file([one])["group"]["base-x_y"]["targets"] == ["a-1"]
+
+
+def test_contexts_without_bake_is_a_usage_error_not_ignored(cli: RunCli, embedded_matrix_path: Path, tmp_path: Path) -> None:
+    """`plan --contexts DIR` with another format wrote nothing and said nothing (second hostile pass)."""
+    result = cli("--matrix", str(embedded_matrix_path), "plan", "--format", "json", "--contexts", str(tmp_path / "ctx"))
+    assert result.exit_code == 2 and "--contexts goes with --format bake" in result.output
+    assert not (tmp_path / "ctx").exists()

@@ -134,3 +134,10 @@ def test_an_image_json_nested_deep_is_no_traceback(cli: object, repo: Path) -> N
     image = next(p for p in (repo / "images").iterdir() if p.is_dir())
     (image / "image.json").write_text("[" * 200_000 + "]" * 200_000, encoding="utf-8")
     one_line(render(cli, repo), "image.json", "was not written by `builder render`")
+
+
+def test_a_template_with_a_nul_byte_is_one_line_naming_its_line(cli: object, repo: Path) -> None:
+    """A NUL reached the rendered Dockerfile (second hostile pass): a template is text."""
+    (repo / "templates" / "Dockerfile.j2").write_text("FROM {{ base_ref }}\nRUN true\0echo\n", encoding="utf-8")
+    one_line(render(cli, repo), "Dockerfile.j2:2:", "NUL byte")
+    assert sorted(p.name for p in repo.iterdir()) == ["matrix.yaml", "templates"]

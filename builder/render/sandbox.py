@@ -56,6 +56,9 @@ class Loader(jinja2.BaseLoader):
         if path is None:
             raise jinja2.TemplateNotFound(template)
         text = read_text(path, MAX_TEMPLATE, "template")
+        if "\0" in text:  # it would reach the Dockerfile, where no parser reads past it the same way
+            line = text.count("\n", 0, text.index("\0")) + 1
+            raise UserError("holds a NUL byte; a template is text: remove it", str(path), line)
         self.loaded.add(str(path))
         return text, str(path), lambda: True
 
