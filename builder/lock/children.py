@@ -5,7 +5,7 @@ on return, on Ctrl-C/SIGTERM, and after a SIGKILL too.
   writing, and the whole group can be killed), with PR_SET_PDEATHSIG on Linux (the kernel kills it
   when the thread that started it dies, SIGKILL included); `stopped_on_exit` kills every running
   group when the block that started them unwinds, so the pool's threads are not left waiting.
-- temp folders are `builder-lock-<pid>-<start time>-XXXXXXXX` in the temp folder: a later run
+- temp folders are `builder-lock-<pid>-<start time>-<random>` in the temp folder: a later run
   deletes those of this user whose process is gone (a pid alone could have been reused).
 """
 

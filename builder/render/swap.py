@@ -3,7 +3,7 @@ moment leaves the complete old tree or the complete new one at its path, never n
 run clears what an interrupted one left.
 
 How, step by step (`<name>` is the folder, all siblings live beside it):
-1. the new tree is written into `.<name>.tmp-XXXXXXXX`; killed here, that folder is litter;
+1. the new tree is written into `.<name>.tmp-<random>`; killed here, that folder is litter;
 2. it is swapped in: on Linux one renameat2(RENAME_EXCHANGE), atomic, so `<name>` is always whole
    (the tmp name then holds the old tree, litter until deleted); elsewhere, or on a filesystem that
    cannot exchange, `<name>` is renamed to `.<name>.old-PID` and the tmp folder to `<name>`. Between
