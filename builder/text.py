@@ -14,10 +14,12 @@ import re
 
 ELLIPSIS = "…"
 
-# C0 controls (newline and tab too: a message is one line), DEL, C1 controls (0x9b is a one-byte
-# CSI on some terminals), and the Unicode format characters that reorder or hide text on screen
-# (bidi embeddings/overrides/isolates, line and paragraph separators, zero-width and BOM).
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+# C0 controls but tab and newline, DEL, C1 controls (0x9b is a one-byte CSI on some terminals), and
+# the Unicode format characters that reorder or hide text on screen (bidi embeddings/overrides/
+# isolates, line and paragraph separators, zero-width and BOM): the one table of characters that
+# never reach a terminal as they are (ui/text.py builds its regex from it too).
+CONTROL_CLASS = "\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff"
+_CONTROL = re.compile(f"[\t\n{CONTROL_CLASS}]")  # a message is one line: tab and newline too
 
 
 def _escape(match: re.Match[str]) -> str:

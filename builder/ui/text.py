@@ -12,9 +12,11 @@ import re
 
 from rich.markup import escape
 
-# C0/C1 controls (ESC, CSI, OSC, BEL, CR, backspace ...), DEL, line/paragraph separators and the
-# bidirectional overrides that reorder what is shown. Tab and newline are kept only where asked.
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+from builder.text import CONTROL_CLASS
+
+# builder.text's table (C0/C1 controls, DEL, separators, bidi and zero-width characters); tab and
+# newline are kept only where asked.
+_CONTROL = re.compile(f"[{CONTROL_CLASS}]")
 _LINE_BREAKS = re.compile("[\t\n]")
 MAX_LINE = 2000  # an error line longer than this is cut: it is read by people, not parsed
 
