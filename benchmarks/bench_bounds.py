@@ -66,12 +66,14 @@ def big_matrix(bases: int, excludes: int = 0) -> str:
     rows = "  b00000: {vendor: cpu, os: ubuntu24.04, image: ubuntu:24.04}\n"
     rows += "".join(f"  b{i:05d}: {{vendor: cpu, os: x{i}, image: ubuntu:24.04}}\n" for i in range(1, bases))
     out = (
-        'registry: ghcr.io/example/gpu-images\nbases:\n' + rows + 'python: ["3.11", "3.12"]\n'
+        "registry: ghcr.io/example/gpu-images\nbases:\n" + rows + 'python: ["3.11", "3.12"]\n'
         'frameworks:\n  torch: ["2.5.1", "2.13.0", "2.14.1", "2.4.1", "2.11.0"]\n  numba: ["0.60.0", "0.68.0", "0.64.0", "0.61.0"]\n'
         "stacks:\n  torch: [torch]\n  numba: [numba]\n"
     )
     if excludes:
-        out += "exclude:\n" + "".join(f'  - {{base: b{i % bases:05d}, python: "3.1{1 + i % 2}", torch: "9.{i}.0"}}\n' for i in range(excludes))
+        out += "exclude:\n" + "".join(
+            f'  - {{base: b{i % bases:05d}, python: "3.1{1 + i % 2}", torch: "9.{i}.0"}}\n' for i in range(excludes)
+        )
     return out
 
 
@@ -108,14 +110,18 @@ def main() -> int:
         rc, wall, peak, err = cli("--matrix", "bomb.yaml", "plan", cwd=folder)
         good = rc == 2 and wall < 1 and peak < 100
         ok &= good
-        print(f"alias bomb ({len(alias_bomb())} bytes): exit {rc}, {wall:.2f} s, peak {peak:.0f} MB  [{'PASS' if good else 'FAIL'}: < 1 s, < 100 MB]")
+        print(
+            f"alias bomb ({len(alias_bomb())} bytes): exit {rc}, {wall:.2f} s, peak {peak:.0f} MB  [{'PASS' if good else 'FAIL'}: < 1 s, < 100 MB]"
+        )
         print(f"  {err.strip()}")
 
         (folder / "flow.yaml").write_text("python: [" + ",".join(["1"] * 7_500_000) + "]\n", encoding="utf-8")
         rc, wall, peak, err = cli("--matrix", "flow.yaml", "plan", cwd=folder)
         good = rc == 2 and wall < 1.5 and peak < 200
         ok &= good
-        print(f"15 MiB one-line flow list: exit {rc}, {wall:.2f} s, peak {peak:.0f} MB  [{'PASS' if good else 'FAIL'}: ~1 s; was 106 s, 2.9 GB]")
+        print(
+            f"15 MiB one-line flow list: exit {rc}, {wall:.2f} s, peak {peak:.0f} MB  [{'PASS' if good else 'FAIL'}: ~1 s; was 106 s, 2.9 GB]"
+        )
 
         (folder / "big.yaml").write_text(big_matrix(2300), encoding="utf-8")
         combos = sum(1 for _ in expand_mod.expand(load_matrix(folder / "big.yaml")))

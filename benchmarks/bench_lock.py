@@ -70,7 +70,9 @@ def main() -> int:
         ours = timed([sys.executable, "-m", "builder", "lock", "--upgrade", "-j", "2"], repo)
         plain, count = sequential_uv(repo)
         check = min(timed([sys.executable, "-m", "builder", "lock", "--check"], repo) for _ in range(3))
-    print(f"lock {count} images: builder lock --upgrade -j 2 {ours:.1f} s vs sequential uv pip compile {plain:.1f} s (ratio {ours / plain:.2f})")
+    print(
+        f"lock {count} images: builder lock --upgrade -j 2 {ours:.1f} s vs sequential uv pip compile {plain:.1f} s (ratio {ours / plain:.2f})"
+    )
     print(f"builder lock --check (all images, offline): {check:.2f} s  [{'PASS' if check < 1 else 'MISS'}: < 1 s]")
     print(f"machine: {os.cpu_count()} cores")
     return 0 if check < 1 else 1

@@ -33,7 +33,14 @@ TARGET = 0.10
 
 def builder(repo: Path, *args: str) -> float:
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "builder", *args], cwd=repo, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "builder", *args],
+        cwd=repo,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if done.returncode != 0:
         raise SystemExit(f"builder {' '.join(args)} failed ({done.returncode}): {done.stderr[-2000:]}")
     return time.monotonic() - started

@@ -30,7 +30,10 @@ WHEELS_SLICE = "base=cuda1*-debian12"
 
 def chosen(selects: list[str]) -> list[ImageSpec]:
     ws = Workspace.locate(str(ROOT / "matrix.yaml"))
-    groups = [ws.selected(expr, use_default=False) for expr in selects] or [ws.selected(None, use_default=True), ws.selected(WHEELS_SLICE, use_default=False)]
+    groups = [ws.selected(expr, use_default=False) for expr in selects] or [
+        ws.selected(None, use_default=True),
+        ws.selected(WHEELS_SLICE, use_default=False),
+    ]
     return list({s.id: s for group in groups for s in group}.values())
 
 

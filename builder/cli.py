@@ -129,7 +129,9 @@ select_option = click.option("--select", "select_expr", metavar="EXPR", help="ke
     help="bake: a docker-bake.json for `docker buildx bake` (run it from this folder)",
 )
 @click.option("--explain", is_flag=True, help="also list skipped combinations with reasons")
-@click.option("--contexts", "contexts_dir", metavar="DIR", help="with --format bake: where the complete build contexts go (default build/bake)")
+@click.option(
+    "--contexts", "contexts_dir", metavar="DIR", help="with --format bake: where the complete build contexts go (default build/bake)"
+)
 @click.pass_obj
 @user_errors
 def plan(ws: Workspace, select_expr: str | None, fmt: str, explain: bool, contexts_dir: str | None) -> None:
@@ -212,7 +214,11 @@ def _options(*options: Callable[[F], F]) -> Callable[[F], F]:
 
 
 gpu_option = click.option(
-    "--gpu", type=click.Choice(["auto", "require", "off"]), default="auto", show_default=True, help="attach GPUs: if present / always (fail without) / never"
+    "--gpu",
+    type=click.Choice(["auto", "require", "off"]),
+    default="auto",
+    show_default=True,
+    help="attach GPUs: if present / always (fail without) / never",
 )
 BUILD_SOURCE_OPTIONS = (
     click.option("--ca-bundle", metavar="FILE", help="PEM bundle pip/apt/uv trust (or $BUILDER_CA_BUNDLE, build.ca_bundle)"),
@@ -232,11 +238,15 @@ build_options = _options(
 
 
 def _build_options(kwargs: dict[str, Any]) -> Any:
-    from builder.app import BuildOptions
+    from builder.usecases.build import BuildOptions
 
     if kwargs["push"]:
-        raise click.UsageError("--push is gone: nothing untested is pushed; run `builder test`, then `builder publish` (it pushes images that passed)")
-    return BuildOptions(jobs=kwargs["jobs"], force=kwargs["force"], no_cache=kwargs["no_cache"], keep_going=kwargs["keep_going"], **_sources(kwargs))
+        raise click.UsageError(
+            "--push is gone: nothing untested is pushed; run `builder test`, then `builder publish` (it pushes images that passed)"
+        )
+    return BuildOptions(
+        jobs=kwargs["jobs"], force=kwargs["force"], no_cache=kwargs["no_cache"], keep_going=kwargs["keep_going"], **_sources(kwargs)
+    )
 
 
 def _sources(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -257,34 +267,39 @@ def _sources(kwargs: dict[str, Any]) -> dict[str, Any]:
 @user_errors
 def build(ws: Workspace, /, select_expr: str | None, **kwargs: Any) -> None:
     """Build what is stale (default: the matrix's defaults.select)."""
-    from builder import app
     from builder.ui.build import BuildProgress, print_build_summary
+    from builder.usecases.build import build_images, build_ok
 
-    results = app.build_images(ws, ws.selected(select_expr, use_default=True), _build_options(kwargs), BuildProgress(err))
+    results = build_images(ws, ws.selected(select_expr, use_default=True), _build_options(kwargs), BuildProgress(err))
     print_build_summary(out, results)
-    _exit_for(app.build_ok(results))
+    _exit_for(build_ok(results))
 
 
 @main.command()
 @select_option
 @gpu_option
 @click.option(
-    "--timeout", "timeout_s", default=600, show_default=True, type=click.IntRange(1, MAX_TIMEOUT_S), help="seconds per image before the container is killed"
+    "--timeout",
+    "timeout_s",
+    default=600,
+    show_default=True,
+    type=click.IntRange(1, MAX_TIMEOUT_S),
+    help="seconds per image before the container is killed",
 )
 @click.pass_obj
 @user_errors
 def test(ws: Workspace, select_expr: str | None, gpu: str, timeout_s: int) -> None:
     """Smoke-test built images in locked-down containers; results in build/results/."""
-    from builder import app
     from builder.ui.test import TestLines, print_test_summary
+    from builder.usecases.test import TEST_OK, TestOptions, test_images
 
-    results = app.test_images(ws, ws.selected(select_expr, use_default=True), app.TestOptions(gpu, timeout_s), TestLines(err))
+    results = test_images(ws, ws.selected(select_expr, use_default=True), TestOptions(gpu, timeout_s), TestLines(err))
     print_test_summary(out, results)
-    _exit_for(all(r.verdict in app.TEST_OK for r in results))
+    _exit_for(all(r.verdict in TEST_OK for r in results))
 
 
 class _RunSummary:
-    """app.RunEvents for the terminal: progress while it runs, each stage's table when it ends."""
+    """usecases.run.RunEvents for the terminal: progress while it runs, each stage's table when it ends."""
 
     def __init__(self) -> None:
         from builder.ui.build import BuildProgress
@@ -310,17 +325,23 @@ class _RunSummary:
 @build_options
 @gpu_option
 @click.option(
-    "--timeout", "timeout_s", default=600, show_default=True, type=click.IntRange(1, MAX_TIMEOUT_S), help="seconds per image for the smoke tests"
+    "--timeout",
+    "timeout_s",
+    default=600,
+    show_default=True,
+    type=click.IntRange(1, MAX_TIMEOUT_S),
+    help="seconds per image for the smoke tests",
 )
 @click.pass_obj
 @user_errors
 def run(ws: Workspace, /, select_expr: str | None, gpu: str, timeout_s: int, **kwargs: Any) -> None:
     """The main job: check images/ is current, build (bootstrapping local bases), smoke-test, summarize."""
-    from builder import app
+    from builder.usecases.run import run, run_ok
+    from builder.usecases.test import TestOptions
 
     specs = ws.selected(select_expr, use_default=True)
-    built, tested = app.run(ws, specs, _build_options(kwargs), app.TestOptions(gpu, timeout_s), _RunSummary())
-    _exit_for(app.run_ok(specs, built, tested))
+    built, tested = run(ws, specs, _build_options(kwargs), TestOptions(gpu, timeout_s), _RunSummary())
+    _exit_for(run_ok(specs, built, tested))
 
 
 @main.command()
@@ -334,8 +355,8 @@ def run(ws: Workspace, /, select_expr: str | None, gpu: str, timeout_s: int, **k
 @user_errors
 def lock(ws: Workspace, /, select_expr: str | None, check: bool, upgrade: bool, jobs: int, keep_going: bool, **kwargs: Any) -> None:
     """Resolve each image for its target into images/<id>/requirements.lock (every package, sha256 hashes)."""
-    from builder.lock import locking
     from builder.ui.lock import LockLines, print_lock_summary
+    from builder.usecases import lock as locking
 
     specs = ws.selected(select_expr, use_default=False)
     if check:
@@ -347,7 +368,9 @@ def lock(ws: Workspace, /, select_expr: str | None, check: bool, upgrade: bool, 
         tail = f"; {unlocked} unlocked by matrix.yaml" if unlocked else ""
         click.echo(f"{len(results) - len(bad) - unlocked} locks current, {len(bad)} missing or stale{tail}", err=True)
         _exit_for(not bad)
-    options = locking.LockOptions(jobs=jobs, upgrade=upgrade, keep_going=keep_going, include_unlocked=select_expr is not None, **_sources(kwargs))
+    options = locking.LockOptions(
+        jobs=jobs, upgrade=upgrade, keep_going=keep_going, include_unlocked=select_expr is not None, **_sources(kwargs)
+    )
     results = locking.lock_images(ws, specs, options, LockLines(err))
     print_lock_summary(out, results)
     for r in results:
@@ -388,25 +411,40 @@ catalog_option = click.option("--catalog", "catalog_dir", metavar="DIR", help="t
 @click.option("--registry", metavar="REPO", help="repository to push to, e.g. 127.0.0.1:5000/gpu-images (default: matrix.yaml's registry)")
 @click.option("--dry-run", is_flag=True, help="say what would be pushed and recorded; push and write nothing")
 @click.option("--accept-gpu-skipped", is_flag=True, help="also publish CUDA/ROCm images tested without a GPU (the record says so)")
-@click.option("--push-timeout", "push_timeout", type=click.FloatRange(min=1, max=1e6), metavar="SECONDS", help="a push that has not finished by then is cancelled (default: $BUILDER_PUSH_DEADLINE_S or 3600)")
+@click.option(
+    "--push-timeout",
+    "push_timeout",
+    type=click.FloatRange(min=1, max=1e6),
+    metavar="SECONDS",
+    help="a push that has not finished by then is cancelled (default: $BUILDER_PUSH_DEADLINE_S or 3600)",
+)
 @catalog_option
 @click.pass_obj
 @user_errors
 def publish(
-    ws: Workspace, select_expr: str | None, registry: str | None, dry_run: bool, accept_gpu_skipped: bool, push_timeout: float | None, catalog_dir: str | None
+    ws: Workspace,
+    select_expr: str | None,
+    registry: str | None,
+    dry_run: bool,
+    accept_gpu_skipped: bool,
+    push_timeout: float | None,
+    catalog_dir: str | None,
 ) -> None:
     """Push images whose smoke tests passed for their current build; record them as known-good."""
-    from builder import deliver
     from builder.ui.catalog import PublishLines, print_publish_summary
+    from builder.usecases.catalog import catalog_of
+    from builder.usecases.publish import PublishOptions, publish, publish_ok
 
-    catalog = deliver.catalog_of(ws, catalog_dir)
-    options = deliver.PublishOptions(registry=registry, dry_run=dry_run, accept_gpu_skipped=accept_gpu_skipped, push_deadline_s=push_timeout)
-    outcomes = deliver.publish(ws, ws.selected(select_expr, use_default=True), options, catalog, PublishLines(err))
+    catalog = catalog_of(ws, catalog_dir)
+    options = PublishOptions(registry=registry, dry_run=dry_run, accept_gpu_skipped=accept_gpu_skipped, push_deadline_s=push_timeout)
+    outcomes = publish(ws, ws.selected(select_expr, use_default=True), options, catalog, PublishLines(err))
     print_publish_summary(out, outcomes)
     published = [o for o in outcomes if o.status == "published"]
     if published:
-        click.echo(plain(f"recorded {len(published)} image(s) in {catalog.file}; a teammate runs: builder pull id={published[0].id}"), err=True)
-    _exit_for(deliver.publish_ok(outcomes))
+        click.echo(
+            plain(f"recorded {len(published)} image(s) in {catalog.file}; a teammate runs: builder pull id={published[0].id}"), err=True
+        )
+    _exit_for(publish_ok(outcomes))
 
 
 @main.command()
@@ -416,13 +454,16 @@ def publish(
 @user_errors
 def pull(ws: Workspace, query: tuple[str, ...], catalog_dir: str | None) -> None:
     """Pull the newest known-good image matching QUERY (e.g. torch=2.14 cuda=13 python=3.11) by digest."""
-    from builder import deliver
+    from builder.usecases import catalog as catalogs
+    from builder.usecases import pull as pulling
 
     try:
         build_repository: str | None = ws.matrix.registry  # builder build's names here: pull never moves them
     except UserError:
         build_repository = None  # no matrix beside the catalog: no build names to keep
-    pulled = deliver.pull(deliver.catalog_of(ws, catalog_dir, must_exist=True), " ".join(query), log=lambda line: None, build_repository=build_repository)
+    pulled = pulling.pull(
+        catalogs.catalog_of(ws, catalog_dir, must_exist=True), " ".join(query), log=lambda line: None, build_repository=build_repository
+    )
     click.echo(plain(f"pulled {pulled.record.digest} ({pulled.record.id}, verified)"), err=True)
     if pulled.note:
         click.echo(pulled.note, err=True)
@@ -438,12 +479,12 @@ def pull(ws: Workspace, query: tuple[str, ...], catalog_dir: str | None) -> None
 @user_errors
 def catalog(ws: Workspace, query: tuple[str, ...], fmt: str, verify: bool, catalog_dir: str | None) -> None:
     """List the known-good records (matching QUERY, newest first)."""
-    from builder import deliver
     from builder.ui.catalog import print_catalog
+    from builder.usecases import catalog as catalogs
 
-    store = deliver.catalog_of(ws, catalog_dir, must_exist=True)
-    records = deliver.find(store, " ".join(query))
-    checked = deliver.verify(store, records) if verify else []
+    store = catalogs.catalog_of(ws, catalog_dir, must_exist=True)
+    records = catalogs.find(store, " ".join(query))
+    checked = catalogs.verify(store, records) if verify else []
     if fmt == "json":
         data: dict[str, Any] = {"images": [r.to_json() for r in records]}
         if verify:
@@ -452,7 +493,7 @@ def catalog(ws: Workspace, query: tuple[str, ...], fmt: str, verify: bool, catal
     else:
         print_catalog(out, records, checked)
     if query and not records:
-        click.echo(f"error: {plain(deliver.no_match_message(store, ' '.join(query)), limit=MAX_LINE)}", err=True)
+        click.echo(f"error: {plain(catalogs.no_match_message(store, ' '.join(query)), limit=MAX_LINE)}", err=True)
         sys.exit(1)
     _exit_for(all(v.ok for v in checked))
 
@@ -465,11 +506,13 @@ def catalog(ws: Workspace, query: tuple[str, ...], fmt: str, verify: bool, catal
 @user_errors
 def report(ws: Workspace, markdown_path: str | None, html_path: str | None, catalog_dir: str | None) -> None:
     """The support matrix (every planned image, its status and digest; a base x stack grid) as Markdown and HTML."""
-    from builder import deliver
 
-    files = deliver.report(
+    from builder.usecases import catalog as catalogs
+    from builder.usecases import report as reporting
+
+    files = reporting.report(
         ws,
-        deliver.catalog_of(ws, catalog_dir, must_exist=True),
+        catalogs.catalog_of(ws, catalog_dir, must_exist=True),
         Path(markdown_path) if markdown_path else ws.matrix_path.parent / "docs" / "support-matrix.md",
         Path(html_path) if html_path else ws.build_dir / "report" / "index.html",
     )
@@ -478,13 +521,22 @@ def report(ws: Workspace, markdown_path: str | None, html_path: str | None, cata
 
 
 index_json_option = click.option(
-    "--index-json-url", metavar="URL", envvar="BUILDER_INDEX_JSON_URL", help="the package index's JSON API (default https://pypi.org/pypi; or a mirror)"
+    "--index-json-url",
+    metavar="URL",
+    envvar="BUILDER_INDEX_JSON_URL",
+    help="the package index's JSON API (default https://pypi.org/pypi; or a mirror)",
 )
 
 
 @main.command()
 @click.option("--apply", "do_apply", is_flag=True, help="add the releases the rules can place to matrix.yaml (comments and order kept)")
-@click.option("--max-new", type=click.IntRange(min=1), default=3, show_default=True, help="with --apply: add at most this many releases per framework (the newest)")
+@click.option(
+    "--max-new",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="with --apply: add at most this many releases per framework (the newest)",
+)
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @index_json_option
 @click.option("--ca-bundle", metavar="FILE", help="PEM bundle to trust for the index (or $BUILDER_CA_BUNDLE)")
@@ -513,28 +565,42 @@ def updates(ws: Workspace, do_apply: bool, max_new: int, fmt: str, index_json_ur
 @click.option("--registry", metavar="REPO", help="repository to publish to (default: matrix.yaml's registry)")
 @click.option("--no-publish", is_flag=True, help="build and test, publish nothing")
 @click.option("--accept-gpu-skipped", is_flag=True, help="also publish CUDA/ROCm images tested without a GPU")
-@click.option("--summary", "summary_path", metavar="FILE", help="the Markdown summary (default build/nightly/summary.md; CI: $GITHUB_STEP_SUMMARY)")
+@click.option(
+    "--summary", "summary_path", metavar="FILE", help="the Markdown summary (default build/nightly/summary.md; CI: $GITHUB_STEP_SUMMARY)"
+)
 @click.option("-j", "--jobs", default=1, show_default=True, type=click.IntRange(1, MAX_JOBS), help="images built in parallel")
 @gpu_option
-@click.option("--timeout", "timeout_s", default=600, show_default=True, type=click.IntRange(1, MAX_TIMEOUT_S), help="seconds per image for the smoke tests")
+@click.option(
+    "--timeout",
+    "timeout_s",
+    default=600,
+    show_default=True,
+    type=click.IntRange(1, MAX_TIMEOUT_S),
+    help="seconds per image for the smoke tests",
+)
 @catalog_option
 @_options(*BUILD_SOURCE_OPTIONS)
 @click.pass_obj
 @user_errors
-def nightly(ws: Workspace, /, select_expr: str | None, summary_path: str | None, jobs: int, gpu: str, timeout_s: int, **kwargs: Any) -> None:
+def nightly(
+    ws: Workspace, /, select_expr: str | None, summary_path: str | None, jobs: int, gpu: str, timeout_s: int, **kwargs: Any
+) -> None:
     """updates -> plan -> lock -> build what changed -> test -> publish what passed -> report; exit 1 on a regression."""
-    from builder import app, deliver
-    from builder.nightly import loop, summary
+    from builder.nightly import summary
     from builder.report.output import check_summary, write_summary
     from builder.ui.nightly import NightlyLines, print_nightly
+    from builder.usecases import catalog as catalogs
+    from builder.usecases import nightly as loop
+    from builder.usecases.build import BuildOptions
+    from builder.usecases.test import TestOptions
 
     options = loop.NightlyOptions(
         select=select_expr,
         updates=not kwargs["no_updates"],
         apply=not kwargs["no_apply"],
         index_json_url=kwargs["index_json_url"],
-        build=app.BuildOptions(jobs=jobs, **_sources(kwargs)),
-        test=app.TestOptions(gpu, timeout_s),
+        build=BuildOptions(jobs=jobs, **_sources(kwargs)),
+        test=TestOptions(gpu, timeout_s),
         publish=not kwargs["no_publish"],
         registry=kwargs["registry"],
         accept_gpu_skipped=kwargs["accept_gpu_skipped"],
@@ -545,7 +611,7 @@ def nightly(ws: Workspace, /, select_expr: str | None, summary_path: str | None,
 
         check_repository(options.registry or ws.matrix.registry)
     target = Path(summary_path) if summary_path else ws.build_dir / "nightly" / "summary.md"
-    inputs = (ws.matrix_path, deliver.catalog_of(ws, options.catalog_dir).file)
+    inputs = (ws.matrix_path, catalogs.catalog_of(ws, options.catalog_dir).file)
     check_summary(target, inputs)  # a summary path that cannot be written stops it before the run, not after
     report = loop.nightly(ws.matrix_path, options, NightlyLines(err))
     write_summary(target, summary.render(report), inputs)

@@ -213,5 +213,8 @@ def from_json(data: Any, where: str) -> SmokeResult:
     recomputed = verdict_of(result.returncode, tests, bool(gpu["attached"]), vendor)
     if verdict != "not-built" and verdict != recomputed:
         counts = ", ".join(f"{k} {v}" for k, v in sorted(tests.items()))
-        raise UserError(f"refused: its verdict {verdict!r} is not what its own contents give ({recomputed!r}: exit {result.returncode}, {counts}); {RERUN}", where)
+        raise UserError(
+            f"refused: its verdict {verdict!r} is not what its own contents give ({recomputed!r}: exit {result.returncode}, {counts}); {RERUN}",
+            where,
+        )
     return result

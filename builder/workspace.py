@@ -125,7 +125,9 @@ class Workspace:
         chosen = select(self.decided.images, selector)
         if selector and not chosen:
             if from_default:
-                raise UserError(no_match(selector, self.decided.images, "defaults.select"), self.matrix.path, self.matrix.default_select_line)
+                raise UserError(
+                    no_match(selector, self.decided.images, "defaults.select"), self.matrix.path, self.matrix.default_select_line
+                )
             raise UserError(no_match(selector, self.decided.images, "--select"))
         return self.hashed(chosen)
 
@@ -169,10 +171,14 @@ def read_lock(path: Path) -> Lock | None:
     finally:
         os.close(fd)
     if len(data) > MAX_LOCK:
-        raise UserError(f"is larger than {MAX_LOCK} bytes, which no lock is; restore it from git or delete it and run `builder lock`", _shown(path))
+        raise UserError(
+            f"is larger than {MAX_LOCK} bytes, which no lock is; restore it from git or delete it and run `builder lock`", _shown(path)
+        )
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
-        raise UserError("is not UTF-8 text, which no lock is; restore it from git or delete it and run `builder lock`", _shown(path), line) from None
+        raise UserError(
+            "is not UTF-8 text, which no lock is; restore it from git or delete it and run `builder lock`", _shown(path), line
+        ) from None
     return load(text, _shown(path))

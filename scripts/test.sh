@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export BUILDER_REQUIRE_DOCKER=1 BUILDER_REQUIRE_BROWSER=1
 .venv/bin/ruff check builder tests benchmarks
-.venv/bin/mypy builder
+.venv/bin/ruff format --check builder tests benchmarks
+.venv/bin/mypy builder tests
 .venv/bin/builder render --check
 .venv/bin/builder lock --check
 exec .venv/bin/python -m pytest "$@"

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import dockerfile
-import jsonschema
+import jsonschema  # type: ignore[import-untyped]
 import pytest
 from click.testing import Result
 
@@ -24,6 +24,7 @@ from builder.errors import UserError
 from builder.records import ImageSpec, Plan
 from builder.render import labels
 from builder.render.context import PROBE_NAME
+from builder.render.labels import build_labels
 from builder.spec import bake
 
 RunCli = Callable[..., Result]
@@ -143,7 +144,7 @@ def test_labels_are_the_ones_the_engine_build_adds(embedded_plan: Plan, tmp_path
     run = Run(settings=BuildSettings(), build_dir=tmp_path, lock_dir=tmp_path, revision="0" * 40)
     image_build._attempt(run, Client(), spec, Staged(tmp_path, (), ()), None, tmp_path / "build.log", 1, set())
     assert seen["tag"] == bake.target(spec, "images", run.revision)["tags"][0]
-    assert seen["labels"] == bake.build_labels(spec, run.revision)
+    assert seen["labels"] == build_labels(spec, run.revision)
 
 
 def test_every_file_a_dockerfile_copies_is_in_its_bake_context(bake_doc: dict[str, Any], root: Path) -> None:

@@ -2,7 +2,7 @@
 
 Pure (no Docker, no network, no terminal): spec/, compat/, render/, catalog/, report/, the publish
 gate and tags, the nightly's comparison, history and summary, and the shared foundations.
-Use-cases (app.py, deliver.py, nightly/) and the I/O stages (engine/, smoke/, host/, publish/,
+Use-cases (usecases/) and the I/O stages (engine/, smoke/, host/, publish/,
 updates/) print nothing: presentation is ui/.
 """
 
@@ -16,9 +16,20 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "builder"
-PURE = ("spec", "compat", "render", "catalog", "report", "publish/gate.py", "publish/tags.py", "nightly/compare.py", "nightly/summary.py", "nightly/history.py")
+PURE = (
+    "spec",
+    "compat",
+    "render",
+    "catalog",
+    "report",
+    "publish/gate.py",
+    "publish/tags.py",
+    "nightly/compare.py",
+    "nightly/summary.py",
+    "nightly/history.py",
+)
 FOUNDATIONS = ("errors.py", "records.py", "frameworks.py", "yamlsrc.py", "workspace.py")
-IMPURE_FOR_PURE = ("docker", "rich", "builder.engine", "builder.host", "builder.smoke", "builder.ui", "builder.app", "builder.cli")
+IMPURE_FOR_PURE = ("docker", "rich", "builder.engine", "builder.host", "builder.smoke", "builder.ui", "builder.usecases", "builder.cli")
 PRESENTATION = ("rich", "builder.ui", "builder.cli")
 
 
@@ -51,7 +62,9 @@ def test_pure_modules_import_no_engine_host_or_terminal(path: Path) -> None:
     assert offending(path, IMPURE_FOR_PURE) == [], f"{path.relative_to(PACKAGE)} is pure; move the I/O into engine/, host/ or ui/"
 
 
-@pytest.mark.parametrize("path", modules("app.py", "deliver.py", "engine", "smoke", "host", "publish", "nightly", "updates"), ids=lambda p: str(p.relative_to(PACKAGE)))
+@pytest.mark.parametrize(
+    "path", modules("usecases", "engine", "smoke", "host", "publish", "nightly", "updates"), ids=lambda p: str(p.relative_to(PACKAGE))
+)
 def test_use_cases_and_io_stages_do_not_present(path: Path) -> None:
     assert offending(path, PRESENTATION) == [], f"{path.relative_to(PACKAGE)} prints through rich; report events and let ui/ draw them"
 

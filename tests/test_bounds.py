@@ -84,7 +84,9 @@ def test_the_combination_cap_says_how_many_and_how_to_narrow(tmp_path: Path) -> 
 
 
 terms = st.lists(
-    st.tuples(st.sampled_from(["base", "stack", "python", "vendor", "torch", "numba"]), st.sampled_from(["a", "b", "c", "*", "a*", "[ab]"])),
+    st.tuples(
+        st.sampled_from(["base", "stack", "python", "vendor", "torch", "numba"]), st.sampled_from(["a", "b", "c", "*", "a*", "[ab]"])
+    ),
     min_size=1,
     max_size=3,
 )
@@ -125,7 +127,9 @@ def test_a_huge_flow_list_is_refused_in_about_a_second(tmp_path: Path) -> None:
     assert float(seconds) < 1.5, seconds
 
 
-@pytest.mark.parametrize("text", ["a: " + "[" * 100_000 + "]" * 100_000 + "\n", "- " * 100_000 + "x\n", "".join("- {a: 1, b: 2}\n" for _ in range(40_000))])
+@pytest.mark.parametrize(
+    "text", ["a: " + "[" * 100_000 + "]" * 100_000 + "\n", "- " * 100_000 + "x\n", "".join("- {a: 1, b: 2}\n" for _ in range(40_000))]
+)
 def test_nested_or_many_values_are_refused_before_composing(tmp_path: Path, text: str) -> None:
     path = tmp_path / "matrix.yaml"
     path.write_text(text, encoding="utf-8")

@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from builder.app import check_rendered
 from builder.engine import image_build
 from builder.engine.build import HASH_LABEL, built_hashes
 from builder.engine.failures import NETWORK_PATTERNS
@@ -23,6 +22,7 @@ from builder.errors import UserError
 from builder.records import Accelerator, Base, ImageSpec
 from builder.render.tree import write_tree
 from builder.smoke.runner import _junit_counts, merge_junit, verdict_of
+from builder.usecases.build import check_rendered
 from builder.workspace import Workspace
 
 # -- NETWORK_PATTERNS -------------------------------------------------------------------------
@@ -475,7 +475,7 @@ class CleanApi:
         return out
 
     def history(self, image_id: str) -> list[dict[str, str]]:
-        return [{"CreatedBy": self._history.get(image_id, "/bin/sh -c #(nop)  CMD [\"x\"]")}]
+        return [{"CreatedBy": self._history.get(image_id, '/bin/sh -c #(nop)  CMD ["x"]')}]
 
     def inspect_image(self, ref: str) -> dict[str, Any]:
         from docker.errors import NotFound  # type: ignore[import-untyped]
@@ -494,7 +494,7 @@ def test_clean_removes_unfinished_images_of_our_builds_and_nothing_built_on_ours
     from builder.render.labels import BUILT_BY_LABEL
 
     ours = {BUILT_BY_LABEL: "builder"}
-    images = [
+    images: list[dict[str, Any]] = [
         {"Id": "sha256:unfinished", "Labels": ours, "RepoTags": None},  # an interrupted build's last step
         {"Id": "sha256:foreign", "Labels": {"x": "y"}, "RepoTags": None},  # someone else's dangling image
         {"Id": "sha256:derived", "Labels": {**ours, HASH_LABEL: "h"}, "RepoTags": None},  # built FROM ours by someone else

@@ -176,9 +176,13 @@ def test_a_matrix_that_is_a_fifo_or_a_device_is_one_line(tmp_path: Path, kind: s
 
 # -- missing folders (finding 10) ------------------------------------------------------------------
 @pytest.mark.parametrize("command", [("catalog",), ("report",), ("pull", "torch=2.13")])
-def test_a_named_catalog_folder_that_is_missing_is_exit_2(cli: RunCli, write_matrix: Callable[..., Path], tmp_path: Path, command: tuple[str, ...]) -> None:
+def test_a_named_catalog_folder_that_is_missing_is_exit_2(
+    cli: RunCli, write_matrix: Callable[..., Path], tmp_path: Path, command: tuple[str, ...]
+) -> None:
     matrix = write_matrix()
-    one_line_exit_2(cli("--matrix", str(matrix), command[0], "--catalog", str(tmp_path / "typo"), *command[1:]), "no such catalog folder", "--catalog")
+    one_line_exit_2(
+        cli("--matrix", str(matrix), command[0], "--catalog", str(tmp_path / "typo"), *command[1:]), "no such catalog folder", "--catalog"
+    )
 
 
 def test_the_default_catalog_may_be_absent(cli: RunCli, write_matrix: Callable[..., Path]) -> None:

@@ -158,11 +158,15 @@ def test_a_selection_matching_nothing_is_exit_2_listing_what_exists(cli: RunCli,
     ]
 
 
-def test_a_default_selection_matching_nothing_names_the_matrix_line(cli: RunCli, write_matrix: Any, small_matrix: str, in_tmp: Path) -> None:
+def test_a_default_selection_matching_nothing_names_the_matrix_line(
+    cli: RunCli, write_matrix: Any, small_matrix: str, in_tmp: Path
+) -> None:
     write_matrix(small_matrix + 'defaults:\n  select: "base=nope*"\n')
     result = cli("build")
     assert result.exit_code == 2
-    assert result.stderr.startswith("error: matrix.yaml:14: defaults.select 'base=nope*' matches none of the 1 planned images; base is one of:")
+    assert result.stderr.startswith(
+        "error: matrix.yaml:14: defaults.select 'base=nope*' matches none of the 1 planned images; base is one of:"
+    )
 
 
 def test_a_usage_error_names_the_help_to_run_under_python_m() -> None:

@@ -310,7 +310,9 @@ def test_stage_copies_only_the_pinned_wheels(
     assert (target.stat().st_mode & 0o777) == 0o700
 
 
-def test_stage_copies_a_wheel_two_requirements_share_once(tmp_path: Path, source: dict[str, bytes], find_links: Path, simple_index: Path) -> None:
+def test_stage_copies_a_wheel_two_requirements_share_once(
+    tmp_path: Path, source: dict[str, bytes], find_links: Path, simple_index: Path
+) -> None:
     """`jax[cuda12]==0.10.2` (the plan) and `jax==0.10.2` (what a lock pins) are the same local file."""
     spec = _spec()
     spec = dataclasses.replace(spec, packages=(*spec.packages, "jax==0.10.2"))

@@ -81,7 +81,12 @@ def test_a_user_error_line_is_inert_and_short(cli: RunCli, tmp_path: Path) -> No
 
 def _markdown_report(cli: RunCli, write_matrix: Callable[..., Path], tmp_path: Path) -> str:
     matrix = write_matrix()
-    folder = _write_catalog(tmp_path / "cat", _hostile_record(host={"gpu": "<img src=x onerror=alert(1)> | `x` [a](http://evil)\n## Heading\n| x |", "driver": None, "engine": None}))
+    folder = _write_catalog(
+        tmp_path / "cat",
+        _hostile_record(
+            host={"gpu": "<img src=x onerror=alert(1)> | `x` [a](http://evil)\n## Heading\n| x |", "driver": None, "engine": None}
+        ),
+    )
     out = tmp_path / "m.md"
     result = cli("--matrix", str(matrix), "report", "--catalog", str(folder), "--markdown", str(out), "--html", str(tmp_path / "i.html"))
     assert result.exit_code == 0, result.output
@@ -121,12 +126,18 @@ def test_the_nightly_summary_cannot_be_restructured() -> None:
     outcomes = (Outcome("img\n# x", "failed", "cause |\n## also injected", rebuilt=True),)
     changes = tuple(compare({"img\n# x": "passed"}, outcomes))
     report = NightlyReport(
-        "2026-12-01\n# date", changes, outcomes, releases=(_Release(),), applied=("frameworks.torch += `2.15`\n# x",),
+        "2026-12-01\n# date", changes, outcomes, releases=(_Release(),),  # type: ignore[arg-type]  # a stand-in with Release's fields applied=("frameworks.torch += `2.15`\n# x",),
         drift=(("img`\n# y", (("numpy\n# z", "1|2", "<b>3</b>"),)),), notes=("note\n# heading <script>",),
     )  # fmt: skip
     summary = render_summary(report)
     headings = [line for line in summary.splitlines() if line.startswith("#")]
-    assert headings == ["# Nightly 2026-12-01 \\# date: 1 regression(s); run failed: 1 problem(s)", "## Regressions (passed before, fail now)", "## New releases", "## Lock drift", "## Images"]
+    assert headings == [
+        "# Nightly 2026-12-01 \\# date: 1 regression(s); run failed: 1 problem(s)",
+        "## Regressions (passed before, fail now)",
+        "## New releases",
+        "## Lock drift",
+        "## Images",
+    ]
     assert "<script>" not in summary and "<b>" not in summary
     for line in summary.splitlines():
         if line.startswith("| "):

@@ -196,7 +196,11 @@ def test_redirects_carry_credentials_only_to_the_same_origin() -> None:
 def test_a_redirect_from_https_to_http_or_out_of_http_is_refused(tls: tuple[Path, ssl.SSLContext]) -> None:
     cert, context = tls
     with serve(lambda h: h.send(200, b"{}")) as plain:
-        targets = {"/pypi/down/json": f"{plain.url}/pypi/down/json", "/pypi/ftp/json": "ftp://127.0.0.1/pypi/x", "/pypi/file/json": "file:///etc/passwd"}
+        targets = {
+            "/pypi/down/json": f"{plain.url}/pypi/down/json",
+            "/pypi/ftp/json": "ftp://127.0.0.1/pypi/x",
+            "/pypi/file/json": "file:///etc/passwd",
+        }
 
         def respond(h: Handler) -> None:
             h.send(302, b"", {"Location": targets[h.path]})
@@ -320,7 +324,15 @@ def test_a_file_url_to_a_regular_wheel_is_read(tmp_path: Path, wheel: bytes) -> 
     assert isinstance(out[0], dict) and out[0]["info"]["requires_python"] == ">=3.10"
 
 
-@pytest.mark.parametrize(("url", "said"), [("ftp://127.0.0.1/t.whl", "not an http"), ("http://a..b/t.whl", "cannot ask the package index"), ("http://[::1/t.whl", "Invalid IPv6 URL"), ("http://attacker:x@127.0.0.1/t.whl", "credentials in it")])
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("ftp://127.0.0.1/t.whl", "not an http"),
+        ("http://a..b/t.whl", "cannot ask the package index"),
+        ("http://[::1/t.whl", "Invalid IPv6 URL"),
+        ("http://attacker:x@127.0.0.1/t.whl", "credentials in it"),
+    ],
+)
 def test_a_wheel_url_that_cannot_be_asked_is_one_line(wheel: bytes, url: str, said: str) -> None:
     with serve(index_listing(lambda: url, len(wheel))) as index, pytest.raises(IndexFailure, match=said) as failed:
         IndexClient(index.url + "/pypi", backoff_s=0).release("torch", "9.1.0")
@@ -354,7 +366,10 @@ def test_control_characters_from_the_index_are_escaped_in_messages() -> None:
 
 def test_json_nested_past_the_parser_is_one_line() -> None:
     deep = b"[" * 100_000 + b"]" * 100_000
-    with serve(lambda h: h.send(200, deep, {"Content-Type": "application/json"})) as index, pytest.raises(IndexFailure, match="too deeply") as failed:
+    with (
+        serve(lambda h: h.send(200, deep, {"Content-Type": "application/json"})) as index,
+        pytest.raises(IndexFailure, match="too deeply") as failed,
+    ):
         IndexClient(index.url + "/pypi", backoff_s=0)("torch")
     assert "\n" not in str(failed.value)
 
@@ -363,7 +378,16 @@ def test_json_nested_past_the_parser_is_one_line() -> None:
 
 
 @pytest.mark.parametrize(
-    "url", ["http://[::1", "http://[::1/pypi", "https://host:99999/pypi", "https://u:p/w@host/pypi", "http://h\x1b[2J/pypi", "https://a..b/pypi", f"https://{'a' * 64}.example/pypi"]
+    "url",
+    [
+        "http://[::1",
+        "http://[::1/pypi",
+        "https://host:99999/pypi",
+        "https://u:p/w@host/pypi",
+        "http://h\x1b[2J/pypi",
+        "https://a..b/pypi",
+        f"https://{'a' * 64}.example/pypi",
+    ],
 )
 def test_a_malformed_index_url_is_one_line(url: str) -> None:
     with pytest.raises(UserError) as bad:

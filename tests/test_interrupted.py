@@ -33,7 +33,13 @@ MATRIX = textwrap.dedent(
     """
 )
 IMAGE = "numba0.68.0-cpu-py3.11-debian12"
-LOCK = lock_text(IMAGE, "sha256:" + "0" * 64, "3.11", "x86_64-manylinux_2_36", "numba==0.68.0 \\\n    --hash=sha256:" + "a" * 64 + "\n    # via -r requirements.in\n")
+LOCK = lock_text(
+    IMAGE,
+    "sha256:" + "0" * 64,
+    "3.11",
+    "x86_64-manylinux_2_36",
+    "numba==0.68.0 \\\n    --hash=sha256:" + "a" * 64 + "\n    # via -r requirements.in\n",
+)
 
 # Runs `builder <args>` with a pause at one step. argv: point, ready file, builder args...
 HOOK = textwrap.dedent(
@@ -72,7 +78,7 @@ HOOK = textwrap.dedent(
     pathlib.Path.write_bytes = write_bytes
 
     if point == "lock":
-        import builder.lock.locking as locking
+        import builder.usecases.lock as locking
         locking.uv_binary = lambda: os.environ["FAKE_UV"]
     if point == "template":
         with contextlib.suppress(ImportError):
@@ -136,7 +142,9 @@ SIGNALS = [signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGKILL]
 
 @pytest.mark.parametrize("point", ["writing", "between", "exchanged"])
 @pytest.mark.parametrize("sig", SIGNALS, ids=lambda s: signal.Signals(s).name)
-def test_a_render_stopped_at_any_step_leaves_a_whole_tree_and_the_next_run_clears_up(tmp_path: Path, repo: Path, point: str, sig: int) -> None:
+def test_a_render_stopped_at_any_step_leaves_a_whole_tree_and_the_next_run_clears_up(
+    tmp_path: Path, repo: Path, point: str, sig: int
+) -> None:
     before = tree(repo / "images")
     proc, ready = start(tmp_path, point, "render", env={"HOOK_SLEEP": "30" if point == "writing" else "3"})
     wait_for(ready.exists)
@@ -275,7 +283,9 @@ def test_a_killed_lock_leaves_no_uv_running_and_the_next_run_removes_its_temp_fo
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: signal.Signals(s).name)
-def test_an_interrupted_lock_stops_its_uv_at_once_and_leaves_nothing(tmp_path: Path, lock_setup: tuple[Path, Path, dict[str, str]], sig: int) -> None:
+def test_an_interrupted_lock_stops_its_uv_at_once_and_leaves_nothing(
+    tmp_path: Path, lock_setup: tuple[Path, Path, dict[str, str]], sig: int
+) -> None:
     tmpdir, pids, env = lock_setup
     proc, _ = start(tmp_path, "lock", "lock", env=env)
     wait_for(lambda: any(pids.iterdir()))

@@ -11,12 +11,12 @@ import pytest
 from builder.compat.facts import Compat, table
 from builder.engine.settings import BuildSettings, PipSources
 from builder.errors import UserError
-from builder.lock import locking
 from builder.lock.files import drift, libraries, lock_text, parse
 from builder.lock.resolve import classify, command, environment, sources
 from builder.lock.target import LockTarget, lock_state, platform_for, target_for
 from builder.records import ImageSpec, Lock
 from builder.spec.matrix import load_matrix
+from builder.usecases import lock as locking
 from builder.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -108,10 +108,17 @@ def test_sources_put_the_default_index_first_and_local_folders_last(tmp_path: Pa
     (simple / "numba" / "index.html").write_text("<a href='x.whl'>x</a>")
     links = tmp_path / "links"
     links.mkdir()
-    settings = BuildSettings(pip=PipSources(index_url="https://mirror.corp/simple", extra_index_urls=("https://extra.corp/simple",), local_dirs=(simple, links)))
+    settings = BuildSettings(
+        pip=PipSources(index_url="https://mirror.corp/simple", extra_index_urls=("https://extra.corp/simple",), local_dirs=(simple, links))
+    )
     found = sources(("https://download.pytorch.org/whl/cpu",), settings)
     assert found.default_index == "https://mirror.corp/simple"
-    assert found.indexes == ("https://mirror.corp/simple", "https://download.pytorch.org/whl/cpu", "https://extra.corp/simple", simple.resolve().as_uri())
+    assert found.indexes == (
+        "https://mirror.corp/simple",
+        "https://download.pytorch.org/whl/cpu",
+        "https://extra.corp/simple",
+        simple.resolve().as_uri(),
+    )
     assert found.find_links == (str(links),)
 
 
@@ -129,14 +136,20 @@ def test_uv_runs_wheels_only_with_no_config_and_no_interpreter_download(tmp_path
 def test_index_credentials_never_reach_uvs_command_line(tmp_path: Path) -> None:
     """A command line is world-readable (`ps`); a password from pip's config or $PIP_INDEX_URL goes to uv
     in its environment (its owner's alone), with every index in priority order."""
-    settings = BuildSettings(pip=PipSources(index_url="https://ci:s3cret@mirror.corp/simple", extra_index_urls=("https://ci:t0ken@extra.corp/simple",)))
+    settings = BuildSettings(
+        pip=PipSources(index_url="https://ci:s3cret@mirror.corp/simple", extra_index_urls=("https://ci:t0ken@extra.corp/simple",))
+    )
     where = sources(("https://download.pytorch.org/whl/cpu",), settings)
     target = LockTarget("img", ("numba==0.68.0",), (), "3.12", "x86_64-manylinux_2_39", ())
     argv = command("uv", target, where, tmp_path / "r.in", None, tmp_path / "out")
     assert not any("s3cret" in arg or "t0ken" in arg or "mirror.corp" in arg for arg in argv), argv
     env = environment(settings, tmp_path, where)
     assert env["UV_DEFAULT_INDEX"] == "https://ci:s3cret@mirror.corp/simple"
-    assert env["UV_INDEX"].split(" ") == ["https://ci:s3cret@mirror.corp/simple", "https://download.pytorch.org/whl/cpu", "https://ci:t0ken@extra.corp/simple"]
+    assert env["UV_INDEX"].split(" ") == [
+        "https://ci:s3cret@mirror.corp/simple",
+        "https://download.pytorch.org/whl/cpu",
+        "https://ci:t0ken@extra.corp/simple",
+    ]
 
 
 def test_an_unreachable_index_is_named_once() -> None:
@@ -146,7 +159,10 @@ def test_an_unreachable_index_is_named_once() -> None:
     )
     failed = classify(2, stderr)
     assert failed.kind == "unreachable"
-    assert failed.message == "index http://127.0.0.1:9/simple/ cannot be reached (Connection refused (os error 111)); check the network or name a mirror"
+    assert (
+        failed.message
+        == "index http://127.0.0.1:9/simple/ cannot be reached (Connection refused (os error 111)); check the network or name a mirror"
+    )
 
 
 def test_an_unresolvable_set_gives_the_resolvers_own_reason() -> None:
@@ -183,7 +199,9 @@ def test_the_embedded_matrix_is_locked_or_says_why_not() -> None:
     """What CI's `builder lock --check` asserts, offline: every planned image is locked and current,
     or matrix.yaml's `unlocked:` names it with the reason."""
     results = locking.check(Workspace(ROOT / "matrix.yaml").decided.images)
-    assert {r.status for r in results} <= {"current", "unlocked"}, [(r.id, r.status) for r in results if r.status not in ("current", "unlocked")]
+    assert {r.status for r in results} <= {"current", "unlocked"}, [
+        (r.id, r.status) for r in results if r.status not in ("current", "unlocked")
+    ]
     assert sum(r.status == "current" for r in results) >= 30
 
 
@@ -218,7 +236,9 @@ def test_bad_unlocked_entries_are_one_line_errors(tmp_path: Path, small_matrix: 
 def test_a_lock_reads_the_same_whichever_temp_folder_uv_ran_in() -> None:
     """uv annotates `# via -r /tmp/builder-lock-XXXX/requirements.in`: left in, every re-lock would
     change the text, the content hash and so rebuild every image every night (found by the nightly test)."""
-    resolved = "numpy==2.4.6 \\\n    --hash=sha256:{h}\n    # via\n    #   -r {d}/requirements.in\n    #   -c {d}/constraints.txt\n    #   numba\n"
+    resolved = (
+        "numpy==2.4.6 \\\n    --hash=sha256:{h}\n    # via\n    #   -r {d}/requirements.in\n    #   -c {d}/constraints.txt\n    #   numba\n"
+    )
     h = "a" * 64
     one = lock_text("img", "sha256:" + "0" * 64, "3.11", "x86_64-manylinux_2_36", resolved.format(h=h, d="/tmp/builder-lock-abc123"))
     two = lock_text("img", "sha256:" + "0" * 64, "3.11", "x86_64-manylinux_2_36", resolved.format(h=h, d="/tmp/builder-lock-zz_9"))

@@ -22,11 +22,11 @@ from builder.compat import cuda_components
 from builder.compat.facts import table
 from builder.compat.rules import decide
 from builder.errors import UserError
-from builder.lock import locking
 from builder.lock.claims import cc_floor, refusals
 from builder.lock.files import parse
 from builder.records import Base, ImageSpec
 from builder.spec.matrix import load_matrix
+from builder.usecases import lock as locking
 from builder.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -193,7 +193,9 @@ def _resolved(spec: ImageSpec, pins: tuple[tuple[str, str], ...]) -> str:
     first = sorted(top)[0]
     rows = {name: (version, "-r requirements.in") for name, version in top.items()}
     rows.update({name: (version, first) for name, version in pins if name not in top})
-    return "".join(f"{name}=={version} \\\n    --hash=sha256:{'a' * 64}\n    # via {via}\n" for name, (version, via) in sorted(rows.items()))
+    return "".join(
+        f"{name}=={version} \\\n    --hash=sha256:{'a' * 64}\n    # via {via}\n" for name, (version, via) in sorted(rows.items())
+    )
 
 
 def test_lock_refuses_a_lock_that_leaves_the_base_minor_and_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

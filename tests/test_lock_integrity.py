@@ -161,14 +161,24 @@ TAMPERS: dict[str, tuple[Tamper, str | int | None, str]] = {
         "jaxlib==0.10.1",
         "is not the jaxlib==0.10.2 the image requires",
     ),
-    "a release in another spelling, digest rewritten": (_replace("jaxlib==0.10.2", "jaxlib==0.10.02", sealed=True), "jaxlib==0.10.02", "expected 'jaxlib==0.10.2"),
+    "a release in another spelling, digest rewritten": (
+        _replace("jaxlib==0.10.2", "jaxlib==0.10.02", sealed=True),
+        "jaxlib==0.10.02",
+        "expected 'jaxlib==0.10.2",
+    ),
     "packages out of order, digest rewritten": (
         lambda t: reseal(re.sub(r"(?ms)^(jax==.*?)(^jax-cuda12-pjrt==.*?)(^jax-cuda12-plugin==)", r"\2\1\3", t)),
         "jax-cuda12-pjrt==",
         "expected 'jax==0.10.2",
     ),
     "a duplicate hash, digest rewritten": (
-        lambda t: reseal(t.replace("--hash=sha256:bf77428a", "--hash=sha256:724d73c4678d8b06f6a6ab4db1b8a2fea8cd4f1e2c2564f99601634ec7b8d1c6 \\\n    --hash=sha256:bf77428a", 1)),
+        lambda t: reseal(
+            t.replace(
+                "--hash=sha256:bf77428a",
+                "--hash=sha256:724d73c4678d8b06f6a6ab4db1b8a2fea8cd4f1e2c2564f99601634ec7b8d1c6 \\\n    --hash=sha256:bf77428a",
+                1,
+            )
+        ),
         8,  # jax==0.10.2 on line 6, its first hash on 7, the repeat on 8
         "not in the form",
     ),
@@ -178,14 +188,26 @@ TAMPERS: dict[str, tuple[Tamper, str | int | None, str]] = {
         "not in the form",
     ),
     "the old format, without a body digest": (
-        lambda t: "\n".join(line.replace("verifies it.", "compares its inputs.") for line in t.split("\n") if not line.startswith("# body:")),
+        lambda t: "\n".join(
+            line.replace("verifies it.", "compares its inputs.") for line in t.split("\n") if not line.startswith("# body:")
+        ),
         "compares its inputs",
         "before locks carried a body digest",
     ),
     "a package without hashes, digest rewritten": (
-        lambda t: reseal(t + "zz-evil==1.0\n    # via -r requirements.in\n"), "zz-evil==1.0", "zz-evil has no --hash=sha256: line"
+        lambda t: reseal(t + "zz-evil==1.0\n    # via -r requirements.in\n"),
+        "zz-evil==1.0",
+        "zz-evil has no --hash=sha256: line",
     ),
-    "a comment in place of a hash": (_replace("    --hash=sha256:724d73c4678d8b06f6a6ab4db1b8a2fea8cd4f1e2c2564f99601634ec7b8d1c6 \\\n    --hash=sha256:bf77428a", "    # x\n    --hash=sha256:bf77428a", sealed=True), "    # x", "not a line"),
+    "a comment in place of a hash": (
+        _replace(
+            "    --hash=sha256:724d73c4678d8b06f6a6ab4db1b8a2fea8cd4f1e2c2564f99601634ec7b8d1c6 \\\n    --hash=sha256:bf77428a",
+            "    # x\n    --hash=sha256:bf77428a",
+            sealed=True,
+        ),
+        "    # x",
+        "not a line",
+    ),
     "a trailing space": (_replace("jaxlib==0.10.2 \\", "jaxlib==0.10.2 \\ ", sealed=True), "jaxlib==0.10.2 \\ ", "not a line"),
     "cut short": (lambda t: t[: t.index("# body:")], None, "cut short"),
 }
@@ -229,7 +251,9 @@ def test_uv_output_with_an_option_line_other_than_its_sources_is_not_made_a_lock
         with pytest.raises(UserError, match="is a pip option") as refused:
             files.lock_text("img", "sha256:" + "0" * 64, "3.11", "x86_64-manylinux_2_36", resolved + option + "\n")
         assert refused.value.file == "uv's output"
-    text = files.lock_text("img", "sha256:" + "0" * 64, "3.11", "x86_64-manylinux_2_36", "--index-url https://pypi.org/simple\n\n" + resolved)
+    text = files.lock_text(
+        "img", "sha256:" + "0" * 64, "3.11", "x86_64-manylinux_2_36", "--index-url https://pypi.org/simple\n\n" + resolved
+    )
     assert files.load(text, "x").pins == (("numba", "0.68.0"),)
 
 
@@ -260,11 +284,17 @@ def test_a_folder_or_a_fifo_where_a_lock_goes_is_no_lock_and_never_hangs(tmp_pat
 @pytest.mark.parametrize(
     ("old", "new", "words"),
     [
-        ("nvidia-cublas==13.1.2.11 ", "nvidia-cublas==13.3.0.0 ", "nvidia-cublas==13.3.0.0 breaks the image's constraint nvidia-cublas<13.2.0.9"),
+        (
+            "nvidia-cublas==13.1.2.11 ",
+            "nvidia-cublas==13.3.0.0 ",
+            "nvidia-cublas==13.3.0.0 breaks the image's constraint nvidia-cublas<13.2.0.9",
+        ),
         ("nvidia-cuda-runtime==13.0.96 ", "nvidia-cuda-runtime==1!13.0.96 ", "the io.builder.cuda-runtime label takes a plain release"),
     ],
 )
-def test_a_resealed_lock_still_keeps_to_the_images_constraints_and_label_grammar(repo: Path, cli: RunCli, old: str, new: str, words: str) -> None:
+def test_a_resealed_lock_still_keeps_to_the_images_constraints_and_label_grammar(
+    repo: Path, cli: RunCli, old: str, new: str, words: str
+) -> None:
     """A CUDA-from-wheels image: its constraints.txt keeps the CUDA wheels on its CUDA, so a lock
     that pins past them is refused even with its digest rewritten."""
     path = repo / "images/jax0.10.2-cu130-py3.11-debian12/requirements.lock"

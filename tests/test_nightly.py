@@ -13,12 +13,12 @@ from pathlib import Path
 import filelock
 import pytest
 
-from builder import app
 from builder.engine.image_build import BuildResult
-from builder.lock import locking
-from builder.nightly import history, loop
+from builder.nightly import history
 from builder.nightly.compare import BLOCKED, NightlyReport, Outcome, classify, compare, regressions
 from builder.nightly.summary import render
+from builder.usecases import lock as locking
+from builder.usecases import nightly as loop
 from tests.catalog_fixtures import record
 
 WriteMatrix = Callable[..., Path]
@@ -82,10 +82,13 @@ class _Release:
 
 
 def test_summary_lists_regressions_first_with_the_diagnosis() -> None:
-    outcomes = (Outcome("jax-img", "failed", "import jax failed (cause: numpy broken; fix: pin it)", rebuilt=True), Outcome("numba-img", "passed"))
+    outcomes = (
+        Outcome("jax-img", "failed", "import jax failed (cause: numpy broken; fix: pin it)", rebuilt=True),
+        Outcome("numba-img", "passed"),
+    )
     changes = tuple(compare({"jax-img": "passed", "numba-img": "passed"}, outcomes))
     report = NightlyReport(
-        "2026-12-01T03:00:00Z", changes, outcomes, releases=(_Release(),), applied=("matrix.yaml: frameworks.numba += 0.68.0",),
+        "2026-12-01T03:00:00Z", changes, outcomes, releases=(_Release(),),  # type: ignore[arg-type]  # a stand-in with Release's fields applied=("matrix.yaml: frameworks.numba += 0.68.0",),
         drift=(("jax-img", (("numpy", "2.4.6", "2.4.99"),)),), notes=("publish: registry down",),
     )  # fmt: skip
     text = render(report)
@@ -111,7 +114,11 @@ def test_summary_without_anything_new() -> None:
 
 def _nightly(matrix: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "builder", "--matrix", str(matrix), "nightly", *args], capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, "-m", "builder", "--matrix", str(matrix), "nightly", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
 
 
@@ -122,7 +129,9 @@ def test_a_second_nightly_on_one_workspace_is_refused(write_matrix: WriteMatrix,
     with filelock.FileLock(str(lock)):
         done = _nightly(matrix, "--no-updates", "--no-publish")
     assert done.returncode == 2, done.stderr
-    assert done.stderr.strip().splitlines() == [f"error: another `builder nightly` is running on this workspace (it holds {lock}); wait for it to finish"]
+    assert done.stderr.strip().splitlines() == [
+        f"error: another `builder nightly` is running on this workspace (it holds {lock}); wait for it to finish"
+    ]
     assert not (tmp_path / "images").exists()  # refused before anything was written
 
 
@@ -158,8 +167,8 @@ class _Events:
 
 def _offline_nightly(matrix: Path, monkeypatch: pytest.MonkeyPatch, build: Callable[..., list[BuildResult]]) -> NightlyReport:
     monkeypatch.setattr(locking, "lock_images", lambda *args, **kwargs: [])
-    monkeypatch.setattr(app, "build_images", build)
-    monkeypatch.setattr(app, "test_images", lambda *args, **kwargs: [])
+    monkeypatch.setattr(loop, "build_images", build)
+    monkeypatch.setattr(loop, "test_images", lambda *args, **kwargs: [])
     options = loop.NightlyOptions(updates=False, publish=False)
     return loop.nightly(matrix, options, _Events())  # type: ignore[arg-type]
 
@@ -219,7 +228,9 @@ def test_summary_explains_a_gpu_skipped_hold_back() -> None:
 
 
 @pytest.mark.parametrize("target", ["matrix", "mine", "folder"])
-def test_a_summary_path_builder_may_not_write_stops_the_nightly_before_it_runs(write_matrix: WriteMatrix, tmp_path: Path, target: str) -> None:
+def test_a_summary_path_builder_may_not_write_stops_the_nightly_before_it_runs(
+    write_matrix: WriteMatrix, tmp_path: Path, target: str
+) -> None:
     """--summary goes through the report's writer: the matrix, a file of the user's or a folder is
     refused in one line before any stage runs (it used to be replaced, or fail after hours)."""
     matrix = write_matrix()

@@ -148,7 +148,10 @@ def test_torch_cpu_index_on_the_local_image(embedded_workspace: Workspace) -> No
             },
         ),
         ("torch=2.5.*,vendor=rocm", {"torch2.5.1-rocm6.2-py3.11-ubuntu22.04", "torch2.5.1-rocm6.2-on-rocm6.4-py3.11-ubuntu22.04"}),
-        ("index=https://download.pytorch.org/whl/rocm*", {"torch2.5.1-rocm6.2-py3.11-ubuntu22.04", "torch2.5.1-rocm6.2-on-rocm6.4-py3.11-ubuntu22.04"}),
+        (
+            "index=https://download.pytorch.org/whl/rocm*",
+            {"torch2.5.1-rocm6.2-py3.11-ubuntu22.04", "torch2.5.1-rocm6.2-on-rocm6.4-py3.11-ubuntu22.04"},
+        ),
         (
             "id=numba*-cu13*",
             {

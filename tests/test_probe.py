@@ -27,7 +27,20 @@ from builder.lock.files import LIBRARIES
 from builder.probes import hello_gpu
 
 SCRIPT = Path(hello_gpu.__file__).resolve()
-RESULT_KEYS = {"framework", "status", "version", "build", "devices", "cpu_check", "gpu_check", "offline", "cuda_build", "reason", "diagnosis", "seconds"}
+RESULT_KEYS = {
+    "framework",
+    "status",
+    "version",
+    "build",
+    "devices",
+    "cpu_check",
+    "gpu_check",
+    "offline",
+    "cuda_build",
+    "reason",
+    "diagnosis",
+    "seconds",
+}
 
 FAKE_TORCH = """
 import os
@@ -223,7 +236,9 @@ def run_probe(
     for name, source in (fakes or {}).items():
         (site / name).mkdir(parents=True, exist_ok=True)
         (site / name / "__init__.py").write_text(source)
-    full_env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "NUMBA_ENABLE_CUDASIM", "NVIDIA_REQUIRE_CUDA", "CUDA_VERSION"}}
+    full_env = {
+        k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "NUMBA_ENABLE_CUDASIM", "NVIDIA_REQUIRE_CUDA", "CUDA_VERSION"}
+    }
     full_env.update(PYTHONPATH=str(site), HELLO_GPU_DEV_ROOT=str(dev), **(env or {}))
     if path is not None:
         full_env["PATH"] = path
@@ -357,7 +372,9 @@ def test_a_numba_cuda_image_without_nvvm_fails_without_a_gpu_with_the_nvvm_diagn
     numba = run.result("numba")
     assert numba["status"] == "failed"
     assert numba["cpu_check"]["ok"] is True
-    assert numba["reason"].startswith("CUDA check failed without a GPU: compiles a kernel (compile_ptx): NvvmSupportError: libNVVM cannot be found")
+    assert numba["reason"].startswith(
+        "CUDA check failed without a GPU: compiles a kernel (compile_ptx): NvvmSupportError: libNVVM cannot be found"
+    )
     assert "libNVVM" in numba["diagnosis"]["cause"] and "numba-cuda[cu12]" in numba["diagnosis"]["fix"]
     assert calls.read_text().startswith("compile_ptx (float32[:], float32[:]) (7, 5)")
 

@@ -16,14 +16,18 @@ from typing import Any
 import pytest
 from docker.errors import NotFound  # type: ignore[import-untyped]
 
-from builder import deliver, results
+from builder import results
 from builder.catalog.store import Catalog
 from builder.engine import client as engine_client
 from builder.engine import push
 from builder.errors import RunFailure, UserError
+from builder.host import facts as hostinfo
 from builder.host.facts import AmdInfo, EngineFacts, HostInfo, NvidiaInfo
 from builder.publish import gate
 from builder.results import SmokeResult
+from builder.usecases import catalog as catalogs
+from builder.usecases import publish as publishing
+from builder.usecases import pull as pulling
 from builder.workspace import Workspace
 from tests.catalog_fixtures import SHA, record
 from tests.fake_engine import FakeEngine, digest_of
@@ -55,12 +59,12 @@ def smoke(spec: Any, **changes: Any) -> SmokeResult:
 class Events:
     def __init__(self) -> None:
         self.lines: list[str] = []
-        self.outcomes: list[deliver.Published] = []
+        self.outcomes: list[publishing.Published] = []
 
     def info(self, text: str) -> None:
         self.lines.append(text)
 
-    def done(self, outcome: deliver.Published) -> None:
+    def done(self, outcome: publishing.Published) -> None:
         self.outcomes.append(outcome)
 
 
@@ -71,14 +75,14 @@ def fake(monkeypatch: pytest.MonkeyPatch, spec: Any) -> FakeEngine:
     engine.names[spec.tag] = TESTED
     engine.names[spec.base.from_ref] = OTHER
     monkeypatch.setattr(engine_client, "connect", lambda timeout=600: engine)
-    monkeypatch.setattr(deliver.hostinfo, "gather", lambda **kwargs: HOST)
+    monkeypatch.setattr(hostinfo, "gather", lambda **kwargs: HOST)
     return engine
 
 
-def run_publish(tmp_path: Path, spec: Any, **options: Any) -> tuple[list[deliver.Published], Catalog]:
+def run_publish(tmp_path: Path, spec: Any, **options: Any) -> tuple[list[publishing.Published], Catalog]:
     ws = SimpleNamespace(build_dir=tmp_path / "build", matrix=SimpleNamespace(registry=REPO))
     catalog = Catalog(tmp_path / "catalog")
-    outcomes = deliver.publish(ws, [spec], deliver.PublishOptions(registry=REPO, **options), catalog, Events())  # type: ignore[arg-type]
+    outcomes = publishing.publish(ws, [spec], publishing.PublishOptions(registry=REPO, **options), catalog, Events())  # type: ignore[arg-type]
     return outcomes, catalog
 
 
@@ -253,7 +257,9 @@ def test_a_result_the_index_does_not_know_is_refused(tmp_path: Path, spec: Any) 
 # -- 20: leftovers of a killed publish ------------------------------------------------------------
 def test_publish_sweeps_a_killed_publishs_manifest_container(tmp_path: Path, spec: Any, fake: FakeEngine) -> None:
     dead = f"{engine_client.HOST}:999999999:1:deadbeef"  # a pid that cannot exist: that run is gone
-    fake.leftovers = [{"Id": "manifest-of-a-killed-run", "Labels": {engine_client.OWNER_LABEL: "builder", engine_client.SESSION_LABEL: dead}}]
+    fake.leftovers = [
+        {"Id": "manifest-of-a-killed-run", "Labels": {engine_client.OWNER_LABEL: "builder", engine_client.SESSION_LABEL: dead}}
+    ]
     bound_result(tmp_path, spec)
     run_publish(tmp_path, spec)
     assert "manifest-of-a-killed-run" in fake.removed
@@ -315,7 +321,7 @@ def _pull_catalog(tmp_path: Path, **changes: Any) -> Catalog:
 def test_pull_refuses_a_record_tag_outside_its_digests_repository(tmp_path: Path, fake: FakeEngine, tag: str) -> None:
     catalog = _pull_catalog(tmp_path, tag=tag)
     with pytest.raises(UserError, match=r"is not 127\.0\.0\.1:5000/h5a-images:<tag>") as caught:
-        deliver.pull(catalog, "torch=2.13", log=lambda line: None)
+        pulling.pull(catalog, "torch=2.13", log=lambda line: None)
     assert "\n" not in str(caught.value) and fake.pulls == [], "refused before anything is pulled"
 
 
@@ -323,12 +329,12 @@ def test_pull_never_moves_a_name_that_holds_another_local_image(tmp_path: Path, 
     name = f"{REPO}:{TORCH_CPU}"
     fake.names[name] = OTHER  # a local build, never pushed or pulled
     with pytest.raises(RunFailure, match="already names another local image .* it was left alone"):
-        deliver.pull(_pull_catalog(tmp_path), "torch=2.13", log=lambda line: None)
+        pulling.pull(_pull_catalog(tmp_path), "torch=2.13", log=lambda line: None)
     assert fake.names[name] == OTHER
 
 
 def test_pull_never_touches_the_workspaces_build_names(tmp_path: Path, fake: FakeEngine) -> None:
-    pulled = deliver.pull(_pull_catalog(tmp_path), "torch=2.13", log=lambda line: None, build_repository=REPO)
+    pulled = pulling.pull(_pull_catalog(tmp_path), "torch=2.13", log=lambda line: None, build_repository=REPO)
     assert f"{REPO}:{TORCH_CPU}" not in fake.names and "is a `builder build` name" in pulled.note
 
 
@@ -338,7 +344,7 @@ def test_pull_moves_a_name_an_earlier_pull_of_that_repository_made(tmp_path: Pat
     fake.images.add(old)
     fake.names[name] = old
     fake.repo_digests[old] = [f"{REPO}@sha256:{'e' * 64}"]
-    pulled = deliver.pull(_pull_catalog(tmp_path), "torch=2.13", log=lambda line: None)
+    pulled = pulling.pull(_pull_catalog(tmp_path), "torch=2.13", log=lambda line: None)
     assert fake.names[name] == fake.by_digest[pulled.record.digest] != old
 
 
@@ -346,7 +352,7 @@ def test_pull_of_a_deleted_digest_says_so_at_once(tmp_path: Path, fake: FakeEngi
     fake.pull_fault = NotFound("manifest for 127.0.0.1:5000/h5a-images@sha256:0123 not found: manifest unknown: manifest unknown")
     started = time.monotonic()
     with pytest.raises(RunFailure, match=r"the registry has no such manifest \(deleted\?\)") as caught:
-        deliver.pull(_pull_catalog(tmp_path), "torch=2.13", log=lambda line: None, wait_s=5)
+        pulling.pull(_pull_catalog(tmp_path), "torch=2.13", log=lambda line: None, wait_s=5)
     assert "is the registry up" not in str(caught.value) and len(fake.pulls) == 1 and time.monotonic() - started < 3
 
 
@@ -360,7 +366,11 @@ def test_what_the_runner_judges_is_what_the_reader_accepts(tmp_path: Path, spec:
     work.junit.write_text(
         '<testsuite tests="3" failures="0" errors="1" skipped="0"><testcase name="test_probe"><error message="boom"/></testcase></testsuite>'
     )
-    probe = {"frameworks": {"torch": {"status": "failed", "reason": "no", "diagnosis": {"cause": "c", "fix": "f"}, "offline": [{"name": "x", "ok": False}]}}}
+    probe = {
+        "frameworks": {
+            "torch": {"status": "failed", "reason": "no", "diagnosis": {"cause": "c", "fix": "f"}, "offline": [{"name": "x", "ok": False}]}
+        }
+    }
     work.probe_out.write_text(json.dumps(probe))
     result = judge(spec, GpuAccess(False, "cpu image: no GPU needed"), 1, "", work, time.monotonic(), "2026-12-01T10:00:00Z")
     assert (result.verdict, result.returncode, result.vendor) == ("failed", 1, "cpu")
@@ -370,7 +380,7 @@ def test_what_the_runner_judges_is_what_the_reader_accepts(tmp_path: Path, spec:
 
 def test_catalog_verify_names_a_deleted_digest(tmp_path: Path, fake: FakeEngine) -> None:
     catalog = _pull_catalog(tmp_path)
-    (checked,) = deliver.verify(catalog, catalog.load())
+    (checked,) = catalogs.verify(catalog, catalog.load())
     assert not checked.ok and checked.detail.startswith("the registry has no such manifest (deleted?)")
 
 

@@ -51,7 +51,7 @@ def test_redact_leaves_text_without_credentials_alone(text: str) -> None:
     assert redact(text) == text
 
 
-_NO_LINE_BREAK = st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n")
+_NO_LINE_BREAK = st.characters(blacklist_categories=["Cs"], blacklist_characters="\r\n")
 _USER = st.text(st.characters(whitelist_categories=("L", "N"), whitelist_characters="._-@+"), min_size=1, max_size=20)
 
 
@@ -99,7 +99,9 @@ def test_printable_never_lets_a_control_character_through(text: str) -> None:
     assert escape_controls(shown) == shown
 
 
-def test_the_cli_redacts_every_error_line_it_prints(cli: Callable[..., Result], write_matrix: Callable[..., Path], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_cli_redacts_every_error_line_it_prints(
+    cli: Callable[..., Result], write_matrix: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The last guard: a message that forgot to redact still prints no password."""
     from builder.errors import RunFailure
     from builder.updates import releases

@@ -69,7 +69,9 @@ def test_the_probe_checks_every_framework() -> None:
 def test_gpu_arch_rows_follow_the_registry() -> None:
     covered = {row.framework for row in gpu_arch.default_table()}
     wanted = {f.name for f in frameworks.REGISTRY if f.gpu_arch}
-    assert covered == wanted, f"{gpu_arch.TABLE_PATH}: rows cover {sorted(covered)}, the registry says {sorted(wanted)} (Framework.gpu_arch)"
+    assert covered == wanted, (
+        f"{gpu_arch.TABLE_PATH}: rows cover {sorted(covered)}, the registry says {sorted(wanted)} (Framework.gpu_arch)"
+    )
 
 
 def test_the_registry_documents_its_places() -> None:

@@ -31,7 +31,7 @@ from builder.spec.plan import image_entry, make_plan
 from builder.workspace import Workspace
 
 if TYPE_CHECKING:
-    from conftest import Rendered
+    from tests.conftest import Rendered
 
 RunCli = Callable[..., Result]
 SMALL_TWO = """\
@@ -117,7 +117,10 @@ def pairs(values: tuple[str, ...]) -> dict[str, str]:
 
 def expected_sequence(spec: ImageSpec) -> list[str]:
     runtime = (
-        ["FROM", "LABEL", "USER"] + (["ENV"] if spec.base.vendor != "cpu" else []) + (["COPY", "RUN"] if spec.python_packages else []) + ["RUN"]
+        ["FROM", "LABEL", "USER"]
+        + (["ENV"] if spec.base.vendor != "cpu" else [])
+        + (["COPY", "RUN"] if spec.python_packages else [])
+        + ["RUN"]
     )
     build = ["FROM", "ARG", "LABEL", "ARG", "ARG", "COPY", "RUN"]
     nvvm = ["RUN"] if any(r.startswith("nvidia-cuda-nvcc-cu") for r in spec.packages) else []  # numba's built-in CUDA target
@@ -239,7 +242,9 @@ def test_cuda_images_carry_the_nvidia_runtime_settings(rendered: Rendered) -> No
         assert env["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility", spec.id
         assert spec.base.version is not None
         # the base's CUDA, unless matrix.yaml lets the image's wheels load another (then the lock's)
-        major, minor = (spec.accelerator.version if spec.cuda_exception else spec.base.version).split(".")[:2]
+        wanted = spec.accelerator.version if spec.cuda_exception else spec.base.version
+        assert wanted is not None
+        major, minor = wanted.split(".")[:2]
         assert re.match(rf"^cuda>={major}\.{minor}( |$)", env["NVIDIA_REQUIRE_CUDA"]), spec.id
 
 

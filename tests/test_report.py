@@ -31,7 +31,13 @@ def fixture_report() -> Report:
     hashes = {s.id: s.content_hash for s in specs}
 
     def result(image_id: str, verdict: str, **extra: Any) -> dict[str, Any]:
-        return {"verdict": verdict, "content_hash": hashes[image_id], "date": "2026-12-01T10:00:00Z", "gpu": {"reason": "cpu image"}, **extra}
+        return {
+            "verdict": verdict,
+            "content_hash": hashes[image_id],
+            "date": "2026-12-01T10:00:00Z",
+            "gpu": {"reason": "cpu image"},
+            **extra,
+        }
 
     results = {
         PASSED: result(PASSED, "passed"),
@@ -91,7 +97,13 @@ def test_html_escapes_what_it_shows(report: Report) -> None:
 
 @pytest.mark.parametrize(
     "broken",
-    [{"diagnoses": ["x"]}, {"failures": 5}, {"diagnoses": {"a": 1}, "failures": [{"x": 1}]}, {"verdict": "passed", "gpu": "x"}, {"verdict": "passed", "gpu": None}],
+    [
+        {"diagnoses": ["x"]},
+        {"failures": 5},
+        {"diagnoses": {"a": 1}, "failures": [{"x": 1}]},
+        {"verdict": "passed", "gpu": "x"},
+        {"verdict": "passed", "gpu": None},
+    ],
 )
 def test_a_results_file_of_the_wrong_shape_does_not_stop_the_report(broken: dict[str, Any]) -> None:
     """A hand-edited build/results/<id>.json was an AttributeError or TypeError traceback."""

@@ -86,7 +86,10 @@ def test_the_grid_shows_the_fixture_statuses(browser: Any, page_url: str) -> Non
     cell = browser.find_element(By.CSS_SELECTOR, '#grid td[data-base="cuda12.4-ubuntu22.04"][data-stack="torch"]')
     assert "torch 2.5.1 py3.11" in cell.text
     known = cell.find_element(By.CSS_SELECTOR, '.chip[data-status="known-good"]')
-    assert known.value_of_css_property("background-color") in ("rgba(26, 127, 55, 1)", "rgb(26, 127, 55)")  # the known-good colour, rendered
+    assert known.value_of_css_property("background-color") in (
+        "rgba(26, 127, 55, 1)",
+        "rgb(26, 127, 55)",
+    )  # the known-good colour, rendered
     skipped = browser.find_elements(By.CSS_SELECTOR, '#grid .chip[data-status="skipped"]')
     assert skipped and all(chip.get_attribute("title").startswith("skipped: excluded by") for chip in skipped)
     counts = browser.find_element(By.ID, "counts").text

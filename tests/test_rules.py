@@ -274,6 +274,7 @@ def test_jax_0_4_35_pins_jaxlib_and_the_plugin_to_what_its_extra_requires(compat
     cpu = ok(decide_jax(CPU, "3.12", "0.4.35", compat))
     assert cpu.requirements == ("jax==0.4.35", "jaxlib==0.4.35")  # no cuda extra: the matching jaxlib
 
+
 def test_jax_cuda12_needs_12_1(compat: Compat) -> None:
     reason = refused(decide_jax(CUDA120, "3.11", "0.4.35", compat), "cuda12 wheels need CUDA >= 12.1", "12.0.1")
     assert CUDA120.name in reason
@@ -322,7 +323,9 @@ def test_jax_cudnn_minimum_and_numpy_floor(compat: Compat) -> None:
     assert install.numpy_min == "2.1"
 
 
-@pytest.mark.parametrize(("python", "version", "floor"), [("3.11", "0.4.35", "1.24"), ("3.12", "0.4.35", "1.26"), ("3.11", "0.10.2", "2.0")])
+@pytest.mark.parametrize(
+    ("python", "version", "floor"), [("3.11", "0.4.35", "1.24"), ("3.12", "0.4.35", "1.26"), ("3.11", "0.10.2", "2.0")]
+)
 def test_jax_numpy_floors_from_its_metadata(python: str, version: str, floor: str, compat: Compat) -> None:
     """Review: 0.4.35 needs NumPy >= 1.24 (>= 1.26 on Python 3.12); 0.10.x needs >= 2.0."""
     assert ok(decide_jax(CPU, python, version, compat)).numpy_min == floor
@@ -473,7 +476,9 @@ def test_numba_on_cuda_11_uses_its_built_in_target(version: str, compat: Compat)
 
 def test_numba_built_in_target_without_an_nvvm_wheel_for_the_cuda_minor_is_not_planned(compat: Compat) -> None:
     cuda112 = base("cuda", "11.2.2", "ubuntu22.04", name="cuda11.2-ubuntu22.04")
-    refused(decide_numba(cuda112, "3.11", "0.60.0", compat), "needs libNVVM", "no nvidia-cuda-nvcc wheel for CUDA 11.2", "builtin_nvvm: 11.8")
+    refused(
+        decide_numba(cuda112, "3.11", "0.60.0", compat), "needs libNVVM", "no nvidia-cuda-nvcc wheel for CUDA 11.2", "builtin_nvvm: 11.8"
+    )
 
 
 def test_numba_cuda_is_chosen_per_numba_release_and_cuda_major(compat: Compat) -> None:

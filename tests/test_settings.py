@@ -322,7 +322,9 @@ def test_ca_bundle_folder_is_a_user_error(isolated: Path) -> None:
         resolve({}, ca_bundle=str(isolated))
 
 
-@pytest.mark.parametrize("content", [b"", b"garbage\n", b"-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n", b"\xff\xfe"])
+@pytest.mark.parametrize(
+    "content", [b"", b"garbage\n", b"-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n", b"\xff\xfe"]
+)
 def test_a_ca_bundle_without_certificates_is_refused_before_any_build(isolated: Path, content: bytes) -> None:
     bundle = isolated / "bad.pem"
     bundle.write_bytes(content)
@@ -415,7 +417,9 @@ def test_build_args_of_default_settings_are_empty() -> None:
     assert BuildSettings().build_args == {}
 
 
-@pytest.mark.parametrize("url", ["http://[::1", "http://[::1/simple", "https://mirror:99999/simple", "https://mirror:0/simple", "file://[::1/x"])
+@pytest.mark.parametrize(
+    "url", ["http://[::1", "http://[::1/simple", "https://mirror:99999/simple", "https://mirror:0/simple", "file://[::1/x"]
+)
 def test_index_urls_urllib_cannot_parse_are_refused_in_one_line(url: str) -> None:
     with pytest.raises(UserError, match="is not a package index URL") as bad:
         resolve({}, use_host=False, index_url=url)
@@ -449,4 +453,7 @@ def test_a_pip_config_that_is_a_fifo_or_too_big_is_skipped_not_waited_on(tmp_pat
     huge.write_text("[global]\nindex-url = https://huge.example/simple\n" + "#" * (settings.PIP_CONFIG_LIMIT + 1), encoding="utf-8")
     good = _conf(tmp_path / "pip.conf", "[global]\nextra-index-url = https://extra.corp/simple\n")
     assert read_pip_sources({}, [fifo, huge, good]) == PipSources(extra_index_urls=("https://extra.corp/simple",))
-    assert read_pip_sources({"PIP_CONFIG_FILE": str(fifo), "HOME": str(tmp_path / "home"), "XDG_CONFIG_DIRS": str(tmp_path / "x")}) == PipSources()
+    assert (
+        read_pip_sources({"PIP_CONFIG_FILE": str(fifo), "HOME": str(tmp_path / "home"), "XDG_CONFIG_DIRS": str(tmp_path / "x")})
+        == PipSources()
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from builder.engine import sizes
 
 CLASSIC = [
-    {"CreatedBy": "/bin/sh -c #(nop)  CMD [\"hello-gpu\"]", "Size": 0},
+    {"CreatedBy": '/bin/sh -c #(nop)  CMD ["hello-gpu"]', "Size": 0},
     {"CreatedBy": "|0 /bin/sh -c chmod 0755 /usr/local/bin/hello-gpu", "Size": 35_700},
     {"CreatedBy": "/bin/sh -c #(nop) COPY file:d164 in /usr/local/bin/hello-gpu ", "Size": 35_700},
     {"CreatedBy": "/bin/sh -c #(nop) COPY dir:89ec3b5c in /opt/venv ", "Size": 262_600_000},

@@ -55,7 +55,10 @@ HOSTILE = {
     "repeat": ("{{ 'x' * 10**9 }}\n", ["Dockerfile.j2:1:", "too big"]),
     "power": ("{{ 10 ** (10 ** 10) }}\n", ["Dockerfile.j2:1:", "too big"]),
     "doubling": ('{% set ns = namespace(s="x") %}{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}{% endfor %}\n', ["too big"]),
-    "concat doubling": ('{% set ns = namespace(s="x") %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}\n', ["'~'", "too big"]),
+    "concat doubling": (
+        '{% set ns = namespace(s="x") %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}\n',
+        ["'~'", "too big"],
+    ),
     "output": ("{{ 'x' | center(50000000) }}\n", ["larger than 4 MiB"]),
     "private": ("{{ spec.__class__.__init__.__globals__ }}\n", ["Dockerfile.j2:1:", "unsafe"]),
     "missing include": ('{% include "nowhere.j2" %}\n', ["Dockerfile.j2:1:", "nowhere.j2"]),
@@ -112,7 +115,9 @@ def test_a_templates_folder_under_a_link_out_is_refused(cli: object, repo: Path,
 
 def test_links_inside_templates_still_work(cli: object, repo: Path) -> None:
     (repo / "templates" / "partials").mkdir()
-    (repo / "templates" / "partials" / "mine.j2").write_text((SHIPPED / "partials" / "header.j2").read_text(encoding="utf-8"), encoding="utf-8")
+    (repo / "templates" / "partials" / "mine.j2").write_text(
+        (SHIPPED / "partials" / "header.j2").read_text(encoding="utf-8"), encoding="utf-8"
+    )
     (repo / "templates" / "partials" / "header.j2").symlink_to("mine.j2")
     result = render(cli, repo)
     assert result.exit_code == 0, result.output

@@ -124,8 +124,12 @@ def fill(index: FakeIndex) -> None:
     index.add("tensorflow", "2.21.2", ">=3.10", tf_dist("12.8.90"))  # [and-cuda] moved to CUDA 12.8; the row says 12.5
     # jax is pure Python: its releases have only a py3-none-any wheel (and an sdist), as on PyPI
     index.add("jax", "0.10.3", ">=3.11", jax_dist("0.10.3", ("12", "13")), files=pure("jax", "0.10.3"))
-    index.add("jax", "0.10.4", ">=3.11", jax_dist("0.10.4", ("12", "13")), files=pure("jax", "0.10.4"))  # its jaxlib is not on the index yet
-    index.add("jax", "0.10.5", ">=3.11", jax_dist("0.10.5", ("12",)), files=pure("jax", "0.10.5"))  # no cuda13 extra, the band plans CUDA 13
+    index.add(
+        "jax", "0.10.4", ">=3.11", jax_dist("0.10.4", ("12", "13")), files=pure("jax", "0.10.4")
+    )  # its jaxlib is not on the index yet
+    index.add(
+        "jax", "0.10.5", ">=3.11", jax_dist("0.10.5", ("12",)), files=pure("jax", "0.10.5")
+    )  # no cuda13 extra, the band plans CUDA 13
     for version in ("0.10.2", "0.10.3", "0.10.5"):
         index.add("jaxlib", version, ">=3.11", ["numpy>=2.0", "scipy>=1.13"])
     for project in ("cupy-cuda12x", "cupy-cuda13x"):

@@ -20,7 +20,7 @@ import pytest
 from builder.updates import wheelmeta
 from builder.updates.index import IndexClient, IndexFailure
 
-METADATA = "Metadata-Version: 2.1\nName: torch\nVersion: 9.1.0\nRequires-Python: >=3.10\nRequires-Dist: nvidia-cuda-runtime==13.0.96; platform_system == \"Linux\"\nRequires-Dist: filelock\n\n"
+METADATA = 'Metadata-Version: 2.1\nName: torch\nVersion: 9.1.0\nRequires-Python: >=3.10\nRequires-Dist: nvidia-cuda-runtime==13.0.96; platform_system == "Linux"\nRequires-Dist: filelock\n\n'
 
 
 def big_wheel(path: Path, members: int = 3000) -> Path:

@@ -113,6 +113,7 @@ def test_images_matrix_comes_from_builder_plan() -> None:
 def test_nightly_writes_its_summary_and_fails_on_a_regression() -> None:
     nightly = load(WORKFLOWS / "nightly.yml")
     triggers = nightly.get("on", nightly.get(True))  # YAML 1.1 reads a bare `on` as true
+    assert triggers is not None
     assert {"schedule", "workflow_dispatch"} <= set(triggers)
     steps = nightly["jobs"]["nightly"]["steps"]
     run = next(s for s in steps if "builder nightly" in s.get("run", ""))

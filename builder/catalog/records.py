@@ -109,7 +109,9 @@ def from_json(data: Any, where: str) -> KnownGood:
         raise RecordError(f"{where}: record {name} lacks {', '.join(missing)}")
     unknown = sorted(set(data) - set(names))
     if unknown:
-        raise RecordError(f"{where}: record {name} has unknown keys {', '.join(_short(k) for k in unknown[:5])}{' ...' if len(unknown) > 5 else ''}")
+        raise RecordError(
+            f"{where}: record {name} has unknown keys {', '.join(_short(k) for k in unknown[:5])}{' ...' if len(unknown) > 5 else ''}"
+        )
 
     def bad(field_name: str, want: str) -> RecordError:
         return RecordError(f"{where}: record {name} field {field_name!r} must be {want}; got {_short(repr(data[field_name]))}")
@@ -124,9 +126,18 @@ def from_json(data: Any, where: str) -> KnownGood:
     for key in ("floating", "notes"):
         if key in data and not (isinstance(data[key], list) and len(data[key]) <= MAX_ITEMS and all(_text(v, MAX_TEXT) for v in data[key])):
             raise bad(key, f"a list of at most {MAX_ITEMS} strings of at most {MAX_TEXT} characters")
-    for key, limit, nullable in (("frameworks", MAX_VERSION, False), ("libraries", MAX_VERSION, False), ("accelerator", MAX_VERSION, True), ("base", MAX_TEXT, True), ("host", MAX_TEXT, True)):
+    for key, limit, nullable in (
+        ("frameworks", MAX_VERSION, False),
+        ("libraries", MAX_VERSION, False),
+        ("accelerator", MAX_VERSION, True),
+        ("base", MAX_TEXT, True),
+        ("host", MAX_TEXT, True),
+    ):
         if not _mapping(data[key], functools.partial(_text_or_null, limit=limit, nullable=nullable)):
-            raise bad(key, f"an object of at most {MAX_ITEMS} short keys with {'string or null' if nullable else 'string'} values of at most {limit} characters")
+            raise bad(
+                key,
+                f"an object of at most {MAX_ITEMS} short keys with {'string or null' if nullable else 'string'} values of at most {limit} characters",
+            )
     if not _mapping(data["tests"], lambda v: type(v) is int and 0 <= v < 2**31):
         raise bad("tests", "an object of counts (whole numbers)")
     if type(data["gpu_skipped_accepted"]) is not bool:
@@ -139,7 +150,9 @@ def from_json(data: Any, where: str) -> KnownGood:
     repository, colon, tag = data["tag"].rpartition(":")
     if not colon or repository != data["digest"].split("@", 1)[0] or not grammar.DOCKER_TAG.match(tag):
         # as publish writes it; pull retags by it, so a tag in another repository would move a name not ours
-        raise RecordError(f"{where}: record {name} tag {_reference(data['tag'])!r} is not {data['digest'].split('@', 1)[0]}:<tag> (the repository of its digest)")
+        raise RecordError(
+            f"{where}: record {name} tag {_reference(data['tag'])!r} is not {data['digest'].split('@', 1)[0]}:<tag> (the repository of its digest)"
+        )
     if data["verdict"] not in VERDICTS:
         raise RecordError(f"{where}: record {name} verdict {data['verdict']!r} is not one of {', '.join(VERDICTS)}")
     values = {n: data[n] for n in names if n in data}
@@ -157,11 +170,7 @@ def _text_or_null(value: Any, limit: int, nullable: bool) -> bool:
 
 
 def _mapping(value: Any, ok: Callable[[Any], bool]) -> bool:
-    return (
-        isinstance(value, dict)
-        and len(value) <= MAX_ITEMS
-        and all(_text(k, MAX_VERSION) and ok(v) for k, v in value.items())
-    )
+    return isinstance(value, dict) and len(value) <= MAX_ITEMS and all(_text(k, MAX_VERSION) and ok(v) for k, v in value.items())
 
 
 _USERINFO = re.compile(r"^(?:[a-z][a-z0-9+.-]*://)?[^/@]*@(?=[^/]*/)", re.IGNORECASE)

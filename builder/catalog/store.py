@@ -48,14 +48,17 @@ class Catalog:
         if not os.path.isdir(self.root):  # os.path: False, never an exception, for a name too long
             if self.named or os.path.lexists(self.root):
                 what = "is not a folder" if os.path.lexists(self.root) else "no such catalog folder"
-                raise UserError(f"{what}; give the folder that holds {CATALOG_FILE} (or leave --catalog out for catalog/ beside matrix.yaml)", str(self.root))
+                raise UserError(
+                    f"{what}; give the folder that holds {CATALOG_FILE} (or leave --catalog out for catalog/ beside matrix.yaml)",
+                    str(self.root),
+                )
             return ()
         if not os.path.lexists(self.file):
             return ()
         where = str(self.file)
         data = read_json(self.file, MAX_BYTES, "catalog file")
         if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("images"), list):
-            raise UserError(f"{where}: expected {{\"schema\": {SCHEMA}, \"images\": [...]}}; restore it from git")
+            raise UserError(f'{where}: expected {{"schema": {SCHEMA}, "images": [...]}}; restore it from git')
         try:
             records = tuple(from_json(item, where) for item in data["images"])
         except RecordError as exc:

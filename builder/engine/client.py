@@ -55,6 +55,7 @@ def session_alive(session: str) -> bool | None:
         return None
     return process_start(int(parts[1])) == parts[2]
 
+
 DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 START_ENGINE_HINT = "start one: bash .ci/docker-up.sh, or sudo systemctl start docker"
 PING_TIMEOUT_S = 10

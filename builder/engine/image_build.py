@@ -152,7 +152,9 @@ def _build_locked(run: Run, client: Client, spec: ImageSpec, files: Mapping[str,
         error = f"network errors in all {attempts} attempts: {exc.last_attempt.exception()}"
         return _failed(run, spec, started, attempts, log_path, error, blocked_by="network")
     except BuildFailed as exc:
-        return _failed(run, spec, started, attempts, log_path, exc.message, "interrupted" if run.stop.is_set() else "failed", exc.blocked_by)
+        return _failed(
+            run, spec, started, attempts, log_path, exc.message, "interrupted" if run.stop.is_set() else "failed", exc.blocked_by
+        )
     finally:
         run.step_containers.pop(spec.id, None)
         if secret_url is not None and run.secrets is not None:
@@ -187,7 +189,14 @@ def remove_superseded_stages(client: Client, tag: str, keep: set[str]) -> list[s
 
 
 def _failed(
-    run: Run, spec: ImageSpec, started: float, attempts: int, log_path: Path, error: str, status: str = "failed", blocked_by: str | None = None
+    run: Run,
+    spec: ImageSpec,
+    started: float,
+    attempts: int,
+    log_path: Path,
+    error: str,
+    status: str = "failed",
+    blocked_by: str | None = None,
 ) -> BuildResult:
     text = log_path.read_text(encoding="utf-8", errors="replace") if log_path.exists() else ""
     evidence = text + "\n" + error
@@ -195,7 +204,14 @@ def _failed(
     probe = None if build else diagnose_text(evidence)
     cause, fix = build if build else ((probe.cause, probe.fix) if probe else (None, None))
     return BuildResult(
-        spec.id, status, time.monotonic() - started, attempts=attempts, log=str(log_path), error=redact(error), cause=cause, fix=fix,
+        spec.id,
+        status,
+        time.monotonic() - started,
+        attempts=attempts,
+        log=str(log_path),
+        error=redact(error),
+        cause=cause,
+        fix=fix,
         blocked_by=blocked_by if status == "failed" else None,
     )
 

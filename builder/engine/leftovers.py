@@ -142,9 +142,7 @@ def _remove(client: Client, ref: str, dry_run: bool) -> bool:
     return before is not None and engine.image_id(client, ref) is None
 
 
-def clean(
-    client: Client, build_dir: Path, *, repository: str, planned: Collection[str] | None, everything: bool, dry_run: bool
-) -> Removed:
+def clean(client: Client, build_dir: Path, *, repository: str, planned: Collection[str] | None, everything: bool, dry_run: bool) -> Removed:
     """Remove this tool's leftovers: dead runs' containers and contexts, build-stage images and
     untagged images it built. With `planned` (the plan's tags) also its images of `repository`
     that the plan no longer lists; with `everything` all its images of `repository` and its

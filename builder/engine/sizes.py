@@ -30,7 +30,12 @@ class Sizes:
         return round(self.image / (self.venv + self.base), 4) if self.venv + self.base else 0.0
 
     def to_json(self) -> dict[str, float]:
-        return {"image_mb": round(self.image / MB, 1), "venv_mb": round(self.venv / MB, 1), "base_mb": round(self.base / MB, 1), "ratio": self.ratio}
+        return {
+            "image_mb": round(self.image / MB, 1),
+            "venv_mb": round(self.venv / MB, 1),
+            "base_mb": round(self.base / MB, 1),
+            "ratio": self.ratio,
+        }
 
 
 def venv_bytes(history: list[dict[str, Any]]) -> int:
@@ -71,7 +76,15 @@ def per_distribution(client: Any, tag: str, timeout_s: int = 120) -> dict[str, i
     from builder.engine import client as engine  # the container helpers; imported here to keep measure() light
 
     command = ["timeout", "-s", "KILL", str(timeout_s), "python", "-c", _PER_DISTRIBUTION]
-    kwargs = dict(image=tag, command=command, network_mode="none", read_only=True, cap_drop=["ALL"], security_opt=["no-new-privileges"], tmpfs={"/tmp": "size=16m"})
+    kwargs = dict(
+        image=tag,
+        command=command,
+        network_mode="none",
+        read_only=True,
+        cap_drop=["ALL"],
+        security_opt=["no-new-privileges"],
+        tmpfs={"/tmp": "size=16m"},
+    )
     with engine.tracked_container(client, **kwargs) as container:
         container.start()
         status = container.wait(timeout=timeout_s + 30)

@@ -315,7 +315,9 @@ def _cudnn_finding(image: ImageSpec, gpus: Sequence[NvidiaGpu], unchecked: list[
     detail = f"cuDNN {cudnn} (locked) needs compute capability >= {floor}; {_who(old[0], len(gpus) > 1)}"
     if usable:
         ids = ",".join(str(gpu.index) for gpu in usable)
-        return Check("cudnn", "warn", detail, f"restrict it to GPU {ids} (NVIDIA_VISIBLE_DEVICES={ids}), or use an image locked to cuDNN < 9.11")
+        return Check(
+            "cudnn", "warn", detail, f"restrict it to GPU {ids} (NVIDIA_VISIBLE_DEVICES={ids}), or use an image locked to cuDNN < 9.11"
+        )
     return Check("cudnn", "fail", detail, "use an image whose lock pins cuDNN < 9.11 (an older framework release), or a newer GPU")
 
 

@@ -151,7 +151,11 @@ def read(text: str, where: str) -> Contents:
     packages = _packages("\n".join(lines[len(_HEAD) :]), where, len(_HEAD))
     contents = Contents(found["image"], found["inputs"], found["python"], found["platform"], packages)
     if "sha256:" + hashlib.sha256("\n".join(lines[len(_HEAD) :]).encode()).hexdigest() != found["body"]:
-        raise UserError("its packages or hashes do not match the body digest: edited after `builder lock` wrote it; restore it from git or re-lock", where, 5)
+        raise UserError(
+            "its packages or hashes do not match the body digest: edited after `builder lock` wrote it; restore it from git or re-lock",
+            where,
+            5,
+        )
     _check_graph(packages, where)
     _check_canonical(text, write(contents), where)
     for package in packages:
@@ -183,14 +187,22 @@ def _packages(body: str, where: str, offset: int) -> tuple[Package, ...]:
     def flush() -> None:
         if name:
             if not hashes:
-                raise UserError(f"{name} has no --hash=sha256: line; pip installs only hashed packages from a lock; re-lock", where, line_of)
+                raise UserError(
+                    f"{name} has no --hash=sha256: line; pip installs only hashed packages from a lock; re-lock", where, line_of
+                )
             out.append(Package(name, version, tuple(hashes), tuple(via or ()), line_of))
 
     for number, line in enumerate(body.split("\n")[:-1], offset + 1):
         pin, digest, note, more = _PIN.fullmatch(line), _HASH.fullmatch(line), _VIA.fullmatch(line), _VIA_MORE.fullmatch(line)
         if pin:
             flush()
-            name, version, line_of, hashes, via = str(canonicalize_name(pin["name"])), _version(pin["version"], where, number), number, [], None
+            name, version, line_of, hashes, via = (
+                str(canonicalize_name(pin["name"])),
+                _version(pin["version"], where, number),
+                number,
+                [],
+                None,
+            )
             if name in seen:
                 raise UserError(f"{name} is pinned twice; re-lock", where, number)
             seen.add(name)
@@ -238,7 +250,9 @@ def _check_graph(packages: tuple[Package, ...], where: str) -> None:
     for package in packages:
         for source in package.via:
             if source not in (REQUIREMENTS, CONSTRAINTS) and source not in names:
-                raise UserError(f"{package.name} says it is required by {source!r}, which the lock does not pin; re-lock", where, package.line)
+                raise UserError(
+                    f"{package.name} says it is required by {source!r}, which the lock does not pin; re-lock", where, package.line
+                )
     needs: dict[str, list[str]] = {}  # package -> the packages whose `# via` names it
     for package in packages:
         for source in package.via:
@@ -252,7 +266,9 @@ def _check_graph(packages: tuple[Package, ...], where: str) -> None:
                 todo.append(name)
     for package in packages:
         if package.name not in reached:
-            raise UserError(f"nothing the image requires needs {package.name} (see its `# via`): added by hand? re-lock", where, package.line)
+            raise UserError(
+                f"nothing the image requires needs {package.name} (see its `# via`): added by hand? re-lock", where, package.line
+            )
 
 
 def _check_canonical(text: str, canonical: str, where: str) -> None:
@@ -276,7 +292,11 @@ def verify(lock: Lock, target: LockTarget, where: str) -> None:
     within its constraint. A UserError names the line otherwise."""
     contents = read(lock.text, where)
     if contents.image != target.image:
-        raise UserError(f"is the lock of {contents.image}, not of {target.image}; restore it from git or run `builder lock --select id={target.image}`", where, 1)
+        raise UserError(
+            f"is the lock of {contents.image}, not of {target.image}; restore it from git or run `builder lock --select id={target.image}`",
+            where,
+            1,
+        )
     if contents.inputs != target.inputs:
         return
     if (contents.python, contents.platform) != (target.python, target.platform):
@@ -286,7 +306,9 @@ def verify(lock: Lock, target: LockTarget, where: str) -> None:
     by_name = {p.name: p for p in contents.packages}
     for package in contents.packages:
         if REQUIREMENTS in package.via and package.name not in wanted:
-            raise UserError(f"{package.name} is marked as a requirement of the image, which does not ask for it; re-lock", where, package.line)
+            raise UserError(
+                f"{package.name} is marked as a requirement of the image, which does not ask for it; re-lock", where, package.line
+            )
         if CONSTRAINTS in package.via and not limits:
             raise UserError(f"{package.name} names constraints.txt, which this image does not have; re-lock", where, package.line)
         for limit in limits:

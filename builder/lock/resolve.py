@@ -147,7 +147,9 @@ def _classify(returncode: int, text: str) -> LockFailed:
     if "No solution found" in text:
         paragraph = text.split("cause:", 1)[1].split("\n\n", 1)[0].split("hint:", 1)[0] if "cause:" in text else "no solution"
         return LockFailed("unresolvable", " ".join(paragraph.split()))
-    return LockFailed("failed", " ".join((causes[-1] if causes else text.strip().splitlines()[-1] if text.strip() else "uv failed").split()))
+    return LockFailed(
+        "failed", " ".join((causes[-1] if causes else text.strip().splitlines()[-1] if text.strip() else "uv failed").split())
+    )
 
 
 def _last_cause(text: str) -> str:

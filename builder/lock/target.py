@@ -47,7 +47,9 @@ def platform_for(os_name: str, compat: Compat) -> str:
     glibc = dict(compat.os_glibc).get(os_name)
     if glibc is None:
         known = ", ".join(name for name, _ in compat.os_glibc)
-        raise UserError(f"os {os_name} has no glibc in builder/compat/data/compat.yaml (os_glibc; known: {known}); add it to lock its images")
+        raise UserError(
+            f"os {os_name} has no glibc in builder/compat/data/compat.yaml (os_glibc; known: {known}); add it to lock its images"
+        )
     major, minor = (int(part) for part in glibc.split(".")[:2])
     major, minor = min((major, minor), MAX_MANYLINUX)
     return f"x86_64-manylinux_{major}_{minor}"

@@ -27,7 +27,11 @@ def render(report: NightlyReport) -> str:
     title = f"{len(regressions)} regression(s)" if regressions else "no regressions"
     if report.notes:  # a stage failed: the exit code is 1 whatever the comparison says
         blocked = len(report.blocked)
-        title += f"; run failed: {blocked} of {len(report.outcomes)} image(s) could not be built" if blocked else f"; run failed: {len(report.notes)} problem(s)"
+        title += (
+            f"; run failed: {blocked} of {len(report.outcomes)} image(s) could not be built"
+            if blocked
+            else f"; run failed: {len(report.notes)} problem(s)"
+        )
     out = [f"# Nightly {text(report.date)}: {title}", ""]
     if regressions:
         out += ["## Regressions (passed before, fail now)", ""]
@@ -39,7 +43,9 @@ def render(report: NightlyReport) -> str:
         out.append("")
     out += ["## New releases", ""]
     if report.releases:
-        found = ((r.framework, r.version, r.status, r.requires_python or "", r.cuda or "", r.numpy or "", r.reason) for r in report.releases)
+        found = (
+            (r.framework, r.version, r.status, r.requires_python or "", r.cuda or "", r.numpy or "", r.reason) for r in report.releases
+        )
         out += _table(("framework", "release", "status", "Requires-Python", "CUDA", "NumPy", "detail"), found)
     elif report.updates == "not-checked":
         out.append("not checked (--no-updates)")
@@ -62,7 +68,9 @@ def render(report: NightlyReport) -> str:
     for c in report.changes:
         o = by_id[c.id]
         published = o.published or (f"held: {o.held}" if o.held else "-")
-        rows.append((c.id, c.kind, c.before or "-", c.now, "yes" if o.rebuilt else "no", published, c.detail if c.kind != "regression" else ""))
+        rows.append(
+            (c.id, c.kind, c.before or "-", c.now, "yes" if o.rebuilt else "no", published, c.detail if c.kind != "regression" else "")
+        )
     out += _table(("image", "change", "before", "now", "rebuilt", "published", "detail"), rows)
     out += ["", SUMMARY_MARKER]  # invisible when rendered; lets the next nightly replace this file
     return "\n".join(out) + "\n"

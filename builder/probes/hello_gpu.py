@@ -47,7 +47,9 @@ CPU_N = 16  # matmul size of the CPU check, against a pure-Python reference
 GPU_N = 256  # matmul size of the GPU check
 VECTOR_N = 1_000_000  # elements of the cupy / numba vector checks
 REL_TOL = 1e-3  # of the largest reference value; inputs are multiples of 1/4, exact even in TF32/bf16
-KERNEL_SOURCE = 'extern "C" __global__ void scale(float* x, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] *= 2.0f; }\n'
+KERNEL_SOURCE = (
+    'extern "C" __global__ void scale(float* x, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] *= 2.0f; }\n'
+)
 
 # (regex searched case-insensitively, cause, fix); first match wins, so specific rows come first.
 # Cause and fix may use \1-style groups of the regex. Each fix is one actionable sentence.
@@ -404,7 +406,9 @@ def _check_torch(p: Probe) -> None:
         p.enter("offline cuda checks")
         p.cuda_build = str(cuda)
         offline_check(p, "built for CUDA", lambda: f"torch.version.cuda = {cuda}")
-        offline_check(p, "cuDNN loads", lambda: f"torch.backends.cudnn.version() = {_required(torch.backends.cudnn.version(), 'cuDNN did not load')}")
+        offline_check(
+            p, "cuDNN loads", lambda: f"torch.backends.cudnn.version() = {_required(torch.backends.cudnn.version(), 'cuDNN did not load')}"
+        )
     p.enter("gpu discovery")
     if not torch.cuda.is_available():
         p.no_gpu = f"torch sees no GPU (torch.cuda.is_available() is False{raised(torch.cuda.init)})"
@@ -445,7 +449,9 @@ def _check_tensorflow(p: Probe) -> None:
     p.cpu_check = compare(got.numpy().tolist(), matmul(a, b), f"{CPU_N}x{CPU_N} float32 matmul on the CPU")
     if p.build["is_cuda_build"]:
         p.cuda_build = text(p.build["cuda_version"])
-        offline_check(p, "built for CUDA", lambda: f"CUDA {_required(p.build['cuda_version'], 'no cuda_version')}, cuDNN {p.build['cudnn_version']}")
+        offline_check(
+            p, "built for CUDA", lambda: f"CUDA {_required(p.build['cuda_version'], 'no cuda_version')}, cuDNN {p.build['cudnn_version']}"
+        )
     if not gpus:
         gpu_build = p.build["is_cuda_build"] or p.build["is_rocm_build"]
         p.no_gpu = (
@@ -968,7 +974,9 @@ def framework_result(name: str, timeout: float, host_nodes: list[str], require_g
     for key in ("build", "devices", "cpu_check", "gpu_check", "offline", "cuda_build"):
         result[key] = record.get(key, result[key])
     result["version"] = record.get("version") or dist_version(name)
-    status, reason = verdict(error, result["cpu_check"], result["gpu_check"], record.get("no_gpu"), host_nodes, require_gpu, result["offline"])
+    status, reason = verdict(
+        error, result["cpu_check"], result["gpu_check"], record.get("no_gpu"), host_nodes, require_gpu, result["offline"]
+    )
     found = diagnose(f"{reason}\n{error or ''}\n{run.stderr[-20000:]}") if status == "failed" else None
     result.update(status=status, reason=reason, seconds=round(time.monotonic() - started, 3))
     result["diagnosis"] = {"cause": found[0], "fix": found[1]} if found else None

@@ -49,4 +49,6 @@ def decide(spec: ImageSpec, result: dict[str, Any] | None, image_id: str | None,
         return Decision(spec.id, True, "passed", result)
     if accept_gpu_skipped:  # verdict is gpu-skipped here
         return Decision(spec.id, True, "gpu-skipped, accepted with --accept-gpu-skipped (no GPU ran it)", result)
-    return Decision(spec.id, False, "gpu-skipped: tested on a host without its GPU; pass --accept-gpu-skipped to publish it anyway (the record says so)")
+    return Decision(
+        spec.id, False, "gpu-skipped: tested on a host without its GPU; pass --accept-gpu-skipped to publish it anyway (the record says so)"
+    )

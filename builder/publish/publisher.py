@@ -40,7 +40,9 @@ MANIFEST_SCRIPT = (
 def check_repository(value: str) -> str:
     """A registry repository (host[:port]/path), lower case, no tag or digest."""
     if not REPOSITORY.match(value) or len(value) > 255:
-        raise UserError(f"--registry {value!r} is not a repository like 127.0.0.1:5000/gpu-images or ghcr.io/org/images (no tag, no digest)")
+        raise UserError(
+            f"--registry {value!r} is not a repository like 127.0.0.1:5000/gpu-images or ghcr.io/org/images (no tag, no digest)"
+        )
     return value
 
 
@@ -80,7 +82,9 @@ def base_identity(client: Any, spec: ImageSpec) -> dict[str, Any]:
     try:
         info = client.api.inspect_image(spec.base.from_ref)
     except NotFound:
-        raise RunFailure(f"its base image {spec.base.from_ref} is no longer in the engine, so the record cannot name it; build it again") from None
+        raise RunFailure(
+            f"its base image {spec.base.from_ref} is no longer in the engine, so the record cannot name it; build it again"
+        ) from None
     digests = [d for d in info.get("RepoDigests") or [] if "@sha256:" in d]
     return {"name": spec.base.name, "ref": spec.base.from_ref, "id": str(info["Id"]), "digest": digests[0] if digests else None}
 
@@ -146,13 +150,22 @@ class PushNames:
         self.made.clear()
 
 
-def push_as(client: Any, names: PushNames, image: str, repository: str, tag: str, log: Callable[[str], None], deadline: float | None = None) -> str:
+def push_as(
+    client: Any, names: PushNames, image: str, repository: str, tag: str, log: Callable[[str], None], deadline: float | None = None
+) -> str:
     """Push the image id `image` as repository:tag (its local name is released by `names`)."""
     return push.push_image(client, names.give(image, repository, tag), log=log, deadline=deadline)
 
 
 def push_verified(
-    client: Any, names: PushNames, image: str, repository: str, tag: str, log: Callable[[str], None], deadline: float | None, expected: str | None = None
+    client: Any,
+    names: PushNames,
+    image: str,
+    repository: str,
+    tag: str,
+    log: Callable[[str], None],
+    deadline: float | None,
+    expected: str | None = None,
 ) -> str:
     """push_as, then proof that the registry's repository:tag is the approved image (and, for a
     floating tag, the immutable tag's digest). A name moved between our tag and the engine's push
@@ -165,7 +178,9 @@ def push_verified(
         if found == pushed and ours and expected in (None, found):
             return found
     want = expected or f"the digest of the tested image {image[:19]}"
-    raise RunFailure(f"{repository}:{tag} points at {found} in the registry, not {want}: its local name was moved during the push (a concurrent build or docker tag?); publish again")
+    raise RunFailure(
+        f"{repository}:{tag} points at {found} in the registry, not {want}: its local name was moved during the push (a concurrent build or docker tag?); publish again"
+    )
 
 
 @dataclass(frozen=True)
@@ -209,7 +224,8 @@ def build_record(spec: ImageSpec, local: Local, result: dict[str, Any], reposito
         builder_version=builder_version(),
         size_mb=local.size_mb,
         manifest=f"manifests/{spec.id}.txt",
-        notes=tuple(note for i in spec.installs for note in i.notes) + (("published without a GPU run: its verdict is gpu-skipped",) if result["verdict"] == "gpu-skipped" else ()),
+        notes=tuple(note for i in spec.installs for note in i.notes)
+        + (("published without a GPU run: its verdict is gpu-skipped",) if result["verdict"] == "gpu-skipped" else ()),
     )
 
 
@@ -231,7 +247,14 @@ def floating_to_move(record: KnownGood, known: Sequence[KnownGood]) -> tuple[str
 
 
 def move_floating(
-    client: Any, names: PushNames, image: str, record: KnownGood, tags: Sequence[str], log: Callable[[str], None], moved: list[str], deadline: float | None = None
+    client: Any,
+    names: PushNames,
+    image: str,
+    record: KnownGood,
+    tags: Sequence[str],
+    log: Callable[[str], None],
+    moved: list[str],
+    deadline: float | None = None,
 ) -> None:
     """Push each floating tag from the approved id, each proven to be the record's digest; `moved`
     gets each one as it lands, so a caller that is interrupted knows what the registry holds."""

@@ -16,7 +16,9 @@ from packaging.version import InvalidVersion, Version
 
 from builder.catalog.records import KnownGood
 
-ID = re.compile(r"^(?P<name>[a-z][a-z_-]*?)(?P<version>\d+\.\d+)(?:\.[0-9a-z.]+)?-(?P<accel>[a-z]+[0-9.]*)(?P<rest>(?:-on-[a-z0-9.]+)?-py\d+\.\d+-.+)$")
+ID = re.compile(
+    r"^(?P<name>[a-z][a-z_-]*?)(?P<version>\d+\.\d+)(?:\.[0-9a-z.]+)?-(?P<accel>[a-z]+[0-9.]*)(?P<rest>(?:-on-[a-z0-9.]+)?-py\d+\.\d+-.+)$"
+)
 
 
 def floating_tags(image_id: str) -> tuple[str, ...]:

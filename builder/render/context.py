@@ -68,7 +68,9 @@ def contexts(specs: Iterable[ImageSpec], matrix: Matrix, template_dirs: Iterable
     probe = probe_bytes()
     name = Path(matrix.path).name
     if not name.isprintable():  # it is written into every Dockerfile's header comment
-        raise UserError(f"the matrix file name {name!r} has a newline or control character, which cannot go into a Dockerfile; rename the file")
+        raise UserError(
+            f"the matrix file name {name!r} has a newline or control character, which cannot go into a Dockerfile; rename the file"
+        )
     return {spec.id: context_files(spec, env, matrix.source, probe, name) for spec in specs}
 
 

@@ -213,7 +213,9 @@ def _not_a_folder(out_dir: Path, st: os.stat_result) -> UserError:
 
 
 def _foreign(path: Path, why: str) -> UserError:
-    return UserError(f"{path} {why}; move it out of {path.parent.name if path.parent.name else path.parent}/ or delete it, then render again")
+    return UserError(
+        f"{path} {why}; move it out of {path.parent.name if path.parent.name else path.parent}/ or delete it, then render again"
+    )
 
 
 def check_ownership(out_dir: Path, expected: Mapping[str, bytes], *, force: bool = False) -> None:

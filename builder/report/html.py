@@ -14,7 +14,9 @@ TEMPLATE = Path(__file__).resolve().parent / "page.html.j2"
 
 
 def render_html(report: Report, title: str = "Support matrix") -> str:
-    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True)
+    env = jinja2.Environment(
+        autoescape=True, undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True
+    )
     template = env.from_string(TEMPLATE.read_text(encoding="utf-8"))
     page = template.render(report=report, statuses=STATUSES, labels=LABELS, counts=report.counts(), title=title, generator=HTML_GENERATOR)
     assert HTML_MARKER in page  # what lets the next run replace this page (report/output.py)

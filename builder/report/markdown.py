@@ -65,7 +65,13 @@ def render_markdown(report: Report) -> str:
     ]
     for base in report.bases:
         lines.append(f"| {text(base)} | " + " | ".join(_cell(report.cell(base, stack)) for stack in report.stacks) + " |")
-    lines += ["", "## Images", "", "| image | frameworks | accelerator | python | status | size MB | digest | date | detail |", "|---|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "## Images",
+        "",
+        "| image | frameworks | accelerator | python | status | size MB | digest | date | detail |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in (r for r in report.rows if r.status != "skipped"):
         size = f"{r.size_mb:,.0f}" if r.size_mb else ""
         digest = code(r.digest) if r.digest else ""

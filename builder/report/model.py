@@ -67,18 +67,28 @@ def _status(spec: ImageSpec, record: KnownGood | None, result: Mapping[str, Any]
     wrong shape are left out rather than stopping the report."""
     current = result is not None and result.get("content_hash") == spec.content_hash
     if current and result is not None and result.get("verdict") == "failed":
-        found = [f"{d.get('framework', '')}: {d.get('cause', '')}".strip(": ") for d in _items(result.get("diagnoses")) if isinstance(d, dict)]
+        found = [
+            f"{d.get('framework', '')}: {d.get('cause', '')}".strip(": ") for d in _items(result.get("diagnoses")) if isinstance(d, dict)
+        ]
         return "failed", str("; ".join(found) or next(iter(_items(result.get("failures"))), "failed"))[:MAX_DETAIL]
     if record is not None:
         status = "gpu-skipped" if record.verdict == "gpu-skipped" else "known-good"
-        return status, f"on {record.host.get('gpu', 'unknown host')}" + (f", driver {record.host['driver']}" if record.host.get("driver") else "")
+        return status, f"on {record.host.get('gpu', 'unknown host')}" + (
+            f", driver {record.host['driver']}" if record.host.get("driver") else ""
+        )
     if current and result is not None and result.get("verdict") in ("passed", "gpu-skipped"):
         gpu = result.get("gpu")
         return str(result["verdict"]), str(gpu.get("reason", "") if isinstance(gpu, dict) else "")[:MAX_DETAIL]
     return "not-built", "no smoke result for its current content hash"
 
 
-def build_report(plan: Plan, specs: Sequence[ImageSpec], results: Mapping[str, Mapping[str, Any]], records: Sequence[KnownGood], sizes: Mapping[str, float]) -> Report:
+def build_report(
+    plan: Plan,
+    specs: Sequence[ImageSpec],
+    results: Mapping[str, Mapping[str, Any]],
+    records: Sequence[KnownGood],
+    sizes: Mapping[str, float],
+) -> Report:
     """`specs`: the plan's images with content hashes; `results`: build/results/<id>.json by id;
     `sizes`: image MB by id (build.json)."""
     by_id = {r.id: r for r in records}
@@ -103,7 +113,9 @@ def build_report(plan: Plan, specs: Sequence[ImageSpec], results: Mapping[str, M
         )
     for skipped in plan.skipped:
         frameworks = " ".join(f"{n} {v}" for n, v in skipped.frameworks)
-        rows.append(Row(f"{frameworks} py{skipped.python}", skipped.base, skipped.stack, skipped.python, frameworks, "", "skipped", skipped.reason))
+        rows.append(
+            Row(f"{frameworks} py{skipped.python}", skipped.base, skipped.stack, skipped.python, frameworks, "", "skipped", skipped.reason)
+        )
     bases = tuple(dict.fromkeys([*(s.base.name for s in specs), *(s.base for s in plan.skipped)]))
     stacks = tuple(dict.fromkeys([*(s.stack for s in specs), *(s.stack for s in plan.skipped)]))
     order = {s: i for i, s in enumerate(STATUSES)}

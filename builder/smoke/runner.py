@@ -72,7 +72,10 @@ def cuda_checks(probe: dict[str, Any] | None) -> list[dict[str, Any]]:
         for name, result in sorted(((probe or {}).get("frameworks") or {}).items())
         for c in result.get("offline") or []
     ]
-    out += [{"framework": "", "name": c.get("name"), "ok": bool(c.get("ok")), "detail": c.get("detail", "")} for c in ((probe or {}).get("cuda") or {}).get("checks") or []]
+    out += [
+        {"framework": "", "name": c.get("name"), "ok": bool(c.get("ok")), "detail": c.get("detail", "")}
+        for c in ((probe or {}).get("cuda") or {}).get("checks") or []
+    ]
     return out
 
 

@@ -337,7 +337,10 @@ def _check_include(ctx: _Ctx, rule: Rule, stacks: dict[str, tuple[str, ...]], fr
             raise ctx.fail(f'include {member} version {keys[member]!r} is not valid; expected like "2.5.1"', rule.line_of(member))
         listed = next((v for v in frameworks.get(member, ()) if Version(v) == Version(keys[member]) and v != keys[member]), None)
         if listed is not None:
-            raise ctx.fail(f"include {member} {keys[member]!r} is frameworks.{member}'s {listed!r} spelled another way; write {listed!r}", rule.line_of(member))
+            raise ctx.fail(
+                f"include {member} {keys[member]!r} is frameworks.{member}'s {listed!r} spelled another way; write {listed!r}",
+                rule.line_of(member),
+            )
     extra = sorted(set(keys) - {"base", "stack", "python", *stacks[keys["stack"]]})
     if extra:
         raise ctx.fail(f"include names {', '.join(extra)}, which stack '{keys['stack']}' does not have; remove it", rule.line_of(extra[0]))

@@ -18,7 +18,13 @@ class BuildProgress:
     """app.BuildEvents drawn with rich on stderr: one bar overall, one line per image being built."""
 
     def __init__(self, err: Console) -> None:
-        columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn())
+        columns = (
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total}"),
+            TimeElapsedColumn(),
+        )
         self.progress = Progress(*columns, console=err, transient=False)
         self.overall: Any = None
         self.steps: dict[str, Any] = {}

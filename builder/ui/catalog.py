@@ -8,10 +8,11 @@ from rich.console import Console
 from rich.table import Table
 
 from builder.catalog.records import KnownGood
-from builder.deliver import Published, Verified
 from builder.ui.rows import RICH_ROWS, print_rows
 from builder.ui.status import styled
 from builder.ui.text import markup
+from builder.usecases.catalog import Verified
+from builder.usecases.publish import Published
 
 
 class PublishLines:
@@ -66,6 +67,6 @@ def print_catalog(out: Console, records: Sequence[KnownGood], verified: Sequence
         cells = [markup(cell) for cell in row]
         cells[4] = styled(row[4])
         if verified:
-            cells[-1] = styled("present") if row[-1] == "present" else f"[red]missing[/red]{markup(row[-1][len('missing'):])}"
+            cells[-1] = styled("present") if row[-1] == "present" else f"[red]missing[/red]{markup(row[-1][len('missing') :])}"
         table.add_row(*cells)
     out.print(table)

@@ -6,10 +6,10 @@ from collections.abc import Sequence
 
 from rich.console import Console
 
-from builder.lock.locking import LockResult
 from builder.ui.rows import print_rows
 from builder.ui.status import styled
 from builder.ui.text import markup
+from builder.usecases.lock import LockResult
 
 
 class LockLines:
@@ -22,7 +22,13 @@ class LockLines:
 
 def print_lock_summary(out: Console, results: Sequence[LockResult]) -> None:
     rows = [
-        (r.id, r.status, f"{r.seconds:.1f}", (f"{r.pins}" if r.pins else "") + (f", {len(r.changes)} changed" if r.changes else ""), r.detail)
+        (
+            r.id,
+            r.status,
+            f"{r.seconds:.1f}",
+            (f"{r.pins}" if r.pins else "") + (f", {len(r.changes)} changed" if r.changes else ""),
+            r.detail,
+        )
         for r in results
     ]
     print_rows(out, "lock", ("image", "status", "seconds", "pins", "detail"), rows)

@@ -19,7 +19,7 @@ from builder.updates.releases import Release
 
 
 class NightlyLines:
-    """nightly.loop.NightlyEvents for the terminal (stderr)."""
+    """usecases.nightly.NightlyEvents for the terminal (stderr)."""
 
     def __init__(self, err: Console) -> None:
         self.err = err
@@ -42,10 +42,7 @@ class NightlyLines:
 
 
 def print_releases(out: Console, releases: Sequence[Release]) -> None:
-    rows = [
-        (r.framework, r.version, r.status, r.requires_python or "", r.cuda or "", r.numpy or "", r.reason)
-        for r in releases
-    ]
+    rows = [(r.framework, r.version, r.status, r.requires_python or "", r.cuda or "", r.numpy or "", r.reason) for r in releases]
     if not rows:
         out.print("no release newer than matrix.yaml lists")
         return

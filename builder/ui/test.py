@@ -44,5 +44,14 @@ def print_test_summary(out: Console, results: Sequence[SmokeResult]) -> None:
         )
         diagnosis = "; ".join(f"{d.get('framework', '')}: {d['cause']} -> {d['fix']}" for d in r.diagnoses) or "; ".join(r.failures)[:300]
         cuda = f"{r.cuda_checks_passed}/{len(r.cuda_checks)} passed" if r.cuda_checks else "-"
-        table.add_row(markup(r.id), styled(r.verdict), markup(frameworks), markup(r.gpu.get("reason", "")), tests, cuda, f"{r.seconds:.1f}", markup(diagnosis))
+        table.add_row(
+            markup(r.id),
+            styled(r.verdict),
+            markup(frameworks),
+            markup(r.gpu.get("reason", "")),
+            tests,
+            cuda,
+            f"{r.seconds:.1f}",
+            markup(diagnosis),
+        )
     out.print(table)

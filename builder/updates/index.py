@@ -150,10 +150,14 @@ class IndexClient:
                     fetch: wheelmeta.FetchRange = lambda wheel, first, last: self._range(wheel, first, last, deadline, files)  # noqa: E731
                     return wheelmeta.release_document(self._projects[project], url, version, fetch)
             except wheelmeta.NoWheel as exc:
-                raise ProjectNotFound(f"{project} {version}: the index {self.display} serves no release document and {exc}", self.display) from None
+                raise ProjectNotFound(
+                    f"{project} {version}: the index {self.display} serves no release document and {exc}", self.display
+                ) from None
             except ValueError as exc:
                 reason = printable(redact(str(exc)), 400)
-                raise IndexFailure(f"{project} {version}: cannot read its metadata from a wheel on {self.display} ({reason}): {_FIX}", self.display) from None
+                raise IndexFailure(
+                    f"{project} {version}: cannot read its metadata from a wheel on {self.display} ({reason}): {_FIX}", self.display
+                ) from None
 
     def _headers(self, url: str, request: urllib.request.Request) -> urllib.request.Request:
         """The index's credentials, only for a URL of their exact origin (and never carried on by a redirect)."""
@@ -185,7 +189,9 @@ class IndexClient:
 
         def body(response: Any) -> bytes:
             if response.status != 206:  # a server that ignores Range would send the whole wheel
-                raise IndexFailure(f"{shown} is served without byte ranges (HTTP {response.status}), so its metadata cannot be read", self.display)
+                raise IndexFailure(
+                    f"{shown} is served without byte ranges (HTTP {response.status}), so its metadata cannot be read", self.display
+                )
             return bytes(response.read(last - first + 2))
 
         return self._fetch(request, shown, deadline, body, lambda code, reason: self._file_error(code, reason, shown))
@@ -193,7 +199,9 @@ class IndexClient:
     def _get(self, parts: tuple[str, ...], project: str, version: str | None) -> dict[str, Any]:
         path = "/" + "/".join(quote(p, safe="") for p in parts)
         with transport.Deadline(self.deadline_s) as deadline:
-            return self._retried(lambda: self._once(path, project, version, deadline), f"cannot reach the package index {self.display}", deadline)
+            return self._retried(
+                lambda: self._once(path, project, version, deadline), f"cannot reach the package index {self.display}", deadline
+            )
 
     def _retried(self, call: Callable[[], T], what: str, deadline: transport.Deadline) -> T:
         """`call()`, tried again with backoff while it fails transiently and the deadline leaves

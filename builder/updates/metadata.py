@@ -24,6 +24,7 @@ _EXTRA = re.compile(r"""\bextra\s*==\s*['"]([^'"]+)['"]""")
 _LINUX_PLATFORM = re.compile(r"(?:manylinux\d*(?:_\d+)*|linux)_x86_64")  # manylinux1/2010/2014, manylinux_2_28, linux
 _LOWER_FIRST = {">=": 0, ">": 0, "~=": 0, "==": 0, "===": 0, "!=": 1, "<": 2, "<=": 2}
 
+
 @dataclass(frozen=True)
 class Meta:
     """A release's metadata as the index's release document gives it."""

@@ -155,7 +155,9 @@ class _Redirects(urllib.request.HTTPRedirectHandler):
         return new
 
 
-def opener(context: ssl.SSLContext | None, proxies: dict[str, str] | None, credentials: tuple[Origin, str] | None) -> urllib.request.OpenerDirector:
+def opener(
+    context: ssl.SSLContext | None, proxies: dict[str, str] | None, credentials: tuple[Origin, str] | None
+) -> urllib.request.OpenerDirector:
     """http(s) only: no file://, ftp:// or data: handler, so a URL a document names cannot reach them."""
     director = urllib.request.OpenerDirector()
     handlers: list[urllib.request.BaseHandler] = [

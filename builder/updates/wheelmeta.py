@@ -115,7 +115,9 @@ def member(wheel: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int, url: str) 
     deflate's output per read; its bzip2 and lzma readers inflate every compressed chunk whole."""
     where = f"{url}: {escape_controls(info.filename)}"
     if info.file_size > limit:
-        raise ValueError(f"{where} declares {info.file_size:,} bytes uncompressed, more than the {limit // 2**20} MiB a METADATA file may have")
+        raise ValueError(
+            f"{where} declares {info.file_size:,} bytes uncompressed, more than the {limit // 2**20} MiB a METADATA file may have"
+        )
     if info.flag_bits & 0x1:
         raise ValueError(f"{where} is encrypted")
     raw = _raw(wheel, info, where)
@@ -177,5 +179,10 @@ def release_document(project_doc: Mapping[str, Any], project_url: str, version: 
         raise NoWheel(f"no Linux x86_64 wheel listed for {version}")
     url = urljoin(project_url, str(chosen["url"]))
     requires_python, requires_dist = metadata(url, int(chosen["size"]), fetch)
-    info = {"version": version, "requires_python": requires_python, "requires_dist": list(requires_dist), "metadata_from": chosen["filename"]}
+    info = {
+        "version": version,
+        "requires_python": requires_python,
+        "requires_dist": list(requires_dist),
+        "metadata_from": chosen["filename"],
+    }
     return {"info": info, "urls": list(files)}

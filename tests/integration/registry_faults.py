@@ -123,7 +123,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         for key, value in response.getheaders():
             if key.lower() not in ("transfer-encoding", "connection", "content-length"):
                 self.send_header(key, value)
-        self.send_header("Content-Length", response.getheader("Content-Length") if self.command == "HEAD" and response.getheader("Content-Length") else str(len(data)))
+        self.send_header(
+            "Content-Length",
+            response.getheader("Content-Length") or str(len(data)) if self.command == "HEAD" else str(len(data)),
+        )
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(data)

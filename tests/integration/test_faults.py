@@ -98,9 +98,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory, docker_client: Any) -> Iterat
 def dangling(client: Any) -> set[str]:
     """Untagged leaf images that are not the one kept build-stage generation of a tag."""
     return {
-        image["Id"]
-        for image in client.api.images(filters={"dangling": True})
-        if "io.builder.stage-of" not in (image.get("Labels") or {})
+        image["Id"] for image in client.api.images(filters={"dangling": True}) if "io.builder.stage-of" not in (image.get("Labels") or {})
     }
 
 
@@ -134,8 +132,12 @@ def test_two_builds_of_one_tag_at_once_leave_no_loser(repo: Path, docker_client:
     before = dangling(docker_client)
     runs = [
         subprocess.Popen(
-            [sys.executable, "-m", "builder", "build", "--force"], cwd=repo, env={**os.environ, "PYTHONPATH": str(ROOT)},
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [sys.executable, "-m", "builder", "build", "--force"],
+            cwd=repo,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )  # fmt: skip
         for _ in range(2)
     ]

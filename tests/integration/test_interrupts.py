@@ -121,7 +121,9 @@ def _start_silent_build(repo: Path, client: Any) -> tuple[subprocess.Popen[str],
     logs = repo / "build" / "logs"
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
-        found = [re.findall(r"Running in ([0-9a-f]{12})", p.read_text(errors="replace")) for p in logs.glob("*.log")] if logs.is_dir() else []
+        found = (
+            [re.findall(r"Running in ([0-9a-f]{12})", p.read_text(errors="replace")) for p in logs.glob("*.log")] if logs.is_dir() else []
+        )
         container = next((ids[-1] for ids in found if ids), None)  # the latest step's (LABEL and USER steps have one too)
         if container and _running(client, container):
             time.sleep(0.5)  # inside `sleep 60` now: nothing more comes down the stream
@@ -175,11 +177,13 @@ def test_a_signal_stops_a_silent_build_step_within_seconds(repo: Path, docker_cl
 
 def _build_dangling(client: Any, dockerfile: str, labels: dict[str, str] | None = None) -> str:
     """Build `dockerfile` under a throwaway tag, then build something else under it: the first image is left dangling."""
-    ids = []
+    ids: list[str] = []
     for text in (dockerfile, f"FROM {BASE}\nLABEL replaced=yes\n"):
-        for _ in client.api.build(fileobj=io.BytesIO(text.encode()), tag=f"{FOREIGN}:x", labels=labels if not ids else None, rm=True, decode=True):
+        for _ in client.api.build(
+            fileobj=io.BytesIO(text.encode()), tag=f"{FOREIGN}:x", labels=labels if not ids else None, rm=True, decode=True
+        ):
             pass
-        ids.append(engine.image_id(client, f"{FOREIGN}:x"))
+        ids.append(str(engine.image_id(client, f"{FOREIGN}:x")))
     return str(ids[0])
 
 
@@ -203,7 +207,7 @@ def test_clean_removes_what_an_interrupted_build_left_and_nothing_else(repo: Pat
 
     plain = _build_dangling(docker_client, f"FROM {BASE}\nLABEL someone=else\n")
     # Built FROM one of our finished images by someone else: inherits our labels, adds a step of its own.
-    derived = _build_dangling(docker_client, f'FROM {BASE}\nLABEL {BUILT_BY_LABEL}=builder {HASH_LABEL}=abc\nLABEL theirs=1\n')
+    derived = _build_dangling(docker_client, f"FROM {BASE}\nLABEL {BUILT_BY_LABEL}=builder {HASH_LABEL}=abc\nLABEL theirs=1\n")
     # One of ours that a newer build replaced: its last step is the LABEL `builder build` adds.
     ours = _build_dangling(docker_client, f"FROM {BASE}\nLABEL {BUILT_BY_LABEL}=builder\n", labels={HASH_LABEL: "old"})
     try:

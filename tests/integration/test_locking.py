@@ -62,10 +62,14 @@ def test_an_unreachable_index_is_one_line_exit_1_and_writes_nothing(repo: Path) 
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     before = snapshot(repo / "images")
-    done = builder(repo, "lock", "--select", f"id={NUMBA}", "--upgrade", "--no-host-settings", "--index-url", f"http://127.0.0.1:{port}/simple/")
+    done = builder(
+        repo, "lock", "--select", f"id={NUMBA}", "--upgrade", "--no-host-settings", "--index-url", f"http://127.0.0.1:{port}/simple/"
+    )
     assert done.returncode == 1
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
-    assert errors == [f"error: {NUMBA}: index http://127.0.0.1:{port}/simple/ cannot be reached (Connection refused (os error 111)); check the network or name a mirror"]
+    assert errors == [
+        f"error: {NUMBA}: index http://127.0.0.1:{port}/simple/ cannot be reached (Connection refused (os error 111)); check the network or name a mirror"
+    ]
     assert snapshot(repo / "images") == before
 
 
@@ -112,7 +116,17 @@ def _forget(client: Any, tag: str) -> None:
 
 def test_keep_going_locks_the_rest_and_lists_what_failed(repo: Path, serve_index: Any) -> None:
     with serve_index(hide=("scipy",)) as url:  # jax needs scipy; numba does not
-        done = builder(repo, "lock", "--select", "base=local-debian12,stack=[jn]*", "--upgrade", "--keep-going", "--no-host-settings", "--index-url", url)
+        done = builder(
+            repo,
+            "lock",
+            "--select",
+            "base=local-debian12,stack=[jn]*",
+            "--upgrade",
+            "--keep-going",
+            "--no-host-settings",
+            "--index-url",
+            url,
+        )
     assert done.returncode == 1
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and errors[0].startswith("error: jax0.10.2-cpu-py3.11-debian12: Because scipy was not found"), errors

@@ -128,7 +128,11 @@ class NightlyIndexHandler(LocalIndexHandler):
         extra = sorted(p for p in self.planted.glob("*.whl") if p.name.split("-", 1)[0].lower() == path.removeprefix("/simple/").strip("/"))
         if path.startswith("/simple/") and extra:
             page = PYPI / "simple" / path.removeprefix("/simple/").strip("/") / "index.html"
-            html = page.read_text(encoding="utf-8").replace('href="../../files/', 'href="/files/') if page.is_file() else "<html><body></body></html>"
+            html = (
+                page.read_text(encoding="utf-8").replace('href="../../files/', 'href="/files/')
+                if page.is_file()
+                else "<html><body></body></html>"
+            )
             links = "".join(f'<a href="/files/{p.name}#sha256={hashlib.sha256(p.read_bytes()).hexdigest()}">{p.name}</a>\n' for p in extra)
             return self._answer(200, html.replace("</body>", links + "</body>").encode(), "text/html")
         if path.startswith("/files/") and (self.planted / name).is_file():

@@ -24,13 +24,15 @@ from typing import Any
 
 import pytest
 
-from builder import deliver, results
+from builder import results
 from builder.catalog.store import Catalog
 from builder.engine import client as engine
 from builder.engine import push
 from builder.errors import RunFailure
+from builder.host import facts as hostinfo
 from builder.host.facts import AmdInfo, EngineFacts, HostInfo, NvidiaInfo
 from builder.results import SmokeResult
+from builder.usecases import publish as publishing
 from builder.workspace import Workspace
 from tests.integration.registry_faults import mini_image, proxy
 
@@ -54,7 +56,9 @@ def config_digest(name: str, reference: str) -> str:
 
 
 def registry_digest(name: str, reference: str) -> str | None:
-    request = urllib.request.Request(f"http://127.0.0.1:5000/v2/{name}/manifests/{reference}", method="HEAD", headers={"Accept": MANIFEST_TYPES})
+    request = urllib.request.Request(
+        f"http://127.0.0.1:5000/v2/{name}/manifests/{reference}", method="HEAD", headers={"Accept": MANIFEST_TYPES}
+    )
     try:
         with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(request, timeout=30) as response:
             return str(response.headers["Docker-Content-Digest"])
@@ -94,16 +98,20 @@ def workspace(tmp_path: Path, images: dict[str, str], docker_client: Any, monkey
     docker_client.api.tag(images["tested"], repo, tag=tag)  # a test may have moved it
     gpu = {"attached": False, "reason": "cpu image: no GPU needed"}
     counts = {"tests": 9, "failures": 0, "errors": 0, "skipped": 1}
-    result = SmokeResult(spec.id, spec.tag, "passed", gpu, 1.0, counts, content_hash=spec.content_hash, image_id=images["tested"], returncode=0, vendor="cpu")
+    result = SmokeResult(
+        spec.id, spec.tag, "passed", gpu, 1.0, counts, content_hash=spec.content_hash, image_id=images["tested"], returncode=0, vendor="cpu"
+    )
     results.write(tmp_path / "build" / "results", result)
-    monkeypatch.setattr(deliver.hostinfo, "gather", lambda **kwargs: HOST)
-    return SimpleNamespace(build_dir=tmp_path / "build", matrix=SimpleNamespace(registry=BUILD_REPO), spec=spec, catalog=Catalog(tmp_path / "catalog"))
+    monkeypatch.setattr(hostinfo, "gather", lambda **kwargs: HOST)
+    return SimpleNamespace(
+        build_dir=tmp_path / "build", matrix=SimpleNamespace(registry=BUILD_REPO), spec=spec, catalog=Catalog(tmp_path / "catalog")
+    )
 
 
 class Events:
     def __init__(self, on_info: Any = None) -> None:
         self.lines: list[str] = []
-        self.outcomes: list[deliver.Published] = []
+        self.outcomes: list[publishing.Published] = []
         self.on_info = on_info
 
     def info(self, text: str) -> None:
@@ -111,7 +119,7 @@ class Events:
         if self.on_info:
             self.on_info(text)
 
-    def done(self, outcome: deliver.Published) -> None:
+    def done(self, outcome: publishing.Published) -> None:
         self.outcomes.append(outcome)
 
 
@@ -119,7 +127,9 @@ def local_names(client: Any, prefix: str) -> list[str]:
     return sorted(n for image in client.api.images() for n in image.get("RepoTags") or [] if n.startswith(prefix))
 
 
-def test_a_docker_tag_on_the_build_tag_during_publish_never_reaches_the_registry(workspace: Any, images: dict[str, str], docker_client: Any) -> None:
+def test_a_docker_tag_on_the_build_tag_during_publish_never_reaches_the_registry(
+    workspace: Any, images: dict[str, str], docker_client: Any
+) -> None:
     name = f"h5a-pub-{RUN}"
     repo, tag = workspace.spec.tag.rsplit(":", 1)
     moved: list[str] = []
@@ -130,7 +140,9 @@ def test_a_docker_tag_on_the_build_tag_during_publish_never_reaches_the_registry
             moved.append(line)
 
     events = Events(concurrent_build)
-    (outcome,) = deliver.publish(workspace, [workspace.spec], deliver.PublishOptions(registry=f"127.0.0.1:5000/{name}"), workspace.catalog, events)
+    (outcome,) = publishing.publish(
+        workspace, [workspace.spec], publishing.PublishOptions(registry=f"127.0.0.1:5000/{name}"), workspace.catalog, events
+    )
     assert moved and outcome.status == "published", outcome.reason
     immutable = registry_digest(name, IMAGE_ID)
     assert [registry_digest(name, line) for line in FLOATING] == [immutable, immutable]
@@ -146,7 +158,9 @@ def test_a_500_on_the_second_push_leaves_a_record_of_what_the_registry_holds(wor
     name = f"h5a-pub500-{RUN}"
     with proxy(lambda method, path: "500" if method == "PUT" and path.endswith(f"/manifests/{FLOATING[1]}") else None) as fault:
         repository = f"127.0.0.1:{fault.port}/{name}"
-        (outcome,) = deliver.publish(workspace, [workspace.spec], deliver.PublishOptions(registry=repository), workspace.catalog, Events())
+        (outcome,) = publishing.publish(
+            workspace, [workspace.spec], publishing.PublishOptions(registry=repository), workspace.catalog, Events()
+        )
         assert any(what == "500" for _, _, what in fault.seen), (outcome, fault.seen)
     assert outcome.status == "failed" and "is published and recorded" in outcome.reason and "\n" not in outcome.reason, outcome.reason
     immutable = registry_digest(name, IMAGE_ID)
@@ -160,19 +174,19 @@ def test_a_500_on_the_second_push_leaves_a_record_of_what_the_registry_holds(wor
 
 SCRIPT = """
 import signal, sys
-from builder import deliver
+from builder.usecases import publish as publishing
 from builder.errors import Interrupted
 from tests.integration import test_publish_attacks as t
 def interrupt(signum, frame):
     raise Interrupted(signum)
 signal.signal(signal.SIGTERM, interrupt)
-deliver.hostinfo.gather = lambda **kwargs: t.HOST
+publishing.hostinfo.gather = lambda **kwargs: t.HOST
 from types import SimpleNamespace
 from builder.catalog.store import Catalog
 spec = t.make_spec()
 ws = SimpleNamespace(build_dir=__import__("pathlib").Path(sys.argv[1]), matrix=SimpleNamespace(registry=t.BUILD_REPO))
 try:
-    deliver.publish(ws, [spec], deliver.PublishOptions(registry=sys.argv[2]), Catalog(__import__("pathlib").Path(sys.argv[3])), t.Events())
+    publishing.publish(ws, [spec], publishing.PublishOptions(registry=sys.argv[2]), Catalog(__import__("pathlib").Path(sys.argv[3])), t.Events())
 except Interrupted:
     sys.exit(143)
 """
@@ -183,7 +197,14 @@ def test_sigterm_during_a_floating_push_records_the_immutable_tag_and_cancels_th
     env = {**os.environ, "PYTHONPATH": str(ROOT), "H5A_RUN": RUN}
     with proxy(lambda method, path: "stall" if method == "PUT" and path.endswith(f"/manifests/{FLOATING[0]}") else None) as fault:
         repository = f"127.0.0.1:{fault.port}/{name}"
-        args = [sys.executable, "-c", SCRIPT.replace("t.make_spec()", f"t.make_spec_for({RUN!r})"), str(workspace.build_dir), repository, str(workspace.catalog.root)]
+        args = [
+            sys.executable,
+            "-c",
+            SCRIPT.replace("t.make_spec()", f"t.make_spec_for({RUN!r})"),
+            str(workspace.build_dir),
+            repository,
+            str(workspace.catalog.root),
+        ]
         proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             deadline = time.monotonic() + 120
@@ -240,12 +261,20 @@ with e.tracked_container(c, image=sys.argv[1], command=["sleep", "600"], labels=
 """
 
 
-def test_a_sigkilled_publishs_manifest_container_is_removed_by_the_next_publish(workspace: Any, images: dict[str, str], docker_client: Any) -> None:
-    proc = subprocess.Popen([sys.executable, "-c", KILLED, images["tested"]], cwd=ROOT, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+def test_a_sigkilled_publishs_manifest_container_is_removed_by_the_next_publish(
+    workspace: Any, images: dict[str, str], docker_client: Any
+) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLED, images["tested"]],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert proc.stdout is not None
     container = proc.stdout.readline().strip()
     proc.kill()  # SIGKILL: no finally, no atexit
     proc.wait(30)
     assert docker_client.api.inspect_container(container)["Id"] == container, "the killed run left its container"
-    deliver.publish(workspace, [], deliver.PublishOptions(registry=f"127.0.0.1:5000/h5a-sweep-{RUN}"), workspace.catalog, Events())
+    publishing.publish(workspace, [], publishing.PublishOptions(registry=f"127.0.0.1:5000/h5a-sweep-{RUN}"), workspace.catalog, Events())
     assert not docker_client.api.containers(all=True, filters={"id": container}), "the next publish removed it"

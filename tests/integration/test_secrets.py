@@ -142,15 +142,21 @@ def builds(repo: Path, index: int, started: float, docker_client: Any) -> dict[s
     """The three planted-credential builds: success, failure (the index serves no wheels), SIGTERM."""
     Index.seen.clear()
     out: dict[str, Any] = {}
-    out["success"] = subprocess.run(build_argv(index), cwd=repo, env=build_env(index), capture_output=True, text=True, timeout=1800, check=False)
+    out["success"] = subprocess.run(
+        build_argv(index), cwd=repo, env=build_env(index), capture_output=True, text=True, timeout=1800, check=False
+    )
     stages = docker_client.api.images(all=True, filters={"label": f"io.builder.stage-of={TAG}"})
     out["stage_history"] = json.dumps([docker_client.api.history(image["Id"]) for image in stages])
     Index.broken_wheels = True
-    out["failure"] = subprocess.run(build_argv(index), cwd=repo, env=build_env(index), capture_output=True, text=True, timeout=1800, check=False)
+    out["failure"] = subprocess.run(
+        build_argv(index), cwd=repo, env=build_env(index), capture_output=True, text=True, timeout=1800, check=False
+    )
     Index.broken_wheels = False
     log = repo / "build" / "logs" / f"{IMAGE}.log"
     log.unlink(missing_ok=True)
-    proc = subprocess.Popen(build_argv(index, "--no-cache"), cwd=repo, env=build_env(index), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        build_argv(index, "--no-cache"), cwd=repo, env=build_env(index), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline and not (log.exists() and "Collecting numba" in log.read_text(errors="replace")):
         time.sleep(0.5)
@@ -236,7 +242,9 @@ def test_no_credential_in_any_layer_of_the_images_these_builds_made(
 
 
 def test_no_credential_anywhere_under_build(builds: dict[str, Any], repo: Path) -> None:
-    hits = [(str(p.relative_to(repo)), s) for p in (repo / "build").rglob("*") if p.is_file() for s in SECRETS if s.encode() in p.read_bytes()]
+    hits = [
+        (str(p.relative_to(repo)), s) for p in (repo / "build").rglob("*") if p.is_file() for s in SECRETS if s.encode() in p.read_bytes()
+    ]
     assert hits == []
 
 

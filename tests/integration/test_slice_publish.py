@@ -44,12 +44,22 @@ MANIFEST_TYPES = ", ".join(
 
 
 def builder(*args: str, timeout: int = 1800) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "builder", *args], cwd=ROOT, env=dict(os.environ), capture_output=True, text=True, timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "builder", *args],
+        cwd=ROOT,
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def registry_digest(name: str, reference: str) -> str:
     """What the registry itself says (Docker-Content-Digest), not what the engine or we think."""
-    request = urllib.request.Request(f"http://{REGISTRY}/v2/{name}/manifests/{reference}", method="HEAD", headers={"Accept": MANIFEST_TYPES})
+    request = urllib.request.Request(
+        f"http://{REGISTRY}/v2/{name}/manifests/{reference}", method="HEAD", headers={"Accept": MANIFEST_TYPES}
+    )
     with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(request, timeout=30) as response:
         return str(response.headers["Docker-Content-Digest"])
 
@@ -64,7 +74,9 @@ def tested(docker_client: Any) -> None:
 
 
 @pytest.fixture(scope="module")
-def published(tested: None, tmp_path_factory: pytest.TempPathFactory, docker_client: Any) -> Iterator[tuple[Path, subprocess.CompletedProcess[str]]]:
+def published(
+    tested: None, tmp_path_factory: pytest.TempPathFactory, docker_client: Any
+) -> Iterator[tuple[Path, subprocess.CompletedProcess[str]]]:
     catalog = tmp_path_factory.mktemp("catalog")
     done = builder("publish", "--registry", REPOSITORY, "--catalog", str(catalog))
     yield catalog, done
@@ -150,7 +162,9 @@ def test_untested_and_failed_images_are_refused(published: tuple[Path, Any], tmp
         done = builder("publish", "--select", f"id={numba.id}", "--registry", REPOSITORY, "--catalog", str(tmp_path))
         assert done.returncode == 1 and "never tested" in done.stdout
         passed = stored.from_json(json.loads(saved), str(results))
-        failed = replace(passed, verdict="failed", returncode=1, tests={**passed.tests, "failures": 1}, failures=("test_pip_check_is_clean: boom",))
+        failed = replace(
+            passed, verdict="failed", returncode=1, tests={**passed.tests, "failures": 1}, failures=("test_pip_check_is_clean: boom",)
+        )
         stored.write(results.parent, failed)  # as a test run that failed writes it
         done = builder("publish", "--select", f"id={numba.id}", "--registry", REPOSITORY, "--catalog", str(tmp_path))
         assert done.returncode == 1 and "its smoke tests failed" in done.stdout
@@ -180,7 +194,9 @@ class _Failing(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.mark.parametrize("state", ["down", "failing"])
-def test_a_registry_that_is_down_or_failing_is_one_line_and_leaves_the_catalog(published: tuple[Path, Any], state: str, docker_client: Any) -> None:
+def test_a_registry_that_is_down_or_failing_is_one_line_and_leaves_the_catalog(
+    published: tuple[Path, Any], state: str, docker_client: Any
+) -> None:
     catalog, _ = published
     before = (catalog / "known-good.json").read_bytes()
     numba = next(s for s in SLICE if s.stack == "numba")
@@ -192,7 +208,16 @@ def test_a_registry_that_is_down_or_failing_is_one_line_and_leaves_the_catalog(p
         server.server_close()  # the port was free a moment ago: nothing listens there now
     started = time.monotonic()
     try:
-        done = builder("publish", "--select", f"id={numba.id}", "--registry", f"127.0.0.1:{port}/builder-test/down", "--catalog", str(catalog), timeout=600)
+        done = builder(
+            "publish",
+            "--select",
+            f"id={numba.id}",
+            "--registry",
+            f"127.0.0.1:{port}/builder-test/down",
+            "--catalog",
+            str(catalog),
+            timeout=600,
+        )
     finally:
         if state == "failing":
             server.shutdown()

@@ -23,11 +23,11 @@ from typing import Any
 
 import pytest
 
-from builder import app
 from builder.engine import client as engine
 from builder.engine.image_build import STAGE_LABEL
 from builder.records import ImageSpec
 from builder.smoke.runner import SmokeResult
+from builder.usecases.test import TestOptions, test_images
 from builder.workspace import Workspace
 
 pytestmark = pytest.mark.docker
@@ -41,7 +41,15 @@ BROKEN_TAG = "builder-test/broken-cudnn:latest"
 
 
 def builder(*args: str, timeout: int = 3600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "builder", *args], cwd=ROOT, env=dict(os.environ), capture_output=True, text=True, timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "builder", *args],
+        cwd=ROOT,
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def _remove(client: Any, tag: str) -> None:
@@ -89,7 +97,7 @@ def test_locks_keep_the_cuda_wheels_on_the_base_cuda() -> None:
         assert libraries, spec.id
         for name in ("cuda-runtime", "nvrtc"):
             if name in libraries:
-                assert libraries[name].split(".")[:2] == spec.base.version.split("."), f"{spec.id}: {name} {libraries[name]}"
+                assert libraries[name].split(".")[:2] == str(spec.base.version).split("."), f"{spec.id}: {name} {libraries[name]}"
 
 
 def test_every_image_builds_with_nothing_duplicated(wheels_build: list[dict[str, Any]]) -> None:
@@ -110,13 +118,15 @@ def test_smoke_tests_are_gpu_skipped_with_every_cuda_check_passed(wheels_test: d
         framework = result["probe"]["frameworks"][spec.stack]
         assert framework["status"] == "skipped", "no GPU here: nothing may claim passed"
         assert framework["offline"] and all(c["ok"] for c in framework["offline"]), framework["offline"]
-        assert framework["cuda_build"] and spec.base.version.startswith(framework["cuda_build"].split(".")[0])
+        assert framework["cuda_build"] and str(spec.base.version).startswith(framework["cuda_build"].split(".")[0])
         checks = result["cuda_checks"]
         assert checks and all(c["ok"] for c in checks), checks
         libraries = json.loads((ROOT / "images" / spec.id / "image.json").read_text())["libraries"]
         loaded = {c["name"]: c for c in result["probe"]["cuda"]["checks"]}
         assert set(libraries) <= set(loaded), f"{spec.id}: the probe did not load {set(libraries) - set(loaded)}"
-    compiled = {spec.stack for spec in WHEELS for c in wheels_test[spec.id]["cuda_checks"] if "compile" in c["name"] or "lowers" in c["name"]}
+    compiled = {
+        spec.stack for spec in WHEELS for c in wheels_test[spec.id]["cuda_checks"] if "compile" in c["name"] or "lowers" in c["name"]
+    }
     assert {"cupy", "numba", "jax"} <= compiled, compiled
 
 
@@ -135,7 +145,7 @@ def test_a_deleted_libcudnn_is_failed_with_the_cudnn_diagnosis(wheels_build: Any
     spec = next(s for s in WHEELS if s.stack == "torch")
     dockerfile = (
         f"FROM {spec.tag}\nUSER root\n"
-        "RUN set -eu; lib=$(ls /opt/venv/lib/python*/site-packages/nvidia/cudnn/lib/libcudnn.so.9); rm \"$lib\"\n"
+        'RUN set -eu; lib=$(ls /opt/venv/lib/python*/site-packages/nvidia/cudnn/lib/libcudnn.so.9); rm "$lib"\n'
         "USER app\n"
     )
     context = ROOT / "build" / "broken-cudnn"
@@ -144,7 +154,7 @@ def test_a_deleted_libcudnn_is_failed_with_the_cudnn_diagnosis(wheels_build: Any
     docker_client.images.build(path=str(context), tag=BROKEN_TAG, rm=True, forcerm=True)
     broken = replace(spec, tag=BROKEN_TAG)
     events = _Recorder()
-    (result,) = app.test_images(WS, [broken], app.TestOptions(gpu="auto", timeout_s=600), events)
+    (result,) = test_images(WS, [broken], TestOptions(gpu="auto", timeout_s=600), events)
     assert result.verdict == "failed", result
     cudnn = [c for c in result.cuda_checks if c["name"] == "cudnn"]
     assert cudnn and not cudnn[0]["ok"] and "libcudnn.so.N: cannot open shared object file" in cudnn[0]["detail"]
@@ -159,7 +169,12 @@ def test_sizes_are_printed_with_the_cpu_difference_explained(wheels_build: Any) 
     assert done.returncode == 0, done.stderr[-2000:]
     report = RESULTS / "sizes.txt"
     bench = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "bench_sizes.py"), "--out", str(report)], cwd=ROOT, capture_output=True, text=True, timeout=1200, check=False
+        [sys.executable, str(ROOT / "benchmarks" / "bench_sizes.py"), "--out", str(report)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        check=False,
     )
     assert bench.returncode == 0, bench.stderr[-2000:]
     text = report.read_text()

@@ -52,8 +52,10 @@ def load(t: Table, section: LDict) -> JaxFacts:
     for row in t.rows(t.section(section, "bands"), ("from", "python", "cuda"), "from", section.line):
         cuda = row["cuda"]
         if not isinstance(cuda, dict) or not all(str(k).isdigit() for k in cuda):
-            raise t.fail("jax cuda must map a CUDA major to its cuDNN floor, e.g. {\"12\": \"9.8\"}", row.line)
-        bands.append(JaxBand(str(row["from"]), t.pyrange(row["python"], row.line), tuple(sorted((str(k), str(v)) for k, v in cuda.items()))))
+            raise t.fail('jax cuda must map a CUDA major to its cuDNN floor, e.g. {"12": "9.8"}', row.line)
+        bands.append(
+            JaxBand(str(row["from"]), t.pyrange(row["python"], row.line), tuple(sorted((str(k), str(v)) for k, v in cuda.items())))
+        )
     plugins = tuple(
         RocmPlugin(str(row["from"]), str(row["until"]), str(row["plugin"]), str(row["rocm"]))
         for row in t.rows(t.section(section, "rocm_plugins"), ("from", "until", "plugin", "rocm"), "from", section.line)
@@ -66,7 +68,8 @@ def load(t: Table, section: LDict) -> JaxFacts:
         bands=tuple(bands),
         cuda_min=tuple(sorted((str(k), str(v)) for k, v in t.mapping(section, "cuda_min").items())),
         jaxlib_pins=tuple(
-            (str(row["jax"]), str(row["jaxlib"])) for row in t.rows(t.section(section, "jaxlib_pins"), ("jax", "jaxlib"), "jax", section.line)
+            (str(row["jax"]), str(row["jaxlib"]))
+            for row in t.rows(t.section(section, "jaxlib_pins"), ("jax", "jaxlib"), "jax", section.line)
         ),
         rocm_plugins=plugins,
         numpy_min=floors,
@@ -93,7 +96,9 @@ def decide_jax(base: Base, python: str, version: str, compat: Compat) -> Verdict
         return Verdict.no(f"jax {version} supports Python {span(band.python)}; this image has Python {python}")
     numpy_min = numpy_floor(version, python, facts)
     if base.vendor == "cpu":
-        return Verdict(ok=True, install=Install("jax", version, (f"jax=={version}", f"jaxlib=={version}"), variant="cpu", numpy_min=numpy_min))
+        return Verdict(
+            ok=True, install=Install("jax", version, (f"jax=={version}", f"jaxlib=={version}"), variant="cpu", numpy_min=numpy_min)
+        )
     assert base.version is not None
     if base.vendor == "rocm":
         return _rocm(base, version, facts, numpy_min)
@@ -118,9 +123,7 @@ def _cuda(base: Base, version: str, band: JaxBand, facts: JaxFacts, numpy_min: s
     if jaxlib != version:  # the extra pins an older jaxlib: pin the plugin to it too, or the resolver mixes them
         pins += (f"jax-cuda{major}-plugin[with-cuda]=={jaxlib}",)
         notes = (f"jax {version}'s cuda{major} extra pins jaxlib {jaxlib}; the plugin is pinned to {jaxlib} to match",)
-    install = Install(
-        "jax", version, pins, variant=f"cuda{major}", built_cuda=major, cudnn=f">={cudnn}", numpy_min=numpy_min, notes=notes
-    )
+    install = Install("jax", version, pins, variant=f"cuda{major}", built_cuda=major, cudnn=f">={cudnn}", numpy_min=numpy_min, notes=notes)
     return Verdict(ok=True, install=install)
 
 

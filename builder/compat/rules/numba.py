@@ -60,7 +60,10 @@ def load(t: Table, section: LDict) -> NumbaFacts:
     nvvm = []
     for row in t.rows(t.section(section, "builtin_nvvm"), ("cuda", "wheel"), "cuda", section.line):
         if not NVVM_WHEEL.fullmatch(str(row["wheel"])):
-            raise t.fail(f"numba builtin_nvvm wheel must pin an nvidia-cuda-nvcc-cuNN wheel exactly (nvidia-cuda-nvcc-cu11==11.8.89), got {row['wheel']!r}", row.line)
+            raise t.fail(
+                f"numba builtin_nvvm wheel must pin an nvidia-cuda-nvcc-cuNN wheel exactly (nvidia-cuda-nvcc-cu11==11.8.89), got {row['wheel']!r}",
+                row.line,
+            )
         nvvm.append(("{}.{}".format(*mm(str(row["cuda"]))), str(row["wheel"])))
     return NumbaFacts(
         releases=releases,
@@ -92,7 +95,10 @@ def decide_numba(base: Base, python: str, version: str, compat: Compat) -> Verdi
     if base.vendor == "rocm":
         return Verdict.no("numba has no ROCm GPU target (its ROC target was removed); use a CUDA or cpu base")
     if base.vendor == "cpu":
-        return Verdict(ok=True, install=Install("numba", version, (f"numba=={version}",), variant="cpu", numpy_min=rel.numpy[0], numpy_max=rel.numpy[1]))
+        return Verdict(
+            ok=True,
+            install=Install("numba", version, (f"numba=={version}",), variant="cpu", numpy_min=rel.numpy[0], numpy_max=rel.numpy[1]),
+        )
     assert base.version is not None
     major = str(mm(base.version)[0])
     if major in facts.builtin_cuda:
@@ -125,7 +131,9 @@ def _numba_cuda(base: Base, python: str, version: str, rel: NumbaRelease, facts:
     nc = facts.numba_cuda[i]
     extra = dict(nc.extras).get(major)
     if extra is None:
-        return Verdict.no(f"numba-cuda {nc.version} supports CUDA {', '.join(k for k, _ in nc.extras)} only; base {base.name} is CUDA {major}")
+        return Verdict.no(
+            f"numba-cuda {nc.version} supports CUDA {', '.join(k for k, _ in nc.extras)} only; base {base.name} is CUDA {major}"
+        )
     if not in_range(python, nc.python):
         return Verdict.no(f"numba-cuda {nc.version} ships wheels for Python {span(nc.python)}; this image has Python {python}")
     numpy_max = rel.numpy[1]

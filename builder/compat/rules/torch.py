@@ -33,7 +33,11 @@ class TorchFacts:
 
 def load(t: Table, section: LDict) -> TorchFacts:
     rows = t.rows(
-        t.section(section, "releases"), ("release", "python", "cuda", "rocm", "cudnn"), "release", section.line, optional=("pypi", "rocm_note")
+        t.section(section, "releases"),
+        ("release", "python", "cuda", "rocm", "cudnn"),
+        "release",
+        section.line,
+        optional=("pypi", "rocm_note"),
     )
     out = []
     for row in rows:
@@ -78,7 +82,9 @@ def decide_torch(base: Base, python: str, version: str, compat: Compat) -> Verdi
     rel = _release(version, facts)
     if rel is None:
         known = ", ".join(r.release for r in facts.releases)
-        return Verdict.no(f"torch {version} is not in the compatibility table (known: {known}); add its row to builder/compat/data/compat.yaml")
+        return Verdict.no(
+            f"torch {version} is not in the compatibility table (known: {known}); add its row to builder/compat/data/compat.yaml"
+        )
     if not in_range(python, rel.python):
         return Verdict.no(f"torch {version} supports Python {span(rel.python)}; this image has Python {python}")
     if base.vendor == "cpu":

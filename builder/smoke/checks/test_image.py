@@ -103,7 +103,9 @@ def test_cuda_proven_without_a_gpu(probe: dict[str, Any], spec: dict[str, Any]) 
             problems.append(f"{library} {version}: the probe did not check it")
         elif not check.get("ok"):
             problems.append(f"{library}: {check.get('detail')}")
-    problems += [f"{c['name']}: {c['detail']}" for c in cuda.get("checks", []) if not c.get("ok") and c["name"] not in spec.get("libraries", {})]
+    problems += [
+        f"{c['name']}: {c['detail']}" for c in cuda.get("checks", []) if not c.get("ok") and c["name"] not in spec.get("libraries", {})
+    ]
     if cuda.get("diagnosis"):
         problems.append(f"-> {cuda['diagnosis']['cause']}; {cuda['diagnosis']['fix']}")
     assert not problems, "; ".join(problems)

@@ -18,16 +18,20 @@ from typing import Any, Protocol
 
 import filelock
 
-from builder import app, deliver
 from builder.catalog.records import KnownGood
 from builder.errors import RunFailure, UserError
-from builder.lock import locking
 from builder.nightly import history
 from builder.nightly.compare import BLOCKED, NightlyReport, Outcome, compare
 from builder.publish import gate
 from builder.records import ImageSpec
 from builder.render.tree import write_tree
 from builder.updates.releases import Release
+from builder.usecases import lock as locking
+from builder.usecases.build import BUILT, BuildEvents, BuildOptions, build_images
+from builder.usecases.catalog import catalog_of
+from builder.usecases.publish import PublishEvents, PublishOptions, publish
+from builder.usecases.report import report
+from builder.usecases.test import TEST_OK, TestEvents, TestOptions, test_images
 from builder.workspace import Workspace
 
 UNREACHABLE = "unreachable"  # a lock that could not reach its index keeps its old lock: not the image's fault
@@ -39,8 +43,8 @@ class NightlyOptions:
     updates: bool = True  # ask the index for new releases
     apply: bool = True  # add the plannable ones to matrix.yaml
     index_json_url: str | None = None  # the JSON API's base (PyPI's by default)
-    build: app.BuildOptions = field(default_factory=app.BuildOptions)
-    test: app.TestOptions = field(default_factory=app.TestOptions)
+    build: BuildOptions = field(default_factory=BuildOptions)
+    test: TestOptions = field(default_factory=TestOptions)
     lock_jobs: int = 2
     publish: bool = True
     registry: str | None = None
@@ -52,9 +56,9 @@ class NightlyEvents(Protocol):
     def stage(self, name: str) -> None: ...
     def info(self, text: str) -> None: ...
     def lock(self, result: locking.LockResult) -> None: ...
-    def build(self) -> app.BuildEvents: ...
-    def test(self) -> app.TestEvents: ...
-    def publish(self) -> deliver.PublishEvents: ...
+    def build(self) -> BuildEvents: ...
+    def test(self) -> TestEvents: ...
+    def publish(self) -> PublishEvents: ...
 
 
 # (workspace, options) -> (release rows, matrix.yaml edits); injectable so the loop is testable offline
@@ -76,7 +80,7 @@ def nightly(matrix_path: Path, options: NightlyOptions, events: NightlyEvents, u
 
 def _nightly(ws: Workspace, matrix_path: Path, options: NightlyOptions, events: NightlyEvents, updates: Updates | None) -> NightlyReport:
     date = dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
-    catalog = deliver.catalog_of(ws, options.catalog_dir)
+    catalog = catalog_of(ws, options.catalog_dir)
     before = history.previous(ws.build_dir, catalog.load())
     notes: list[str] = []
 
@@ -107,15 +111,17 @@ def _nightly(ws: Workspace, matrix_path: Path, options: NightlyOptions, events: 
 
     events.stage("build")
     buildable = tuple(s for s in specs if s.id not in lock_failed)
-    built = {r.id: r for r in app.build_images(ws, buildable, replace(options.build, keep_going=True), events.build())} if buildable else {}
+    built = {r.id: r for r in build_images(ws, buildable, replace(options.build, keep_going=True), events.build())} if buildable else {}
 
     events.stage("test")
     results_dir = ws.build_dir / "results"
-    to_test = tuple(s for s in buildable if built[s.id].status in app.BUILT and (built[s.id].status == "built" or not _current(results_dir, s)))
-    tested = {r.id: r for r in app.test_images(ws, to_test, options.test, events.test())} if to_test else {}
+    to_test = tuple(s for s in buildable if built[s.id].status in BUILT and (built[s.id].status == "built" or not _current(results_dir, s)))
+    tested = {r.id: r for r in test_images(ws, to_test, options.test, events.test())} if to_test else {}
 
     outcomes = [_outcome(s, lock_failed, built, tested, results_dir) for s in specs]
-    notes += [f"build: {o.id}: {o.detail} (the build could not run; nothing is known about the image)" for o in outcomes if o.status == BLOCKED]
+    notes += [
+        f"build: {o.id}: {o.detail} (the build could not run; nothing is known about the image)" for o in outcomes if o.status == BLOCKED
+    ]
     if options.publish:
         events.stage("publish")
         outcomes, publish_notes = _publish(ws, specs, outcomes, options, catalog.load(), events)
@@ -123,7 +129,7 @@ def _nightly(ws: Workspace, matrix_path: Path, options: NightlyOptions, events: 
 
     events.stage("report")
     try:  # a report path builder may not replace (a file of the user's) is a note, not the loss of the run's history
-        deliver.report(ws, catalog, ws.matrix_path.parent / "docs" / "support-matrix.md", ws.build_dir / "report" / "index.html")
+        report(ws, catalog, ws.matrix_path.parent / "docs" / "support-matrix.md", ws.build_dir / "report" / "index.html")
     except UserError as exc:
         notes.append(f"report: {exc}")
     history.save(ws.build_dir, date, outcomes)
@@ -156,7 +162,7 @@ def _lock_options(options: NightlyOptions) -> locking.LockOptions:
 def _current(results_dir: Path, spec: ImageSpec) -> bool:
     """A smoke result for this exact build exists (an up-to-date image is not tested again)."""
     result = gate.read_result(results_dir, spec.id)
-    return result is not None and result.get("content_hash") == spec.content_hash and result.get("verdict") in (*app.TEST_OK, "failed")
+    return result is not None and result.get("content_hash") == spec.content_hash and result.get("verdict") in (*TEST_OK, "failed")
 
 
 def _detail(failures: Sequence[str], diagnoses: Sequence[dict[str, str]], probe: dict[str, Any] | None = None) -> str:
@@ -168,7 +174,11 @@ def _detail(failures: Sequence[str], diagnoses: Sequence[dict[str, str]], probe:
     first = " ".join(first.split())[:400]
     diagnosis = next((d for d in diagnoses if d.get("cause")), None)
     if diagnosis:
-        return f"{first} (cause: {diagnosis['cause']}; fix: {diagnosis.get('fix', '')})" if first else f"{diagnosis['cause']}; fix: {diagnosis.get('fix', '')}"
+        return (
+            f"{first} (cause: {diagnosis['cause']}; fix: {diagnosis.get('fix', '')})"
+            if first
+            else f"{diagnosis['cause']}; fix: {diagnosis.get('fix', '')}"
+        )
     return first
 
 
@@ -177,14 +187,19 @@ def _outcome(spec: ImageSpec, lock_failed: dict[str, str], built: dict[str, Any]
         return Outcome(spec.id, "lock-failed", f"lock: {lock_failed[spec.id]}", spec.content_hash)
     b = built[spec.id]
     rebuilt = b.status == "built"
-    if b.status not in app.BUILT:
+    if b.status not in BUILT:
         reason = " ".join(filter(None, (b.error, f"cause: {b.cause}" if b.cause else "", f"fix: {b.fix}" if b.fix else "")))
         return Outcome(spec.id, BLOCKED if b.blocked_by else "build-failed", reason or b.status, spec.content_hash, rebuilt)
     if spec.id in tested:
         t = tested[spec.id]
         return Outcome(spec.id, t.verdict, _detail(t.failures, t.diagnoses, t.probe), spec.content_hash, rebuilt)
     stored = gate.read_result(results_dir, spec.id) or {}
-    return Outcome(spec.id, str(stored.get("verdict", "not-run")), _detail(stored.get("failures") or [], stored.get("diagnoses") or [], stored.get("probe")), spec.content_hash)
+    return Outcome(
+        spec.id,
+        str(stored.get("verdict", "not-run")),
+        _detail(stored.get("failures") or [], stored.get("diagnoses") or [], stored.get("probe")),
+        spec.content_hash,
+    )
 
 
 def _held(outcome: Outcome, options: NightlyOptions, recorded: bool) -> str:
@@ -197,7 +212,12 @@ def _held(outcome: Outcome, options: NightlyOptions, recorded: bool) -> str:
 
 
 def _publish(
-    ws: Workspace, specs: Sequence[ImageSpec], outcomes: list[Outcome], options: NightlyOptions, known: Sequence[KnownGood], events: NightlyEvents
+    ws: Workspace,
+    specs: Sequence[ImageSpec],
+    outcomes: list[Outcome],
+    options: NightlyOptions,
+    known: Sequence[KnownGood],
+    events: NightlyEvents,
 ) -> tuple[list[Outcome], list[str]]:
     """Publish what passed and is not already recorded as this very build in this repository."""
     repository = options.registry or ws.matrix.registry
@@ -207,9 +227,9 @@ def _publish(
     chosen = [s for s in specs if s.id in ok and (s.id, s.content_hash) not in recorded]
     if not chosen:
         return outcomes, []
-    publish_options = deliver.PublishOptions(registry=repository, accept_gpu_skipped=options.accept_gpu_skipped)
+    publish_options = PublishOptions(registry=repository, accept_gpu_skipped=options.accept_gpu_skipped)
     try:
-        published = deliver.publish(ws, chosen, publish_options, deliver.catalog_of(ws, options.catalog_dir), events.publish())
+        published = publish(ws, chosen, publish_options, catalog_of(ws, options.catalog_dir), events.publish())
     except RunFailure as exc:
         return outcomes, [f"publish: {exc.message}"]
     digests = {p.id: p.digest or "" for p in published if p.status == "published"}

@@ -142,4 +142,3 @@ def _lock_one(spec: ImageSpec, settings: BuildSettings, cache: Path, uv: str, up
     changes = tuple(drift(spec.lock, lock)) if spec.lock else ()
     status = "locked" if spec.lock is None or lock.text != spec.lock.text else "current"
     return LockResult(spec.id, status, time.monotonic() - started, pins=len(lock.pins), changes=changes), lock
-

@@ -1,0 +1,116 @@
+"""`builder build`: build what is stale through the engine; results in build/results/build.json.
+
+No presentation here: progress goes to a `BuildEvents` object (ui/ implements it with rich), and the
+caller prints the summary, so the same use-case serves the CLI and the nightly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
+
+from builder.compat.facts import table
+from builder.engine import client as engine
+from builder.engine import leftovers, settings
+from builder.engine.build import Builder, BuildResult, git_revision
+from builder.engine.image_build import Run
+from builder.engine.settings import BuildSettings
+from builder.errors import UserError
+from builder.lock.target import lock_state
+from builder.records import ImageSpec
+from builder.render.tree import LOCK_DIR, expected_tree, stale_images
+from builder.workspace import Workspace
+
+BUILT = ("built", "up-to-date")
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    jobs: int = 1
+    force: bool = False
+    keep_going: bool = False
+    ca_bundle: str | None = None
+    use_host: bool = True
+    wheelhouse: tuple[str, ...] = ()
+    index_url: str | None = None
+    no_cache: bool = False
+    extra_index_urls: tuple[str, ...] = ()
+
+
+class BuildEvents(Protocol):
+    def begin(self, total: int) -> None: ...
+    def end(self) -> None: ...
+    def info(self, text: str) -> None: ...
+    def line(self, image: str, text: str) -> None: ...
+    def done(self, result: BuildResult) -> None: ...
+
+
+def build_settings(ws: Workspace, options: BuildOptions) -> BuildSettings:
+    return settings.resolve(
+        os.environ,
+        ca_bundle=options.ca_bundle,
+        matrix_ca_bundle=ws.matrix.ca_bundle,
+        use_host=options.use_host,
+        wheelhouse=options.wheelhouse,
+        index_url=options.index_url,
+        extra_index_urls=options.extra_index_urls,
+    )
+
+
+def check_rendered(ws: Workspace, specs: Sequence[ImageSpec]) -> None:
+    """Refuse to build unless images/<id>/ is exactly what the plan renders (no edits, no links, no extras)."""
+    expected = expected_tree(specs, ws.contexts(tuple(specs)))
+    differ = stale_images(ws.images_dir, expected, [s.id for s in specs])
+    if differ:
+        raise UserError(
+            f"{ws.images_dir.name}/{differ[0]} differs from what the plan renders ({len(differ)} file(s): edited, linked, missing or "
+            "stale); run `builder render` (it keeps hand edits unless --force) and build again"
+        )
+    for spec in specs:
+        if lock_state(spec, table()) == "stale":
+            raise UserError(
+                f"{ws.images_dir.name}/{spec.id}/requirements.lock is stale (the image's requirements changed since it was locked); "
+                f"run `builder lock --select id={spec.id}`"
+            )
+
+
+def build_images(ws: Workspace, specs: Sequence[ImageSpec], options: BuildOptions, events: BuildEvents) -> list[BuildResult]:
+    """Build what is stale; results in build/results/build.json, also when interrupted. Nothing is
+    pushed here: `builder publish` pushes only tested images (builder/usecases/publish.py)."""
+    check_rendered(ws, specs)
+    chosen = build_settings(ws, options)
+    engine.connect()  # fail with the one-line fix before any progress is drawn
+    run = Run(
+        settings=chosen,
+        build_dir=ws.build_dir,
+        lock_dir=LOCK_DIR,
+        revision=git_revision(ws.root),
+        no_cache=options.no_cache,
+        on_line=events.line,
+    )
+    builder = Builder(make_client=lambda: engine.connect(timeout=3600), run=run, contexts=ws.contexts(tuple(specs)))
+    events.info(f"CA bundle: {chosen.ca_bundle or 'none'}; local wheel folders: {', '.join(map(str, chosen.pip.local_dirs)) or 'none'}")
+    events.begin(len(specs))
+    try:
+        with leftovers.active_run():
+            results = builder.build_all(specs, jobs=options.jobs, force=options.force, keep_going=options.keep_going, on_done=events.done)
+    except KeyboardInterrupt:
+        write_results(ws, "build.json", [asdict(r) for r in builder.partial])
+        raise
+    finally:
+        events.end()
+    write_results(ws, "build.json", [asdict(r) for r in results])
+    return results
+
+
+def build_ok(results: Sequence[BuildResult]) -> bool:
+    return all(r.status in BUILT for r in results)
+
+
+def write_results(ws: Workspace, name: str, data: Any) -> None:
+    path = ws.build_dir / "results" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")

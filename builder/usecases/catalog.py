@@ -1,0 +1,79 @@
+"""`builder catalog`: the known-good records, their queries and whether the registry still holds each digest."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from docker.errors import NotFound  # type: ignore[import-untyped]
+
+from builder.catalog.query import closest, known_keys, matching, parse_query, unknown_keys
+from builder.catalog.records import KnownGood
+from builder.catalog.store import Catalog
+from builder.engine import client as engine
+from builder.errors import UserError
+from builder.workspace import Workspace
+
+
+def catalog_of(ws: Workspace, override: str | None = None, *, must_exist: bool = False) -> Catalog:
+    """The --catalog folder, else catalog/ beside the matrix. `must_exist`: for the commands that
+    only read it (catalog, pull, report), a --catalog folder that is not there is a typo, exit 2;
+    publish and nightly create it on their first record."""
+    if override:
+        return Catalog(Path(override), named=must_exist)
+    return Catalog(ws.matrix_path.parent / "catalog")
+
+
+def find(catalog: Catalog, query: str) -> list[KnownGood]:
+    """Records matching the query, newest first; a key no record has is a usage error."""
+    records = catalog.load()
+    terms = parse_query(query)
+    bad = unknown_keys(records, terms) if records else []
+    if bad:
+        raise UserError(f"query key {bad[0]!r} is in no record; keys: {known_keys(records)}")
+    return matching(records, terms) if terms else list(records)
+
+
+def no_match_message(catalog: Catalog, query: str) -> str:
+    records = catalog.load()
+    asked = " ".join(str(t) for t in parse_query(query))
+    query = asked if len(asked) <= 200 else asked[:197] + "..."
+    if not records:
+        return f"the catalog ({catalog.file}) is empty: `builder publish` records known-good images"
+    near = closest(records, parse_query(query))
+    if not near:
+        return f"no known-good image matches {query!r}; `builder catalog` lists all {len(records)}"
+    hints = "; ".join(
+        f"{r.id} (differs in {', '.join(f'{t.key}={r.fields().get(t.key)}' for t in missed[:5])}{', ...' if len(missed) > 5 else ''})"
+        for r, missed in near
+    )
+    return f"no known-good image matches {query!r}; closest: {hints}"
+
+
+NO_MANIFEST = re.compile(r"manifest unknown|manifest for .* not found|name unknown|repository .* not found|404 Client Error", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Verified:
+    record: KnownGood
+    ok: bool
+    detail: str
+
+
+def verify(catalog: Catalog, records: Sequence[KnownGood]) -> list[Verified]:
+    """Ask each record's registry (through the engine) whether its digest still exists."""
+    client = engine.connect()
+    out = []
+    for record in records:
+        try:
+            found = str(client.api.inspect_distribution(record.digest)["Descriptor"]["digest"])
+        except Exception as exc:  # noqa: BLE001 - the finding, per record
+            message = " ".join(str(exc).split())[:200]
+            missing = isinstance(exc, NotFound) or NO_MANIFEST.search(message)
+            out.append(Verified(record, False, f"the registry has no such manifest (deleted?): {message}" if missing else message))
+            continue
+        ok = record.digest.endswith("@" + found)
+        out.append(Verified(record, ok, "present" if ok else f"the registry reports {found}"))
+    return out

@@ -1,0 +1,49 @@
+"""`builder run`, the main job: images/ must be current, then build, then test what built."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from builder.engine.build import BuildResult
+from builder.errors import RunFailure, UserError
+from builder.records import ImageSpec
+from builder.render.tree import stale
+from builder.smoke.runner import SmokeResult
+from builder.usecases.build import BUILT, BuildEvents, BuildOptions, build_images, build_ok
+from builder.usecases.test import TEST_OK, TestEvents, TestOptions, test_images
+from builder.workspace import Workspace
+
+
+class RunEvents(Protocol):
+    """What `run` reports: the build's and the test's events, and each stage's results."""
+
+    @property
+    def build(self) -> BuildEvents: ...
+    @property
+    def test(self) -> TestEvents: ...
+
+    def built(self, results: Sequence[BuildResult]) -> None: ...
+    def tested(self, results: Sequence[SmokeResult]) -> None: ...
+
+
+def run(
+    ws: Workspace, specs: Sequence[ImageSpec], build: BuildOptions, test: TestOptions, events: RunEvents
+) -> tuple[list[BuildResult], list[SmokeResult]]:
+    """The main job: images/ must be current, then build, then test what built."""
+    found = stale(ws.images_dir, ws.rendered_tree())  # renders every context once; selected() reuses them
+    if found:
+        raise UserError(f"images/ is stale ({len(found)} files, e.g. {found[0]}); run `builder render` and commit the result")
+    built = build_images(ws, specs, build, events.build)
+    events.built(built)
+    ready = tuple(s for s, r in zip(specs, built, strict=True) if r.status in BUILT)
+    try:
+        tested = test_images(ws, ready, test, events.test) if ready else []
+    except UserError as exc:  # the engine answered for the build and went away before the tests
+        raise RunFailure(f"the smoke tests could not start after the build: {exc.message}") from None
+    events.tested(tested)
+    return built, tested
+
+
+def run_ok(specs: Sequence[ImageSpec], built: Sequence[BuildResult], tested: Sequence[SmokeResult]) -> bool:
+    return build_ok(built) and len(tested) == len(specs) and all(r.verdict in TEST_OK for r in tested)
