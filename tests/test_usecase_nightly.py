@@ -1,0 +1,330 @@
+"""The nightly use-case (builder/usecases/nightly.py) offline, on the in-memory engine: the two nights
+of tests/integration/test_nightly_end_to_end.py (a new release planned, locked, built, tested and
+published; then a planted breaking update that regresses one image, rebuilt alone and reported
+first), and what a run does when a stage cannot run: an index that cannot be reached, a lock that
+cannot be made, a registry or an engine that is gone, a report path that is not builder's.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import filelock
+import pytest
+
+from builder.catalog.store import Catalog
+from builder.engine import push
+from builder.engine.port import Connect, Engine, Progress
+from builder.errors import RunFailure, UserError
+from builder.host import facts as hostinfo
+from builder.lock.resolve import LockFailed
+from builder.nightly import history
+from builder.nightly.compare import NightlyReport
+from builder.nightly.summary import render
+from builder.updates.releases import Release
+from builder.usecases import lock as locking
+from builder.usecases import nightly as nightlies
+from builder.usecases.build import BuildOptions
+from builder.workspace import Workspace
+from tests.fake_engine import FakeEngine, connect_to
+from tests.fake_index import closed_port_url, serve_index
+from tests.usecase_fixtures import HOST, JAX, MATRIX, NUMBA, REPO, Checks, NightlyEvents, Probe, Resolver, fake_with_base, planned
+
+OLDER = NUMBA.replace("0.68.0", "0.60.0")
+OPTIONS = nightlies.NightlyOptions(updates=False, registry=REPO, build=BuildOptions(use_host=False))
+BROKEN = Probe("jax", "ImportError: numpy 2.4.99 is broken", cause="numpy 2.4.99 breaks jaxlib's extension", fix="hold numpy<2.4.99")
+
+
+@dataclass
+class Night:
+    """One workspace and its stand-ins: the engine, the smoke checks and the resolver."""
+
+    matrix: Path
+    fake: FakeEngine
+    checks: Checks
+    resolver: Resolver
+
+    def run(
+        self, options: nightlies.NightlyOptions = OPTIONS, events: NightlyEvents | None = None, updates: nightlies.Updates | None = None
+    ) -> NightlyReport:
+        return nightlies.nightly(self.matrix, options, events or NightlyEvents(), updates, connect_to(self.fake))
+
+    def lock_text(self, image: str) -> str:
+        return (self.matrix.parent / "images" / image / "requirements.lock").read_text(encoding="utf-8")
+
+    def records(self) -> dict[str, str]:
+        return {r.id: r.digest for r in Catalog(self.matrix.parent / "catalog").load()}
+
+
+def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str = MATRIX) -> Night:
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(text, encoding="utf-8")
+    fake = fake_with_base(planned(Workspace(matrix)))
+    checks, resolver = Checks(fake), Resolver()
+    monkeypatch.setattr(hostinfo, "gather", lambda **kwargs: HOST)
+    monkeypatch.setenv("BUILDER_LOCK_DIR", str(tmp_path / "locks"))
+    monkeypatch.setattr(subprocess, "run", checks)
+    monkeypatch.setattr(locking, "resolve", resolver)
+    monkeypatch.setattr(locking, "uv_binary", lambda: "uv")
+    monkeypatch.setattr(push, "WAIT_S", 0.001)
+    return Night(matrix, fake, checks, resolver)
+
+
+@pytest.fixture
+def night(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Night:
+    return workspace(tmp_path, monkeypatch)
+
+
+def section(text: str, title: str) -> str:
+    return text.split(f"## {title}", 1)[1].split("\n## ", 1)[0]
+
+
+def test_night_one_locks_builds_tests_publishes_and_reports_every_image(night: Night) -> None:
+    events = NightlyEvents()
+    report = night.run(events=events)
+    assert events.stages == ["plan", "lock", "build", "test", "publish", "report"]
+    assert {(r.id, r.status) for r in events.locks} == {(JAX, "locked"), (NUMBA, "locked")}
+    assert "numpy==2.4.6" in night.lock_text(JAX) and "numpy==2.4.6" in night.lock_text(NUMBA)
+    assert sorted(night.checks.seen) == [JAX, NUMBA]
+    assert [(c.id, c.kind) for c in report.changes] == [(JAX, "new"), (NUMBA, "new")]
+    assert all(o.status == "passed" and o.rebuilt and o.published.startswith(f"{REPO}@sha256:") for o in report.outcomes)
+    assert night.records() == {o.id: o.published for o in report.outcomes}, "the catalog records what was pushed"
+    assert {night.fake.registry[f"{REPO}:{o.id}"] for o in report.outcomes} == {o.published.split("@")[1] for o in report.outcomes}
+    assert report.notes == () and report.drift == () and report.updates == "not-checked" and not report.regressed
+    docs = night.matrix.parent / "docs" / "support-matrix.md"
+    assert JAX in docs.read_text(encoding="utf-8") and (night.matrix.parent / "build" / "report" / "index.html").is_file()
+    saved = json.loads(history.path(night.matrix.parent / "build").read_text(encoding="utf-8"))
+    assert {e["id"]: e["status"] for e in saved["images"]} == {JAX: "passed", NUMBA: "passed"}
+
+
+def test_night_two_rebuilds_only_the_moved_lock_and_reports_its_regression_first(night: Night) -> None:
+    first = night.run()
+    numba_lock, builds, pushes, records = night.lock_text(NUMBA), len(night.fake.builds), list(night.fake.pushes), night.records()
+    night.checks.seen.clear()
+    night.resolver.pins[JAX] = {"numpy": "2.4.99"}  # the planted update: only jax's lock takes it
+    night.checks.broken[JAX] = BROKEN
+
+    second = night.run()
+    assert second.drift == ((JAX, (("numpy", "2.4.6", "2.4.99"),)),)
+    assert "numpy==2.4.99" in night.lock_text(JAX) and night.lock_text(NUMBA) == numba_lock
+    assert [r.tag.rpartition(":")[2] for r in night.fake.builds[builds:]] == [JAX], "numba's lock did not move: not rebuilt"
+    assert night.checks.seen == [JAX], "numba keeps its smoke result: not tested again"
+    by_id = {o.id: o for o in second.outcomes}
+    assert by_id[JAX].status == "failed" and by_id[JAX].rebuilt and not by_id[JAX].published
+    assert (
+        by_id[JAX].detail
+        == "jax: ImportError: numpy 2.4.99 is broken (cause: numpy 2.4.99 breaks jaxlib's extension; fix: hold numpy<2.4.99)"
+    )
+    assert by_id[NUMBA].status == "passed" and not by_id[NUMBA].rebuilt and by_id[NUMBA].held == "this build is already published"
+    assert [(c.id, c.kind, c.before, c.now) for c in second.changes] == [
+        (JAX, "regression", "passed", "failed"),
+        (NUMBA, "passing", "passed", "passed"),
+    ]
+    assert second.regressed and second.notes == ()
+    assert night.fake.pushes == pushes and night.records() == records, "nothing published for the regression, numba not re-pushed"
+    assert first.outcomes[0].content_hash != by_id[JAX].content_hash
+
+    summary = render(second)
+    assert summary.splitlines()[0].endswith("1 regression(s)")
+    assert JAX in section(summary, "Regressions (passed before, fail now)") and NUMBA not in section(summary, "Regressions")
+    assert "hold numpy&lt;2.4.99" in summary or "hold numpy<2.4.99" in summary
+    assert "numpy 2.4.6 -> 2.4.99" in section(summary, "Lock drift")
+    images = section(summary, "Images")
+    assert images.index(JAX) < images.index(NUMBA)
+
+
+def test_a_failure_is_kept_until_its_image_changes(night: Night) -> None:
+    """An up-to-date image that failed is neither rebuilt nor retested: its stored result, with its
+    diagnosis, is the outcome again (still failing), until its inputs change."""
+    night.checks.broken[JAX] = BROKEN
+    first = night.run()
+    assert {o.id: o.status for o in first.outcomes} == {JAX: "failed", NUMBA: "passed"}
+    assert [c.kind for c in first.changes] == ["new-failure", "new"]
+    builds = len(night.fake.builds)
+    night.checks.seen.clear()
+
+    second = night.run()
+    assert len(night.fake.builds) == builds and night.checks.seen == []
+    jax = next(o for o in second.outcomes if o.id == JAX)
+    assert (jax.status, jax.rebuilt) == ("failed", False) and jax.detail.startswith("jax: ImportError: numpy 2.4.99 is broken (cause: ")
+    assert [(c.id, c.kind) for c in second.changes] == [(JAX, "still-failing"), (NUMBA, "passing")]
+    assert night.records().keys() == {NUMBA}, "a failed image is never published"
+
+
+# -- updates ----------------------------------------------------------------------------------------
+
+RELEASES = {
+    "jax": {"0.10.2": {"requires_python": ">=3.11", "requires_dist": ["jaxlib<=0.10.2,>=0.10.2", "ml_dtypes>=0.5.0", "numpy>=2.0"]}},
+    "jaxlib": {"0.10.2": {"requires_python": ">=3.11", "requires_dist": ["ml_dtypes>=0.5.0", "numpy>=2.0", "scipy>=1.13"]}},
+    "numba": {
+        "0.60.0": {"requires_python": ">=3.9", "requires_dist": ["llvmlite<0.44,>=0.43.0dev0", "numpy<2.1,>=1.22"]},
+        "0.68.0": {"requires_python": ">=3.10", "requires_dist": ["llvmlite<0.51,>=0.50.0dev0", "numpy<2.6,>=1.22"]},
+    },
+}
+OLD_NUMBA = MATRIX.replace('numba: ["0.68.0"]', 'numba: ["0.60.0"]  # no wheel for this one; nightly finds 0.68.0') + (
+    'exclude:\n  - {numba: "0.60.0"}\n'
+)
+
+
+def test_a_new_release_the_rules_place_is_added_to_the_matrix_and_built(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    night = workspace(tmp_path, monkeypatch, OLD_NUMBA)
+    assert [s.id for s in planned(Workspace(night.matrix))] == [JAX]
+    with serve_index(RELEASES) as index:
+        events = NightlyEvents()
+        report = night.run(
+            nightlies.NightlyOptions(registry=REPO, index_json_url=index.json_url, build=BuildOptions(use_host=False)), events
+        )
+    assert events.stages[0] == "updates" and report.updates == "checked"
+    assert report.applied == (f"{night.matrix}: frameworks.numba += 0.68.0",)
+    text = night.matrix.read_text(encoding="utf-8")
+    assert 'numba: ["0.60.0", "0.68.0"]  # no wheel for this one; nightly finds 0.68.0' in text, "the edit keeps the comments"
+    assert any((r.framework, r.version) == ("numba", "0.68.0") for r in report.releases)
+    assert {o.id: o.status for o in report.outcomes} == {JAX: "passed", NUMBA: "passed"}, "the new image is planned, built and tested"
+    assert "frameworks.numba += 0.68.0" in render(report)
+
+
+def test_an_unreachable_index_is_a_note_and_the_run_goes_on(night: Night) -> None:
+    options = nightlies.NightlyOptions(registry=REPO, index_json_url=closed_port_url(), build=BuildOptions(use_host=False))
+    before = night.matrix.read_bytes()
+    report = night.run(options)
+    assert report.updates == "failed" and report.releases == () and report.applied == ()
+    assert len(report.notes) == 1 and report.notes[0].startswith("updates: ") and "\n" not in report.notes[0]
+    assert night.matrix.read_bytes() == before
+    assert {o.status for o in report.outcomes} == {"passed"}, "the stages after it still run"
+    assert "updates: " in render(report)
+
+
+def test_the_updates_step_is_injectable_and_its_edits_are_planned(night: Night) -> None:
+    """An Updates that edits matrix.yaml: the run plans, locks and builds the workspace as edited."""
+    release = Release("numba", "numba", "0.60.0", ">=3.10", None, "<2.6,>=1.22", None, "plannable", "")
+
+    def updates(ws: Workspace, options: nightlies.NightlyOptions) -> tuple[tuple[Release, ...], tuple[str, ...]]:
+        assert options.apply and ws.matrix_path == night.matrix
+        ws.matrix_path.write_text(MATRIX.replace('numba: ["0.68.0"]', 'numba: ["0.60.0", "0.68.0"]'), encoding="utf-8")
+        return (release,), ("matrix.yaml: frameworks.numba += 0.60.0",)
+
+    report = night.run(nightlies.NightlyOptions(registry=REPO, build=BuildOptions(use_host=False)), updates=updates)
+    assert report.releases == (release,) and report.applied == ("matrix.yaml: frameworks.numba += 0.60.0",)
+    assert {o.id for o in report.outcomes} == {JAX, NUMBA, OLDER}
+    assert set(night.resolver.asked) == {o.id for o in report.outcomes}
+
+
+def test_a_failing_updates_step_is_a_note(night: Night) -> None:
+    def updates(ws: Workspace, options: nightlies.NightlyOptions) -> tuple[tuple[Release, ...], tuple[str, ...]]:
+        raise RunFailure("the index answered 503 three times")
+
+    report = night.run(nightlies.NightlyOptions(registry=REPO, build=BuildOptions(use_host=False)), updates=updates)
+    assert report.updates == "failed" and report.notes == ("updates: the index answered 503 three times",)
+    assert len(report.outcomes) == 2
+
+
+# -- lock -------------------------------------------------------------------------------------------
+
+
+def test_an_unreachable_index_keeps_the_previous_lock_and_the_image_is_built_from_it(night: Night) -> None:
+    night.run()
+    old = night.lock_text(JAX)
+    night.resolver.pins[JAX] = {"numpy": "2.4.99"}
+    night.resolver.fails[JAX] = LockFailed("unreachable", "https://pypi.org/simple: connection refused")
+    report = night.run()
+    assert night.lock_text(JAX) == old, "no lock is half-written"
+    assert report.notes == (f"lock: {JAX}: https://pypi.org/simple: connection refused (built from its previous lock)",)
+    assert {o.id: o.status for o in report.outcomes} == {JAX: "passed", NUMBA: "passed"}, "not the image's fault: not a regression"
+    assert report.drift == ()
+
+
+def test_a_lock_that_cannot_be_resolved_fails_its_image_only(night: Night) -> None:
+    night.run()
+    builds = len(night.fake.builds)
+    night.resolver.fails[JAX] = LockFailed("unresolvable", "jax 0.10.2 needs numpy>=2.0, and numpy is held below 2")
+    report = night.run()
+    jax = next(o for o in report.outcomes if o.id == JAX)
+    assert (jax.status, jax.detail) == ("lock-failed", "lock: jax 0.10.2 needs numpy>=2.0, and numpy is held below 2")
+    assert [(c.id, c.kind) for c in report.changes][0] == (JAX, "regression")
+    assert len(night.fake.builds) == builds and report.notes == (), "an image's own lock failure is its outcome, not a stage failure"
+
+
+# -- build, publish, report -------------------------------------------------------------------------
+
+
+def test_an_image_whose_build_fails_is_neither_tested_nor_published(night: Night) -> None:
+    night.fake.build_output = lambda request: (
+        [Progress(error="ERROR: No matching distribution found for jax==0.10.2")] if JAX in request.tag else [Progress(text="ok\n")]
+    )
+    report = night.run()
+    jax = next(o for o in report.outcomes if o.id == JAX)
+    assert jax.status == "build-failed" and "No matching distribution found for jax==0.10.2" in jax.detail
+    assert night.checks.seen == [NUMBA] and night.records().keys() == {NUMBA}
+    assert report.notes == ()
+
+
+def test_a_registry_that_refuses_every_push_is_a_note_per_image(night: Night) -> None:
+    night.fake.fail_push = lambda name: "denied: requested access to the resource is denied"
+    report = night.run()
+    assert {o.status for o in report.outcomes} == {"passed"} and not any(o.published for o in report.outcomes)
+    assert sorted(n.split(":")[1].strip() for n in report.notes) == [JAX, NUMBA]
+    assert all(n.startswith("publish: ") and "denied" in n for n in report.notes)
+    assert night.records() == {}, "nothing is recorded that the registry does not hold"
+    retried = night.run()
+    assert sorted(o.id for o in retried.outcomes if o.held) == [], "not recorded, so the next night tries again"
+    assert len(retried.notes) == 2
+
+
+def test_an_engine_gone_before_publish_is_a_note_and_the_report_is_still_written(night: Night) -> None:
+    events = NightlyEvents()
+    real = connect_to(night.fake)
+
+    def connect(timeout: int = 600) -> Engine:
+        if "publish" in events.stages:
+            raise RunFailure("cannot reach the Docker engine (is it running?)")
+        return real(timeout)
+
+    report = nightlies.nightly(night.matrix, OPTIONS, events, connect=connect)
+    assert report.notes == ("publish: cannot reach the Docker engine (is it running?)",)
+    assert {o.status for o in report.outcomes} == {"passed"} and events.stages[-1] == "report"
+    assert (night.matrix.parent / "docs" / "support-matrix.md").is_file()
+
+
+def test_a_report_path_that_is_the_users_is_a_note_and_the_history_is_saved(night: Night) -> None:
+    docs = night.matrix.parent / "docs" / "support-matrix.md"
+    docs.parent.mkdir()
+    docs.write_text("# my own notes\n", encoding="utf-8")
+    report = night.run(nightlies.NightlyOptions(updates=False, publish=False, build=BuildOptions(use_host=False)))
+    assert len(report.notes) == 1 and report.notes[0].startswith("report: ") and str(docs.name) in report.notes[0]
+    assert docs.read_text(encoding="utf-8") == "# my own notes\n"
+    assert history.previous(night.matrix.parent / "build", []) == {JAX: "passed", NUMBA: "passed"}
+
+
+# -- one nightly at a time --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def held(night: Night) -> Iterator[Path]:
+    lock = night.matrix.parent / "build" / "nightly" / ".nightly.lock"
+    lock.parent.mkdir(parents=True)
+    with filelock.FileLock(str(lock)):
+        yield lock
+
+
+def test_a_second_nightly_is_refused_before_it_writes_anything(night: Night, held: Path) -> None:
+    with pytest.raises(UserError) as caught:
+        night.run()
+    assert str(caught.value) == f"another `builder nightly` is running on this workspace (it holds {held}); wait for it to finish"
+    assert not (night.matrix.parent / "images").exists() and night.fake.builds == []
+
+
+def _connect_unused(timeout: int = 600) -> Engine:
+    raise AssertionError("a matrix that does not load never reaches the engine")
+
+
+def test_a_broken_matrix_is_refused_before_the_engine_is_asked(tmp_path: Path) -> None:
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text("registry: x\nbases: [\n", encoding="utf-8")
+    connect: Connect = _connect_unused
+    with pytest.raises(UserError, match="YAML syntax error"):
+        nightlies.nightly(matrix, OPTIONS, NightlyEvents(), connect=connect)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["matrix.yaml"]
