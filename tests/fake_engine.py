@@ -7,7 +7,8 @@ user, a broken registry or a flaky network does mid-run:
 - `fail_push(name)`: an error line for the push's stream (a registry 500), or None;
 - `flaky_pushes` / `flaky_pulls`: that many next pushes/pulls break with a connection reset first;
 - `stall`: a push that goes silent until it is cancelled;
-- `pull_fault`, `registry_fault`: an exception the next pull / digest query raises;
+- `pull_fault`, `registry_fault`: an exception every pull / digest query raises;
+- `fail_pull(reference)`: an error line for the pull's stream, or None;
 - `run_output(spec)`: a container's (exit code, stdout); `build_output(request)`: a build's lines,
   an error line makes it fail.
 """
@@ -127,6 +128,7 @@ class FakeEngine:
         self.histories: dict[str, list[Layer]] = {}  # image id -> its history, when a test scripts one
         self.before_push: Callable[[str], None] = lambda name: None
         self.fail_push: Callable[[str], str | None] = lambda name: None
+        self.fail_pull: Callable[[str], str | None] = lambda reference: None
         self.flaky_pushes = 0
         self.flaky_pulls = 0
         self.stall = False
@@ -269,6 +271,10 @@ class FakeEngine:
         if self.flaky_pulls:
             self.flaky_pulls -= 1
             raise EngineFault("('Connection aborted.', ConnectionResetError(104, 'Connection reset by peer'))")
+        message = self.fail_pull(reference)
+        if message:
+            yield Progress(error=message)
+            return
         _, _, digest = reference.partition("@")
         image = f"sha256:pulled-{digest[-8:]}"
         self.add_image(image)

@@ -36,7 +36,6 @@ from builder.engine.session import (
     OWNER_LABEL,
     SESSION_ID,
     SESSION_LABEL,
-    dead_runs_leftover,
     owner_labels,
 )
 from builder.engine.session import (
@@ -185,18 +184,6 @@ def gpu_runtimes(client: docker.DockerClient) -> list[str]:
 def owned_containers(client: docker.DockerClient) -> list[Any]:
     """Every container (any state) this tool created on the engine, from any process."""
     return list(client.containers.list(all=True, filters={"label": OWNER_FILTER}))
-
-
-def remove_leftover_containers(client: docker.DockerClient) -> list[str]:
-    """Remove the containers of runs that are gone (SIGKILL, a crash): ids removed. Containers of
-    live runs, and of runs this host cannot judge, stay."""
-    removed = []
-    for entry in client.api.containers(all=True, filters={"label": OWNER_FILTER}):
-        if dead_runs_leftover(entry.get("Labels") or {}):
-            with contextlib.suppress(NotFound, APIError):
-                client.api.remove_container(entry["Id"], force=True, v=True)
-                removed.append(str(entry["Id"]))
-    return removed
 
 
 def is_engine_fault(exc: BaseException) -> bool:
