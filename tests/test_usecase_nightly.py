@@ -157,6 +157,28 @@ def test_a_failure_is_kept_until_its_image_changes(night: Night) -> None:
     assert night.records().keys() == {NUMBA}, "a failed image is never published"
 
 
+def test_a_selected_nightly_touches_only_its_images_and_records_in_the_named_catalog(night: Night) -> None:
+    elsewhere = night.matrix.parent / "published"
+    options = nightlies.NightlyOptions(
+        updates=False, select="stack=numba", registry=REPO, catalog_dir=str(elsewhere), build=BuildOptions(use_host=False)
+    )
+    events = NightlyEvents()
+    report = night.run(options, events)
+    assert [o.id for o in report.outcomes] == [NUMBA] and [r.id for r in events.locks] == [NUMBA]
+    assert night.resolver.asked == [NUMBA] and night.checks.seen == [NUMBA]
+    assert [r.tag.rpartition(":")[2] for r in night.fake.builds] == [NUMBA]
+    assert {r.id for r in Catalog(elsewhere).load()} == {NUMBA} and night.records() == {}
+
+
+def test_without_publish_nothing_is_pushed_and_the_report_still_comes(night: Night) -> None:
+    events = NightlyEvents()
+    report = night.run(nightlies.NightlyOptions(updates=False, publish=False, build=BuildOptions(use_host=False)), events)
+    assert "publish" not in events.stages and events.stages[-1] == "report"
+    assert night.fake.pushes == [] and night.records() == {} and not any(o.published or o.held for o in report.outcomes)
+    assert {o.status for o in report.outcomes} == {"passed"}
+    assert (night.matrix.parent / "docs" / "support-matrix.md").is_file()
+
+
 # -- updates ----------------------------------------------------------------------------------------
 
 RELEASES = {
