@@ -1,7 +1,7 @@
 """Plan: expand the matrix, apply the compatibility rules, and describe every image.
 
 Pure: no Docker, no network. The plan carries no content hashes: those come from rendering the
-build contexts (builder.render.context.with_hashes), one stage later.
+build contexts (builder.workspace.Workspace.hashed), two stages later.
 """
 
 from __future__ import annotations
