@@ -116,7 +116,12 @@ def main(ctx: click.Context, matrix_path: str | None) -> None:
     ctx.obj = Workspace.locate(matrix_path)
 
 
-select_option = click.option("--select", "select_expr", metavar="EXPR", help="key=glob filters, e.g. stack=torch,base=cuda12.*")
+select_option = click.option(
+    "--select",
+    "select_expr",
+    metavar="EXPR",
+    help="key=value terms (globs; a version matches its releases), e.g. stack=torch,base=cuda12.* or torch=2.14",
+)
 
 
 @main.command()
