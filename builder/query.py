@@ -37,7 +37,7 @@ GLOB_CHARS = "*?["
 MAX_TERMS = 64  # more is not a query a person typed; 3,000 terms against 2,000 records took 29 s
 _TERM = re.compile(r"^([a-z][a-z0-9_-]{0,63})=([a-z0-9._*?+:@/!~%\[\]-]{1,256})$")
 _AROUND_EQUALS = re.compile(r"\s*=\s*")
-_RELEASE_PART = re.compile(r"^[0-9]+$")
+_RELEASE_PART = re.compile(r"[0-9]+")
 
 Fields = Mapping[str, str | tuple[str, ...]]  # a tuple matches when any of its values does
 
@@ -91,7 +91,7 @@ def exact_values(found: str) -> frozenset[str]:
     release, plus, local = found.partition("+")
     parts = release.split(".")
     for n in range(1, len(parts) + 1):
-        if not _RELEASE_PART.match(parts[n - 1]):
+        if not _RELEASE_PART.fullmatch(parts[n - 1]):
             break
         prefix = ".".join(parts[:n])
         out.add(prefix)
