@@ -67,13 +67,6 @@ class Rule:
 
 
 @dataclass(frozen=True)
-class IndexOverrides:
-    """Index URL templates per variant key (`torch-cu124`, `torch-cpu`, `torch-rocm*`...)."""
-
-    urls: tuple[tuple[str, str], ...] = ()
-
-
-@dataclass(frozen=True)
 class Matrix:
     path: str
     registry: str

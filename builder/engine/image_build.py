@@ -27,10 +27,10 @@ from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_a
 
 from builder.engine import client as engine
 from builder.engine import sizes, staging
+from builder.engine.diagnose import diagnose_text
 from builder.engine.failures import diagnose_build, is_network_build_failure, is_tls_failure
 from builder.engine.secrets import SecretServer, redact
 from builder.engine.settings import BuildSettings
-from builder.host.diagnose import diagnose_text
 from builder.records import ImageSpec
 from builder.render.labels import HASH_LABEL, build_labels
 

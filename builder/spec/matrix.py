@@ -14,6 +14,7 @@ from typing import Any
 from packaging.version import Version
 
 from builder.errors import UserError
+from builder.query import is_glob, value_matches
 from builder.records import FRAMEWORKS, VENDORS, Base, Matrix, Rule
 from builder.spec import grammar
 from builder.yamlsrc import LDict, LList, load
@@ -312,7 +313,7 @@ def _rules(ctx: _Ctx, value: Any, line: int, what: str, names: dict[str, set[str
         for key, raw in rule.items():
             kline = rule.line_of(key)
             text = ctx.text(raw, f"{what}.{key}", kline, lambda t: bool(t) and not any(c in t for c in " \n'\"`$;\\"), '"2.5.1"')
-            if key in names and not any(c in text for c in "*?[") and text not in names[key]:
+            if key in names and not is_glob(text) and not any(value_matches(text, name) for name in names[key]):
                 close = difflib.get_close_matches(text, sorted(names[key]), n=1)
                 hint = f"did you mean '{close[0]}'?" if close else f"known: {', '.join(sorted(names[key]))}"
                 raise ctx.fail(f"{what} names unknown {key} '{text}'; {hint}", kline)
