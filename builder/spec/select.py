@@ -12,13 +12,18 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from fnmatch import fnmatchcase
 
+from builder.compat.rules import names as framework_names
 from builder.errors import UserError
-from builder.records import FRAMEWORKS, Combination, ImageSpec
+from builder.records import Combination, ImageSpec
 
-SELECT_KEYS = ("id", "base", "stack", "python", "vendor", "os", "index", *FRAMEWORKS)
+SELECT_FIELDS = ("id", "base", "stack", "python", "vendor", "os", "index")  # and every framework of the registry in force
 Selector = tuple[tuple[str, str], ...]
 Fields = Mapping[str, str | tuple[str, ...]]  # a tuple matches when any of its values does (`index`)
 GLOB_CHARS = "*?["
+
+
+def select_keys() -> tuple[str, ...]:
+    return (*SELECT_FIELDS, *framework_names())
 
 
 def parse_select(expr: str) -> Selector:
@@ -31,9 +36,10 @@ def parse_select(expr: str) -> Selector:
         key, pattern = key.strip(), pattern.strip()
         if not sep or not pattern:
             raise UserError(f"select term {part!r} must look like key=value, e.g. stack=torch")
-        if key not in SELECT_KEYS:
-            close = difflib.get_close_matches(key, SELECT_KEYS, n=1)
-            hint = f"did you mean '{close[0]}'?" if close else f"keys: {', '.join(SELECT_KEYS)}"
+        keys = select_keys()
+        if key not in keys:
+            close = difflib.get_close_matches(key, keys, n=1)
+            hint = f"did you mean '{close[0]}'?" if close else f"keys: {', '.join(keys)}"
             raise UserError(f"unknown select key {key!r}; {hint}")
         out.append((key, pattern))
     return tuple(out)
