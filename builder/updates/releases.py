@@ -26,7 +26,7 @@ from packaging.version import InvalidVersion, Version
 
 from builder.compat.facts import Compat, table
 from builder.compat.requires import Meta
-from builder.compat.rules import COMPAT_FILE, Framework, Placed, Row, registry
+from builder.compat.rules import Framework, Placed, Row, registry
 from builder.compat.rules.numpy import pick_numpy
 from builder.compat.versions import mm
 from builder.errors import UserError
@@ -151,14 +151,14 @@ def _facts_text(pub: Published) -> str:
 
 
 def _row_hint(pub: Published) -> str:
-    return f"add {pub.framework.row_hint(pub.version)} to {COMPAT_FILE}, with its source ({_facts_text(pub)})"
+    return f"add {pub.framework.row_hint(pub.version)} to {pub.framework.facts_at}, with its source ({_facts_text(pub)})"
 
 
 def contradictions(pub: Published, ok: Sequence[Placed], row: Row, compat: Compat) -> list[str]:
     """Where the release's own metadata says otherwise than the rules that accept it: the project an
     install comes from, the Pythons and NumPy it accepts (alike for every framework), then what the
     framework reads of its build (Framework.contradictions)."""
-    fw, version = pub.framework.name, pub.version
+    fw, version, facts_at = pub.framework.name, pub.version, pub.framework.facts_at
     problems: list[str] = []
     refused: dict[str, list[str]] = {}  # Requires-Python -> the Pythons it refuses
     numpy_refused: dict[tuple[str, str], list[str]] = {}  # (numpy pin, the release's numpy requirement) -> the Pythons
@@ -169,7 +169,7 @@ def contradictions(pub: Published, ok: Sequence[Placed], row: Row, compat: Compa
             major = str(mm(base.version or "0")[0])
             problems.append(
                 f"{fw} {version} is not on the index as {project} (only as {', '.join(m.project for m in pub.metas)}), but {row.label} in "
-                f'{COMPAT_FILE} maps CUDA {major} to it: add a {row.section} row for "{version}" without it'
+                f'{facts_at} maps CUDA {major} to it: add a {row.section} row for "{version}" without it'
             )
             continue
         if python_allows(meta.requires_python, python) is False and python not in refused.setdefault(meta.requires_python or "", []):
@@ -184,14 +184,14 @@ def contradictions(pub: Published, ok: Sequence[Placed], row: Row, compat: Compa
     for requires, pythons in refused.items():
         if pythons:
             problems.append(
-                f"{fw} {version} requires Python {printable(requires, 120)} (its metadata), but {row.label} in {COMPAT_FILE} allows Python "
+                f"{fw} {version} requires Python {printable(requires, 120)} (its metadata), but {row.label} in {facts_at} allows Python "
                 f"{', '.join(sorted(pythons))} (python: [{', '.join(row.python)}]): narrow it, or add a row for {version}"
             )
     for (pin, bounds), pythons in numpy_refused.items():
         if pythons:
             ceiling = next((i.numpy_max for _, p, i in ok if i.numpy_max and p in pythons), None)
             problems.append(
-                f"{fw} {version} requires numpy {bounds} (its metadata), but the rules in {COMPAT_FILE} "
+                f"{fw} {version} requires numpy {bounds} (its metadata), but the rules in {facts_at} "
                 f"pin numpy {pin} for its Python {', '.join(sorted(pythons))} images (ceiling {ceiling}, {row.label}): lower the ceiling, or add a row for {version}"
             )
     problems += pub.framework.contradictions(version, pub.metas[0], ok, row, compat)

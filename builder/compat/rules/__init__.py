@@ -72,6 +72,11 @@ class Framework(ABC):
     local_variant: bool = False  # its wheel variant is a PEP 440 local version: torch 2.5.1+cu124
     facts_file: Path | None = None  # its section's file when not compat.yaml (a framework defined outside builder/)
 
+    @property
+    def facts_at(self) -> str:
+        """Its facts' file, as messages name it: where a row is added."""
+        return COMPAT_FILE if self.facts_file is None else str(self.facts_file)
+
     # --- the compat table -----------------------------------------------------------------------
 
     @abstractmethod
