@@ -62,8 +62,10 @@ Placed = tuple[Base, str, Install]  # a base and Python the rules accept a relea
 
 @dataclass(frozen=True)
 class Framework(ABC):
-    """One framework, everything the stages need to know of it. The abstract methods have no
-    neutral answer; the others default to "nothing to add" (no CUDA stated, no contradiction)."""
+    """One framework, everything the stages need to know of it. An abstract frozen dataclass rather
+    than a Protocol: the members without a neutral answer are abstract, so an implementation that
+    forgets one fails when it is made (the registry test makes each), and the others share their
+    default, "nothing to add" (no CUDA stated, no contradiction, no build report to read)."""
 
     name: str  # matrix.yaml's key, compat.yaml's section, templates/frameworks/<name>.j2
     section_keys: tuple[str, ...]  # the keys its compat section may have
