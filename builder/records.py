@@ -9,11 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from builder import frameworks
-
 Vendor = Literal["cuda", "rocm", "cpu"]
 VENDORS: tuple[Vendor, ...] = ("cuda", "rocm", "cpu")
-FRAMEWORKS: tuple[str, ...] = frameworks.NAMES
 
 
 @dataclass(frozen=True)

@@ -9,16 +9,21 @@ prefix (`torch=2.14` selects 2.14.1, never 2.140).
 from __future__ import annotations
 
 from builder import query
+from builder.compat.rules import names as framework_names
 from builder.query import matches
-from builder.records import FRAMEWORKS, Combination, ImageSpec
+from builder.records import Combination, ImageSpec
 
-SELECT_KEYS = ("id", "base", "stack", "python", "vendor", "os", "index", *FRAMEWORKS)
+SELECT_FIELDS = ("id", "base", "stack", "python", "vendor", "os", "index")  # and every framework of the registry in force
 Selector = tuple[tuple[str, str], ...]
+
+
+def select_keys() -> tuple[str, ...]:
+    return (*SELECT_FIELDS, *framework_names())
 
 
 def parse_select(expr: str) -> Selector:
     """Parse `stack=torch,base=cuda12.*`; an empty expression selects everything."""
-    return query.parse_terms(expr, "select", "stack=torch,base=cuda12.*", SELECT_KEYS)
+    return query.parse_terms(expr, "select", "stack=torch,base=cuda12.*", select_keys())
 
 
 def combination_fields(combo: Combination) -> dict[str, str]:
