@@ -20,7 +20,8 @@ from rich.console import Console
 
 from builder.errors import Interrupted, RunFailure, UserError
 from builder.render import tree as render_tree
-from builder.spec.formats import github_matrix, plan_json
+from builder.render.formats import github_matrix, plan_json
+from builder.sources import Sources
 from builder.text import redact
 from builder.ui.text import MAX_LINE, plain
 from builder.workspace import Workspace
@@ -115,7 +116,12 @@ def main(ctx: click.Context, matrix_path: str | None) -> None:
     ctx.obj = Workspace.locate(matrix_path)
 
 
-select_option = click.option("--select", "select_expr", metavar="EXPR", help="key=glob filters, e.g. stack=torch,base=cuda12.*")
+select_option = click.option(
+    "--select",
+    "select_expr",
+    metavar="EXPR",
+    help="key=value terms (globs; a version matches its releases), e.g. stack=torch,base=cuda12.* or torch=2.14",
+)
 
 
 @main.command()
@@ -147,7 +153,7 @@ def plan(ws: Workspace, select_expr: str | None, fmt: str, explain: bool, contex
         import os
 
         from builder.engine.build import git_revision  # the revision `builder build` labels (git only, no engine)
-        from builder.spec.bake import bake_file
+        from builder.render.bake import bake_file
 
         # Complete contexts (images/<id> plus the probe that `builder build` stages), so any builder
         # builds them as they are; the folder is builder's own (render's ownership rules).
@@ -245,19 +251,19 @@ def _build_options(kwargs: dict[str, Any]) -> Any:
             "--push is gone: nothing untested is pushed; run `builder test`, then `builder publish` (it pushes images that passed)"
         )
     return BuildOptions(
-        jobs=kwargs["jobs"], force=kwargs["force"], no_cache=kwargs["no_cache"], keep_going=kwargs["keep_going"], **_sources(kwargs)
+        jobs=kwargs["jobs"], force=kwargs["force"], no_cache=kwargs["no_cache"], keep_going=kwargs["keep_going"], sources=_sources(kwargs)
     )
 
 
-def _sources(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """BUILD_SOURCE_OPTIONS as the keyword arguments BuildOptions and LockOptions share."""
-    return {
-        "ca_bundle": kwargs["ca_bundle"],
-        "use_host": not kwargs["no_host_settings"],
-        "wheelhouse": tuple(kwargs["wheelhouse"]),
-        "index_url": kwargs["index_url"],
-        "extra_index_urls": tuple(kwargs["extra_index_url"]),
-    }
+def _sources(kwargs: dict[str, Any]) -> Sources:
+    """BUILD_SOURCE_OPTIONS as the one record BuildOptions and LockOptions hold."""
+    return Sources(
+        index_url=kwargs["index_url"],
+        extra_index_urls=tuple(kwargs["extra_index_url"]),
+        wheelhouse=tuple(kwargs["wheelhouse"]),
+        ca_bundle=kwargs["ca_bundle"],
+        use_host=not kwargs["no_host_settings"],
+    )
 
 
 @main.command()
@@ -369,7 +375,7 @@ def lock(ws: Workspace, /, select_expr: str | None, check: bool, upgrade: bool, 
         click.echo(f"{len(results) - len(bad) - unlocked} locks current, {len(bad)} missing or stale{tail}", err=True)
         _exit_for(not bad)
     options = locking.LockOptions(
-        jobs=jobs, upgrade=upgrade, keep_going=keep_going, include_unlocked=select_expr is not None, **_sources(kwargs)
+        jobs=jobs, upgrade=upgrade, keep_going=keep_going, include_unlocked=select_expr is not None, sources=_sources(kwargs)
     )
     results = locking.lock_images(ws, specs, options, LockLines(err))
     print_lock_summary(out, results)
@@ -599,7 +605,7 @@ def nightly(
         updates=not kwargs["no_updates"],
         apply=not kwargs["no_apply"],
         index_json_url=kwargs["index_json_url"],
-        build=BuildOptions(jobs=jobs, **_sources(kwargs)),
+        build=BuildOptions(jobs=jobs, sources=_sources(kwargs)),
         test=TestOptions(gpu, timeout_s),
         publish=not kwargs["no_publish"],
         registry=kwargs["registry"],

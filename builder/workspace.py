@@ -17,13 +17,14 @@ from builder.errors import UserError
 from builder.lock.claims import keep_older_gpus, with_lock_claims
 from builder.lock.files import LOCK_NAME, load, verify
 from builder.lock.target import target_for
+from builder.query import matches
 from builder.records import ImageSpec, Lock, Matrix, Plan
 from builder.render.context import Files, content_hash, contexts
 from builder.render.swap import recover
 from builder.render.tree import expected_tree
 from builder.spec.matrix import load_matrix
 from builder.spec.plan import make_plan
-from builder.spec.select import fields_of, matches, no_match, parse_select, select
+from builder.spec.select import fields_of, no_match, parse_select, select
 
 MATRIX_ENV = "BUILDER_MATRIX"
 MAX_LOCK = 2 * 2**20  # a lock of every CUDA wheel with every hash is ~0.2 MB

@@ -22,10 +22,9 @@ from builder.engine.settings import BuildSettings
 from builder.engine.staging import Staged
 from builder.errors import UserError
 from builder.records import ImageSpec, Plan
-from builder.render import labels
+from builder.render import bake, labels
 from builder.render.context import PROBE_NAME
 from builder.render.labels import build_labels
-from builder.spec import bake
 from tests.fake_engine import FakeEngine
 
 RunCli = Callable[..., Result]

@@ -8,6 +8,8 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 from builder.engine import client
 from builder.engine.port import ContainerSpec, EngineFault, NotFound, Progress
 from builder.engine.session import OWNER_LABEL, SESSION_ID, SESSION_LABEL, owner_labels
@@ -85,3 +87,30 @@ def test_containers_carry_the_owner_and_this_runs_session_in_both_implementation
     with fake.container(ContainerSpec(image="x", command=("true",), labels={"a": "b"})) as container:
         assert container.labels == owner_labels({"a": "b"}) and fake.owned_containers()[0].id == container.id
     assert fake.owned_containers() == []
+
+
+def test_the_retry_helper_retries_flakes_only_and_reports_redacted() -> None:
+    from builder.engine.retry import GaveUp, retry_network
+
+    told: list[tuple[int, str]] = []
+
+    def flaky(attempt: int) -> int:
+        if attempt < 3:
+            raise ConnectionError("reset by https://me:pw@index.example/simple")
+        return attempt
+
+    assert (
+        retry_network(
+            flaky, flake=lambda e: isinstance(e, ConnectionError), attempts=3, wait_s=0.0, on_retry=lambda n, r: told.append((n, r))
+        )
+        == 3
+    )
+    assert [n for n, _ in told] == [2, 3] and all("pw@" not in r and "****@index.example" in r for _, r in told)
+    with pytest.raises(GaveUp) as gave_up:
+        retry_network(flaky, flake=lambda e: isinstance(e, ConnectionError), attempts=2, wait_s=0.0)
+    assert gave_up.value.attempts == 2 and "pw@" not in gave_up.value.reason and isinstance(gave_up.value.last, ConnectionError)
+    with pytest.raises(ConnectionError):  # not a flake: at once, as it is
+        retry_network(flaky, flake=lambda e: False, attempts=5, wait_s=0.0)
+    with pytest.raises(GaveUp) as gave_up:
+        retry_network(flaky, flake=lambda e: True, attempts=5, wait_s=10.0, time_left=lambda: 5.0)
+    assert gave_up.value.attempts == 1, "a wait past the deadline is not started"

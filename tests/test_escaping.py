@@ -126,7 +126,7 @@ def test_the_nightly_summary_cannot_be_restructured() -> None:
     outcomes = (Outcome("img\n# x", "failed", "cause |\n## also injected", rebuilt=True),)
     changes = tuple(compare({"img\n# x": "passed"}, outcomes))
     report = NightlyReport(
-        "2026-12-01\n# date", changes, outcomes, releases=(_Release(),),  # type: ignore[arg-type]  # a stand-in with Release's fields applied=("frameworks.torch += `2.15`\n# x",),
+        "2026-12-01\n# date", changes, outcomes, releases=(_Release(),), applied=("frameworks.torch += `2.15`\n# x",),  # type: ignore[arg-type]  # a stand-in with Release's fields
         drift=(("img`\n# y", (("numpy\n# z", "1|2", "<b>3</b>"),)),), notes=("note\n# heading <script>",),
     )  # fmt: skip
     summary = render_summary(report)

@@ -89,8 +89,7 @@ def test_summary_lists_regressions_first_with_the_diagnosis() -> None:
     )
     changes = tuple(compare({"jax-img": "passed", "numba-img": "passed"}, outcomes))
     report = NightlyReport(
-        "2026-12-01T03:00:00Z", changes, outcomes, releases=(_Release(),),  # type: ignore[arg-type]  # a stand-in with Release's fields
-        applied=("matrix.yaml: frameworks.numba += 0.68.0",),
+        "2026-12-01T03:00:00Z", changes, outcomes, releases=(_Release(),), applied=("matrix.yaml: frameworks.numba += 0.68.0",),  # type: ignore[arg-type]  # a stand-in with Release's fields
         drift=(("jax-img", (("numpy", "2.4.6", "2.4.99"),)),), notes=("publish: registry down",),
     )  # fmt: skip
     text = render(report)

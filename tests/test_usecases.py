@@ -35,6 +35,7 @@ from builder.records import ImageSpec
 from builder.render.labels import HASH_LABEL
 from builder.render.tree import LOCK_DIR, write_tree
 from builder.results import SmokeResult
+from builder.sources import Sources
 from builder.usecases import build as building
 from builder.usecases import catalog as catalogs
 from builder.usecases import lock as locking
@@ -186,7 +187,7 @@ class PublishEvents:
         self.outcomes.append(outcome)
 
 
-OFFLINE = building.BuildOptions(use_host=False)
+OFFLINE = building.BuildOptions(sources=Sources(use_host=False))  # not this host's pip configuration
 
 
 # -- build ------------------------------------------------------------------------------------

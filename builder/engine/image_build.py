@@ -25,13 +25,13 @@ from typing import TextIO
 import filelock
 
 from builder.engine import sizes, staging
+from builder.engine.diagnose import diagnose_text
 from builder.engine.failures import diagnose_build, is_network_build_failure, is_tls_failure
 from builder.engine.port import BuildRequest, Engine
 from builder.engine.retry import GaveUp, retry_network
 from builder.engine.secrets import SecretServer, redact
 from builder.engine.session import SESSION_ID
 from builder.engine.settings import BuildSettings
-from builder.host.diagnose import diagnose_text
 from builder.records import ImageSpec
 from builder.render.labels import HASH_LABEL, build_labels
 

@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from builder.catalog.records import KnownGood
+from builder.compat.rules import framework
 from builder.engine import push
 from builder.engine.port import Engine, EngineFault
 from builder.errors import RunFailure, UserError
@@ -66,9 +67,11 @@ def measured(spec: ImageSpec, result: dict[str, Any]) -> dict[str, Any]:
         builds[name] = found
     libraries = {c["name"]: str(c["found"]) for c in (probe.get("cuda") or {}).get("checks", []) if c.get("ok") and c.get("found")}
     cuda = libraries.get("cuda-runtime") or next((str(b["cuda_build"]) for b in builds.values() if b.get("cuda_build")), None)
-    torch_build = (builds.get("torch") or {}).get("build") or {}
-    cudnn = libraries.get("cudnn") or (str(torch_build["cudnn"]) if torch_build.get("cudnn") else None)
-    rocm = str(torch_build["hip"]) if torch_build.get("hip") else None
+    built = [
+        framework(name).built(found.get("build") or {}) for name, found in builds.items()
+    ]  # what each build reports (torch's cuDNN, HIP)
+    cudnn = libraries.get("cudnn") or next((b.cudnn for b in built if b.cudnn), None)
+    rocm = next((b.rocm for b in built if b.rocm), None)
     accelerator = {"kind": spec.base.vendor, "version": spec.accelerator.version, "cuda": cuda, "cudnn": cudnn, "rocm": rocm}
     if spec.base.vendor == "cpu":
         accelerator = {"kind": "cpu", "version": None, "cuda": None, "cudnn": None, "rocm": None}

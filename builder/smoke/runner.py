@@ -19,15 +19,15 @@ from pathlib import Path
 from typing import Any
 
 from builder import results
+from builder.engine.diagnose import diagnose_text
 from builder.engine.port import Container, Engine, NotFound
-from builder.host.diagnose import diagnose_text
 from builder.host.facts import HostInfo
 from builder.records import ImageSpec
+from builder.render.formats import image_entry
 from builder.render.labels import HASH_LABEL
 from builder.results import SmokeResult as SmokeResult  # re-exported: app, ui and tests import it from here
 from builder.results import verdict_of as verdict_of
 from builder.smoke.args import GpuAccess, gpu_access, run_spec
-from builder.spec.plan import image_entry
 
 CHECKS_DIR = Path(__file__).resolve().parent / "checks"
 

@@ -23,6 +23,7 @@ from builder.errors import UserError
 from builder.lock.target import lock_state
 from builder.records import ImageSpec
 from builder.render.tree import LOCK_DIR, expected_tree, stale_images
+from builder.sources import Sources
 from builder.workspace import Workspace
 
 BUILT = ("built", "up-to-date")
@@ -33,12 +34,8 @@ class BuildOptions:
     jobs: int = 1
     force: bool = False
     keep_going: bool = False
-    ca_bundle: str | None = None
-    use_host: bool = True
-    wheelhouse: tuple[str, ...] = ()
-    index_url: str | None = None
     no_cache: bool = False
-    extra_index_urls: tuple[str, ...] = ()
+    sources: Sources = Sources()
 
 
 class BuildEvents(Protocol):
@@ -50,15 +47,7 @@ class BuildEvents(Protocol):
 
 
 def build_settings(ws: Workspace, options: BuildOptions) -> BuildSettings:
-    return settings.resolve(
-        os.environ,
-        ca_bundle=options.ca_bundle,
-        matrix_ca_bundle=ws.matrix.ca_bundle,
-        use_host=options.use_host,
-        wheelhouse=options.wheelhouse,
-        index_url=options.index_url,
-        extra_index_urls=options.extra_index_urls,
-    )
+    return settings.for_sources(os.environ, options.sources, ws.matrix.ca_bundle)
 
 
 def check_rendered(ws: Workspace, specs: Sequence[ImageSpec]) -> None:

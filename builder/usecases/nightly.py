@@ -150,7 +150,7 @@ def check_updates(ws: Workspace, options: NightlyOptions) -> tuple[tuple[Release
     """The default Updates: the index's JSON API, then matrix.yaml edited for what the rules can place."""
     from builder.updates import apply, releases
 
-    report = releases.check(ws.matrix, base_url=options.index_json_url, ca_bundle=options.build.ca_bundle)
+    report = releases.check(ws.matrix, base_url=options.index_json_url, ca_bundle=options.build.sources.ca_bundle)
     edits = tuple(apply.apply(ws.matrix_path, report.releases)) if options.apply else ()
     return tuple(report.releases), edits
 
@@ -161,11 +161,7 @@ def _lock_options(options: NightlyOptions) -> locking.LockOptions:
         jobs=options.lock_jobs,
         upgrade=True,
         keep_going=True,
-        ca_bundle=b.ca_bundle,
-        use_host=b.use_host,
-        wheelhouse=b.wheelhouse,
-        index_url=b.index_url,
-        extra_index_urls=b.extra_index_urls,
+        sources=b.sources,
     )
 
 

@@ -10,6 +10,8 @@ from typing import Any
 import docker  # type: ignore[import-untyped]
 import pytest
 
+from builder.compat.rules import framework
+
 GPU_VENDORS = ("cuda", "rocm")
 
 
@@ -48,19 +50,10 @@ def test_versions_equal_the_plan(probe: dict[str, Any], spec: dict[str, Any]) ->
         found = _public(probe["frameworks"][name].get("version"))
         if found != planned:
             mismatches.append(f"{name}: planned {planned}, found {found}")
-    torch = probe["frameworks"].get("torch")
-    variant = spec.get("variants", {}).get("torch")
-    if torch and variant:
-        build = torch.get("build") or {}
-        if variant.startswith("cu"):
-            expected = f"{variant[2:-1]}.{variant[-1]}"
-            if build.get("cuda") != expected:
-                mismatches.append(f"torch.version.cuda: planned {expected} ({variant}), found {build.get('cuda')}")
-        elif variant.startswith("rocm"):
-            if not build.get("hip"):
-                mismatches.append(f"torch.version.hip: planned {variant}, found none")
-        elif build.get("cuda") or build.get("hip"):
-            mismatches.append(f"torch: planned a cpu build, found cuda={build.get('cuda')} hip={build.get('hip')}")
+    for name, variant in spec.get("variants", {}).items():  # what each framework's own build report says (torch.version.cuda)
+        found_build = probe["frameworks"].get(name)
+        if found_build and variant:
+            mismatches += framework(name).build_mismatches(variant, found_build.get("build") or {})
     python = probe["host"]["python"]
     if not python.startswith(spec["python"] + "."):
         mismatches.append(f"python: planned {spec['python']}, found {python}")
