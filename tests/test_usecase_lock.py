@@ -17,9 +17,9 @@ from builder.lock.resolve import LockFailed
 from builder.lock.target import LockTarget
 from builder.usecases import lock as locking
 from builder.workspace import Workspace
-from tests.usecase_fixtures import JAX, MATRIX, NUMBA, Resolver, uv_output
+from tests.usecase_fixtures import JAX, MATRIX, NUMBA, OFFLINE, Resolver, uv_output
 
-OFFLINE = locking.LockOptions(use_host=False)
+LOCAL = locking.LockOptions(sources=OFFLINE)
 UNLOCKED_JAX = MATRIX + 'unlocked:\n  - select: "stack=jax"\n    reason: "jax\'s index is not reachable from the machines that lock"\n'
 
 
@@ -33,7 +33,7 @@ class Locks:
     def ws(self) -> Workspace:
         return Workspace(self.root / "matrix.yaml")
 
-    def run(self, options: locking.LockOptions = OFFLINE, select: str | None = None) -> list[locking.LockResult]:
+    def run(self, options: locking.LockOptions = LOCAL, select: str | None = None) -> list[locking.LockResult]:
         self.reported.clear()
         self.resolver.asked.clear()
         ws = self.ws
@@ -78,7 +78,7 @@ def test_a_current_lock_is_not_resolved_again_unless_upgrading(locks: Locks) -> 
     before = locks.text(NUMBA)
     assert statuses(locks.run()) == {JAX: "current", NUMBA: "current"} and locks.resolver.asked == []
     assert [r.id for r in locks.reported] == [JAX, NUMBA], "each image is reported, resolved or not"
-    upgraded = locks.run(locking.LockOptions(use_host=False, upgrade=True))
+    upgraded = locks.run(locking.LockOptions(sources=OFFLINE, upgrade=True))
     assert statuses(upgraded) == {JAX: "current", NUMBA: "current"} and sorted(locks.resolver.asked) == [JAX, NUMBA]
     assert locks.text(NUMBA) == before, "the index gave the same pins: the lock is unchanged"
 
@@ -87,7 +87,7 @@ def test_an_upgrade_that_moves_a_pin_rewrites_the_lock_and_lists_the_drift(locks
     locks.run()
     numba_before = locks.text(NUMBA)
     locks.resolver.pins[JAX] = {"numpy": "2.4.99", "ml-dtypes": "0.5.1"}
-    results = {r.id: r for r in locks.run(locking.LockOptions(use_host=False, upgrade=True))}
+    results = {r.id: r for r in locks.run(locking.LockOptions(sources=OFFLINE, upgrade=True))}
     assert results[JAX].status == "locked"
     assert results[JAX].changes == (("ml-dtypes", None, "0.5.1"), ("numpy", "2.4.6", "2.4.99"))
     assert (results[NUMBA].status, results[NUMBA].changes) == ("current", ())
@@ -112,7 +112,7 @@ def test_a_lock_that_cannot_be_made_keeps_the_old_one_and_says_why(locks: Locks,
     before = locks.text(NUMBA)
     locks.resolver.pins[NUMBA] = {"numpy": "2.4.99"}
     locks.resolver.fails[NUMBA] = LockFailed(kind, f"uv says: {kind}")
-    results = {r.id: r for r in locks.run(locking.LockOptions(use_host=False, upgrade=True, keep_going=True))}
+    results = {r.id: r for r in locks.run(locking.LockOptions(sources=OFFLINE, upgrade=True, keep_going=True))}
     assert (results[NUMBA].status, results[NUMBA].detail) == (kind, f"uv says: {kind}")
     assert locks.text(NUMBA) == before, "never half-written: the old lock stays"
     assert results[JAX].status == "current"
@@ -120,7 +120,7 @@ def test_a_lock_that_cannot_be_made_keeps_the_old_one_and_says_why(locks: Locks,
 
 def test_a_first_lock_that_fails_writes_nothing_for_that_image(locks: Locks) -> None:
     locks.resolver.fails[JAX] = LockFailed("unreachable", "https://pypi.org/simple: connection refused")
-    results = statuses(locks.run(locking.LockOptions(use_host=False, keep_going=True)))
+    results = statuses(locks.run(locking.LockOptions(sources=OFFLINE, keep_going=True)))
     assert results == {JAX: "unreachable", NUMBA: "locked"}
     assert locks.text(JAX) is None and locks.text(NUMBA) is not None
     assert statuses(locking.check(locks.ws.selected(None, use_default=False))) == {JAX: "missing", NUMBA: "current"}
@@ -134,7 +134,7 @@ def test_what_the_resolver_gives_that_is_not_the_images_lock_is_a_failure_not_a_
         return uv_output(target, {"numpy": "2.4.6"}).replace("numba==0.68.0", "numba==0.67.0")
 
     monkeypatch.setattr(locking, "resolve", other_numba)
-    results = {r.id: r for r in locks.run(locking.LockOptions(use_host=False, keep_going=True))}
+    results = {r.id: r for r in locks.run(locking.LockOptions(sources=OFFLINE, keep_going=True))}
     assert results[NUMBA].status == "failed" and "numba" in results[NUMBA].detail and "\n" not in results[NUMBA].detail
     assert results[JAX].status == "locked" and locks.text(NUMBA) is None
 
@@ -144,7 +144,7 @@ def test_an_unlocked_image_is_left_as_it_is_unless_asked_for(tmp_path: Path, mon
     results = {r.id: r for r in locks.run()}
     assert (results[JAX].status, results[JAX].detail) == ("unlocked", "jax's index is not reachable from the machines that lock")
     assert locks.resolver.asked == [NUMBA] and locks.text(JAX) is None
-    included = statuses(locks.run(locking.LockOptions(use_host=False, include_unlocked=True), select="stack=jax"))
+    included = statuses(locks.run(locking.LockOptions(sources=OFFLINE, include_unlocked=True), select="stack=jax"))
     assert included == {JAX: "locked"} and locks.resolver.asked == [JAX]
 
 
@@ -189,7 +189,7 @@ def test_after_a_failure_the_rest_are_not_locked_unless_keep_going(tmp_path: Pat
     assert locks.resolver.asked == [first] and not (tmp_path / "images").exists(), "nothing resolved, nothing written"
     assert [r.status for r in locks.reported] == ["unresolvable", "not-locked", "not-locked"]
 
-    kept = locks.run(locking.LockOptions(use_host=False, keep_going=True))
+    kept = locks.run(locking.LockOptions(sources=OFFLINE, keep_going=True))
     assert [r.status for r in kept] == ["unresolvable", "locked", "locked"] and len(locks.resolver.asked) == 3
 
 
@@ -202,6 +202,6 @@ def test_the_jobs_are_bounded(locks: Locks, monkeypatch: pytest.MonkeyPatch) -> 
             super().__init__(max_workers)
 
     monkeypatch.setattr(locking, "ThreadPoolExecutor", Counting)
-    locks.run(locking.LockOptions(use_host=False, jobs=0))
-    locks.run(locking.LockOptions(use_host=False, jobs=500, upgrade=True))
+    locks.run(locking.LockOptions(sources=OFFLINE, jobs=0))
+    locks.run(locking.LockOptions(sources=OFFLINE, jobs=500, upgrade=True))
     assert made == [1, locking.MAX_JOBS]

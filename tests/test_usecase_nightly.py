@@ -32,10 +32,10 @@ from builder.usecases.build import BuildOptions
 from builder.workspace import Workspace
 from tests.fake_engine import FakeEngine, connect_to
 from tests.fake_index import closed_port_url, serve_index
-from tests.usecase_fixtures import HOST, JAX, MATRIX, NUMBA, REPO, Checks, NightlyEvents, Probe, Resolver, fake_with_base, planned
+from tests.usecase_fixtures import HOST, JAX, MATRIX, NUMBA, OFFLINE, REPO, Checks, NightlyEvents, Probe, Resolver, fake_with_base, planned
 
 OLDER = NUMBA.replace("0.68.0", "0.60.0")
-OPTIONS = nightlies.NightlyOptions(updates=False, registry=REPO, build=BuildOptions(use_host=False))
+OPTIONS = nightlies.NightlyOptions(updates=False, registry=REPO, build=BuildOptions(sources=OFFLINE))
 BROKEN = Probe("jax", "ImportError: numpy 2.4.99 is broken", cause="numpy 2.4.99 breaks jaxlib's extension", fix="hold numpy<2.4.99")
 
 
@@ -160,7 +160,7 @@ def test_a_failure_is_kept_until_its_image_changes(night: Night) -> None:
 def test_a_selected_nightly_touches_only_its_images_and_records_in_the_named_catalog(night: Night) -> None:
     elsewhere = night.matrix.parent / "published"
     options = nightlies.NightlyOptions(
-        updates=False, select="stack=numba", registry=REPO, catalog_dir=str(elsewhere), build=BuildOptions(use_host=False)
+        updates=False, select="stack=numba", registry=REPO, catalog_dir=str(elsewhere), build=BuildOptions(sources=OFFLINE)
     )
     events = NightlyEvents()
     report = night.run(options, events)
@@ -172,7 +172,7 @@ def test_a_selected_nightly_touches_only_its_images_and_records_in_the_named_cat
 
 def test_without_publish_nothing_is_pushed_and_the_report_still_comes(night: Night) -> None:
     events = NightlyEvents()
-    report = night.run(nightlies.NightlyOptions(updates=False, publish=False, build=BuildOptions(use_host=False)), events)
+    report = night.run(nightlies.NightlyOptions(updates=False, publish=False, build=BuildOptions(sources=OFFLINE)), events)
     assert "publish" not in events.stages and events.stages[-1] == "report"
     assert night.fake.pushes == [] and night.records() == {} and not any(o.published or o.held for o in report.outcomes)
     assert {o.status for o in report.outcomes} == {"passed"}
@@ -200,7 +200,7 @@ def test_a_new_release_the_rules_place_is_added_to_the_matrix_and_built(tmp_path
     with serve_index(RELEASES) as index:
         events = NightlyEvents()
         report = night.run(
-            nightlies.NightlyOptions(registry=REPO, index_json_url=index.json_url, build=BuildOptions(use_host=False)), events
+            nightlies.NightlyOptions(registry=REPO, index_json_url=index.json_url, build=BuildOptions(sources=OFFLINE)), events
         )
     assert events.stages[0] == "updates" and report.updates == "checked"
     assert report.applied == (f"{night.matrix}: frameworks.numba += 0.68.0",)
@@ -213,7 +213,7 @@ def test_a_new_release_the_rules_place_is_added_to_the_matrix_and_built(tmp_path
 
 def test_an_unreachable_index_is_a_note_and_the_run_goes_on(night: Night, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("BUILDER_INDEX_DEADLINE_S", "1")  # no time for a second try: the note comes at once
-    options = nightlies.NightlyOptions(registry=REPO, index_json_url=closed_port_url(), build=BuildOptions(use_host=False))
+    options = nightlies.NightlyOptions(registry=REPO, index_json_url=closed_port_url(), build=BuildOptions(sources=OFFLINE))
     before = night.matrix.read_bytes()
     report = night.run(options)
     assert report.updates == "failed" and report.releases == () and report.applied == ()
@@ -232,7 +232,7 @@ def test_the_updates_step_is_injectable_and_its_edits_are_planned(night: Night) 
         ws.matrix_path.write_text(MATRIX.replace('numba: ["0.68.0"]', 'numba: ["0.60.0", "0.68.0"]'), encoding="utf-8")
         return (release,), ("matrix.yaml: frameworks.numba += 0.60.0",)
 
-    report = night.run(nightlies.NightlyOptions(registry=REPO, build=BuildOptions(use_host=False)), updates=updates)
+    report = night.run(nightlies.NightlyOptions(registry=REPO, build=BuildOptions(sources=OFFLINE)), updates=updates)
     assert report.releases == (release,) and report.applied == ("matrix.yaml: frameworks.numba += 0.60.0",)
     assert {o.id for o in report.outcomes} == {JAX, NUMBA, OLDER}
     assert set(night.resolver.asked) == {o.id for o in report.outcomes}
@@ -242,7 +242,7 @@ def test_a_failing_updates_step_is_a_note(night: Night) -> None:
     def updates(ws: Workspace, options: nightlies.NightlyOptions) -> tuple[tuple[Release, ...], tuple[str, ...]]:
         raise RunFailure("the index answered 503 three times")
 
-    report = night.run(nightlies.NightlyOptions(registry=REPO, build=BuildOptions(use_host=False)), updates=updates)
+    report = night.run(nightlies.NightlyOptions(registry=REPO, build=BuildOptions(sources=OFFLINE)), updates=updates)
     assert report.updates == "failed" and report.notes == ("updates: the index answered 503 three times",)
     assert len(report.outcomes) == 2
 
@@ -319,7 +319,7 @@ def test_a_report_path_that_is_the_users_is_a_note_and_the_history_is_saved(nigh
     docs = night.matrix.parent / "docs" / "support-matrix.md"
     docs.parent.mkdir()
     docs.write_text("# my own notes\n", encoding="utf-8")
-    report = night.run(nightlies.NightlyOptions(updates=False, publish=False, build=BuildOptions(use_host=False)))
+    report = night.run(nightlies.NightlyOptions(updates=False, publish=False, build=BuildOptions(sources=OFFLINE)))
     assert len(report.notes) == 1 and report.notes[0].startswith("report: ") and str(docs.name) in report.notes[0]
     assert docs.read_text(encoding="utf-8") == "# my own notes\n"
     assert history.previous(night.matrix.parent / "build", []) == {JAX: "passed", NUMBA: "passed"}

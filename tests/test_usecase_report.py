@@ -29,6 +29,7 @@ from tests.usecase_fixtures import (
     JAX,
     MATRIX,
     NUMBA,
+    OFFLINE,
     REPO,
     BuildEvents,
     Checks,
@@ -83,7 +84,7 @@ def built_and_tested(site: Site) -> None:
     """numba passes; jax fails its import, with the probe's diagnosis."""
     specs = planned(site.ws)
     site.checks.broken[JAX] = Probe("jax", "ImportError: numpy is broken", cause="numpy 2.4.99 breaks jaxlib", fix="hold numpy<2.4.99")
-    building.build_images(site.ws, specs, building.BuildOptions(use_host=False), BuildEvents(), connect_to(site.fake))
+    building.build_images(site.ws, specs, building.BuildOptions(sources=OFFLINE), BuildEvents(), connect_to(site.fake))
     testing.test_images(site.ws, specs, testing.TestOptions(), TestEvents(), connect_to(site.fake))
 
 

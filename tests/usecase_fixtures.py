@@ -28,6 +28,7 @@ from builder.lock.resolve import LockFailed
 from builder.lock.target import LockTarget
 from builder.records import ImageSpec
 from builder.results import SmokeResult
+from builder.sources import Sources
 from builder.usecases import lock as locking
 from builder.usecases import publish as publishing
 from builder.workspace import Workspace
@@ -49,6 +50,7 @@ stacks:
   jax: [jax]
   numba: [numba]
 """
+OFFLINE = Sources(use_host=False)  # never this host's pip configuration or CA bundle
 HOST = HostInfo(engine=EngineFacts(True, "20.10.24", ()), nvidia=NvidiaInfo(status="absent"), amd=AmdInfo())
 
 SUITE = '<testsuite name="{name}" tests="3" failures="{failed}" errors="0" skipped="0">{cases}</testsuite>'
