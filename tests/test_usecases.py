@@ -611,3 +611,19 @@ def _fast_run(init: Any) -> Any:
         init(self, *args, **{**kwargs, "backoff_s": 0.0})
 
     return fast
+
+
+def test_a_nightly_whose_index_is_unreachable_notes_it_and_runs_on(
+    ws: Workspace, fake: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(locking, "lock_images", lambda ws, specs, options, done: [])
+    monkeypatch.setattr(subprocess, "run", Checks(fake))
+
+    def unreachable(ws: Workspace, options: nightlies.NightlyOptions) -> Any:
+        raise RunFailure("cannot reach the package index https://pypi.org/pypi (timed out; 4 tries)")
+
+    events = NightlyEvents()
+    options = nightlies.NightlyOptions(publish=False, build=OFFLINE)
+    report = nightlies.nightly(ws.matrix_path, options, events, updates=unreachable, connect=connect_to(fake))
+    assert events.stages[0] == "updates" and report.updates == "failed" and report.notes[0].startswith("updates: cannot reach")
+    assert {o.status for o in report.outcomes} == {"passed"}, "the stages after it still ran"

@@ -28,29 +28,19 @@ import docker  # type: ignore[import-untyped]
 from docker.errors import APIError, DockerException, NotFound  # type: ignore[import-untyped]
 
 from builder.engine import port
-from builder.engine.session import (
-    HOST as HOST,
-)
-from builder.engine.session import (
-    OWNER_FILTER,
-    OWNER_LABEL,
-    SESSION_ID,
-    SESSION_LABEL,
-    owner_labels,
-)
-from builder.engine.session import (
-    OWNER_VALUE as OWNER_VALUE,
-)
-from builder.engine.session import (
-    process_start as process_start,
-)
-from builder.engine.session import (
-    session_alive as session_alive,
-)
+
+# Re-exported: the Docker tests and older callers read the labels and the session from here.
+from builder.engine.session import HOST as HOST
+from builder.engine.session import OWNER_FILTER as OWNER_FILTER
+from builder.engine.session import OWNER_LABEL as OWNER_LABEL
+from builder.engine.session import OWNER_VALUE as OWNER_VALUE
+from builder.engine.session import SESSION_ID as SESSION_ID
+from builder.engine.session import SESSION_LABEL as SESSION_LABEL
+from builder.engine.session import owner_labels
+from builder.engine.session import process_start as process_start
+from builder.engine.session import session_alive as session_alive
 from builder.errors import UserError
 from builder.text import printable, redact
-
-__all__ = ["OWNER_FILTER", "OWNER_LABEL", "SESSION_ID", "SESSION_LABEL", "DockerEngine", "connect", "open_engine"]
 
 DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 START_ENGINE_HINT = "start one: bash .ci/docker-up.sh, or sudo systemctl start docker"
