@@ -1,0 +1,154 @@
+"""`builder fit QUERY`: does each known-good record the query matches run on this host, and why.
+
+A record's fit is judged from what it already says (its CUDA version, cuDNN and framework
+releases) against the compat tables: the driver floor of its CUDA runtime (fit/driver.py), the
+compute capabilities its framework wheels ship kernels for (compat/data/gpu_arch.yaml) and the
+GPU floor of its cuDNN. Every such reason says "from the compat table, not measured": measuring the
+image's own binaries (fit/cuobjdump.py) and recording that with the smoke result comes next.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from builder.catalog.records import KnownGood
+from builder.catalog.store import Catalog
+from builder.compat import gpu_arch
+from builder.compat.facts import Compat, table
+from builder.compat.rules import framework, names
+from builder.compat.versions import cc_tuple, mm, release_tuple
+from builder.errors import RunFailure
+from builder.fit import driver as drivers
+from builder.fit.arch import Arch
+from builder.fit.host import FitHost
+from builder.usecases.catalog import find, no_match_message
+
+Status = Literal["fits", "does not fit", "unknown"]
+RECORD_ARCH = "amd64"  # every lock resolves for x86_64 (builder/lock/target.py platform_for), so every image is amd64
+FROM_TABLE = "from the compat table, not measured"
+_CUDA_VARIANT = re.compile(r"^cu(?:da)?(\d{2,3})$")
+
+
+@dataclass(frozen=True)
+class RecordFit:
+    id: str
+    status: Status
+    reason: str  # one line
+    measured: bool  # False: judged from the compat tables (no record carries a measured fit yet)
+
+    def to_json(self) -> dict[str, object]:
+        return {"id": self.id, "status": self.status, "reason": self.reason, "measured": self.measured}
+
+
+@dataclass(frozen=True)
+class FitReport:
+    host: FitHost
+    records: tuple[RecordFit, ...]  # newest first, as the catalog query orders them
+
+    @property
+    def newest_fit(self) -> str | None:
+        return next((r.id for r in self.records if r.status == "fits"), None)
+
+    def to_json(self) -> dict[str, object]:
+        return {"host": self.host.to_json(), "records": [r.to_json() for r in self.records], "newest_fit": self.newest_fit}
+
+
+def fit(catalog: Catalog, query: str, host: FitHost) -> FitReport:
+    """The fit of every record the query matches (all records for an empty query); none matching is a RunFailure."""
+    records = find(catalog, query)
+    if not records:
+        raise RunFailure(no_match_message(catalog, query))
+    compat = table()
+    return FitReport(host, tuple(judge(record, host, compat) for record in records))
+
+
+def judge(record: KnownGood, host: FitHost, compat: Compat) -> RecordFit:
+    kind = str(record.accelerator.get("kind") or "cpu")
+    if host.arch != RECORD_ARCH:
+        return _no(record, f"an {RECORD_ARCH} image; this host is {host.arch}")
+    if kind == "cpu":
+        return RecordFit(record.id, "fits", f"a CPU image: runs on any {RECORD_ARCH} host", False)
+    if kind == "rocm":
+        if host.vendor != "amd":
+            return _no(record, f"a ROCm image needs an AMD GPU; this host has {_vendor_label(host)}")
+        return RecordFit(record.id, "unknown", "a ROCm image: its gfx targets are not in the compat tables yet, not checked", False)
+    if host.vendor != "nvidia":
+        return _no(record, f"a CUDA image needs an NVIDIA GPU; this host has {_vendor_label(host)}")
+    return _cuda(record, host, compat)
+
+
+def _vendor_label(host: FitHost) -> str:
+    return {"nvidia": "an NVIDIA GPU", "amd": "an AMD GPU", "none": "no GPU"}[host.vendor]
+
+
+def _no(record: KnownGood, reason: str) -> RecordFit:
+    return RecordFit(record.id, "does not fit", reason, False)
+
+
+def _cuda(record: KnownGood, host: FitHost, compat: Compat) -> RecordFit:
+    cuda = str(record.accelerator.get("cuda") or record.accelerator.get("version") or "")
+    said: list[str] = []
+    unchecked: list[str] = []
+    floor = drivers.floor_for(cuda, compat) if cuda else None
+    if floor is None:
+        unchecked.append(f"the driver floor of CUDA {cuda or '?'}")
+    elif host.driver is None:
+        unchecked.append(f"the driver (CUDA {floor.cuda} needs >= {floor.floor}; give --driver)")
+    else:
+        verdict = drivers.check(host.driver, floor)
+        if not verdict.fits:
+            return _no(record, f"{verdict.reason} ({FROM_TABLE})")
+        said.append(verdict.reason)
+    if not host.gpus:
+        unchecked.append("the GPUs (none detected or given; give --gpu-cc)")
+    for name, version in sorted(record.frameworks.items()):
+        if name not in names() or not framework(name).gpu_arch:
+            continue
+        row = _row(name, version, cuda)
+        label = f"{name} {version}"
+        if row is None:
+            unchecked.append(f"the compute capabilities of {label}")
+            continue
+        for cc in host.gpus:
+            device = Arch.cc(cc)
+            if not row.contains(cc) and not row.jit_only(cc):
+                return _no(record, f"{label} ships kernels for {row.label}: {device.generation} {cc} cannot run it ({FROM_TABLE})")
+        if host.gpus:
+            said.append(f"{label} ships kernels for {row.label}")
+    cudnn = record.accelerator.get("cudnn")
+    if cudnn:
+        floors = [cc for since, cc in compat.cudnn_cc if release_tuple(str(cudnn)) >= release_tuple(since)]
+        if floors:
+            lowest = max(floors, key=cc_tuple)
+            old = [cc for cc in host.gpus if cc_tuple(cc) < cc_tuple(lowest)]
+            if old:
+                return _no(
+                    record,
+                    f"cuDNN {cudnn} needs compute capability >= {lowest}: {Arch.cc(old[0]).generation} {old[0]} cannot run it ({FROM_TABLE})",
+                )
+    if any(not item.startswith("the driver (") for item in unchecked):
+        return RecordFit(record.id, "unknown", f"not checked: {', '.join(unchecked)} ({FROM_TABLE})", False)
+    tail = f"; not checked: {', '.join(unchecked)}" if unchecked else ""
+    return RecordFit(record.id, "fits", f"{'; '.join(said) or 'nothing to refuse'}{tail} ({FROM_TABLE})", False)
+
+
+def _row(name: str, version: str, cuda: str) -> gpu_arch.ArchRange | None:
+    """The gpu_arch row of this framework release built for this CUDA: the local version's variant
+    (2.14.1+cu130) when it has one, else the variant whose CUDA matches the record's (cuda13, cu13, cu130)."""
+    public, _, local = version.partition("+")
+    if local:
+        return gpu_arch.lookup(name, local, public)
+    if not cuda:
+        return None
+    major, minor = mm(cuda)
+    for row in gpu_arch.default_table():
+        for variant in row.variants:
+            match = _CUDA_VARIANT.fullmatch(variant)
+            if match is None or not row.covers(name, variant, public):
+                continue
+            digits = match.group(1)
+            if (len(digits) == 2 and int(digits) == major) or (len(digits) == 3 and (int(digits[:-1]), int(digits[-1])) == (major, minor)):
+                return row
+    return None
