@@ -4,6 +4,7 @@ and the command (decisions, json shape, every bad option value)."""
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from builder.catalog.store import Catalog
 from builder.compat import ptx_isa
 from builder.compat.facts import table
 from builder.errors import RunFailure, UserError
-from builder.fit import cuobjdump
+from builder.fit import cuobjdump, fatbin
 from builder.fit import driver as drivers
 from builder.fit import host as hosts
 from builder.fit.arch import Arch, Embedded, decide
@@ -128,6 +129,33 @@ def test_the_binary_comes_from_the_env_path_or_the_wheel(tmp_path: Path) -> None
         cuobjdump.find_binary({"PATH": ""}, [])
     with pytest.raises(UserError, match="not a file"):
         cuobjdump.find_binary({cuobjdump.ENV: str(tmp_path / "nope")}, [])
+
+
+def _cuobjdump_fixture(name: str) -> Embedded:
+    return cuobjdump.parse(*((FIXTURES / f"{name}.{part}.txt").read_text() for part in ("list-elf", "list-ptx", "dump-ptx-headers")))
+
+
+def test_the_fatbin_reader_equals_cuobjdump_on_a_real_elf_file() -> None:
+    expected = _cuobjdump_fixture("probe")
+    assert expected.label == "sm_75 sm_86 sm_90a sm_100 sm_120a compute_90" and expected.ptx_isa == ("9.0",)
+    assert fatbin.read(FIXTURES / "probe.o") == expected
+
+
+def test_the_fatbin_reader_on_files_without_device_code(tmp_path: Path) -> None:
+    assert fatbin.read(Path(sys.executable).resolve()) == Embedded((), ())
+    text = tmp_path / "notes.txt"
+    text.write_text("not an ELF file at all, but long enough to have a header of sixty-four bytes....")
+    with pytest.raises(fatbin.NotElf):
+        fatbin.read(text)
+
+
+def test_the_real_cuobjdump_agrees_when_it_is_installed() -> None:
+    """Runs where `nvidia-cuda-cuobjdump` is installed or $BUILDER_CUOBJDUMP names it (not in CI)."""
+    try:
+        binary = cuobjdump.find_binary()
+    except UserError:
+        pytest.skip("cuobjdump is not installed here (pip install nvidia-cuda-cuobjdump)")
+    assert cuobjdump.measure(FIXTURES / "probe.o", binary) == fatbin.read(FIXTURES / "probe.o")
 
 
 # --- driver floors ---------------------------------------------------------------------------
