@@ -488,6 +488,14 @@ def pull(ws: Workspace, query: tuple[str, ...], catalog_dir: str | None) -> None
 @click.option("--driver", metavar="VERSION", help="the NVIDIA driver, e.g. 550.54.15 (default: nvidia-smi's)")
 @click.option("--arch", "cpu", metavar="amd64|arm64", help="the host's CPU architecture (default: uname -m)")
 @click.option("--vendor", type=click.Choice(["nvidia", "amd", "none"]), help="the host's GPU vendor (default: detected)")
+@click.option(
+    "--library",
+    "libraries",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="judge this library's own device code instead of catalog records (repeatable)",
+)
+@click.option("--reader", type=click.Choice(["fatbin", "cuobjdump"]), default="fatbin", show_default=True, help="how --library is read")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @catalog_option
 @click.pass_obj
@@ -499,10 +507,12 @@ def fit(
     driver: str | None,
     cpu: str | None,
     vendor: str | None,
+    libraries: tuple[Path, ...],
+    reader: str,
     fmt: str,
     catalog_dir: str | None,
 ) -> None:
-    """Say whether each known-good image matching QUERY runs on this host (or the one described), and why.
+    """Say whether each known-good image matching QUERY (or each --library) runs on this host, or the one described, and why.
 
     Exit 0 when one fits, 1 when none does."""
     from builder.fit import host as hosts
@@ -510,8 +520,13 @@ def fit(
     from builder.usecases import catalog as catalogs
     from builder.usecases import fit as fitting
 
+    if libraries and query:
+        raise UserError("give QUERY (catalog records) or --library (files), not both")
     host = hosts.given(hosts.detect(), gpu_cc=gpu_cc, driver=driver, arch=cpu, vendor=vendor)
-    report = fitting.fit(catalogs.catalog_of(ws, catalog_dir, must_exist=True), " ".join(query), host)
+    if libraries:
+        report = fitting.fit_libraries(libraries, host, "cuobjdump" if reader == "cuobjdump" else "fatbin")
+    else:
+        report = fitting.fit(catalogs.catalog_of(ws, catalog_dir, must_exist=True), " ".join(query), host)
     if fmt == "json":
         emit_json(report.to_json())
     else:

@@ -339,3 +339,49 @@ def one_line_exit_2(result: Result, *words: str) -> None:
 )
 def test_every_bad_option_value_is_one_line_exit_2(cli: RunCli, catalog_dir: str, args: list[str], words: list[str]) -> None:
     one_line_exit_2(cli("fit", "--catalog", catalog_dir, *args), *words)
+
+
+PROBE = str(FIXTURES / "probe.o")
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "says"),
+    [
+        (["--gpu-cc", "7.0"], 1, "no sm_70 SASS and no PTX at or below compute_70: Volta cannot run probe.o"),
+        (["--gpu-cc", "8.0"], 1, "no sm_80 SASS"),  # sm_75 stays in major 7
+        (["--gpu-cc", "8.9", "--gpu-cc", "9.0"], 0, "9.0 (Hopper) runs probe.o through its sm_90a SASS"),
+        (["--gpu-cc", "10.3"], 0, "through its sm_100 SASS"),  # the sm_100f cubin, listed as sm_100
+        (["--gpu-cc", "11.0", "--driver", "580.65.06"], 0, "JIT-compiles its compute_90 PTX"),
+        (["--gpu-cc", "11.0", "--driver", "575.51.03"], 1, "driver 575.51.03 < 580.65.06 needed to JIT PTX ISA 9.0 (CUDA 13.0)"),
+        (["--vendor", "none"], 1, "needs an NVIDIA GPU; this host has no GPU"),
+    ],
+)
+def test_fit_of_a_library_from_its_own_device_code(cli: RunCli, catalog_dir: str, args: list[str], code: int, says: str) -> None:
+    result = cli("fit", "--library", PROBE, *args, "--format", "json")
+    assert result.exit_code == code, result.output
+    [row] = json.loads(result.stdout)["records"]
+    assert says in row["reason"] and row["measured"] is True
+
+
+def test_library_table_names_what_fits(cli: RunCli, catalog_dir: str) -> None:
+    result = cli("fit", "--library", PROBE, "--gpu-cc", "12.0")
+    assert result.exit_code == 0, result.output
+    assert "fits: probe.o" in result.stdout and "pull" not in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--library", "no/such/file.so"], ["--library"]),
+        (["--library", PROBE, "torch=2.14"], ["QUERY", "--library", "not both"]),
+        (["--library", str(FIXTURES / "probe.list-elf.txt")], ["--library", "not a 64-bit little-endian ELF file"]),
+        (["--library", PROBE, "--reader", "objdump"], ["--reader"]),
+    ],
+)
+def test_bad_library_options_are_one_line_exit_2(cli: RunCli, catalog_dir: str, args: list[str], words: list[str]) -> None:
+    one_line_exit_2(cli("fit", *args), *words)
+
+
+def test_a_missing_cuobjdump_is_one_line_exit_2(cli: RunCli, catalog_dir: str, tmp_path: Path) -> None:
+    result = cli("fit", "--library", PROBE, "--reader", "cuobjdump", env={cuobjdump.ENV: str(tmp_path / "nope")})
+    one_line_exit_2(result, "BUILDER_CUOBJDUMP")

@@ -16,12 +16,15 @@ def print_fit(out: Console, report: FitReport) -> None:
     gpus = ", ".join(host.gpus) or "none"
     title = f"fit on {host.arch}, {host.vendor} GPUs: {gpus}, driver: {host.driver or 'unknown'}"
     table = Table(title=markup(title), title_justify="left")
-    for column in ("image", "fit", "reason"):
+    for column in ("image" if report.catalog else "library", "fit", "reason"):
         table.add_column(column, overflow="fold")
     for row in report.records:
         table.add_row(markup(row.id), f"[{_STYLE[row.status]}]{row.status}[/]", markup(row.reason))
     out.print(table)
-    if report.newest_fit:
+    if not report.catalog:
+        fitting = [row.id for row in report.records if row.status == "fits"]
+        out.print(markup(f"fits: {', '.join(fitting)}") if fitting else "none of them fits this host")
+    elif report.newest_fit:
         out.print(markup(f"newest that fits: {report.newest_fit} (builder pull id={report.newest_fit})"))
     else:
         out.print("nothing matching fits this host")

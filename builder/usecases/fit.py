@@ -1,4 +1,5 @@
-"""`builder fit QUERY`: does each known-good record the query matches run on this host, and why.
+"""`builder fit QUERY`: does each known-good record the query matches run on this host, and why;
+`builder fit --library FILE`: the same for libraries, measured from their device code.
 
 A record's fit is judged from what it already says (its CUDA version, cuDNN and framework
 releases) against the compat tables: the driver floor of its CUDA runtime (fit/driver.py), the
@@ -10,7 +11,9 @@ image's own binaries (fit/cuobjdump.py) and recording that with the smoke result
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from builder.catalog.records import KnownGood
@@ -19,13 +22,15 @@ from builder.compat import gpu_arch
 from builder.compat.facts import Compat, table
 from builder.compat.rules import framework, names
 from builder.compat.versions import cc_tuple, mm, release_tuple
-from builder.errors import RunFailure
+from builder.errors import RunFailure, UserError
+from builder.fit import cuobjdump, fatbin
 from builder.fit import driver as drivers
-from builder.fit.arch import Arch
+from builder.fit.arch import Arch, Embedded, decide
 from builder.fit.host import FitHost
 from builder.usecases.catalog import find, no_match_message
 
 Status = Literal["fits", "does not fit", "unknown"]
+Reader = Literal["fatbin", "cuobjdump"]
 RECORD_ARCH = "amd64"  # every lock resolves for x86_64 (builder/lock/target.py platform_for), so every image is amd64
 FROM_TABLE = "from the compat table, not measured"
 _CUDA_VARIANT = re.compile(r"^cu(?:da)?(\d{2,3})$")
@@ -46,6 +51,7 @@ class RecordFit:
 class FitReport:
     host: FitHost
     records: tuple[RecordFit, ...]  # newest first, as the catalog query orders them
+    catalog: bool = True  # False: the rows are libraries (--library), not records to pull
 
     @property
     def newest_fit(self) -> str | None:
@@ -152,3 +158,41 @@ def _row(name: str, version: str, cuda: str) -> gpu_arch.ArchRange | None:
             if (len(digits) == 2 and int(digits) == major) or (len(digits) == 3 and (int(digits[:-1]), int(digits[-1])) == (major, minor)):
                 return row
     return None
+
+
+def fit_libraries(paths: Sequence[Path], host: FitHost, reader: Reader = "fatbin") -> FitReport:
+    """The fit of each library from the device code it embeds, read by builder's fatbin reader or
+    by NVIDIA's cuobjdump (the two agree: tests/test_fit.py)."""
+    compat = table()
+    binary = cuobjdump.find_binary() if reader == "cuobjdump" else None
+    rows = []
+    for path in paths:
+        try:
+            embedded = cuobjdump.measure(path, binary) if binary is not None else fatbin.read(path)
+        except (fatbin.NotElf, OSError) as exc:
+            raise UserError(f"--library {path}: {exc}; give a shared library or executable") from None
+        rows.append(judge_embedded(path.name, embedded, host, compat))
+    return FitReport(host, tuple(rows), catalog=False)
+
+
+def judge_embedded(name: str, embedded: Embedded, host: FitHost, compat: Compat) -> RecordFit:
+    """A measured fit: every GPU through a cubin or PTX (arch.py), the PTX's driver when it is JIT-compiled."""
+    if not embedded.sass and not embedded.ptx:
+        return RecordFit(name, "fits", "no device code: nothing in it needs a GPU", True)
+    if host.vendor != "nvidia":
+        return RecordFit(
+            name, "does not fit", f"CUDA device code ({embedded.label}) needs an NVIDIA GPU; this host has {_vendor_label(host)}", True
+        )
+    if not host.gpus:
+        return RecordFit(name, "unknown", f"not checked: the GPUs (none detected or given; give --gpu-cc); it has {embedded.label}", True)
+    said = []
+    for cc in host.gpus:
+        decision = decide(embedded, Arch.cc(cc), name)
+        if not decision.fits:
+            return RecordFit(name, "does not fit", decision.reason, True)
+        said.append(decision.reason)
+        if decision.how == "ptx" and host.driver is not None and embedded.ptx_isa:
+            jit = drivers.check_ptx(host.driver, embedded.ptx_isa[-1], compat)
+            if not jit.fits:
+                return RecordFit(name, "does not fit", jit.reason, True)
+    return RecordFit(name, "fits", "; ".join(said), True)
