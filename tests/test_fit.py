@@ -230,6 +230,14 @@ def test_amd_targets_from_sysfs_and_rocminfo(tmp_path: Path) -> None:
     )
 
 
+def test_rocminfo_when_sysfs_has_no_kfd(tmp_path: Path) -> None:
+    def run(argv: list[str]) -> tuple[int, str]:
+        return (0, ROCMINFO) if argv[0] == "rocminfo" else (127, f"{argv[0]}: command not found")
+
+    assert hosts.detect(run, tmp_path, "x86_64").gpus == ("gfx942",)
+    assert hosts.detect(lambda argv: (127, "not found"), tmp_path, "x86_64").vendor == "none"
+
+
 def test_nvidia_smi_gives_the_driver_and_every_gpu(tmp_path: Path) -> None:
     smi = "NVIDIA GeForce RTX 5090, 580.65.06, 12.0, 32607\nTesla V100-SXM2-16GB, 580.65.06, 7.0, 16384\n"
     host = hosts.detect(lambda argv: (0, smi), tmp_path, "aarch64")
@@ -279,6 +287,10 @@ def test_record_reasons() -> None:
     assert judge(TORCH_CU130, FitHost("amd64", "amd", ("gfx90a",), None), table()).status == "does not fit"
     jax = record("jax0.9-cuda13", frameworks={"jax": "0.9.0"}, accelerator=CU130)
     assert "jax 0.9.0 ships kernels for >= 7.5" in judge(jax, nvidia("9.0"), table()).reason  # variant cuda13 from the CUDA
+    newer = judge(
+        record("torch2.14-cu130b", frameworks={"torch": "2.14.1+cu130"}, accelerator={**CU130, "cudnn": None}), nvidia("13.0"), table()
+    )
+    assert "(13.0 through its PTX, slow first start)" in newer.reason  # the table says 2.12+ cu130 ships PTX
 
 
 # --- the command ------------------------------------------------------------------------------

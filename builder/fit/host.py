@@ -92,13 +92,16 @@ def check_driver(value: str) -> str:
 
 
 def detect(run: facts.Runner = facts.run_command, root: Path = Path("/"), machine: str | None = None) -> FitHost:
-    """What this machine has: NVIDIA first (nvidia-smi), else AMD (kfd), else no GPU."""
+    """What this machine has: NVIDIA first (nvidia-smi), else AMD (kfd in sysfs, else rocminfo), else no GPU."""
     arch = cpu_arch(machine or platform.machine())
     nvidia = facts.gather_nvidia(run, root)
     if nvidia.has_gpu:
         ccs = tuple(gpu.compute_cap for gpu in nvidia.gpus if gpu.compute_cap is not None)
         return FitHost(arch, "nvidia", ccs, nvidia.driver, ("arch", "vendor", "gpus", "driver"))
     gfx = amd_targets(root)
+    if not gfx:
+        rc, out = run(["rocminfo"])
+        gfx = parse_rocminfo(out) if rc == 0 else ()
     if gfx:
         return FitHost(arch, "amd", gfx, None, ("arch", "vendor", "gpus"))
     return FitHost(arch, "none", (), None, ("arch", "vendor", "gpus"))

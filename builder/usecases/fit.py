@@ -121,8 +121,11 @@ def _cuda(record: KnownGood, host: FitHost, compat: Compat) -> RecordFit:
             device = Arch.cc(cc)
             if not row.contains(cc) and not row.jit_only(cc):
                 return _no(record, f"{label} ships kernels for {row.label}: {device.generation} {cc} cannot run it ({FROM_TABLE})")
+        jit = [cc for cc in host.gpus if row.jit_only(cc)]
         if host.gpus:
-            said.append(f"{label} ships kernels for {row.label}")
+            said.append(
+                f"{label} ships kernels for {row.label}" + (f" ({', '.join(jit)} through its PTX, slow first start)" if jit else "")
+            )
     cudnn = record.accelerator.get("cudnn")
     if cudnn:
         floors = [cc for since, cc in compat.cudnn_cc if release_tuple(str(cudnn)) >= release_tuple(since)]
