@@ -3,6 +3,7 @@ and the command (decisions, json shape, every bad option value)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from collections.abc import Sequence
@@ -147,6 +148,18 @@ def test_the_fatbin_reader_on_files_without_device_code(tmp_path: Path) -> None:
     text.write_text("not an ELF file at all, but long enough to have a header of sixty-four bytes....")
     with pytest.raises(fatbin.NotElf):
         fatbin.read(text)
+
+
+def test_a_cut_or_damaged_file_is_a_not_elf_error_never_a_crash(tmp_path: Path) -> None:
+    whole = (FIXTURES / "probe.o").read_bytes()
+    damaged = tmp_path / "damaged.o"
+    for at in range(0, len(whole), 97):
+        flipped = bytearray(whole)
+        flipped[at] ^= 0xFF
+        for data in (whole[:at], bytes(flipped)):
+            damaged.write_bytes(data)
+            with contextlib.suppress(fatbin.NotElf):
+                fatbin.read(damaged)
 
 
 def test_the_real_cuobjdump_agrees_when_it_is_installed() -> None:

@@ -104,10 +104,6 @@ class Embedded:
     def of(sass: Iterable[Arch], ptx: Iterable[Arch], ptx_isa: Iterable[str] = ()) -> Embedded:
         return Embedded(tuple(sorted(set(sass))), tuple(sorted(set(ptx))), tuple(sorted(set(ptx_isa), key=_isa_key)))
 
-    def merged(self, other: Embedded) -> Embedded:
-        """What several libraries hold together: an image loads all of them."""
-        return Embedded.of((*self.sass, *other.sass), (*self.ptx, *other.ptx), (*self.ptx_isa, *other.ptx_isa))
-
     @property
     def label(self) -> str:
         """`sm_75 sm_80 ... compute_120`: the listing in one line."""

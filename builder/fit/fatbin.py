@@ -30,7 +30,15 @@ _ENTRY = struct.Struct("<HHIQIIII8xI")  # kind, version, header size, payload si
 
 
 class NotElf(ValueError):
-    """The file is not a 64-bit little-endian ELF file."""
+    """The file is not a 64-bit little-endian ELF file, or its fatbin is cut short."""
+
+
+def _read(f: BinaryIO, offset: int, size: int) -> bytes:
+    f.seek(offset)
+    data = f.read(size)
+    if len(data) != size:
+        raise NotElf(f"the file ends inside a structure at byte {offset} (truncated?)")
+    return data
 
 
 def _section(f: BinaryIO) -> tuple[int, int] | None:
@@ -43,12 +51,10 @@ def _section(f: BinaryIO) -> tuple[int, int] | None:
     entsize, count, names = struct.unpack_from("<HHH", header, 0x3A)
     if entsize < 64 or names >= count:
         raise NotElf("ELF section headers are malformed")
-    f.seek(shoff)
-    table = f.read(entsize * count)
+    table = _read(f, shoff, entsize * count)
     sections = [struct.unpack_from("<IIQQQQ", table, i * entsize) for i in range(count)]
     _, _, _, _, names_off, names_size = sections[names]
-    f.seek(names_off)
-    strings = f.read(names_size)
+    strings = _read(f, names_off, names_size)
     for name, kind, _, _, offset, size in sections:
         if strings[name : strings.find(b"\0", name)] == SECTION and kind != 8:  # 8: SHT_NOBITS
             return offset, size
@@ -62,15 +68,13 @@ def read_entries(f: BinaryIO, offset: int, size: int) -> Embedded:
     isa: list[str] = []
     position, end = offset, offset + size
     while position + 16 <= end:
-        f.seek(position)
-        magic, _, header_size, entries_size = struct.unpack("<IHHQ", f.read(16))
+        magic, _, header_size, entries_size = struct.unpack("<IHHQ", _read(f, position, 16))
         if magic != MAGIC:
             position += 8  # padding between blobs
             continue
         entry, stop = position + header_size, min(position + header_size + entries_size, end)
         while entry + _ENTRY.size <= stop:
-            f.seek(entry)
-            kind, _, entry_header, payload, _, _, code, sm, flags = _ENTRY.unpack(f.read(_ENTRY.size))
+            kind, _, entry_header, payload, _, _, code, sm, flags = _ENTRY.unpack(_read(f, entry, _ENTRY.size))
             arch = Arch(sm // 10, sm % 10, "a" if flags & ARCH_SPECIFIC else "")
             if kind == KIND_ELF:
                 sass.append(arch)
