@@ -410,3 +410,20 @@ def test_bad_library_options_are_one_line_exit_2(cli: RunCli, catalog_dir: str, 
 def test_a_missing_cuobjdump_is_one_line_exit_2(cli: RunCli, catalog_dir: str, tmp_path: Path) -> None:
     result = cli("fit", "--library", PROBE, "--reader", "cuobjdump", env={cuobjdump.ENV: str(tmp_path / "nope")})
     one_line_exit_2(result, "BUILDER_CUOBJDUMP")
+
+
+def test_detected_values_are_used_when_none_is_given(cli: RunCli, catalog_dir: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    h200 = FitHost("amd64", "nvidia", ("9.0",), "580.95.05", ("arch", "vendor", "gpus", "driver"))
+    monkeypatch.setattr(hosts, "detect", lambda: h200)
+    result = cli("fit", "--catalog", catalog_dir, "cuda=13", "--format", "json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["host"]["detected"] == ["arch", "vendor", "gpus", "driver"] and data["newest_fit"] == "torch2.14-cu130"
+
+
+def test_no_match_and_an_empty_catalog_exit_1_in_one_line(cli: RunCli, catalog_dir: str, tmp_path: Path) -> None:
+    missing = cli("fit", "--catalog", catalog_dir, "torch=9.9", "--gpu-cc", "9.0")
+    assert missing.exit_code == 1 and missing.stderr.startswith("error: no known-good image matches")
+    (tmp_path / "empty").mkdir()
+    empty = cli("fit", "--catalog", str(tmp_path / "empty"), "--gpu-cc", "9.0")
+    assert empty.exit_code == 1 and "is empty" in empty.stderr and len(empty.stderr.strip().splitlines()) == 1
