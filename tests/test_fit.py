@@ -298,6 +298,11 @@ def test_record_reasons() -> None:
     assert judge(TORCH_CU130, FitHost("arm64", "nvidia", ("9.0",), None), table()).reason == "an amd64 image; this host is arm64"
     assert judge(record("torch2.14-cpu"), FitHost("amd64", "none", (), None), table()).status == "fits"
     assert judge(TORCH_CU130, FitHost("amd64", "amd", ("gfx90a",), None), table()).status == "does not fit"
+    cupy = judge(record("cupy14-cuda13", frameworks={"cupy": "14.0.0"}, accelerator=CU130), nvidia("9.0"), table())
+    assert (cupy.status, cupy.reason) == (
+        "unknown",
+        "not checked: the compute capabilities of cupy 14.0.0 (not in gpu_arch.yaml) (from the compat table, not measured)",
+    )
     jax = record("jax0.9-cuda13", frameworks={"jax": "0.9.0"}, accelerator=CU130)
     assert "jax 0.9.0 ships kernels for >= 7.5" in judge(jax, nvidia("9.0"), table()).reason  # variant cuda13 from the CUDA
     newer = judge(

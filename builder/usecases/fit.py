@@ -94,53 +94,55 @@ def _no(record: KnownGood, reason: str) -> RecordFit:
 
 
 def _cuda(record: KnownGood, host: FitHost, compat: Compat) -> RecordFit:
+    """Driver floor, each framework's compute capabilities, cuDNN's GPU floor: the first refusal wins.
+    Not knowing the driver is only noted (the person asked about GPUs); not knowing whether a GPU
+    runs the kernels makes the answer `unknown`, never a guessed yes."""
     cuda = str(record.accelerator.get("cuda") or record.accelerator.get("version") or "")
     said: list[str] = []
-    unchecked: list[str] = []
+    unknown: list[str] = []
     floor = drivers.floor_for(cuda, compat) if cuda else None
     if floor is None:
-        unchecked.append(f"the driver floor of CUDA {cuda or '?'}")
+        unknown.append(f"the driver floor of CUDA {cuda or '?'}")
     elif host.driver is None:
-        unchecked.append(f"the driver (CUDA {floor.cuda} needs >= {floor.floor}; give --driver)")
+        said.append(f"driver not checked (CUDA {floor.cuda} needs >= {floor.floor}; give --driver)")
     else:
         verdict = drivers.check(host.driver, floor)
         if not verdict.fits:
             return _no(record, f"{verdict.reason} ({FROM_TABLE})")
         said.append(verdict.reason)
     if not host.gpus:
-        unchecked.append("the GPUs (none detected or given; give --gpu-cc)")
+        unknown.append("the GPUs (none detected or given; give --gpu-cc)")
     for name, version in sorted(record.frameworks.items()):
-        if name not in names() or not framework(name).gpu_arch:
-            continue
-        row = _row(name, version, cuda)
+        if name not in names():
+            continue  # not a GPU framework of the registry (e.g. numpy)
+        row = _row(name, version, cuda) if framework(name).gpu_arch else None
         label = f"{name} {version}"
         if row is None:
-            unchecked.append(f"the compute capabilities of {label}")
+            unknown.append(f"the compute capabilities of {label} (not in gpu_arch.yaml)")
             continue
         for cc in host.gpus:
-            device = Arch.cc(cc)
             if not row.contains(cc) and not row.jit_only(cc):
-                return _no(record, f"{label} ships kernels for {row.label}: {device.generation} {cc} cannot run it ({FROM_TABLE})")
+                return _no(record, f"{label} ships kernels for {row.label}: {Arch.cc(cc).generation} {cc} cannot run it ({FROM_TABLE})")
         jit = [cc for cc in host.gpus if row.jit_only(cc)]
-        if host.gpus:
-            said.append(
-                f"{label} ships kernels for {row.label}" + (f" ({', '.join(jit)} through its PTX, slow first start)" if jit else "")
-            )
-    cudnn = record.accelerator.get("cudnn")
-    if cudnn:
-        floors = [cc for since, cc in compat.cudnn_cc if release_tuple(str(cudnn)) >= release_tuple(since)]
-        if floors:
-            lowest = max(floors, key=cc_tuple)
-            old = [cc for cc in host.gpus if cc_tuple(cc) < cc_tuple(lowest)]
-            if old:
-                return _no(
-                    record,
-                    f"cuDNN {cudnn} needs compute capability >= {lowest}: {Arch.cc(old[0]).generation} {old[0]} cannot run it ({FROM_TABLE})",
-                )
-    if any(not item.startswith("the driver (") for item in unchecked):
-        return RecordFit(record.id, "unknown", f"not checked: {', '.join(unchecked)} ({FROM_TABLE})", False)
-    tail = f"; not checked: {', '.join(unchecked)}" if unchecked else ""
-    return RecordFit(record.id, "fits", f"{'; '.join(said) or 'nothing to refuse'}{tail} ({FROM_TABLE})", False)
+        said.append(f"{label} ships kernels for {row.label}" + (f" ({', '.join(jit)} through its PTX, slow first start)" if jit else ""))
+    refused = _cudnn_refusal(str(record.accelerator.get("cudnn") or ""), host, compat)
+    if refused:
+        return _no(record, f"{refused} ({FROM_TABLE})")
+    if unknown:
+        return RecordFit(record.id, "unknown", f"not checked: {', '.join(unknown)} ({FROM_TABLE})", False)
+    return RecordFit(record.id, "fits", f"{'; '.join(said)} ({FROM_TABLE})", False)
+
+
+def _cudnn_refusal(cudnn: str, host: FitHost, compat: Compat) -> str | None:
+    """cuDNN releases drop GPU generations (9.11: Maxwell, Pascal, Volta; compat.yaml cuda.cudnn_cc)."""
+    floors = [cc for since, cc in compat.cudnn_cc if cudnn and release_tuple(cudnn) >= release_tuple(since)]
+    if not floors:
+        return None
+    lowest = max(floors, key=cc_tuple)
+    old = [cc for cc in host.gpus if cc_tuple(cc) < cc_tuple(lowest)]
+    if not old:
+        return None
+    return f"cuDNN {cudnn} needs compute capability >= {lowest}: {Arch.cc(old[0]).generation} {old[0]} cannot run it"
 
 
 def _row(name: str, version: str, cuda: str) -> gpu_arch.ArchRange | None:
