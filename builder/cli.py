@@ -522,7 +522,7 @@ def fit(
 
     if libraries and query:
         raise UserError("give QUERY (catalog records) or --library (files), not both")
-    host = hosts.given(hosts.detect(), gpu_cc=gpu_cc, driver=driver, arch=cpu, vendor=vendor)
+    host = hosts.host_for(gpu_cc=gpu_cc, driver=driver, arch=cpu, vendor=vendor)
     if libraries:
         report = fitting.fit_libraries(libraries, host, "cuobjdump" if reader == "cuobjdump" else "fatbin")
     else:

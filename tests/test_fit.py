@@ -262,6 +262,16 @@ def test_given_values_replace_detected_ones() -> None:
     assert hosts.given(detected, gpu_cc=["12.0"]) == FitHost("amd64", "nvidia", ("12.0",), "550.54.15", ("arch", "vendor", "driver"))
     assert hosts.given(detected, vendor="none", arch="arm64") == FitHost("arm64", "none", (), None, ())
     assert hosts.given(FitHost("amd64", "none", (), None, ("arch", "vendor", "gpus")), gpu_cc=["6.1"]).vendor == "nvidia"
+    assert hosts.given(None, driver="550.54.15").vendor == "nvidia"
+
+
+def test_a_fully_described_host_is_not_detected(monkeypatch: pytest.MonkeyPatch) -> None:
+    def detect() -> FitHost:
+        raise AssertionError("detected although the options said it all")
+
+    monkeypatch.setattr(hosts, "detect", detect)
+    assert hosts.host_for(gpu_cc=["9.0"], driver="580.65.06").gpus == ("9.0",)
+    assert hosts.host_for(vendor="none", arch="arm64") == FitHost("arm64", "none", (), None, ())
 
 
 # --- decisions on catalog records (from the compat table) ------------------------------------

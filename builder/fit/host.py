@@ -117,7 +117,7 @@ def given(
 ) -> FitHost:
     """The host with the given options in place of detected values (`detected` None: nothing detected).
 
-    --gpu-cc implies an NVIDIA host; --vendor none drops the GPUs; a value that is neither given
+    --gpu-cc and --driver imply an NVIDIA host; --vendor none drops the GPUs; a value that is neither given
     nor detected stays unknown (no driver: the driver is not checked)."""
     for cc in gpu_cc:
         Arch.cc(cc)
@@ -128,7 +128,7 @@ def given(
     if vendor in ("amd", "none") and driver is not None:
         raise UserError(f"--driver is an NVIDIA driver version, but --vendor is {vendor}: drop one of them")
     base = detected or FitHost(cpu_arch(platform.machine()), "none", (), None, ("arch",))
-    chosen: Vendor = _vendor(vendor) if vendor is not None else "nvidia" if gpu_cc else base.vendor
+    chosen: Vendor = _vendor(vendor) if vendor is not None else "nvidia" if gpu_cc or driver is not None else base.vendor
     same = chosen == base.vendor
     gpus = tuple(cc.strip() for cc in gpu_cc) if gpu_cc else base.gpus if same else ()
     replaced = {"arch": arch is not None, "vendor": not same, "gpus": bool(gpu_cc) or not same, "driver": driver is not None or not same}
@@ -146,3 +146,11 @@ def _vendor(value: str) -> Vendor:
         if value == known:
             return known
     raise UserError(f"--vendor {value!r} is not one of {', '.join(VENDORS)}: pick one")
+
+
+def host_for(*, gpu_cc: Sequence[str] = (), driver: str | None = None, arch: str | None = None, vendor: str | None = None) -> FitHost:
+    """The host `builder fit` judges for: detected, with the options in place of what they name.
+    Nothing is detected when the options already say it all (GPUs and driver, or no GPU), so a
+    described host never waits on this machine's nvidia-smi."""
+    described = (bool(gpu_cc) and driver is not None) or vendor == "none"
+    return given(None if described else detect(), gpu_cc=gpu_cc, driver=driver, arch=arch, vendor=vendor)
