@@ -27,13 +27,11 @@ from tests.conftest import RunCli
 
 FIXTURES = Path(__file__).parent / "fixtures" / "cuobjdump"
 TORCH = "torch 2.14.1+cu130"
-# libtorch_cuda.so of PyPI's torch 2.14.1 (cu130) as cuobjdump --list-elf lists it (issue 17 and
-# /work/shared/ENVIRONMENT.md: sm_75 80 86 90 100 120 plus arch-specific `a` cubins); no PTX.
-TORCH_ELF = "\n".join(
-    f"ELF file {i:4}: libtorch_cuda.{i}.{sm}.cubin"
-    for i, sm in enumerate(["sm_75", "sm_80", "sm_86", "sm_90", "sm_90a", "sm_100", "sm_100a", "sm_120"], start=1)
+# libtorch_cuda.so of PyPI's torch 2.14.1 (cu130), as NVIDIA's cuobjdump lists it (real output).
+TORCH_LISTING = cuobjdump.parse(
+    (FIXTURES / "torch-2.14.1+cu130.libtorch_cuda.list-elf.txt").read_text(),
+    (FIXTURES / "torch-2.14.1+cu130.libtorch_cuda.list-ptx.txt").read_text(),
 )
-TORCH_LISTING = cuobjdump.parse(TORCH_ELF, "")
 
 
 # --- the device rules ------------------------------------------------------------------------
@@ -48,9 +46,9 @@ TORCH_LISTING = cuobjdump.parse(TORCH_ELF, "")
         ("8.0", "sass", "sm_80"),  # Ampere, data center
         ("8.6", "sass", "sm_86"),  # Ampere, consumer
         ("8.9", "sass", "sm_86"),  # Ada runs the sm_86 cubins
-        ("9.0", "sass", "sm_90a"),  # Hopper: the exact arch-specific cubin
-        ("10.0", "sass", "sm_100a"),  # Blackwell, data center
-        ("10.3", "sass", "sm_100"),  # sm_100a is for 10.0 only; sm_100 runs on 10.3
+        ("9.0", "sass", "sm_90"),  # Hopper (and its 4 sm_90a cubins)
+        ("10.0", "sass", "sm_100"),  # Blackwell, data center
+        ("10.3", "sass", "sm_100"),  # 475 sm_100 cubins; 59 sm_103
         ("12.0", "sass", "sm_120"),  # Blackwell, consumer
         ("12.1", "sass", "sm_120"),
     ],
@@ -59,6 +57,12 @@ def test_torch_2_14_1_cu130_runs_where_its_cubins_do(cc: str, how: str, via: str
     fit = decide(TORCH_LISTING, Arch.cc(cc), TORCH)
     assert (fit.how, fit.via.sm if fit.via else None) == (how, via)
     assert fit.fits is (how != "none")
+
+
+def test_the_real_torch_listing() -> None:
+    assert TORCH_LISTING.label == "sm_75 sm_80 sm_86 sm_89 sm_90 sm_90a sm_100 sm_100a sm_103 sm_120 sm_120a sm_121a"
+    assert TORCH_LISTING.ptx == () and TORCH_LISTING.count(Arch.parse("sm_86")) == 475
+    assert TORCH_LISTING.count(Arch.parse("sm_89")) == 1  # one kernel: 8.9 runs the rest through sm_86
 
 
 def test_a_gpu_without_sass_or_ptx_gets_the_reason_in_one_line() -> None:

@@ -10,12 +10,14 @@ A library built for CUDA carries SASS (cubins, machine code for one architecture
 - PTX for compute_XY is JIT-compiled for any device >= X.Y, by a driver that knows its PTX ISA
   version (driver.py); arch-specific PTX only on its exact target.
 
-SASS is preferred over PTX: a device with usable SASS never JITs, so the decision names the cubin.
+SASS is preferred over PTX: a device with usable SASS never JITs, so the decision names the SASS
+target that carries most of the cubins the device can run.
 """
 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
@@ -94,15 +96,27 @@ class Arch:
 
 @dataclass(frozen=True)
 class Embedded:
-    """The device code in a set of libraries: the SASS targets and the PTX targets, each sorted."""
+    """The device code in a set of libraries: the SASS targets and the PTX targets, each sorted.
+
+    `cubins` counts the cubins per SASS target: a library is many compilation units, and a target
+    with one cubin (torch 2.14.1's single sm_89 kernel) is not the way most of its kernels reach a
+    GPU, so the reason names the target that carries most of them."""
 
     sass: tuple[Arch, ...]
     ptx: tuple[Arch, ...]
     ptx_isa: tuple[str, ...] = ()  # the PTX ISA versions of that PTX ("9.0"), when read
+    cubins: tuple[tuple[Arch, int], ...] = ()  # (SASS target, how many cubins), when counted
 
     @staticmethod
     def of(sass: Iterable[Arch], ptx: Iterable[Arch], ptx_isa: Iterable[str] = ()) -> Embedded:
-        return Embedded(tuple(sorted(set(sass))), tuple(sorted(set(ptx))), tuple(sorted(set(ptx_isa), key=_isa_key)))
+        """From every entry as listed (repeats counted)."""
+        counted = Counter(sass)
+        return Embedded(
+            tuple(sorted(counted)), tuple(sorted(set(ptx))), tuple(sorted(set(ptx_isa), key=_isa_key)), tuple(sorted(counted.items()))
+        )
+
+    def count(self, arch: Arch) -> int:
+        return dict(self.cubins).get(arch, 0)
 
     @property
     def label(self) -> str:
@@ -144,7 +158,7 @@ def decide(embedded: Embedded, device: Arch, what: str) -> ArchFit:
     """The device's fit with one-line reason; `what` names the software (`torch 2.14.1+cu130`)."""
     cubins = [a for a in embedded.sass if sass_runs(a, device)]
     if cubins:
-        best = max(cubins)
+        best = max(cubins, key=lambda a: (embedded.count(a), a))
         return ArchFit(device, "sass", best, f"{device.number} ({device.generation}) runs {what} through its {best.sm} SASS")
     ptx = [a for a in embedded.ptx if ptx_runs(a, device)]
     if ptx:

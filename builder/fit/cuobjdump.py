@@ -29,9 +29,9 @@ _HEADER = re.compile(r"^(arch|code version)\s*=\s*(.+?)\s*$")
 
 
 def parse_list(text: str, kind: re.Pattern[str]) -> tuple[Arch, ...]:
-    """The targets of `--list-elf` or `--list-ptx` output; other lines (info, blanks) are ignored."""
-    found = {Arch.parse(m.group(1)) for line in text.splitlines() if (m := kind.match(line.strip()))}
-    return tuple(sorted(found))
+    """The target of each entry of `--list-elf` or `--list-ptx` output, repeats kept (they are
+    counted); other lines (info, blanks) are ignored."""
+    return tuple(Arch.parse(m.group(1)) for line in text.splitlines() if (m := kind.match(line.strip())))
 
 
 def parse_ptx_versions(text: str) -> tuple[str, ...]:
