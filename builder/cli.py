@@ -492,8 +492,8 @@ def pull(ws: Workspace, query: tuple[str, ...], catalog_dir: str | None) -> None
     "--library",
     "libraries",
     multiple=True,
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="judge this library's own device code instead of catalog records (repeatable)",
+    type=click.Path(exists=True, path_type=Path),
+    help="judge this library's own device code (or each library's under a folder) instead of catalog records (repeatable)",
 )
 @click.option("--reader", type=click.Choice(["fatbin", "cuobjdump"]), default="fatbin", show_default=True, help="how --library is read")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
@@ -514,7 +514,7 @@ def fit(
 ) -> None:
     """Say whether each known-good image matching QUERY (or each --library) runs on this host, or the one described, and why.
 
-    Exit 0 when one fits, 1 when none does."""
+    Exit 0 when an image fits (with --library: when every library does), else 1."""
     from builder.fit import host as hosts
     from builder.ui.fit import print_fit
     from builder.usecases import catalog as catalogs
@@ -531,7 +531,7 @@ def fit(
         emit_json(report.to_json())
     else:
         print_fit(out, report)
-    _exit_for(report.newest_fit is not None)
+    _exit_for(report.ok)
 
 
 @main.command()

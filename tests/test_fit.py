@@ -410,13 +410,14 @@ def test_fit_of_a_library_from_its_own_device_code(cli: RunCli, catalog_dir: str
 def test_library_table_names_what_fits(cli: RunCli, catalog_dir: str) -> None:
     result = cli("fit", "--library", PROBE, "--gpu-cc", "12.0")
     assert result.exit_code == 0, result.output
-    assert "fits: probe.o" in result.stdout and "pull" not in result.stdout
+    assert "all fit this host" in result.stdout and "pull" not in result.stdout
 
 
 @pytest.mark.parametrize(
     ("args", "words"),
     [
         (["--library", "no/such/file.so"], ["--library"]),
+        (["--library", str(FIXTURES.parent.parent / "golden")], ["no library with device code under"]),
         (["--library", PROBE, "torch=2.14"], ["QUERY", "--library", "not both"]),
         (["--library", str(FIXTURES / "probe.list-elf.txt")], ["--library", "not a 64-bit little-endian ELF file"]),
         (["--library", PROBE, "--reader", "objdump"], ["--reader"]),
@@ -446,3 +447,21 @@ def test_no_match_and_an_empty_catalog_exit_1_in_one_line(cli: RunCli, catalog_d
     (tmp_path / "empty").mkdir()
     empty = cli("fit", "--catalog", str(tmp_path / "empty"), "--gpu-cc", "9.0")
     assert empty.exit_code == 1 and "is empty" in empty.stderr and len(empty.stderr.strip().splitlines()) == 1
+
+
+def test_a_folder_stands_for_its_libraries_with_device_code(cli: RunCli, catalog_dir: str, tmp_path: Path) -> None:
+    lib = tmp_path / "site-packages" / "torch" / "lib"
+    lib.mkdir(parents=True)
+    (lib / "libkernels.so.1").write_bytes((FIXTURES / "probe.o").read_bytes())
+    (lib / "libplain.so").write_bytes(Path(sys.executable).resolve().read_bytes())  # an ELF without device code
+    (lib / "libbroken.so").write_text("not an ELF file, only named like a library, and long enough for a header")
+    (lib / "README.txt").write_text("skipped: not a library")
+    result = cli("fit", "--library", str(tmp_path / "site-packages"), "--gpu-cc", "7.5", "--format", "json")
+    assert result.exit_code == 0, result.output
+    assert [r["id"] for r in json.loads(result.stdout)["records"]] == ["torch/lib/libkernels.so.1"]
+    (lib / "libold.so").write_bytes(
+        (FIXTURES / "probe.o").read_bytes().replace(b"\x4b\x00\x00\x00\x00\x00", b"\x50\x00\x00\x00\x00\x00")
+    )  # its sm_75 cubin relabelled sm_80
+    both = cli("fit", "--library", str(tmp_path / "site-packages"), "--gpu-cc", "7.5")
+    assert both.exit_code == 1, both.output  # a program loads every library: one that does not fit is enough
+    assert "not all fit this host: torch/lib/libold.so" in both.stdout

@@ -22,8 +22,8 @@ def print_fit(out: Console, report: FitReport) -> None:
         table.add_row(markup(row.id), f"[{_STYLE[row.status]}]{row.status}[/]", markup(row.reason))
     out.print(table)
     if not report.catalog:
-        fitting = [row.id for row in report.records if row.status == "fits"]
-        out.print(markup(f"fits: {', '.join(fitting)}") if fitting else "none of them fits this host")
+        left = [row.id for row in report.records if row.status != "fits"]
+        out.print(markup(f"not all fit this host: {', '.join(left)}") if left else "all fit this host")
     elif report.newest_fit:
         out.print(markup(f"newest that fits: {report.newest_fit} (builder pull id={report.newest_fit})"))
     else:

@@ -57,6 +57,13 @@ class FitReport:
     def newest_fit(self) -> str | None:
         return next((r.id for r in self.records if r.status == "fits"), None)
 
+    @property
+    def ok(self) -> bool:
+        """Records: one fits (there is an image to pull). Libraries: all fit (a program loads them all)."""
+        if self.catalog:
+            return self.newest_fit is not None
+        return all(r.status == "fits" for r in self.records)
+
     def to_json(self) -> dict[str, object]:
         return {"host": self.host.to_json(), "records": [r.to_json() for r in self.records], "newest_fit": self.newest_fit}
 
@@ -165,19 +172,41 @@ def _row(name: str, version: str, cuda: str) -> gpu_arch.ArchRange | None:
     return None
 
 
+MAX_LIBRARIES = 2000  # shared libraries under one --library folder; a whole filesystem is a mistake
+
+
 def fit_libraries(paths: Sequence[Path], host: FitHost, reader: Reader = "fatbin") -> FitReport:
     """The fit of each library from the device code it embeds, read by builder's fatbin reader or
-    by NVIDIA's cuobjdump (the two agree: tests/test_fit.py)."""
+    by NVIDIA's cuobjdump (the two agree: tests/test_fit.py). A folder stands for the shared
+    libraries under it that hold device code (a venv's site-packages, an exported image layer):
+    each is judged on its own, since one library of a wheel can lack a target another has."""
     compat = table()
     binary = cuobjdump.find_binary() if reader == "cuobjdump" else None
     rows = []
-    for path in paths:
-        try:
-            embedded = cuobjdump.measure(path, binary) if binary is not None else fatbin.read(path)
-        except (fatbin.NotElf, OSError) as exc:
-            raise UserError(f"--library {path}: {exc}; give a shared library or executable") from None
-        rows.append(judge_embedded(path.name, embedded, host, compat))
+    for given in paths:
+        files = _shared_libraries(given) if given.is_dir() else [given]
+        for path in files:
+            try:
+                embedded = cuobjdump.measure(path, binary) if binary is not None else fatbin.read(path)
+            except (fatbin.NotElf, OSError) as exc:
+                if given.is_dir():
+                    continue  # a file named like a library that is not one: not what the folder was given for
+                raise UserError(f"--library {path}: {exc}; give a shared library, an executable or a folder of them") from None
+            if given.is_dir() and not embedded.sass and not embedded.ptx:
+                continue
+            rows.append(judge_embedded(str(path.relative_to(given)) if given.is_dir() else path.name, embedded, host, compat))
+    if not rows:
+        raise UserError(f"no library with device code under {', '.join(map(str, paths))}: give the folder of the CUDA libraries")
     return FitReport(host, tuple(rows), catalog=False)
+
+
+def _shared_libraries(folder: Path) -> list[Path]:
+    found = sorted(p for p in folder.rglob("*.so*") if p.is_file() and not p.is_symlink() and (p.suffix == ".so" or ".so." in p.name))
+    if len(found) > MAX_LIBRARIES:
+        raise UserError(
+            f"--library {folder} holds {len(found)} shared libraries (at most {MAX_LIBRARIES}): give the folder of the CUDA libraries"
+        )
+    return found
 
 
 def judge_embedded(name: str, embedded: Embedded, host: FitHost, compat: Compat) -> RecordFit:
