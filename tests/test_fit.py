@@ -21,7 +21,7 @@ from builder.fit import driver as drivers
 from builder.fit import host as hosts
 from builder.fit.arch import Arch, Embedded, decide
 from builder.fit.host import FitHost
-from builder.usecases.fit import judge
+from builder.usecases.fit import judge, judge_embedded
 from tests.catalog_fixtures import record
 from tests.conftest import RunCli
 
@@ -63,6 +63,19 @@ def test_the_real_torch_listing() -> None:
     assert TORCH_LISTING.label == "sm_75 sm_80 sm_86 sm_89 sm_90 sm_90a sm_100 sm_100a sm_103 sm_120 sm_120a sm_121a"
     assert TORCH_LISTING.ptx == () and TORCH_LISTING.count(Arch.parse("sm_86")) == 475
     assert TORCH_LISTING.count(Arch.parse("sm_89")) == 1  # one kernel: 8.9 runs the rest through sm_86
+
+
+def test_one_library_of_a_wheel_can_lack_a_target_the_main_one_has() -> None:
+    linalg = cuobjdump.parse(
+        (FIXTURES / "torch-2.14.1+cu130.libtorch_cuda_linalg.list-elf.txt").read_text(),
+        (FIXTURES / "torch-2.14.1+cu130.libtorch_cuda_linalg.list-ptx.txt").read_text(),
+    )
+    assert linalg.label == "sm_80 sm_86 sm_90 sm_100 sm_120"
+    turing = nvidia("7.5")
+    assert judge_embedded("libtorch_cuda.so", TORCH_LISTING, turing, table()).status == "fits"
+    assert judge_embedded("libtorch_cuda_linalg.so", linalg, turing, table()).reason == (
+        "no sm_75 SASS and no PTX: Turing cannot run libtorch_cuda_linalg.so"
+    )
 
 
 def test_a_gpu_without_sass_or_ptx_gets_the_reason_in_one_line() -> None:
