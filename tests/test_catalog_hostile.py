@@ -135,10 +135,10 @@ def test_deep_json_is_one_line(cli: RunCli, tmp_path: Path) -> None:
 
 def test_deep_nightly_history_falls_back_to_the_catalog(tmp_path: Path) -> None:
     (tmp_path / "nightly").mkdir()
-    history.path(tmp_path).write_text('{"schema": 1, "images": ' + "[" * 200_000 + "]" * 200_000 + "}")
-    assert history.previous(tmp_path, [record(ID)]) == {ID: "passed"}
-    history.save(tmp_path, "d", [])  # replaces the unreadable history with a readable one
-    assert json.loads(history.path(tmp_path).read_text())["images"] == []
+    (tmp_path / "nightly" / "last.json").write_text('{"schema": 1, "images": ' + "[" * 200_000 + "]" * 200_000 + "}")
+    assert history.previous(tmp_path / "nightly" / "last.json", [record(ID)]) == {ID: "passed"}
+    history.save(tmp_path / "nightly" / "last.json", "d", [])  # replaces the unreadable history with a readable one
+    assert json.loads((tmp_path / "nightly" / "last.json").read_text())["images"] == []
 
 
 # -- files that are not files (finding 7) ----------------------------------------------------------

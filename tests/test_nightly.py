@@ -53,21 +53,21 @@ def test_regressions_sort_first_then_by_id() -> None:
 
 def test_history_round_trip_merges_over_the_last_run_and_the_catalog(tmp_path: Path) -> None:
     known = [record("torch2.14.1-cu130-py3.11-debian12")]
-    assert history.previous(tmp_path, known) == {"torch2.14.1-cu130-py3.11-debian12": "passed"}
-    history.save(tmp_path, "2026-12-01T00:00:00Z", [Outcome("x", "passed"), Outcome("y", "failed", "why")])
-    history.save(tmp_path, "2026-12-02T00:00:00Z", [Outcome("y", "passed"), Outcome("z", "not-run")])
-    seen = history.previous(tmp_path, known)
+    assert history.previous(tmp_path / "nightly" / "last.json", known) == {"torch2.14.1-cu130-py3.11-debian12": "passed"}
+    history.save(tmp_path / "nightly" / "last.json", "2026-12-01T00:00:00Z", [Outcome("x", "passed"), Outcome("y", "failed", "why")])
+    history.save(tmp_path / "nightly" / "last.json", "2026-12-02T00:00:00Z", [Outcome("y", "passed"), Outcome("z", "not-run")])
+    seen = history.previous(tmp_path / "nightly" / "last.json", known)
     assert seen == {"torch2.14.1-cu130-py3.11-debian12": "passed", "x": "passed", "y": "passed"}
-    doc = json.loads(history.path(tmp_path).read_text())
+    doc = json.loads((tmp_path / "nightly" / "last.json").read_text())
     assert [e["id"] for e in doc["images"]] == ["x", "y"] and doc["images"][1]["date"] == "2026-12-02T00:00:00Z"
 
 
 def test_a_corrupt_history_falls_back_to_the_catalog(tmp_path: Path) -> None:
-    history.path(tmp_path).parent.mkdir(parents=True)
-    history.path(tmp_path).write_text("{not json")
-    assert history.previous(tmp_path, []) == {}
-    history.save(tmp_path, "d", [Outcome("x", "failed")])  # and the next run replaces it whole
-    assert history.previous(tmp_path, []) == {"x": "failed"}
+    (tmp_path / "nightly" / "last.json").parent.mkdir(parents=True)
+    (tmp_path / "nightly" / "last.json").write_text("{not json")
+    assert history.previous(tmp_path / "nightly" / "last.json", []) == {}
+    history.save(tmp_path / "nightly" / "last.json", "d", [Outcome("x", "failed")])  # and the next run replaces it whole
+    assert history.previous(tmp_path / "nightly" / "last.json", []) == {"x": "failed"}
 
 
 @dataclass(frozen=True)
@@ -88,8 +88,8 @@ def test_summary_lists_regressions_first_with_the_diagnosis() -> None:
     )
     changes = tuple(compare({"jax-img": "passed", "numba-img": "passed"}, outcomes))
     report = NightlyReport(
-        "2026-12-01T03:00:00Z", changes, outcomes, releases=(_Release(),),  # type: ignore[arg-type]  # a stand-in with Release's fields applied=("matrix.yaml: frameworks.numba += 0.68.0",),
-        drift=(("jax-img", (("numpy", "2.4.6", "2.4.99"),)),), notes=("publish: registry down",),
+        "2026-12-01T03:00:00Z", changes, outcomes, releases=(_Release(),),  # type: ignore[arg-type]  # a stand-in with Release's fields
+        applied=("matrix.yaml: frameworks.numba += 0.68.0",), drift=(("jax-img", (("numpy", "2.4.6", "2.4.99"),)),), notes=("publish: registry down",),
     )  # fmt: skip
     text = render(report)
     lines = text.splitlines()
@@ -199,9 +199,9 @@ def test_an_image_that_fails_its_own_build_is_not_a_stage_failure(write_matrix: 
 
 
 def test_a_blocked_build_keeps_the_last_status_in_the_history(tmp_path: Path) -> None:
-    history.save(tmp_path, "d1", [Outcome("a", "passed")])
-    history.save(tmp_path, "d2", [Outcome("a", BLOCKED, "network errors")])
-    assert history.previous(tmp_path, []) == {"a": "passed"}
+    history.save(tmp_path / "nightly" / "last.json", "d1", [Outcome("a", "passed")])
+    history.save(tmp_path / "nightly" / "last.json", "d2", [Outcome("a", BLOCKED, "network errors")])
+    assert history.previous(tmp_path / "nightly" / "last.json", []) == {"a": "passed"}
 
 
 def test_summary_says_updates_were_not_checked() -> None:

@@ -23,8 +23,8 @@ from builder.engine import push
 from builder.errors import RunFailure, UserError
 from builder.host import facts as hostinfo
 from builder.host.facts import AmdInfo, EngineFacts, HostInfo, NvidiaInfo
-from builder.publish import gate
 from builder.probe_report import FrameworkProbe, ProbeHost, ProbeReport
+from builder.publish import gate
 from builder.results import CudaCheck, Diagnosed, GpuUse, SmokeResult, TestCounts, TestedOn
 from builder.usecases import catalog as catalogs
 from builder.usecases import publish as publishing
@@ -224,7 +224,10 @@ def _bind(path: Path, text: str) -> None:
         (lambda d: "[" * 100_000 + "]" * 100_000, "nested too deeply"),
         (lambda d: json.dumps({**d, "failures": 5}), "'failures' must be a list of text"),
         (lambda d: json.dumps({**d, "tests": {"errors": "4"}}), "'tests.errors' must be a whole number"),
-        (lambda d: json.dumps({**d, "probe": {**d["probe"], "frameworks": ["torch"]}}), r"\(its 'probe'\): .*'frameworks' must be an object"),
+        (
+            lambda d: json.dumps({**d, "probe": {**d["probe"], "frameworks": ["torch"]}}),
+            r"\(its 'probe'\): .*'frameworks' must be an object",
+        ),
         (lambda d: json.dumps({**d, "probe": {**d["probe"], "cuda": {"checks": "none"}}}), "'cuda.checks' must be a list of objects"),
         (lambda d: json.dumps({**d, "probe": {"cuda": {}}}), "not a hello-gpu report: it lacks 'frameworks' or 'host'"),
         (lambda d: json.dumps({**d, "host": {"gpu": 5}}), "'host.gpu' must be text"),
@@ -392,7 +395,10 @@ def test_what_the_runner_judges_is_what_the_reader_accepts(tmp_path: Path, spec:
         ("[]", "'the report' must be an object"),
         ('{"host": {"python": "3.11"}, "frameworks": {"torch": {"status": "ok"}}}', "frameworks.torch.status 'ok' is not one of"),
         ('{"host": {}, "frameworks": {}}', "'host.python' must be text"),
-        ('{"host": {"python": "3.11"}, "frameworks": {"jax": {"status": "passed", "offline": [{"ok": true}]}}}', "'frameworks.jax.offline.name'"),
+        (
+            '{"host": {"python": "3.11"}, "frameworks": {"jax": {"status": "passed", "offline": [{"ok": true}]}}}',
+            "'frameworks.jax.offline.name'",
+        ),
     ],
 )
 def test_a_malformed_probe_report_is_one_line_naming_its_file(tmp_path: Path, spec: Any, probe: str, message: str) -> None:
