@@ -38,9 +38,17 @@ class Check:
 
 
 @dataclass(frozen=True)
-class NamedCheck:
-    """A check that needs no GPU (a framework's built-for CUDA, a kernel compiled), or a CUDA
-    library loaded at the version the lock pins (expected, found, library: its path)."""
+class OfflineCheck:
+    """A framework's check that needs no GPU (its built-for CUDA, cuDNN loaded, a kernel compiled)."""
+
+    name: str
+    ok: bool
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class LibraryCheck:
+    """A CUDA library loaded at the version the lock pins (expected, found, library: its path), or NVRTC compiling a kernel."""
 
     name: str
     ok: bool
@@ -61,6 +69,7 @@ class Device:
 class FrameworkProbe:
     """One framework's result: not-installed, or imported, computed on the CPU, maybe on a GPU."""
 
+    framework: str
     status: Status
     version: str | None = None
     reason: str = ""
@@ -69,7 +78,7 @@ class FrameworkProbe:
     devices: tuple[Device, ...] = ()
     cpu_check: Check | None = None
     gpu_check: Check | None = None
-    offline: tuple[NamedCheck, ...] = ()
+    offline: tuple[OfflineCheck, ...] = ()
     diagnosis: Diagnosis | None = None
     seconds: float = 0.0
 
@@ -83,7 +92,7 @@ class FrameworkProbe:
 class CudaLibraries:
     """The CUDA libraries the lock pins, each loaded and versioned (and NVRTC compiling a kernel)."""
 
-    checks: tuple[NamedCheck, ...] = ()
+    checks: tuple[LibraryCheck, ...] = ()
     ok: bool = True
     diagnosis: Diagnosis | None = None
 
@@ -155,6 +164,7 @@ def _framework(value: Any, key: str, fail: jf.Fail) -> FrameworkProbe:
     if status not in STATUSES:
         raise fail(f"{key}.status {str(status)[:40]!r} is not one of {', '.join(STATUSES)}")
     return FrameworkProbe(
+        framework=jf.text(entry.get("framework", key.rpartition(".")[2]), f"{key}.framework", fail),
         status=status,
         version=jf.scalar_text(entry.get("version"), f"{key}.version", fail),
         reason=jf.text(entry.get("reason") or "", f"{key}.reason", fail),
@@ -163,7 +173,7 @@ def _framework(value: Any, key: str, fail: jf.Fail) -> FrameworkProbe:
         devices=tuple(_device(d, f"{key}.devices", fail) for d in jf.objs(entry.get("devices") or [], f"{key}.devices", fail)),
         cpu_check=_check(entry.get("cpu_check"), f"{key}.cpu_check", fail),
         gpu_check=_check(entry.get("gpu_check"), f"{key}.gpu_check", fail),
-        offline=tuple(_named(c, f"{key}.offline", fail) for c in jf.objs(entry.get("offline") or [], f"{key}.offline", fail)),
+        offline=tuple(_offline(c, f"{key}.offline", fail) for c in jf.objs(entry.get("offline") or [], f"{key}.offline", fail)),
         diagnosis=_diagnosis(entry.get("diagnosis"), f"{key}.diagnosis", fail),
         seconds=jf.number(entry.get("seconds", 0.0), f"{key}.seconds", fail),
     )
@@ -172,7 +182,7 @@ def _framework(value: Any, key: str, fail: jf.Fail) -> FrameworkProbe:
 def _cuda(value: Any, fail: jf.Fail) -> CudaLibraries:
     cuda = jf.obj(value, "cuda", fail)
     return CudaLibraries(
-        checks=tuple(_named(c, "cuda.checks", fail) for c in jf.objs(cuda.get("checks") or [], "cuda.checks", fail)),
+        checks=tuple(_library(c, "cuda.checks", fail) for c in jf.objs(cuda.get("checks") or [], "cuda.checks", fail)),
         ok=jf.flag(cuda.get("ok", True), "cuda.ok", fail),
         diagnosis=_diagnosis(cuda.get("diagnosis"), "cuda.diagnosis", fail),
     )
@@ -189,8 +199,16 @@ def _check(value: Any, key: str, fail: jf.Fail) -> Check | None:
     )
 
 
-def _named(check: dict[str, Any], key: str, fail: jf.Fail) -> NamedCheck:
-    return NamedCheck(
+def _offline(check: dict[str, Any], key: str, fail: jf.Fail) -> OfflineCheck:
+    return OfflineCheck(
+        name=jf.text(check.get("name"), f"{key}.name", fail),
+        ok=bool(check.get("ok")),
+        detail=jf.text(check.get("detail") or "", f"{key}.detail", fail),
+    )
+
+
+def _library(check: dict[str, Any], key: str, fail: jf.Fail) -> LibraryCheck:
+    return LibraryCheck(
         name=jf.text(check.get("name"), f"{key}.name", fail),
         ok=bool(check.get("ok")),
         detail=jf.text(check.get("detail") or "", f"{key}.detail", fail),

@@ -52,7 +52,7 @@ def smoke(spec: Any, **changes: Any) -> SmokeResult:
         id=spec.id, tag=spec.tag, verdict="passed", gpu=GpuUse(False, "cpu image: no GPU needed"), seconds=3.5,
         tests=TestCounts(tests=9, failures=0, errors=0, skipped=1), date="2026-12-01T10:00:00Z", content_hash=spec.content_hash,
         image_id=TESTED, host=TestedOn("no GPU", None, "20.10.24"), returncode=0, vendor="cpu",
-        probe=ProbeReport(ProbeHost("3.11.2"), {"torch": FrameworkProbe("passed", version="2.13.0+cpu")}),
+        probe=ProbeReport(ProbeHost("3.11.2"), {"torch": FrameworkProbe("torch", "passed", version="2.13.0+cpu")}),
     )  # fmt: skip
     return replace(base, **changes)
 
