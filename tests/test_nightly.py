@@ -245,3 +245,40 @@ def test_a_summary_path_builder_may_not_write_stops_the_nightly_before_it_runs(
     assert len(done.stderr.strip().splitlines()) == 1 and done.stderr.startswith("error: ")
     assert matrix.read_bytes() == before and mine.read_text() == "mine\n"
     assert not (tmp_path / "images").exists() and not (tmp_path / "build").exists()
+
+
+def test_an_outcome_reads_the_typed_result_of_this_run_or_the_stored_one(write_matrix: WriteMatrix, tmp_path: Path) -> None:
+    """_outcome and _detail read typed fields: the probe's failed frameworks, the diagnosis; an
+    up-to-date image keeps its stored result, and one whose file cannot be trusted is not-run."""
+    from builder import results
+    from builder.probe_report import Diagnosis, FrameworkProbe, ProbeHost, ProbeReport
+    from builder.results import Diagnosed
+    from builder.workspace import Workspace
+    from tests.catalog_fixtures import smoke
+
+    ws = Workspace(write_matrix())
+    (spec,) = ws.selected(None, use_default=False)
+    probe = ProbeReport(
+        ProbeHost("3.11.2"),
+        {
+            "torch": FrameworkProbe("torch", "failed", reason="ImportError: libcudnn.so.9", diagnosis=Diagnosis("no cuDNN", "install it")),
+            "jax": FrameworkProbe("jax", "not-installed"),
+        },
+    )
+    failed = smoke(
+        spec.id, "failed", content_hash=spec.content_hash, probe=probe, diagnoses=(Diagnosed("torch", "no cuDNN", "install it"),)
+    )
+    built = {spec.id: BuildResult(spec.id, "built")}
+    now = loop._outcome(spec, {}, built, {spec.id: failed}, tmp_path)
+    assert (now.status, now.rebuilt) == ("failed", True)
+    assert now.detail == "torch: ImportError: libcudnn.so.9 (cause: no cuDNN; fix: install it)"
+    up_to_date = {spec.id: BuildResult(spec.id, "up-to-date")}
+    assert loop._outcome(spec, {}, up_to_date, {}, tmp_path).status == "not-run"  # no stored result
+    results.write(tmp_path, smoke(spec.id, content_hash=spec.content_hash))
+    assert loop._current(tmp_path, spec)
+    stored = loop._outcome(spec, {}, up_to_date, {}, tmp_path)
+    assert (stored.status, stored.detail, stored.rebuilt) == ("passed", "", False)
+    results.path_of(tmp_path, spec.id).write_text("{}")  # edited after the run: not trusted, not shown
+    assert loop._outcome(spec, {}, up_to_date, {}, tmp_path).status == "not-run" and not loop._current(tmp_path, spec)
+    no_probe = smoke(spec.id, "failed", failures=("test_pip_check_is_clean: boom",))
+    assert loop._detail(no_probe) == "test_pip_check_is_clean: boom"
