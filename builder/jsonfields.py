@@ -13,7 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 Fail = Callable[[str], Exception]  # what is wrong -> the reader's one-line refusal (naming its file)
-Fact = str | int | float | bool | None | tuple[str, ...]  # one value of a free-form fact table (a framework's build)
+# one value of a free-form fact table (a framework's build): a JSON scalar, a list of text, or
+# name -> version (jax's plugins)
+Fact = str | int | float | bool | None | tuple[str, ...] | dict[str, str]
 
 
 def obj(value: Any, key: str, fail: Fail) -> dict[str, Any]:
@@ -76,10 +78,14 @@ def optional_number(value: Any, key: str, fail: Fail) -> float | None:
 
 
 def fact(value: Any, key: str, fail: Fail) -> Fact:
-    """One value of a fact table: a JSON scalar, or a list of text."""
+    """One value of a fact table: a JSON scalar, a list of text, or an object of text."""
     if value is None or isinstance(value, str | int | float | bool):
         return value
-    return texts(value, key, fail)
+    if isinstance(value, dict):
+        return {str(k): text(v, f"{key}.{k}", fail) for k, v in value.items()}
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise fail(f"{key!r} must be text, a number, true/false, null, a list of text or an object of text")
+    return tuple(value)
 
 
 def facts(value: Any, key: str, fail: Fail) -> dict[str, Fact]:

@@ -83,9 +83,9 @@ class FrameworkProbe:
     seconds: float = 0.0
 
     def built(self, key: str) -> str | None:
-        """A build fact as text (torch's `cudnn` is a number, its `hip` text); None when absent or empty."""
+        """A build fact as text (torch's `cudnn` is a number, its `hip` text); None when absent, empty or not one value."""
         value = self.build.get(key)
-        return None if value is None or value == "" or isinstance(value, tuple) else str(value)
+        return None if value is None or value == "" or isinstance(value, tuple | dict) else str(value)
 
 
 @dataclass(frozen=True)

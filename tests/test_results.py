@@ -41,7 +41,9 @@ def probe_doc() -> dict[str, Any]:
         seconds=4.2,
     )
     jax = hello_gpu.framework_result("no-such-framework", 1.0, [], False)
-    jax.update(framework="jax", build={"plugins": ["jax-cuda13-plugin"], "default_backend": "cpu", "is_gpu": False})
+    jax.update(
+        framework="jax", build={"plugins": {"jax-cuda13-plugin": "0.10.2"}, "default_backend": "cpu", "jaxlib": "0.10.2", "x": ["a"]}
+    )
     return {
         "probe": "hello-gpu",
         "schema": hello_gpu.SCHEMA,
@@ -66,7 +68,8 @@ def test_the_probe_report_reads_typed_and_writes_the_probes_own_keys() -> None:
     torch = report.frameworks["torch"]
     assert (torch.status, torch.built("cudnn"), torch.built("hip"), torch.cuda_build) == ("failed", "92400", None, "13.0")
     assert torch.diagnosis == probe_report.Diagnosis("the cuDNN library is not in the image", "install nvidia-cudnn")
-    assert report.frameworks["jax"].build["plugins"] == ("jax-cuda13-plugin",) and report.frameworks["jax"].built("plugins") is None
+    jax = report.frameworks["jax"]  # its plugins are name -> version, as hello_gpu.dists() gives them
+    assert jax.build["plugins"] == {"jax-cuda13-plugin": "0.10.2"} and jax.build["x"] == ("a",) and jax.built("plugins") is None
     assert [c.name for c in report.cuda.checks] == ["cudnn", "nvrtc compiles a kernel"] and report.cuda.checks[0].found == "9.24.0"
     written = json.loads(json.dumps(report.to_json()))
     assert written["frameworks"] == doc["frameworks"]  # the probe's own keys, each value as it wrote it
@@ -85,6 +88,8 @@ def test_the_probe_report_reads_typed_and_writes_the_probes_own_keys() -> None:
         (lambda d: d.pop("frameworks"), "it lacks 'frameworks' or 'host'"),
         (lambda d: d["frameworks"]["torch"].update(status="ok"), "frameworks.torch.status 'ok' is not one of"),
         (lambda d: d["frameworks"]["torch"].update(build=["cuda"]), "'frameworks.torch.build' must be an object"),
+        (lambda d: d["frameworks"]["jax"]["build"].update(plugins={"p": 1}), "'frameworks.jax.build.plugins.p' must be text"),
+        (lambda d: d["frameworks"]["jax"]["build"].update(plugins=[1]), "'frameworks.jax.build.plugins' must be text, a number"),
         (lambda d: d["frameworks"]["torch"].update(offline={"name": "x"}), "'frameworks.torch.offline' must be a list of objects"),
         (lambda d: d["frameworks"]["torch"].update(diagnosis={"cause": 1}), "'frameworks.torch.diagnosis.cause' must be text"),
         (lambda d: d["frameworks"]["torch"].update(seconds=float("inf")), "'frameworks.torch.seconds' must be a number"),
