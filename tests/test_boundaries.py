@@ -107,19 +107,33 @@ def test_every_subpackage_says_what_it_owns() -> None:
 # ---------------------------------------------------------------- stage order
 
 # Shared by every stage; they import only each other (acyclic, test_no_package_cycles).
-FOUNDATIONS = ("__init__", "errors", "text", "fsio", "records", "frameworks", "yamlsrc", "query", "sources", "results", "probes")
+FOUNDATIONS = (
+    "__init__",
+    "errors",
+    "text",
+    "fsio",
+    "jsonfields",
+    "records",
+    "frameworks",
+    "yamlsrc",
+    "query",
+    "sources",
+    "results",
+    "probe_report",
+    "probes",
+)
 # Each stage may import the foundations and the stages before it, never one after it.
 STAGES = (
     "compat",  # facts and rules
     "spec",  # matrix.yaml -> the plan (ImageSpec per image)
     "lock",  # what each image is resolved for, the lock format, what a lock claims; uv
     "render",  # images/, the plan JSON / GitHub matrix / bake file
+    "catalog",  # known-good records (publish writes them; report and pull read them; the workspace's store opens them)
     "workspace",  # a matrix file and the folders beside it: plan + locks + rendered tree
     "engine",  # Docker
     "host",  # what this host can run (asks the engine)
     "fit",  # will an image run on a host: device rules, driver floors, cuobjdump, the host's GPUs
     "smoke",  # locked-down test containers
-    "catalog",  # known-good records (publish writes them, report and pull read them)
     "publish",
     "report",
     "updates",

@@ -7,11 +7,13 @@ import contextlib
 import json
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from click.testing import Result
 
+from builder.catalog.records import MeasuredAccelerator
 from builder.catalog.store import Catalog
 from builder.compat import ptx_isa
 from builder.compat.facts import table
@@ -293,8 +295,8 @@ def test_a_fully_described_host_is_not_detected(monkeypatch: pytest.MonkeyPatch)
 
 # --- decisions on catalog records (from the compat table) ------------------------------------
 
-CU130 = {"kind": "cuda", "version": "13.0", "cuda": "13.0", "cudnn": "9.15.1", "rocm": None}
-CU126 = {"kind": "cuda", "version": "12.6", "cuda": "12.6", "cudnn": "9.10.2", "rocm": None}
+CU130 = MeasuredAccelerator("cuda", "13.0", cuda="13.0", cudnn="9.15.1")
+CU126 = MeasuredAccelerator("cuda", "12.6", cuda="12.6", cudnn="9.10.2")
 TORCH_CU130 = record("torch2.14-cu130", frameworks={"torch": "2.14.1+cu130"}, accelerator=CU130)
 
 
@@ -318,7 +320,7 @@ def test_record_reasons() -> None:
     assert volta.startswith("torch 2.14.1+cu130 ships kernels for 7.5-12.0: Volta 7.0 cannot run it")
     old = judge(TORCH_CU130, nvidia("12.0", driver="535.104.05"), table()).reason
     assert old.startswith("driver 535.104.05 < 580.65.06 needed by CUDA 13.0")
-    pascal = record("torch2.14-cu126", frameworks={"torch": "2.14.1+cu126"}, accelerator={**CU126, "cudnn": "9.11.0"})
+    pascal = record("torch2.14-cu126", frameworks={"torch": "2.14.1+cu126"}, accelerator=replace(CU126, cudnn="9.11.0"))
     assert judge(pascal, nvidia("6.1"), table()).reason.startswith("cuDNN 9.11.0 needs compute capability >= 7.5: Pascal 6.1")
     assert judge(TORCH_CU130, nvidia("8.6", driver=None), table()).status == "fits"  # the driver is only noted as unchecked
     assert judge(TORCH_CU130, nvidia(), table()).status == "unknown"  # no GPU known: not a yes
@@ -333,7 +335,7 @@ def test_record_reasons() -> None:
     jax = record("jax0.9-cuda13", frameworks={"jax": "0.9.0"}, accelerator=CU130)
     assert "jax 0.9.0 ships kernels for >= 7.5" in judge(jax, nvidia("9.0"), table()).reason  # variant cuda13 from the CUDA
     newer = judge(
-        record("torch2.14-cu130b", frameworks={"torch": "2.14.1+cu130"}, accelerator={**CU130, "cudnn": None}), nvidia("13.0"), table()
+        record("torch2.14-cu130b", frameworks={"torch": "2.14.1+cu130"}, accelerator=replace(CU130, cudnn=None)), nvidia("13.0"), table()
     )
     assert "(13.0 through its PTX, slow first start)" in newer.reason  # the table says 2.12+ cu130 ships PTX
 

@@ -78,7 +78,7 @@ def fit(catalog: Catalog, query: str, host: FitHost) -> FitReport:
 
 
 def judge(record: KnownGood, host: FitHost, compat: Compat) -> RecordFit:
-    kind = str(record.accelerator.get("kind") or "cpu")
+    kind = record.accelerator.kind
     if host.arch != RECORD_ARCH:
         return _no(record, f"an {RECORD_ARCH} image; this host is {host.arch}")
     if kind == "cpu":
@@ -104,7 +104,7 @@ def _cuda(record: KnownGood, host: FitHost, compat: Compat) -> RecordFit:
     """Driver floor, each framework's compute capabilities, cuDNN's GPU floor: the first refusal wins.
     Not knowing the driver is only noted (the person asked about GPUs); not knowing whether a GPU
     runs the kernels makes the answer `unknown`, never a guessed yes."""
-    cuda = str(record.accelerator.get("cuda") or record.accelerator.get("version") or "")
+    cuda = record.accelerator.cuda or record.accelerator.version or ""
     said: list[str] = []
     unknown: list[str] = []
     floor = drivers.floor_for(cuda, compat) if cuda else None
@@ -132,7 +132,7 @@ def _cuda(record: KnownGood, host: FitHost, compat: Compat) -> RecordFit:
                 return _no(record, f"{label} ships kernels for {row.label}: {Arch.cc(cc).generation} {cc} cannot run it ({FROM_TABLE})")
         jit = [cc for cc in host.gpus if row.jit_only(cc)]
         said.append(f"{label} ships kernels for {row.label}" + (f" ({', '.join(jit)} through its PTX, slow first start)" if jit else ""))
-    refused = _cudnn_refusal(str(record.accelerator.get("cudnn") or ""), host, compat)
+    refused = _cudnn_refusal(record.accelerator.cudnn or "", host, compat)
     if refused:
         return _no(record, f"{refused} ({FROM_TABLE})")
     if unknown:

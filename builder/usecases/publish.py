@@ -58,7 +58,7 @@ def publish(ws: Workspace, specs: Sequence[ImageSpec], options: PublishOptions, 
     client = engine.connect()
     engine.remove_leftover_containers(client)  # manifest containers of a killed publish
     host = hostinfo.gather(engine=lambda: hostinfo.EngineFacts(True, engine.engine_version(client), tuple(engine.gpu_runtimes(client))))
-    results_dir = ws.build_dir / "results"
+    results_dir = ws.store.results
     outcomes: list[Published] = []
     for spec in specs:
         approved = engine.image_id(client, spec.tag)  # everything below acts on this id, never on spec.tag
@@ -67,7 +67,7 @@ def publish(ws: Workspace, specs: Sequence[ImageSpec], options: PublishOptions, 
         except UserError as exc:
             decision = gate.Decision(spec.id, False, str(exc))
         else:
-            decision = gate.decide(spec, found.to_json() if found else None, approved, options.accept_gpu_skipped)
+            decision = gate.decide(spec, found, approved, options.accept_gpu_skipped)
         if not decision.ok or decision.result is None or approved is None:
             outcome = Published(spec.id, "refused", decision.reason)
         elif options.dry_run:

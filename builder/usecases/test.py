@@ -11,10 +11,9 @@ from builder.engine import client as engine
 from builder.engine import leftovers
 from builder.host import facts as hostinfo
 from builder.records import ImageSpec
-from builder.smoke.runner import SmokeResult, merge_junit, smoke_one
+from builder.results import GpuUse, SmokeResult
+from builder.smoke.runner import merge_junit, smoke_one
 from builder.workspace import Workspace
-
-TEST_OK = ("passed", "gpu-skipped")
 
 
 @dataclass(frozen=True)
@@ -34,7 +33,7 @@ def test_images(ws: Workspace, specs: Sequence[ImageSpec], options: TestOptions,
     client = engine.connect()
     engine.remove_leftover_containers(client)  # a killed run's smoke containers
     host = hostinfo.gather(engine=lambda: hostinfo.EngineFacts(True, engine.engine_version(client), tuple(engine.gpu_runtimes(client))))
-    results_dir = ws.build_dir / "results"
+    results_dir = ws.store.results
     results_dir.mkdir(parents=True, exist_ok=True)
     results = []
     with leftovers.active_run():
@@ -55,13 +54,11 @@ def _test_one(client: Any, spec: ImageSpec, host: Any, options: TestOptions, res
     except Exception as exc:
         if not engine.is_engine_fault(exc):
             raise
-        gpu = {"attached": False, "reason": "the engine failed"}
+        gpu = GpuUse(False, "the engine failed")
         return SmokeResult(
             spec.id, spec.tag, "failed", gpu, 0.0, failures=(f"engine connection failed: {' '.join(str(exc).split())[:300]}",)
         )
 
 
 def not_built(spec: ImageSpec) -> SmokeResult:
-    return SmokeResult(
-        spec.id, spec.tag, "not-built", {"attached": False, "reason": "image not built"}, 0.0, failures=("run `builder build` first",)
-    )
+    return SmokeResult(spec.id, spec.tag, "not-built", GpuUse(False, "image not built"), 0.0, failures=("run `builder build` first",))
