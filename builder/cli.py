@@ -478,6 +478,64 @@ def pull(ws: Workspace, query: tuple[str, ...], catalog_dir: str | None) -> None
 
 @main.command()
 @click.argument("query", nargs=-1)
+@click.option(
+    "--gpu-cc",
+    "gpu_cc",
+    multiple=True,
+    metavar="X.Y",
+    help="a GPU's compute capability, e.g. 8.6 (repeat for each GPU; default: nvidia-smi's)",
+)
+@click.option("--driver", metavar="VERSION", help="the NVIDIA driver, e.g. 550.54.15 (default: nvidia-smi's)")
+@click.option("--arch", "cpu", metavar="amd64|arm64", help="the host's CPU architecture (default: uname -m)")
+@click.option("--vendor", type=click.Choice(["nvidia", "amd", "none"]), help="the host's GPU vendor (default: detected)")
+@click.option(
+    "--library",
+    "libraries",
+    multiple=True,
+    type=click.Path(exists=True, path_type=Path),
+    help="judge this library's own device code (or each library's under a folder) instead of catalog records (repeatable)",
+)
+@click.option("--reader", type=click.Choice(["fatbin", "cuobjdump"]), default="fatbin", show_default=True, help="how --library is read")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@catalog_option
+@click.pass_obj
+@user_errors
+def fit(
+    ws: Workspace,
+    query: tuple[str, ...],
+    gpu_cc: tuple[str, ...],
+    driver: str | None,
+    cpu: str | None,
+    vendor: str | None,
+    libraries: tuple[Path, ...],
+    reader: str,
+    fmt: str,
+    catalog_dir: str | None,
+) -> None:
+    """Say whether each known-good image matching QUERY (or each --library) runs on this host, or the one described, and why.
+
+    Exit 0 when an image fits (with --library: when every library does), else 1."""
+    from builder.fit import host as hosts
+    from builder.ui.fit import print_fit
+    from builder.usecases import catalog as catalogs
+    from builder.usecases import fit as fitting
+
+    if libraries and query:
+        raise UserError("give QUERY (catalog records) or --library (files), not both")
+    host = hosts.host_for(gpu_cc=gpu_cc, driver=driver, arch=cpu, vendor=vendor)
+    if libraries:
+        report = fitting.fit_libraries(libraries, host, "cuobjdump" if reader == "cuobjdump" else "fatbin")
+    else:
+        report = fitting.fit(catalogs.catalog_of(ws, catalog_dir, must_exist=True), " ".join(query), host)
+    if fmt == "json":
+        emit_json(report.to_json())
+    else:
+        print_fit(out, report)
+    _exit_for(report.ok)
+
+
+@main.command()
+@click.argument("query", nargs=-1)
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--verify", is_flag=True, help="check that every listed record's digest still exists in its registry")
 @catalog_option
