@@ -399,7 +399,7 @@ def clean(ws: Workspace, stale: bool, everything: bool, dry_run: bool) -> None:
 
     planned = {s.tag for s in ws.decided.images} if stale else None
     removed = leftovers.clean(
-        engine.connect(), ws.build_dir, repository=ws.matrix.registry, planned=planned, everything=everything, dry_run=dry_run
+        engine.open_engine(), ws.build_dir, repository=ws.matrix.registry, planned=planned, everything=everything, dry_run=dry_run
     )
     verb = "would remove" if dry_run else "removed"
     for kind, names in (("container", removed.containers), ("image", removed.images), ("folder", removed.folders)):

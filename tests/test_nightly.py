@@ -20,6 +20,7 @@ from builder.nightly.summary import render
 from builder.usecases import lock as locking
 from builder.usecases import nightly as loop
 from tests.catalog_fixtures import record
+from tests.fake_engine import FakeEngine, connect_to
 
 WriteMatrix = Callable[..., Path]
 
@@ -215,7 +216,7 @@ def test_summary_explains_a_gpu_skipped_hold_back() -> None:
     options = loop.NightlyOptions()
     held = Outcome("cuda-img", "gpu-skipped", content_hash="h")
     ws = type("Ws", (), {"matrix": type("M", (), {"registry": "example.org/images"})()})()
-    outcomes, notes = loop._publish(ws, [], [held, Outcome("cpu-img", "passed")], options, [], _Events())  # type: ignore[arg-type]
+    outcomes, notes = loop._publish(ws, [], [held, Outcome("cpu-img", "passed")], options, [], _Events(), connect_to(FakeEngine()))  # type: ignore[arg-type]
     assert notes == []
     by_id = {o.id: o for o in outcomes}
     assert "without a GPU" in by_id["cuda-img"].held and "--accept-gpu-skipped" in by_id["cuda-img"].held
@@ -223,7 +224,7 @@ def test_summary_explains_a_gpu_skipped_hold_back() -> None:
     text = render(NightlyReport("d", tuple(compare({}, outcomes)), tuple(outcomes)))
     row = next(line for line in text.splitlines() if line.startswith("| cuda-img |"))
     assert "held: tested without a GPU" in row
-    accepted = loop._publish(ws, [], [held], loop.NightlyOptions(accept_gpu_skipped=True), [], _Events())[0]  # type: ignore[arg-type]
+    accepted = loop._publish(ws, [], [held], loop.NightlyOptions(accept_gpu_skipped=True), [], _Events(), connect_to(FakeEngine()))[0]  # type: ignore[arg-type]
     assert accepted[0].held == ""
 
 

@@ -1,7 +1,7 @@
 """The smoke-test runner: one locked-down container per image, the checks (checks/) run against it, results on disk.
 
-Every container goes through `engine.tracked_container`, so it is removed after a pass, a
-failure, a timeout or Ctrl-C. Results: build/results/<id>.json, build/results/junit.xml.
+Every container goes through the engine port's `container` (tracked: labelled as this run's), so it
+is removed after a pass, a failure, a timeout or Ctrl-C. Results: build/results/<id>.json, build/results/junit.xml.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from builder import probe_report, results
-from builder.engine import client as engine
 from builder.engine.diagnose import diagnose_text
+from builder.engine.port import Container, Engine, NotFound
 from builder.errors import UserError
 from builder.fsio import read_json
 from builder.host.facts import HostInfo
@@ -29,7 +29,7 @@ from builder.records import ImageSpec
 from builder.render.formats import image_entry
 from builder.render.labels import HASH_LABEL
 from builder.results import CudaCheck, Diagnosed, GpuUse, SmokeResult, TestCounts, TestedOn, verdict_of
-from builder.smoke.args import GpuAccess, gpu_access, run_kwargs
+from builder.smoke.args import GpuAccess, gpu_access, run_spec
 
 CHECKS_DIR = Path(__file__).resolve().parent / "checks"
 
@@ -89,12 +89,12 @@ def probe_command(timeout_s: int, libraries: dict[str, str]) -> list[str]:
     return ["timeout", "-s", "KILL", str(timeout_s), "hello-gpu", "--json", "--timeout", str(max(30, timeout_s // 2)), *expect]
 
 
-def run_probe(container: Any, timeout_s: int, libraries: dict[str, str], out: Path) -> None:
+def run_probe(container: Container, timeout_s: int, libraries: dict[str, str], out: Path) -> None:
     """Run the probe with `exec` and write {rc, stdout, stderr} to `out` atomically, whatever happens."""
     record: dict[str, Any] = {"rc": -1, "stdout": "", "stderr": ""}
     try:
-        rc, (stdout, stderr) = container.exec_run(probe_command(timeout_s, libraries), demux=True)
-        record = {"rc": rc, "stdout": (stdout or b"").decode(errors="replace"), "stderr": (stderr or b"").decode(errors="replace")}
+        done = container.exec(probe_command(timeout_s, libraries))
+        record = {"rc": done.returncode, "stdout": done.stdout.decode(errors="replace"), "stderr": done.stderr.decode(errors="replace")}
     except Exception as exc:  # noqa: BLE001 - the container went away (timeout, Ctrl-C): say so in the record
         record["stderr"] = f"probe exec failed: {exc}"
     finally:
@@ -159,9 +159,9 @@ def checks_env(container_id: str, work: Workdir, attached: bool, timeout_s: int)
     )
 
 
-def run_checks(client: Any, spec: ImageSpec, access: GpuAccess, host: HostInfo, timeout_s: int, work: Workdir) -> tuple[int, str]:
+def run_checks(engine: Engine, spec: ImageSpec, access: GpuAccess, host: HostInfo, timeout_s: int, work: Workdir) -> tuple[int, str]:
     """Start the container, the probe in it, and pytest against it; (pytest exit code, its output)."""
-    with ThreadPoolExecutor(1) as pool, engine.tracked_container(client, **run_kwargs(spec, access, host, timeout_s)) as container:
+    with ThreadPoolExecutor(1) as pool, engine.container(run_spec(spec, access, host, timeout_s)) as container:
         container.start()
         # The probe is the long pole: start it now, while pytest is still starting up.
         pool.submit(run_probe, container, timeout_s, image_entry(spec)["libraries"], work.probe_raw)
@@ -216,7 +216,7 @@ def host_record(host: HostInfo) -> TestedOn:
     )
 
 
-def smoke_one(client: Any, spec: ImageSpec, host: HostInfo, mode: str, timeout_s: int, results_dir: Path) -> SmokeResult:
+def smoke_one(engine: Engine, spec: ImageSpec, host: HostInfo, mode: str, timeout_s: int, results_dir: Path) -> SmokeResult:
     """Test one built image: GPU access decided, checks run, verdict written to results/<id>.json."""
     started = time.monotonic()
     access = gpu_access(spec, mode, host)
@@ -226,13 +226,15 @@ def smoke_one(client: Any, spec: ImageSpec, host: HostInfo, mode: str, timeout_s
         return SmokeResult(spec.id, spec.tag, "failed", gpu, 0.0, failures=(access.failure,), date=stamp, host=host_record(host))
     work = Workdir(results_dir / spec.id)
     work.prepare(spec)
-    tested = client.api.inspect_image(spec.tag)  # before the run: what the verdict is about
-    returncode, output = run_checks(client, spec, access, host, timeout_s, work)
+    tested = engine.inspect_image(spec.tag)  # before the run: what the verdict is about
+    if tested is None:
+        raise NotFound(f"No such image: {spec.tag}")
+    returncode, output = run_checks(engine, spec, access, host, timeout_s, work)
     work.pytest_log.write_text(output, encoding="utf-8")
     result = replace(
         judge(spec, access, returncode, output, work, started, stamp),
-        content_hash=str(((tested.get("Config") or {}).get("Labels") or {}).get(HASH_LABEL, "")),
-        image_id=str(tested["Id"]),
+        content_hash=tested.labels.get(HASH_LABEL, ""),
+        image_id=tested.id,
         host=host_record(host),
     )
     results.write(results_dir, result)  # bound to this run: publish refuses a file edited after it

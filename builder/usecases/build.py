@@ -13,10 +13,11 @@ from typing import Protocol
 
 from builder import results as results_files
 from builder.compat.facts import table
-from builder.engine import client as engine
 from builder.engine import leftovers, settings
 from builder.engine.build import Builder, BuildResult, git_revision
+from builder.engine.client import open_engine
 from builder.engine.image_build import Run
+from builder.engine.port import Connect
 from builder.engine.settings import BuildSettings
 from builder.errors import UserError
 from builder.lock.target import lock_state
@@ -66,12 +67,14 @@ def check_rendered(ws: Workspace, specs: Sequence[ImageSpec]) -> None:
             )
 
 
-def build_images(ws: Workspace, specs: Sequence[ImageSpec], options: BuildOptions, events: BuildEvents) -> list[BuildResult]:
+def build_images(
+    ws: Workspace, specs: Sequence[ImageSpec], options: BuildOptions, events: BuildEvents, connect: Connect = open_engine
+) -> list[BuildResult]:
     """Build what is stale; results in build/results/build.json, also when interrupted. Nothing is
     pushed here: `builder publish` pushes only tested images (builder/usecases/publish.py)."""
     check_rendered(ws, specs)
     chosen = build_settings(ws, options)
-    engine.connect()  # fail with the one-line fix before any progress is drawn
+    connect().close()  # fail with the one-line fix before any progress is drawn
     run = Run(
         settings=chosen,
         build_dir=ws.build_dir,
@@ -80,7 +83,7 @@ def build_images(ws: Workspace, specs: Sequence[ImageSpec], options: BuildOption
         no_cache=options.no_cache,
         on_line=events.line,
     )
-    builder = Builder(make_client=lambda: engine.connect(timeout=3600), run=run, contexts=ws.contexts(tuple(specs)))
+    builder = Builder(make_engine=lambda: connect(timeout=3600), run=run, contexts=ws.contexts(tuple(specs)))
     events.info(f"CA bundle: {chosen.ca_bundle or 'none'}; local wheel folders: {', '.join(map(str, chosen.pip.local_dirs)) or 'none'}")
     events.begin(len(specs))
     try:

@@ -6,12 +6,11 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from docker.errors import NotFound  # type: ignore[import-untyped]
-
 from builder.catalog.query import closest, known_keys, matching, parse_query, unknown_keys
 from builder.catalog.records import KnownGood
 from builder.catalog.store import Catalog
-from builder.engine import client as engine
+from builder.engine.client import open_engine
+from builder.engine.port import Connect, EngineFault, NotFound
 from builder.errors import UserError
 
 
@@ -51,15 +50,15 @@ class Verified:
     detail: str
 
 
-def verify(catalog: Catalog, records: Sequence[KnownGood]) -> list[Verified]:
+def verify(catalog: Catalog, records: Sequence[KnownGood], connect: Connect = open_engine) -> list[Verified]:
     """Ask each record's registry (through the engine) whether its digest still exists."""
-    client = engine.connect()
+    engine = connect()
     out = []
     for record in records:
         try:
-            found = str(client.api.inspect_distribution(record.digest)["Descriptor"]["digest"])
-        except Exception as exc:  # noqa: BLE001 - the finding, per record
-            message = " ".join(str(exc).split())[:200]
+            found = engine.registry_digest(record.digest)
+        except EngineFault as exc:  # the finding, per record
+            message = exc.message[:200]
             missing = isinstance(exc, NotFound) or NO_MANIFEST.search(message)
             out.append(Verified(record, False, f"the registry has no such manifest (deleted?): {message}" if missing else message))
             continue

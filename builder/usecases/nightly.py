@@ -20,6 +20,8 @@ import filelock
 
 from builder.catalog.records import KnownGood
 from builder.engine.build import BuildResult
+from builder.engine.client import open_engine
+from builder.engine.port import Connect
 from builder.errors import RunFailure, UserError
 from builder.nightly import history
 from builder.nightly.compare import BLOCKED, NightlyReport, Outcome, compare
@@ -66,7 +68,9 @@ class NightlyEvents(Protocol):
 Updates = Callable[[Workspace, NightlyOptions], tuple[tuple[Release, ...], tuple[str, ...]]]
 
 
-def nightly(matrix_path: Path, options: NightlyOptions, events: NightlyEvents, updates: Updates | None = None) -> NightlyReport:
+def nightly(
+    matrix_path: Path, options: NightlyOptions, events: NightlyEvents, updates: Updates | None = None, connect: Connect = open_engine
+) -> NightlyReport:
     """One nightly at a time per workspace: it edits matrix.yaml, images/ and the catalog."""
     ws = Workspace.locate(str(matrix_path))
     ws.decided  # noqa: B018 - a matrix that does not load or plan stops here, before anything is written
@@ -74,12 +78,14 @@ def nightly(matrix_path: Path, options: NightlyOptions, events: NightlyEvents, u
     lock_file.parent.mkdir(parents=True, exist_ok=True)
     try:
         with filelock.FileLock(str(lock_file), timeout=0):
-            return _nightly(ws, matrix_path, options, events, updates)
+            return _nightly(ws, matrix_path, options, events, updates, connect)
     except filelock.Timeout:
         raise UserError(f"another `builder nightly` is running on this workspace (it holds {lock_file}); wait for it to finish") from None
 
 
-def _nightly(ws: Workspace, matrix_path: Path, options: NightlyOptions, events: NightlyEvents, updates: Updates | None) -> NightlyReport:
+def _nightly(
+    ws: Workspace, matrix_path: Path, options: NightlyOptions, events: NightlyEvents, updates: Updates | None, connect: Connect
+) -> NightlyReport:
     date = dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
     catalog = ws.store.catalog(options.catalog_dir)
     before = history.previous(ws.store.history, catalog.load())
@@ -112,12 +118,16 @@ def _nightly(ws: Workspace, matrix_path: Path, options: NightlyOptions, events: 
 
     events.stage("build")
     buildable = tuple(s for s in specs if s.id not in lock_failed)
-    built = {r.id: r for r in build_images(ws, buildable, replace(options.build, keep_going=True), events.build())} if buildable else {}
+    built = (
+        {r.id: r for r in build_images(ws, buildable, replace(options.build, keep_going=True), events.build(), connect)}
+        if buildable
+        else {}
+    )
 
     events.stage("test")
     results_dir = ws.store.results
     to_test = tuple(s for s in buildable if built[s.id].status in BUILT and (built[s.id].status == "built" or not _current(results_dir, s)))
-    tested = {r.id: r for r in test_images(ws, to_test, options.test, events.test())} if to_test else {}
+    tested = {r.id: r for r in test_images(ws, to_test, options.test, events.test(), connect)} if to_test else {}
 
     outcomes = [_outcome(s, lock_failed, built, tested, results_dir) for s in specs]
     notes += [
@@ -125,7 +135,7 @@ def _nightly(ws: Workspace, matrix_path: Path, options: NightlyOptions, events: 
     ]
     if options.publish:
         events.stage("publish")
-        outcomes, publish_notes = _publish(ws, specs, outcomes, options, catalog.load(), events)
+        outcomes, publish_notes = _publish(ws, specs, outcomes, options, catalog.load(), events, connect)
         notes += publish_notes
 
     events.stage("report")
@@ -211,6 +221,7 @@ def _publish(
     options: NightlyOptions,
     known: Sequence[KnownGood],
     events: NightlyEvents,
+    connect: Connect,
 ) -> tuple[list[Outcome], list[str]]:
     """Publish what passed and is not already recorded as this very build in this repository."""
     repository = options.registry or ws.matrix.registry
@@ -222,7 +233,7 @@ def _publish(
         return outcomes, []
     publish_options = PublishOptions(registry=repository, accept_gpu_skipped=options.accept_gpu_skipped)
     try:
-        published = publish(ws, chosen, publish_options, ws.store.catalog(options.catalog_dir), events.publish())
+        published = publish(ws, chosen, publish_options, ws.store.catalog(options.catalog_dir), events.publish(), connect)
     except RunFailure as exc:
         return outcomes, [f"publish: {exc.message}"]
     digests = {p.id: p.digest or "" for p in published if p.status == "published"}

@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from builder.engine.build import BuildResult
+from builder.engine.client import open_engine
+from builder.engine.port import Connect
 from builder.errors import RunFailure, UserError
 from builder.records import ImageSpec
 from builder.render.tree import stale
@@ -28,17 +30,17 @@ class RunEvents(Protocol):
 
 
 def run(
-    ws: Workspace, specs: Sequence[ImageSpec], build: BuildOptions, test: TestOptions, events: RunEvents
+    ws: Workspace, specs: Sequence[ImageSpec], build: BuildOptions, test: TestOptions, events: RunEvents, connect: Connect = open_engine
 ) -> tuple[list[BuildResult], list[SmokeResult]]:
     """The main job: images/ must be current, then build, then test what built."""
     found = stale(ws.images_dir, ws.rendered_tree())  # renders every context once; selected() reuses them
     if found:
         raise UserError(f"images/ is stale ({len(found)} files, e.g. {found[0]}); run `builder render` and commit the result")
-    built = build_images(ws, specs, build, events.build)
+    built = build_images(ws, specs, build, events.build, connect)
     events.built(built)
     ready = tuple(s for s, r in zip(specs, built, strict=True) if r.status in BUILT)
     try:
-        tested = test_images(ws, ready, test, events.test) if ready else []
+        tested = test_images(ws, ready, test, events.test, connect) if ready else []
     except UserError as exc:  # the engine answered for the build and went away before the tests
         raise RunFailure(f"the smoke tests could not start after the build: {exc.message}") from None
     events.tested(tested)

@@ -246,13 +246,13 @@ def test_a_stalled_upload_fails_at_the_deadline_in_one_line_and_later_pushes_go_
         docker_client.api.tag(images["tested"], target, tag="x")
         started = time.monotonic()
         with pytest.raises(RunFailure, match=r"did not finish within 8 s .*it was cancelled") as caught:
-            push.push_image(docker_client, f"{target}:x", log=lambda line: None, deadline=8)
+            push.push_image(engine.DockerEngine(docker_client), f"{target}:x", log=lambda line: None, deadline=8)
         assert time.monotonic() - started < 30 and "\n" not in str(caught.value)
         assert fault.stalled, "the proxy stalled an upload"
         after = f"127.0.0.1:5000/{name}-after"
         docker_client.api.tag(images["tested"], after, tag="x")
         started = time.monotonic()
-        digest = push.push_image(docker_client, f"{after}:x", log=lambda line: None, deadline=60)
+        digest = push.push_image(engine.DockerEngine(docker_client), f"{after}:x", log=lambda line: None, deadline=60)
         assert registry_digest(f"{name}-after", "x") == digest and time.monotonic() - started < 60
 
 
