@@ -296,12 +296,13 @@ def build(ws: Workspace, /, select_expr: str | None, **kwargs: Any) -> None:
 @user_errors
 def test(ws: Workspace, select_expr: str | None, gpu: str, timeout_s: int) -> None:
     """Smoke-test built images in locked-down containers; results in build/results/."""
+    from builder.results import is_good
     from builder.ui.test import TestLines, print_test_summary
-    from builder.usecases.test import TEST_OK, TestOptions, test_images
+    from builder.usecases.test import TestOptions, test_images
 
     results = test_images(ws, ws.selected(select_expr, use_default=True), TestOptions(gpu, timeout_s), TestLines(err))
     print_test_summary(out, results)
-    _exit_for(all(r.verdict in TEST_OK for r in results))
+    _exit_for(all(is_good(r.verdict) for r in results))
 
 
 class _RunSummary:
@@ -438,10 +439,9 @@ def publish(
 ) -> None:
     """Push images whose smoke tests passed for their current build; record them as known-good."""
     from builder.ui.catalog import PublishLines, print_publish_summary
-    from builder.usecases.catalog import catalog_of
     from builder.usecases.publish import PublishOptions, publish, publish_ok
 
-    catalog = catalog_of(ws, catalog_dir)
+    catalog = ws.store.catalog(catalog_dir)
     options = PublishOptions(registry=registry, dry_run=dry_run, accept_gpu_skipped=accept_gpu_skipped, push_deadline_s=push_timeout)
     outcomes = publish(ws, ws.selected(select_expr, use_default=True), options, catalog, PublishLines(err))
     print_publish_summary(out, outcomes)
@@ -460,7 +460,6 @@ def publish(
 @user_errors
 def pull(ws: Workspace, query: tuple[str, ...], catalog_dir: str | None) -> None:
     """Pull the newest known-good image matching QUERY (e.g. torch=2.14 cuda=13 python=3.11) by digest."""
-    from builder.usecases import catalog as catalogs
     from builder.usecases import pull as pulling
 
     try:
@@ -468,12 +467,69 @@ def pull(ws: Workspace, query: tuple[str, ...], catalog_dir: str | None) -> None
     except UserError:
         build_repository = None  # no matrix beside the catalog: no build names to keep
     pulled = pulling.pull(
-        catalogs.catalog_of(ws, catalog_dir, must_exist=True), " ".join(query), log=lambda line: None, build_repository=build_repository
+        ws.store.catalog(catalog_dir, must_exist=True), " ".join(query), log=lambda line: None, build_repository=build_repository
     )
     click.echo(plain(f"pulled {pulled.record.digest} ({pulled.record.id}, verified)"), err=True)
     if pulled.note:
         click.echo(pulled.note, err=True)
     click.echo(pulled.run_line)
+
+
+@main.command()
+@click.argument("query", nargs=-1)
+@click.option(
+    "--gpu-cc",
+    "gpu_cc",
+    multiple=True,
+    metavar="X.Y",
+    help="a GPU's compute capability, e.g. 8.6 (repeat for each GPU; default: nvidia-smi's)",
+)
+@click.option("--driver", metavar="VERSION", help="the NVIDIA driver, e.g. 550.54.15 (default: nvidia-smi's)")
+@click.option("--arch", "cpu", metavar="amd64|arm64", help="the host's CPU architecture (default: uname -m)")
+@click.option("--vendor", type=click.Choice(["nvidia", "amd", "none"]), help="the host's GPU vendor (default: detected)")
+@click.option(
+    "--library",
+    "libraries",
+    multiple=True,
+    type=click.Path(exists=True, path_type=Path),
+    help="judge this library's own device code (or each library's under a folder) instead of catalog records (repeatable)",
+)
+@click.option("--reader", type=click.Choice(["fatbin", "cuobjdump"]), default="fatbin", show_default=True, help="how --library is read")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@catalog_option
+@click.pass_obj
+@user_errors
+def fit(
+    ws: Workspace,
+    query: tuple[str, ...],
+    gpu_cc: tuple[str, ...],
+    driver: str | None,
+    cpu: str | None,
+    vendor: str | None,
+    libraries: tuple[Path, ...],
+    reader: str,
+    fmt: str,
+    catalog_dir: str | None,
+) -> None:
+    """Say whether each known-good image matching QUERY (or each --library) runs on this host, or the one described, and why.
+
+    Exit 0 when an image fits (with --library: when every library does), else 1."""
+    from builder.fit import host as hosts
+    from builder.ui.fit import print_fit
+    from builder.usecases import fit as fitting
+
+    if libraries and query:
+        raise UserError("give QUERY (catalog records) or --library (files), not both")
+    host = hosts.host_for(gpu_cc=gpu_cc, driver=driver, arch=cpu, vendor=vendor)
+    if libraries:
+        report = fitting.fit_libraries(libraries, host, "cuobjdump" if reader == "cuobjdump" else "fatbin")
+    else:
+        report = fitting.fit(ws.store.catalog(catalog_dir, must_exist=True), " ".join(query), host)
+    if fmt == "json":
+        emit_json(report.to_json())
+    else:
+        print_fit(out, report)
+    _exit_for(report.ok)
 
 
 @main.command()
@@ -488,7 +544,7 @@ def catalog(ws: Workspace, query: tuple[str, ...], fmt: str, verify: bool, catal
     from builder.ui.catalog import print_catalog
     from builder.usecases import catalog as catalogs
 
-    store = catalogs.catalog_of(ws, catalog_dir, must_exist=True)
+    store = ws.store.catalog(catalog_dir, must_exist=True)
     records = catalogs.find(store, " ".join(query))
     checked = catalogs.verify(store, records) if verify else []
     if fmt == "json":
@@ -513,15 +569,16 @@ def catalog(ws: Workspace, query: tuple[str, ...], fmt: str, verify: bool, catal
 def report(ws: Workspace, markdown_path: str | None, html_path: str | None, catalog_dir: str | None) -> None:
     """The support matrix (every planned image, its status and digest; a base x stack grid) as Markdown and HTML."""
 
-    from builder.usecases import catalog as catalogs
     from builder.usecases import report as reporting
 
     files = reporting.report(
         ws,
-        catalogs.catalog_of(ws, catalog_dir, must_exist=True),
-        Path(markdown_path) if markdown_path else ws.matrix_path.parent / "docs" / "support-matrix.md",
-        Path(html_path) if html_path else ws.build_dir / "report" / "index.html",
+        ws.store.catalog(catalog_dir, must_exist=True),
+        Path(markdown_path) if markdown_path else ws.store.report_markdown,
+        Path(html_path) if html_path else ws.store.report_html,
     )
+    for note in files.notes:
+        click.echo(plain(f"note: {note}", limit=MAX_LINE), err=True)
     click.echo(", ".join(f"{n} {status}" for status, n in files.counts.items()), err=True)
     click.echo(plain(f"wrote {files.markdown} and {files.html}"))
 
@@ -595,7 +652,6 @@ def nightly(
     from builder.nightly import summary
     from builder.report.output import check_summary, write_summary
     from builder.ui.nightly import NightlyLines, print_nightly
-    from builder.usecases import catalog as catalogs
     from builder.usecases import nightly as loop
     from builder.usecases.build import BuildOptions
     from builder.usecases.test import TestOptions
@@ -616,8 +672,8 @@ def nightly(
         from builder.publish.publisher import check_repository
 
         check_repository(options.registry or ws.matrix.registry)
-    target = Path(summary_path) if summary_path else ws.build_dir / "nightly" / "summary.md"
-    inputs = (ws.matrix_path, catalogs.catalog_of(ws, options.catalog_dir).file)
+    target = Path(summary_path) if summary_path else ws.store.nightly_summary
+    inputs = (ws.matrix_path, ws.store.catalog(options.catalog_dir).file)
     check_summary(target, inputs)  # a summary path that cannot be written stops it before the run, not after
     report = loop.nightly(ws.matrix_path, options, NightlyLines(err))
     write_summary(target, summary.render(report), inputs)

@@ -7,7 +7,7 @@ which is the data flow's except where a later stage writes a format an earlier o
 writes catalog/'s records, so catalog/ comes first; build and lock both read lock/'s files).
 
 Pure (no Docker, no network, no terminal): spec/, compat/, render/, catalog/, report/, lock/'s
-target, files and claims, the publish gate and tags, the nightly's comparison, history and
+target, files and claims, fit's device rules and driver floors, the publish gate and tags, the nightly's comparison, history and
 summary, and the shared foundations. Use-cases (usecases/) and the I/O stages (engine/, smoke/,
 host/, publish/, updates/) print nothing: presentation is ui/.
 """
@@ -36,6 +36,8 @@ PURE = (
     "lock/target.py",
     "lock/files.py",
     "lock/claims.py",
+    "fit/arch.py",
+    "fit/driver.py",
 )
 PURE_FOUNDATIONS = ("errors.py", "records.py", "frameworks.py", "yamlsrc.py", "query.py", "sources.py", "workspace.py")
 IMPURE_FOR_PURE = ("docker", "rich", "builder.engine", "builder.host", "builder.smoke", "builder.ui", "builder.usecases", "builder.cli")
@@ -77,7 +79,9 @@ def test_pure_modules_import_no_engine_host_or_terminal(path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "path", modules("usecases", "engine", "smoke", "host", "publish", "nightly", "updates"), ids=lambda p: str(p.relative_to(PACKAGE))
+    "path",
+    modules("usecases", "engine", "smoke", "host", "fit", "publish", "nightly", "updates"),
+    ids=lambda p: str(p.relative_to(PACKAGE)),
 )
 def test_use_cases_and_io_stages_do_not_present(path: Path) -> None:
     assert offending(path, PRESENTATION) == [], f"{path.relative_to(PACKAGE)} prints through rich; report events and let ui/ draw them"
@@ -103,18 +107,33 @@ def test_every_subpackage_says_what_it_owns() -> None:
 # ---------------------------------------------------------------- stage order
 
 # Shared by every stage; they import only each other (acyclic, test_no_package_cycles).
-FOUNDATIONS = ("__init__", "errors", "text", "fsio", "records", "frameworks", "yamlsrc", "query", "sources", "results", "probes")
+FOUNDATIONS = (
+    "__init__",
+    "errors",
+    "text",
+    "fsio",
+    "jsonfields",
+    "records",
+    "frameworks",
+    "yamlsrc",
+    "query",
+    "sources",
+    "results",
+    "probe_report",
+    "probes",
+)
 # Each stage may import the foundations and the stages before it, never one after it.
 STAGES = (
     "compat",  # facts and rules
     "spec",  # matrix.yaml -> the plan (ImageSpec per image)
     "lock",  # what each image is resolved for, the lock format, what a lock claims; uv
     "render",  # images/, the plan JSON / GitHub matrix / bake file
+    "catalog",  # known-good records (publish writes them; report and pull read them; the workspace's store opens them)
     "workspace",  # a matrix file and the folders beside it: plan + locks + rendered tree
     "engine",  # Docker
     "host",  # what this host can run (asks the engine)
+    "fit",  # will an image run on a host: device rules, driver floors, cuobjdump, the host's GPUs
     "smoke",  # locked-down test containers
-    "catalog",  # known-good records (publish writes them, report and pull read them)
     "publish",
     "report",
     "updates",

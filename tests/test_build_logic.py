@@ -21,7 +21,8 @@ from builder.engine.staging import Staged
 from builder.errors import UserError
 from builder.records import Accelerator, Base, ImageSpec
 from builder.render.tree import write_tree
-from builder.smoke.runner import _junit_counts, merge_junit, verdict_of
+from builder.results import TestCounts, verdict_of
+from builder.smoke.runner import _junit_counts, merge_junit
 from builder.usecases.build import check_rendered
 from builder.workspace import Workspace
 from tests.fake_engine import FakeEngine
@@ -280,20 +281,20 @@ OK = {"tests": 7, "failures": 0, "errors": 0, "skipped": 0}
     ],
 )
 def test_verdict_of(returncode: int, counts: dict[str, int], attached: bool, vendor: str, verdict: str) -> None:
-    assert verdict_of(returncode, counts, attached, vendor) == verdict
+    assert verdict_of(returncode, TestCounts(**counts), attached, vendor) == verdict
 
 
 @pytest.mark.parametrize("vendor", ["cuda", "rocm"])
 @pytest.mark.parametrize("tests", [1, 3, 50])
 def test_gpu_image_without_gpu_is_never_passed(vendor: str, tests: int) -> None:
     for returncode in (0, 1):
-        assert verdict_of(returncode, {"tests": tests}, False, vendor) != "passed"
+        assert verdict_of(returncode, TestCounts(tests=tests), False, vendor) != "passed"
 
 
 def test_all_tests_skipped_is_not_passed() -> None:
     """Every smoke test skipped (e.g. conftest.py's skip when the BUILDER_SMOKE_* variables are missing)
     means nothing was checked: like zero tests, that must not be "passed" (and so never published)."""
-    assert verdict_of(0, {"tests": 5, "failures": 0, "errors": 0, "skipped": 5}, True, "cuda") == "failed"
+    assert verdict_of(0, TestCounts(tests=5, failures=0, errors=0, skipped=5), True, "cuda") == "failed"
 
 
 # -- JUnit ------------------------------------------------------------------------------------
@@ -343,7 +344,7 @@ def _write(path: Path, text: str) -> Path:
 
 def test_junit_counts_pytest_layout(tmp_path: Path) -> None:
     counts, failures = _junit_counts(_write(tmp_path / "junit.xml", PYTEST_JUNIT.format(name="img")))
-    assert counts == {"tests": 6, "failures": 2, "errors": 1, "skipped": 1}
+    assert counts.to_json() == {"tests": 6, "failures": 2, "errors": 1, "skipped": 1}
     assert failures == [
         "test_torch_version: AssertionError: torch 2.5.0 != 2.5.1",
         "test_gpu_matmul: failed",
@@ -353,18 +354,18 @@ def test_junit_counts_pytest_layout(tmp_path: Path) -> None:
 
 def test_junit_counts_bare_testsuite(tmp_path: Path) -> None:
     counts, failures = _junit_counts(_write(tmp_path / "junit.xml", BARE_SUITE.format(name="img")))
-    assert counts == {"tests": 2, "failures": 0, "errors": 0, "skipped": 0}
+    assert counts.to_json() == {"tests": 2, "failures": 0, "errors": 0, "skipped": 0}
     assert failures == []
 
 
 def test_junit_counts_sums_suites_and_defaults_missing_attributes(tmp_path: Path) -> None:
     counts, failures = _junit_counts(_write(tmp_path / "junit.xml", TWO_SUITES.format(name="img")))
-    assert counts == {"tests": 5, "failures": 1, "errors": 0, "skipped": 3}
+    assert counts.to_json() == {"tests": 5, "failures": 1, "errors": 0, "skipped": 3}
     assert failures == ["t1: boom"]
 
 
 def test_junit_counts_missing_file(tmp_path: Path) -> None:
-    assert _junit_counts(tmp_path / "nope.xml") == ({}, [])
+    assert _junit_counts(tmp_path / "nope.xml") == (TestCounts(), [])
 
 
 def test_junit_failure_lines_are_bounded(tmp_path: Path) -> None:
@@ -400,7 +401,7 @@ def test_merge_junit_one_suite_per_image_in_order(tmp_path: Path) -> None:
     assert [len(s.findall("testcase")) for s in root] == [2, 6, 2, 0]
     # the merged file counts as the sum of its parts
     counts, failures = _junit_counts(out)
-    assert counts == {"tests": 13, "failures": 3, "errors": 1, "skipped": 4}
+    assert counts.to_json() == {"tests": 13, "failures": 3, "errors": 1, "skipped": 4}
     assert len(failures) == 4
 
 
@@ -409,7 +410,7 @@ def test_merge_junit_with_nothing_to_merge(tmp_path: Path) -> None:
     root = ET.parse(out).getroot()
     assert root.tag == "testsuites"
     assert list(root) == []
-    assert _junit_counts(out) == ({"tests": 0, "failures": 0, "errors": 0, "skipped": 0}, [])
+    assert _junit_counts(out) == (TestCounts(tests=0, failures=0, errors=0, skipped=0), [])
 
 
 def test_merge_junit_overwrites_the_previous_merge(tmp_path: Path) -> None:

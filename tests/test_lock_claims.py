@@ -299,12 +299,13 @@ def test_the_report_and_the_catalog_record_name_the_cuda_the_lock_loads() -> Non
     """They named the base's CUDA (12.8.1) for an image whose lock loads 12.4."""
     from builder.publish.publisher import measured
     from builder.report.model import build_report
+    from tests.catalog_fixtures import smoke
 
     ws = Workspace(ROOT / "matrix.yaml")
     spec = next(s for s in ws.decided.images if s.id == "torch2.5.1-cu124-on-cu128-py3.12-ubuntu24.04")
     report = build_report(ws.decided, (spec,), {}, (), {})
     assert next(r for r in report.rows if r.id == spec.id).accelerator == "CUDA 12.4"
-    assert measured(spec, {})["accelerator"]["version"] == "12.4"
+    assert measured(spec, smoke(spec.id)).accelerator.version == "12.4"
 
 
 def test_the_smoke_check_accepts_the_cuda_the_image_declares() -> None:

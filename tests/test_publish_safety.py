@@ -23,12 +23,13 @@ from builder.engine.port import ContainerEntry, NotFound
 from builder.errors import RunFailure, UserError
 from builder.host import facts as hostinfo
 from builder.host.facts import AmdInfo, EngineFacts, HostInfo, NvidiaInfo
+from builder.probe_report import FrameworkProbe, ProbeHost, ProbeReport
 from builder.publish import gate
-from builder.results import SmokeResult
+from builder.results import CudaCheck, Diagnosed, GpuUse, SmokeResult, TestCounts, TestedOn
 from builder.usecases import catalog as catalogs
 from builder.usecases import publish as publishing
 from builder.usecases import pull as pulling
-from builder.workspace import Workspace
+from builder.workspace import Store, Workspace
 from tests.catalog_fixtures import SHA, record
 from tests.fake_engine import FakeEngine, connect_to, digest_of
 
@@ -48,10 +49,10 @@ def spec() -> Any:
 
 def smoke(spec: Any, **changes: Any) -> SmokeResult:
     base = SmokeResult(
-        id=spec.id, tag=spec.tag, verdict="passed", gpu={"attached": False, "reason": "cpu image: no GPU needed"}, seconds=3.5,
-        tests={"tests": 9, "failures": 0, "errors": 0, "skipped": 1}, date="2026-12-01T10:00:00Z", content_hash=spec.content_hash,
-        image_id=TESTED, host={"gpu": "no GPU", "driver": None, "engine": "20.10.24"}, returncode=0, vendor="cpu",
-        probe={"frameworks": {"torch": {"version": "2.13.0+cpu", "status": "ok"}}, "host": {"python": "3.11.2"}},
+        id=spec.id, tag=spec.tag, verdict="passed", gpu=GpuUse(False, "cpu image: no GPU needed"), seconds=3.5,
+        tests=TestCounts(tests=9, failures=0, errors=0, skipped=1), date="2026-12-01T10:00:00Z", content_hash=spec.content_hash,
+        image_id=TESTED, host=TestedOn("no GPU", None, "20.10.24"), returncode=0, vendor="cpu",
+        probe=ProbeReport(ProbeHost("3.11.2"), {"torch": FrameworkProbe("torch", "passed", version="2.13.0+cpu")}),
     )  # fmt: skip
     return replace(base, **changes)
 
@@ -78,7 +79,7 @@ def fake(monkeypatch: pytest.MonkeyPatch, spec: Any) -> FakeEngine:
 
 
 def run_publish(tmp_path: Path, spec: Any, fake: FakeEngine, **options: Any) -> tuple[list[publishing.Published], Catalog]:
-    ws = SimpleNamespace(build_dir=tmp_path / "build", matrix=SimpleNamespace(registry=REPO))
+    ws = SimpleNamespace(store=Store(tmp_path), matrix=SimpleNamespace(registry=REPO))
     catalog = Catalog(tmp_path / "catalog")
     outcomes = publishing.publish(
         ws,  # type: ignore[arg-type]
@@ -189,7 +190,7 @@ def test_a_push_name_that_held_another_image_gets_it_back(tmp_path: Path, spec: 
 
 # -- 19 and 8: results bound to their run, read by one typed reader ---------------------------------
 def test_a_hand_edited_result_is_refused_in_one_line(tmp_path: Path, spec: Any, fake: FakeEngine) -> None:
-    path = bound_result(tmp_path, spec, verdict="failed", returncode=1, tests={"tests": 9, "failures": 0, "errors": 4, "skipped": 1})
+    path = bound_result(tmp_path, spec, verdict="failed", returncode=1, tests=TestCounts(tests=9, failures=0, errors=4, skipped=1))
     path.write_text(path.read_text().replace('"verdict": "failed"', '"verdict": "passed"'))
     (outcome,), catalog = run_publish(tmp_path, spec, fake)
     assert outcome.status == "refused" and "changed since the test run wrote it" in outcome.reason and str(path) in outcome.reason
@@ -197,7 +198,7 @@ def test_a_hand_edited_result_is_refused_in_one_line(tmp_path: Path, spec: Any, 
 
 
 def test_a_forged_result_with_a_forged_index_is_refused_by_its_own_contents(tmp_path: Path, spec: Any, fake: FakeEngine) -> None:
-    path = bound_result(tmp_path, spec, verdict="failed", returncode=1, tests={"tests": 9, "failures": 0, "errors": 4, "skipped": 1})
+    path = bound_result(tmp_path, spec, verdict="failed", returncode=1, tests=TestCounts(tests=9, failures=0, errors=4, skipped=1))
     forged = path.read_text().replace('"verdict": "failed"', '"verdict": "passed"')
     results.write(path.parent, results.from_json(json.loads(forged.replace('"verdict": "passed"', '"verdict": "failed"')), "x"))
     path.write_text(forged)  # then the index rewritten to match, as a determined forger would
@@ -228,8 +229,15 @@ def _bind(path: Path, text: str) -> None:
         (lambda d: "[" * 100_000 + "]" * 100_000, "nested too deeply"),
         (lambda d: json.dumps({**d, "failures": 5}), "'failures' must be a list of text"),
         (lambda d: json.dumps({**d, "tests": {"errors": "4"}}), "'tests.errors' must be a whole number"),
-        (lambda d: json.dumps({**d, "probe": {"frameworks": ["torch"]}}), "'probe.frameworks' must be an object"),
-        (lambda d: json.dumps({**d, "probe": {"cuda": {"checks": "none"}}}), "'probe.cuda.checks' must be a list of objects"),
+        (
+            lambda d: json.dumps({**d, "probe": {**d["probe"], "frameworks": ["torch"]}}),
+            r"\(its 'probe'\): .*'frameworks' must be an object",
+        ),
+        (lambda d: json.dumps({**d, "probe": {**d["probe"], "cuda": {"checks": "none"}}}), "'cuda.checks' must be a list of objects"),
+        (lambda d: json.dumps({**d, "probe": {"cuda": {}}}), "not a hello-gpu report: it lacks 'frameworks' or 'host'"),
+        (lambda d: json.dumps({**d, "host": {"gpu": 5}}), "'host.gpu' must be text"),
+        (lambda d: json.dumps({**d, "diagnoses": [{"framework": "torch"}]}), "'diagnoses.cause' must be text"),
+        (lambda d: json.dumps({**d, "cuda_checks": [{"name": "x", "ok": "yes"}]}), "'cuda_checks.ok' must be true or false"),
         (lambda d: json.dumps({**d, "gpu": "none"}), "'gpu' must be an object"),
         (lambda d: json.dumps([d]), "'the file' must be an object"),
         (lambda d: json.dumps({k: v for k, v in d.items() if k != "returncode"}), "it lacks returncode"),
@@ -368,15 +376,46 @@ def test_what_the_runner_judges_is_what_the_reader_accepts(tmp_path: Path, spec:
         '<testsuite tests="3" failures="0" errors="1" skipped="0"><testcase name="test_probe"><error message="boom"/></testcase></testsuite>'
     )
     probe = {
+        "host": {"python": "3.11.2"},
         "frameworks": {
             "torch": {"status": "failed", "reason": "no", "diagnosis": {"cause": "c", "fix": "f"}, "offline": [{"name": "x", "ok": False}]}
-        }
+        },
     }
     work.probe_out.write_text(json.dumps(probe))
     result = judge(spec, GpuAccess(False, "cpu image: no GPU needed"), 1, "", work, time.monotonic(), "2026-12-01T10:00:00Z")
     assert (result.verdict, result.returncode, result.vendor) == ("failed", 1, "cpu")
+    assert result.diagnoses == (Diagnosed("torch", "c", "f"),) and result.cuda_checks == (CudaCheck("torch", "x", False, ""),)
     results.write(tmp_path, result)
     assert results.load(tmp_path, spec.id) == result
+
+
+@pytest.mark.parametrize(
+    ("probe", "message"),
+    [
+        ("{broken", "not valid JSON"),
+        ("[]", "'the report' must be an object"),
+        ('{"host": {"python": "3.11"}, "frameworks": {"torch": {"status": "ok"}}}', "frameworks.torch.status 'ok' is not one of"),
+        ('{"host": {}, "frameworks": {}}', "'host.python' must be text"),
+        (
+            '{"host": {"python": "3.11"}, "frameworks": {"jax": {"status": "passed", "offline": [{"ok": true}]}}}',
+            "'frameworks.jax.offline.name'",
+        ),
+    ],
+)
+def test_a_malformed_probe_report_is_one_line_naming_its_file(tmp_path: Path, spec: Any, probe: str, message: str) -> None:
+    """The probe's JSON edge: what the checks saved is read by one typed reader; a report of the
+    wrong shape is one line naming probe.json, kept among the run's failures (not a traceback)."""
+    from builder.smoke.args import GpuAccess
+    from builder.smoke.runner import Workdir, judge, read_probe
+
+    work = Workdir(tmp_path / spec.id)
+    work.path.mkdir()
+    work.probe_out.write_text(probe)
+    with pytest.raises(UserError, match=message) as caught:
+        read_probe(work.probe_out)
+    assert "\n" not in str(caught.value) and str(caught.value).startswith(f"{work.probe_out}:")
+    result = judge(spec, GpuAccess(False, "cpu image: no GPU needed"), 1, "", work, time.monotonic(), "2026-12-01T10:00:00Z")
+    assert result.probe is None and result.failures == (str(caught.value),) and result.verdict == "failed"
 
 
 def test_catalog_verify_names_a_deleted_digest(tmp_path: Path, fake: FakeEngine) -> None:

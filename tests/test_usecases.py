@@ -528,7 +528,7 @@ def test_catalog_queries_and_their_hints(tmp_path: Path) -> None:
     assert [r.id for r in catalogs.find(catalog, "numba=0.68")] == ["numba0.68.0-cpu-py3.11-debian12"]
     assert tuple(catalogs.find(catalog, "")) == catalog.load()
     assert "closest: numba0.68.0-cpu-py3.11-debian12 (differs in" in catalogs.no_match_message(catalog, "numba=0.68 python=3.12")
-    named = catalogs.catalog_of(Workspace(tmp_path / "matrix.yaml"), str(tmp_path / "elsewhere"))
+    named = Workspace(tmp_path / "matrix.yaml").store.catalog(str(tmp_path / "elsewhere"))
     assert named.file.parent == tmp_path / "elsewhere"
 
 

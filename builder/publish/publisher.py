@@ -16,9 +16,8 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
 
-from builder.catalog.records import KnownGood
+from builder.catalog.records import BaseIdentity, KnownGood, MeasuredAccelerator
 from builder.compat.rules import framework
 from builder.engine import push
 from builder.engine.port import Engine, EngineFault
@@ -26,6 +25,7 @@ from builder.errors import RunFailure, UserError
 from builder.host.facts import HostInfo
 from builder.publish.tags import floating_tags, newest_of_line
 from builder.records import ImageSpec
+from builder.results import SmokeResult, TestedOn
 from builder.smoke.args import gpu_access, run_spec
 
 REPOSITORY = re.compile(r"^(?:[a-z0-9.-]+(?::\d{1,5})?/)?[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$")
@@ -56,35 +56,38 @@ def now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def measured(spec: ImageSpec, result: dict[str, Any]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Measured:
+    """What the smoke tests found inside the image, as its known-good record keeps it."""
+
+    frameworks: dict[str, str]  # public versions
+    python: str
+    accelerator: MeasuredAccelerator
+    libraries: dict[str, str]  # CUDA libraries as loaded
+
+
+def measured(spec: ImageSpec, result: SmokeResult) -> Measured:
     """What the smoke tests found inside the image: framework versions, Python, CUDA/cuDNN/ROCm, libraries."""
-    probe = result.get("probe") or {}
-    frameworks = {}
-    builds: dict[str, Any] = {}
-    for name in spec.versions:
-        found = (probe.get("frameworks") or {}).get(name) or {}
-        frameworks[name] = str(found.get("version") or spec.versions[name]).split("+")[0]
-        builds[name] = found
-    libraries = {c["name"]: str(c["found"]) for c in (probe.get("cuda") or {}).get("checks", []) if c.get("ok") and c.get("found")}
-    cuda = libraries.get("cuda-runtime") or next((str(b["cuda_build"]) for b in builds.values() if b.get("cuda_build")), None)
-    built = [
-        framework(name).built(found.get("build") or {}) for name, found in builds.items()
-    ]  # what each build reports (torch's cuDNN, HIP)
+    probe = result.probe
+    found = {name: probe.frameworks.get(name) if probe else None for name in spec.versions}
+    frameworks = {name: ((f.version if f else None) or spec.versions[name]).split("+")[0] for name, f in found.items()}
+    libraries = {c.name: c.found for c in probe.cuda.checks if c.ok and c.found} if probe else {}
+    cuda = libraries.get("cuda-runtime") or next((f.cuda_build for f in found.values() if f and f.cuda_build), None)
+    built = [framework(name).built(f.build) for name, f in found.items() if f]  # what each build reports (torch's cuDNN, HIP)
     cudnn = libraries.get("cudnn") or next((b.cudnn for b in built if b.cudnn), None)
     rocm = next((b.rocm for b in built if b.rocm), None)
-    accelerator = {"kind": spec.base.vendor, "version": spec.accelerator.version, "cuda": cuda, "cudnn": cudnn, "rocm": rocm}
+    accelerator = MeasuredAccelerator(spec.base.vendor, spec.accelerator.version, cuda, cudnn, rocm)
     if spec.base.vendor == "cpu":
-        accelerator = {"kind": "cpu", "version": None, "cuda": None, "cudnn": None, "rocm": None}
-    python = str((probe.get("host") or {}).get("python") or spec.python)
-    return {"frameworks": frameworks, "python": python, "accelerator": accelerator, "libraries": libraries}
+        accelerator = MeasuredAccelerator("cpu", None)
+    return Measured(frameworks, probe.host.python if probe and probe.host.python else spec.python, accelerator, libraries)
 
 
-def base_identity(engine: Engine, spec: ImageSpec) -> dict[str, Any]:
+def base_identity(engine: Engine, spec: ImageSpec) -> BaseIdentity:
     info = engine.inspect_image(spec.base.from_ref)
     if info is None:
         raise RunFailure(f"its base image {spec.base.from_ref} is no longer in the engine, so the record cannot name it; build it again")
     digests = [d for d in info.repo_digests if "@sha256:" in d]
-    return {"name": spec.base.name, "ref": spec.base.from_ref, "id": info.id, "digest": digests[0] if digests else None}
+    return BaseIdentity(spec.base.name, spec.base.from_ref, info.id, digests[0] if digests else None)
 
 
 def lock_sha256(spec: ImageSpec) -> str | None:
@@ -197,7 +200,7 @@ class Local:
     container or a base image that fails."""
 
     manifest: str  # pip freeze, dpkg list, environment (without the digest header)
-    base: dict[str, Any]
+    base: BaseIdentity
     size_mb: float
 
 
@@ -208,7 +211,7 @@ def read_local(engine: Engine, spec: ImageSpec, image: str, host: HostInfo) -> L
     return Local(read_manifest(engine, spec, image, host), base_identity(engine, spec), round(info.size / 1e6, 1))
 
 
-def build_record(spec: ImageSpec, local: Local, result: dict[str, Any], repository: str, digest: str, accepted: bool) -> KnownGood:
+def build_record(spec: ImageSpec, local: Local, result: SmokeResult, repository: str, digest: str, accepted: bool) -> KnownGood:
     facts = measured(spec, result)
     return KnownGood(
         id=spec.id,
@@ -220,26 +223,26 @@ def build_record(spec: ImageSpec, local: Local, result: dict[str, Any], reposito
         os=spec.base.os,
         base=local.base,
         lock_sha256=lock_sha256(spec),
-        frameworks=facts["frameworks"],
-        accelerator=facts["accelerator"],
-        python=facts["python"],
-        libraries=facts["libraries"],
-        verdict=str(result["verdict"]),
-        gpu_skipped_accepted=result["verdict"] == "gpu-skipped" and accepted,
-        tests={k: int(v) for k, v in (result.get("tests") or {}).items()},
-        host=dict(result.get("host") or {}),
-        tested=str(result.get("date") or ""),
+        frameworks=facts.frameworks,
+        accelerator=facts.accelerator,
+        python=facts.python,
+        libraries=facts.libraries,
+        verdict=result.verdict,
+        gpu_skipped_accepted=result.verdict == "gpu-skipped" and accepted,
+        tests=result.tests.to_json(),
+        host=result.host or TestedOn("unknown host"),
+        tested=result.date,
         published=now(),
         builder_version=builder_version(),
         size_mb=local.size_mb,
         manifest=f"manifests/{spec.id}.txt",
         notes=tuple(note for i in spec.installs for note in i.notes)
-        + (("published without a GPU run: its verdict is gpu-skipped",) if result["verdict"] == "gpu-skipped" else ()),
+        + (("published without a GPU run: its verdict is gpu-skipped",) if result.verdict == "gpu-skipped" else ()),
     )
 
 
 def push_immutable(
-    engine: Engine, names: PushNames, spec: ImageSpec, image: str, local: Local, result: dict[str, Any], repository: str, accepted: bool,
+    engine: Engine, names: PushNames, spec: ImageSpec, image: str, local: Local, result: SmokeResult, repository: str, accepted: bool,
     log: Callable[[str], None], deadline: float | None = None,
 ) -> tuple[KnownGood, str]:  # fmt: skip
     """Push the approved image id as repository:<id>; its record (no floating tags yet) and manifest."""

@@ -18,23 +18,25 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from builder import results
+from builder import probe_report, results
 from builder.engine.diagnose import diagnose_text
 from builder.engine.port import Container, Engine, NotFound
+from builder.errors import UserError
+from builder.fsio import read_json
 from builder.host.facts import HostInfo
+from builder.probe_report import ProbeReport
 from builder.records import ImageSpec
 from builder.render.formats import image_entry
 from builder.render.labels import HASH_LABEL
-from builder.results import SmokeResult as SmokeResult  # re-exported: app, ui and tests import it from here
-from builder.results import verdict_of as verdict_of
+from builder.results import CudaCheck, Diagnosed, GpuUse, SmokeResult, TestCounts, TestedOn, verdict_of
 from builder.smoke.args import GpuAccess, gpu_access, run_spec
 
 CHECKS_DIR = Path(__file__).resolve().parent / "checks"
 
 
-def _junit_counts(path: Path) -> tuple[dict[str, int], list[str]]:
+def _junit_counts(path: Path) -> tuple[TestCounts, list[str]]:
     if not path.exists():
-        return {}, []
+        return TestCounts(), []
     root = ET.parse(path).getroot()
     suites = [root] if root.tag == "testsuite" else list(root)
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
@@ -46,37 +48,38 @@ def _junit_counts(path: Path) -> tuple[dict[str, int], list[str]]:
             for bad in list(case.findall("failure")) + list(case.findall("error")):
                 message = (bad.get("message") or "").splitlines()[0:1]
                 failures.append(f"{case.get('name')}: {message[0] if message else 'failed'}"[:400])
-    return counts, failures
+    return TestCounts(**counts), failures
 
 
-def _diagnoses(probe: dict[str, Any] | None, failures: list[str]) -> list[dict[str, str]]:
+def _diagnoses(probe: ProbeReport | None, failures: list[str]) -> list[Diagnosed]:
     out = []
-    for name, result in ((probe or {}).get("frameworks") or {}).items():
-        if result.get("status") == "failed" and result.get("diagnosis"):
-            out.append({"framework": name, **result["diagnosis"]})
-    cuda = (probe or {}).get("cuda") or {}
-    if not cuda.get("ok", True) and cuda.get("diagnosis"):
-        out.append({"framework": "cuda libraries", **cuda["diagnosis"]})
+    for name, result in probe.frameworks.items() if probe else ():
+        if result.status == "failed" and result.diagnosis:
+            out.append(Diagnosed(name, result.diagnosis.cause, result.diagnosis.fix))
+    if probe and not probe.cuda.ok and probe.cuda.diagnosis:
+        out.append(Diagnosed("cuda libraries", probe.cuda.diagnosis.cause, probe.cuda.diagnosis.fix))
     if not out:
         for failure in failures:
             found = diagnose_text(failure)
             if found:
-                out.append({"framework": "", "cause": found.cause, "fix": found.fix})
+                out.append(Diagnosed("", found.cause, found.fix))
     return out
 
 
-def cuda_checks(probe: dict[str, Any] | None) -> list[dict[str, Any]]:
+def cuda_checks(probe: ProbeReport | None) -> list[CudaCheck]:
     """Every CUDA check the probe ran without a GPU: per framework (built-for, compile) and per library."""
-    out = [
-        {"framework": name, "name": c.get("name"), "ok": bool(c.get("ok")), "detail": c.get("detail", "")}
-        for name, result in sorted(((probe or {}).get("frameworks") or {}).items())
-        for c in result.get("offline") or []
-    ]
-    out += [
-        {"framework": "", "name": c.get("name"), "ok": bool(c.get("ok")), "detail": c.get("detail", "")}
-        for c in ((probe or {}).get("cuda") or {}).get("checks") or []
-    ]
-    return out
+    if probe is None:
+        return []
+    out = [CudaCheck(name, c.name, c.ok, c.detail) for name, result in sorted(probe.frameworks.items()) for c in result.offline]
+    return out + [CudaCheck("", c.name, c.ok, c.detail) for c in probe.cuda.checks]
+
+
+def read_probe(path: Path) -> ProbeReport | None:
+    """The probe's report the checks saved (probe.json); None when they saved none. One of the
+    wrong shape is a one-line UserError naming the file."""
+    if not path.exists():
+        return None
+    return probe_report.from_json(read_json(path, results.LIMIT, "probe report"), str(path))
 
 
 def probe_command(timeout_s: int, libraries: dict[str, str]) -> list[str]:
@@ -181,12 +184,16 @@ def judge(spec: ImageSpec, access: GpuAccess, returncode: int, output: str, work
     counts, failures = _junit_counts(work.junit)
     if returncode == 124:
         failures.append(output)
-    probe = json.loads(work.probe_out.read_text(encoding="utf-8")) if work.probe_out.exists() else None
+    try:
+        probe = read_probe(work.probe_out)
+    except UserError as exc:  # the checks saved it from JSON they parsed: this is a fault worth its line
+        probe = None
+        failures.append(str(exc))
     return SmokeResult(
         id=spec.id,
         tag=spec.tag,
         verdict=verdict_of(returncode, counts, access.attach, spec.base.vendor),
-        gpu={"attached": access.attach, "reason": access.reason},
+        gpu=GpuUse(access.attach, access.reason),
         seconds=round(time.monotonic() - started, 2),
         tests=counts,
         failures=tuple(failures),
@@ -199,14 +206,14 @@ def judge(spec: ImageSpec, access: GpuAccess, returncode: int, output: str, work
     )
 
 
-def host_record(host: HostInfo) -> dict[str, Any]:
+def host_record(host: HostInfo) -> TestedOn:
     """The host a verdict was reached on, as the catalog records it."""
     gpus = [gpu.name for gpu in host.nvidia.gpus] if host.nvidia.has_gpu else []
-    return {
-        "gpu": ", ".join(gpus) if gpus else ("AMD GPU (/dev/kfd)" if host.amd.present else "no GPU"),
-        "driver": host.nvidia.driver if host.nvidia.has_gpu else None,
-        "engine": host.engine.version,
-    }
+    return TestedOn(
+        gpu=", ".join(gpus) if gpus else ("AMD GPU (/dev/kfd)" if host.amd.present else "no GPU"),
+        driver=host.nvidia.driver if host.nvidia.has_gpu else None,
+        engine=host.engine.version,
+    )
 
 
 def smoke_one(engine: Engine, spec: ImageSpec, host: HostInfo, mode: str, timeout_s: int, results_dir: Path) -> SmokeResult:
@@ -215,7 +222,7 @@ def smoke_one(engine: Engine, spec: ImageSpec, host: HostInfo, mode: str, timeou
     access = gpu_access(spec, mode, host)
     stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     if access.failure:
-        gpu = {"attached": access.attach, "reason": access.reason}
+        gpu = GpuUse(access.attach, access.reason)
         return SmokeResult(spec.id, spec.tag, "failed", gpu, 0.0, failures=(access.failure,), date=stamp, host=host_record(host))
     work = Workdir(results_dir / spec.id)
     work.prepare(spec)

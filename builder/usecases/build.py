@@ -6,12 +6,12 @@ caller prints the summary, so the same use-case serves the CLI and the nightly.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
+from builder import results as results_files
 from builder.compat.facts import table
 from builder.engine import leftovers, settings
 from builder.engine.build import Builder, BuildResult, git_revision
@@ -90,19 +90,13 @@ def build_images(
         with leftovers.active_run():
             results = builder.build_all(specs, jobs=options.jobs, force=options.force, keep_going=options.keep_going, on_done=events.done)
     except KeyboardInterrupt:
-        write_results(ws, "build.json", [asdict(r) for r in builder.partial])
+        results_files.write_builds(ws.store.build_summary, [asdict(r) for r in builder.partial])
         raise
     finally:
         events.end()
-    write_results(ws, "build.json", [asdict(r) for r in results])
+    results_files.write_builds(ws.store.build_summary, [asdict(r) for r in results])
     return results
 
 
 def build_ok(results: Sequence[BuildResult]) -> bool:
     return all(r.status in BUILT for r in results)
-
-
-def write_results(ws: Workspace, name: str, data: Any) -> None:
-    path = ws.build_dir / "results" / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from builder.catalog.query import closest, known_keys, matching, parse_query, unknown_keys
 from builder.catalog.records import KnownGood
@@ -13,16 +12,6 @@ from builder.catalog.store import Catalog
 from builder.engine.client import open_engine
 from builder.engine.port import Connect, EngineFault, NotFound
 from builder.errors import UserError
-from builder.workspace import Workspace
-
-
-def catalog_of(ws: Workspace, override: str | None = None, *, must_exist: bool = False) -> Catalog:
-    """The --catalog folder, else catalog/ beside the matrix. `must_exist`: for the commands that
-    only read it (catalog, pull, report), a --catalog folder that is not there is a typo, exit 2;
-    publish and nightly create it on their first record."""
-    if override:
-        return Catalog(Path(override), named=must_exist)
-    return Catalog(ws.matrix_path.parent / "catalog")
 
 
 def find(catalog: Catalog, query: str) -> list[KnownGood]:

@@ -67,7 +67,7 @@ def publish(
     engine = connect()
     remove_dead_runs_containers(engine)  # manifest containers of a killed publish
     host = hostinfo.gather(engine=lambda: hostinfo.EngineFacts(True, engine.version(), engine.gpu_runtimes()))
-    results_dir = ws.build_dir / "results"
+    results_dir = ws.store.results
     outcomes: list[Published] = []
     for spec in specs:
         tested = engine.inspect_image(spec.tag)
@@ -77,7 +77,7 @@ def publish(
         except UserError as exc:
             decision = gate.Decision(spec.id, False, str(exc))
         else:
-            decision = gate.decide(spec, found.to_json() if found else None, approved, options.accept_gpu_skipped)
+            decision = gate.decide(spec, found, approved, options.accept_gpu_skipped)
         if not decision.ok or decision.result is None or approved is None:
             outcome = Published(spec.id, "refused", decision.reason)
         elif options.dry_run:

@@ -70,7 +70,7 @@ def pull(
     note = name_pulled(engine, info.id, repository, tag, build_repository)
     host = hostinfo.gather()
     notes = "\n".join(filter(None, (note, host_note(record, host))))
-    return Pulled(record, docker_run_line(record.accelerator.get("kind", "cpu"), record.digest, host), notes)
+    return Pulled(record, docker_run_line(record.accelerator.kind, record.digest, host), notes)
 
 
 TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
@@ -125,7 +125,7 @@ def _pull_once(engine: Engine, reference: str, log: Callable[[str], None]) -> No
 
 
 def host_note(record: KnownGood, host: hostinfo.HostInfo) -> str:
-    kind = record.accelerator.get("kind")
+    kind = record.accelerator.kind
     if kind == "cuda" and not host.nvidia.has_gpu:
         return "this host has no NVIDIA GPU: the image runs, but only on the CPU here (`builder doctor` says what is missing)"
     if kind == "rocm" and not host.amd.present:

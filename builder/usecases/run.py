@@ -11,9 +11,9 @@ from builder.engine.port import Connect
 from builder.errors import RunFailure, UserError
 from builder.records import ImageSpec
 from builder.render.tree import stale
-from builder.smoke.runner import SmokeResult
+from builder.results import SmokeResult, is_good
 from builder.usecases.build import BUILT, BuildEvents, BuildOptions, build_images, build_ok
-from builder.usecases.test import TEST_OK, TestEvents, TestOptions, test_images
+from builder.usecases.test import TestEvents, TestOptions, test_images
 from builder.workspace import Workspace
 
 
@@ -48,4 +48,4 @@ def run(
 
 
 def run_ok(specs: Sequence[ImageSpec], built: Sequence[BuildResult], tested: Sequence[SmokeResult]) -> bool:
-    return build_ok(built) and len(tested) == len(specs) and all(r.verdict in TEST_OK for r in tested)
+    return build_ok(built) and len(tested) == len(specs) and all(is_good(r.verdict) for r in tested)

@@ -14,10 +14,9 @@ from builder.engine.port import Connect, Engine, EngineFault
 from builder.engine.session import remove_dead_runs_containers
 from builder.host import facts as hostinfo
 from builder.records import ImageSpec
-from builder.smoke.runner import SmokeResult, merge_junit, smoke_one
+from builder.results import GpuUse, SmokeResult
+from builder.smoke.runner import merge_junit, smoke_one
 from builder.workspace import Workspace
-
-TEST_OK = ("passed", "gpu-skipped")
 
 
 @dataclass(frozen=True)
@@ -39,7 +38,7 @@ def test_images(
     engine = connect()
     remove_dead_runs_containers(engine)  # a killed run's smoke containers
     host = hostinfo.gather(engine=lambda: hostinfo.EngineFacts(True, engine.version(), engine.gpu_runtimes()))
-    results_dir = ws.build_dir / "results"
+    results_dir = ws.store.results
     results_dir.mkdir(parents=True, exist_ok=True)
     results = []
     with leftovers.active_run():
@@ -60,13 +59,11 @@ def _test_one(
         events.started(spec)
         return smoke_one(engine, spec, host, options.gpu, options.timeout_s, results_dir)
     except (EngineFault, ConnectionError) as exc:
-        gpu = {"attached": False, "reason": "the engine failed"}
+        gpu = GpuUse(False, "the engine failed")
         return SmokeResult(
             spec.id, spec.tag, "failed", gpu, 0.0, failures=(f"engine connection failed: {' '.join(str(exc).split())[:300]}",)
         )
 
 
 def not_built(spec: ImageSpec) -> SmokeResult:
-    return SmokeResult(
-        spec.id, spec.tag, "not-built", {"attached": False, "reason": "image not built"}, 0.0, failures=("run `builder build` first",)
-    )
+    return SmokeResult(spec.id, spec.tag, "not-built", GpuUse(False, "image not built"), 0.0, failures=("run `builder build` first",))
