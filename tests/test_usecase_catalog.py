@@ -48,12 +48,12 @@ def catalog(tmp_path: Path) -> Catalog:
 def test_the_catalog_is_beside_the_matrix_unless_one_is_named(tmp_path: Path, small_matrix: str) -> None:
     (tmp_path / "matrix.yaml").write_text(small_matrix, encoding="utf-8")
     ws = Workspace(tmp_path / "matrix.yaml")
-    assert catalogs.catalog_of(ws).root == tmp_path / "catalog"
-    assert catalogs.catalog_of(ws).load() == (), "no catalog yet: an empty one (publish creates it)"
-    assert catalogs.catalog_of(ws, str(tmp_path / "elsewhere")).root == tmp_path / "elsewhere"
-    assert catalogs.catalog_of(ws, str(tmp_path / "elsewhere")).load() == (), "publish and nightly create a named folder"
+    assert ws.store.catalog().root == tmp_path / "catalog"
+    assert ws.store.catalog().load() == (), "no catalog yet: an empty one (publish creates it)"
+    assert ws.store.catalog(str(tmp_path / "elsewhere")).root == tmp_path / "elsewhere"
+    assert ws.store.catalog(str(tmp_path / "elsewhere")).load() == (), "publish and nightly create a named folder"
     with pytest.raises(UserError) as caught:
-        catalogs.catalog_of(ws, str(tmp_path / "typo"), must_exist=True).load()
+        ws.store.catalog(str(tmp_path / "typo"), must_exist=True).load()
     assert "no such catalog folder" in str(caught.value) and str(tmp_path / "typo") in str(caught.value)
 
 

@@ -97,7 +97,7 @@ def test_night_one_locks_builds_tests_publishes_and_reports_every_image(night: N
     assert report.notes == () and report.drift == () and report.updates == "not-checked" and not report.regressed
     docs = night.matrix.parent / "docs" / "support-matrix.md"
     assert JAX in docs.read_text(encoding="utf-8") and (night.matrix.parent / "build" / "report" / "index.html").is_file()
-    saved = json.loads(history.path(night.matrix.parent / "build").read_text(encoding="utf-8"))
+    saved = json.loads(Workspace(night.matrix).store.history.read_text(encoding="utf-8"))
     assert {e["id"]: e["status"] for e in saved["images"]} == {JAX: "passed", NUMBA: "passed"}
 
 
@@ -322,7 +322,7 @@ def test_a_report_path_that_is_the_users_is_a_note_and_the_history_is_saved(nigh
     report = night.run(nightlies.NightlyOptions(updates=False, publish=False, build=BuildOptions(sources=OFFLINE)))
     assert len(report.notes) == 1 and report.notes[0].startswith("report: ") and str(docs.name) in report.notes[0]
     assert docs.read_text(encoding="utf-8") == "# my own notes\n"
-    assert history.previous(night.matrix.parent / "build", []) == {JAX: "passed", NUMBA: "passed"}
+    assert history.previous(Workspace(night.matrix).store.history, []) == {JAX: "passed", NUMBA: "passed"}
 
 
 # -- one nightly at a time --------------------------------------------------------------------------
