@@ -44,16 +44,11 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test in this folder is in the integration tier (`-m docker`), also the few that need a
     package index or uv but no engine (test_locking.py): `-m "not docker"` is the offline tier, and a
-    75-second `builder lock --upgrade` against PyPI does not belong in it.
-
-    They are also one xdist group: under `-n 2 --dist loadgroup` (pyproject's addopts) they run one
-    after another, in file order, on one worker (they count and share the engine's images and
-    containers), while the other worker runs the offline tier beside them."""
+    75-second `builder lock --upgrade` against PyPI does not belong in it. (Under xdist they all run
+    on one worker, in order: tests/conftest.py's scheduler.)"""
     for item in items:
-        if HERE in item.path.resolve().parents:
-            if item.get_closest_marker("docker") is None:
-                item.add_marker(pytest.mark.docker)
-            item.add_marker(pytest.mark.xdist_group("engine"))
+        if HERE in item.path.resolve().parents and item.get_closest_marker("docker") is None:
+            item.add_marker(pytest.mark.docker)
 
 
 @pytest.fixture(scope="session")
