@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--select", action="append", default=[], help="a select expression, as `builder build --select`; repeat for more")
     parser.add_argument("--out", type=Path, help="also write the report to this file")
     args = parser.parse_args(argv)
-    client = engine.connect()
+    client = engine.open_engine()
     lines: list[str] = []
     measured: dict[str, tuple[ImageSpec, sizes.Sizes]] = {}
     for spec in chosen(args.select):

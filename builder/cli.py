@@ -20,7 +20,8 @@ from rich.console import Console
 
 from builder.errors import Interrupted, RunFailure, UserError
 from builder.render import tree as render_tree
-from builder.spec.formats import github_matrix, plan_json
+from builder.render.formats import github_matrix, plan_json
+from builder.sources import Sources
 from builder.text import redact
 from builder.ui.text import MAX_LINE, plain
 from builder.workspace import Workspace
@@ -115,7 +116,12 @@ def main(ctx: click.Context, matrix_path: str | None) -> None:
     ctx.obj = Workspace.locate(matrix_path)
 
 
-select_option = click.option("--select", "select_expr", metavar="EXPR", help="key=glob filters, e.g. stack=torch,base=cuda12.*")
+select_option = click.option(
+    "--select",
+    "select_expr",
+    metavar="EXPR",
+    help="key=value terms (globs; a version matches its releases), e.g. stack=torch,base=cuda12.* or torch=2.14",
+)
 
 
 @main.command()
@@ -147,7 +153,7 @@ def plan(ws: Workspace, select_expr: str | None, fmt: str, explain: bool, contex
         import os
 
         from builder.engine.build import git_revision  # the revision `builder build` labels (git only, no engine)
-        from builder.spec.bake import bake_file
+        from builder.render.bake import bake_file
 
         # Complete contexts (images/<id> plus the probe that `builder build` stages), so any builder
         # builds them as they are; the folder is builder's own (render's ownership rules).
@@ -245,19 +251,19 @@ def _build_options(kwargs: dict[str, Any]) -> Any:
             "--push is gone: nothing untested is pushed; run `builder test`, then `builder publish` (it pushes images that passed)"
         )
     return BuildOptions(
-        jobs=kwargs["jobs"], force=kwargs["force"], no_cache=kwargs["no_cache"], keep_going=kwargs["keep_going"], **_sources(kwargs)
+        jobs=kwargs["jobs"], force=kwargs["force"], no_cache=kwargs["no_cache"], keep_going=kwargs["keep_going"], sources=_sources(kwargs)
     )
 
 
-def _sources(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """BUILD_SOURCE_OPTIONS as the keyword arguments BuildOptions and LockOptions share."""
-    return {
-        "ca_bundle": kwargs["ca_bundle"],
-        "use_host": not kwargs["no_host_settings"],
-        "wheelhouse": tuple(kwargs["wheelhouse"]),
-        "index_url": kwargs["index_url"],
-        "extra_index_urls": tuple(kwargs["extra_index_url"]),
-    }
+def _sources(kwargs: dict[str, Any]) -> Sources:
+    """BUILD_SOURCE_OPTIONS as the one record BuildOptions and LockOptions hold."""
+    return Sources(
+        index_url=kwargs["index_url"],
+        extra_index_urls=tuple(kwargs["extra_index_url"]),
+        wheelhouse=tuple(kwargs["wheelhouse"]),
+        ca_bundle=kwargs["ca_bundle"],
+        use_host=not kwargs["no_host_settings"],
+    )
 
 
 @main.command()
@@ -290,12 +296,13 @@ def build(ws: Workspace, /, select_expr: str | None, **kwargs: Any) -> None:
 @user_errors
 def test(ws: Workspace, select_expr: str | None, gpu: str, timeout_s: int) -> None:
     """Smoke-test built images in locked-down containers; results in build/results/."""
+    from builder.results import is_good
     from builder.ui.test import TestLines, print_test_summary
-    from builder.usecases.test import TEST_OK, TestOptions, test_images
+    from builder.usecases.test import TestOptions, test_images
 
     results = test_images(ws, ws.selected(select_expr, use_default=True), TestOptions(gpu, timeout_s), TestLines(err))
     print_test_summary(out, results)
-    _exit_for(all(r.verdict in TEST_OK for r in results))
+    _exit_for(all(is_good(r.verdict) for r in results))
 
 
 class _RunSummary:
@@ -369,7 +376,7 @@ def lock(ws: Workspace, /, select_expr: str | None, check: bool, upgrade: bool, 
         click.echo(f"{len(results) - len(bad) - unlocked} locks current, {len(bad)} missing or stale{tail}", err=True)
         _exit_for(not bad)
     options = locking.LockOptions(
-        jobs=jobs, upgrade=upgrade, keep_going=keep_going, include_unlocked=select_expr is not None, **_sources(kwargs)
+        jobs=jobs, upgrade=upgrade, keep_going=keep_going, include_unlocked=select_expr is not None, sources=_sources(kwargs)
     )
     results = locking.lock_images(ws, specs, options, LockLines(err))
     print_lock_summary(out, results)
@@ -392,7 +399,7 @@ def clean(ws: Workspace, stale: bool, everything: bool, dry_run: bool) -> None:
 
     planned = {s.tag for s in ws.decided.images} if stale else None
     removed = leftovers.clean(
-        engine.connect(), ws.build_dir, repository=ws.matrix.registry, planned=planned, everything=everything, dry_run=dry_run
+        engine.open_engine(), ws.build_dir, repository=ws.matrix.registry, planned=planned, everything=everything, dry_run=dry_run
     )
     verb = "would remove" if dry_run else "removed"
     for kind, names in (("container", removed.containers), ("image", removed.images), ("folder", removed.folders)):
@@ -432,10 +439,9 @@ def publish(
 ) -> None:
     """Push images whose smoke tests passed for their current build; record them as known-good."""
     from builder.ui.catalog import PublishLines, print_publish_summary
-    from builder.usecases.catalog import catalog_of
     from builder.usecases.publish import PublishOptions, publish, publish_ok
 
-    catalog = catalog_of(ws, catalog_dir)
+    catalog = ws.store.catalog(catalog_dir)
     options = PublishOptions(registry=registry, dry_run=dry_run, accept_gpu_skipped=accept_gpu_skipped, push_deadline_s=push_timeout)
     outcomes = publish(ws, ws.selected(select_expr, use_default=True), options, catalog, PublishLines(err))
     print_publish_summary(out, outcomes)
@@ -454,7 +460,6 @@ def publish(
 @user_errors
 def pull(ws: Workspace, query: tuple[str, ...], catalog_dir: str | None) -> None:
     """Pull the newest known-good image matching QUERY (e.g. torch=2.14 cuda=13 python=3.11) by digest."""
-    from builder.usecases import catalog as catalogs
     from builder.usecases import pull as pulling
 
     try:
@@ -462,12 +467,69 @@ def pull(ws: Workspace, query: tuple[str, ...], catalog_dir: str | None) -> None
     except UserError:
         build_repository = None  # no matrix beside the catalog: no build names to keep
     pulled = pulling.pull(
-        catalogs.catalog_of(ws, catalog_dir, must_exist=True), " ".join(query), log=lambda line: None, build_repository=build_repository
+        ws.store.catalog(catalog_dir, must_exist=True), " ".join(query), log=lambda line: None, build_repository=build_repository
     )
     click.echo(plain(f"pulled {pulled.record.digest} ({pulled.record.id}, verified)"), err=True)
     if pulled.note:
         click.echo(pulled.note, err=True)
     click.echo(pulled.run_line)
+
+
+@main.command()
+@click.argument("query", nargs=-1)
+@click.option(
+    "--gpu-cc",
+    "gpu_cc",
+    multiple=True,
+    metavar="X.Y",
+    help="a GPU's compute capability, e.g. 8.6 (repeat for each GPU; default: nvidia-smi's)",
+)
+@click.option("--driver", metavar="VERSION", help="the NVIDIA driver, e.g. 550.54.15 (default: nvidia-smi's)")
+@click.option("--arch", "cpu", metavar="amd64|arm64", help="the host's CPU architecture (default: uname -m)")
+@click.option("--vendor", type=click.Choice(["nvidia", "amd", "none"]), help="the host's GPU vendor (default: detected)")
+@click.option(
+    "--library",
+    "libraries",
+    multiple=True,
+    type=click.Path(exists=True, path_type=Path),
+    help="judge this library's own device code (or each library's under a folder) instead of catalog records (repeatable)",
+)
+@click.option("--reader", type=click.Choice(["fatbin", "cuobjdump"]), default="fatbin", show_default=True, help="how --library is read")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@catalog_option
+@click.pass_obj
+@user_errors
+def fit(
+    ws: Workspace,
+    query: tuple[str, ...],
+    gpu_cc: tuple[str, ...],
+    driver: str | None,
+    cpu: str | None,
+    vendor: str | None,
+    libraries: tuple[Path, ...],
+    reader: str,
+    fmt: str,
+    catalog_dir: str | None,
+) -> None:
+    """Say whether each known-good image matching QUERY (or each --library) runs on this host, or the one described, and why.
+
+    Exit 0 when an image fits (with --library: when every library does), else 1."""
+    from builder.fit import host as hosts
+    from builder.ui.fit import print_fit
+    from builder.usecases import fit as fitting
+
+    if libraries and query:
+        raise UserError("give QUERY (catalog records) or --library (files), not both")
+    host = hosts.host_for(gpu_cc=gpu_cc, driver=driver, arch=cpu, vendor=vendor)
+    if libraries:
+        report = fitting.fit_libraries(libraries, host, "cuobjdump" if reader == "cuobjdump" else "fatbin")
+    else:
+        report = fitting.fit(ws.store.catalog(catalog_dir, must_exist=True), " ".join(query), host)
+    if fmt == "json":
+        emit_json(report.to_json())
+    else:
+        print_fit(out, report)
+    _exit_for(report.ok)
 
 
 @main.command()
@@ -482,7 +544,7 @@ def catalog(ws: Workspace, query: tuple[str, ...], fmt: str, verify: bool, catal
     from builder.ui.catalog import print_catalog
     from builder.usecases import catalog as catalogs
 
-    store = catalogs.catalog_of(ws, catalog_dir, must_exist=True)
+    store = ws.store.catalog(catalog_dir, must_exist=True)
     records = catalogs.find(store, " ".join(query))
     checked = catalogs.verify(store, records) if verify else []
     if fmt == "json":
@@ -507,15 +569,16 @@ def catalog(ws: Workspace, query: tuple[str, ...], fmt: str, verify: bool, catal
 def report(ws: Workspace, markdown_path: str | None, html_path: str | None, catalog_dir: str | None) -> None:
     """The support matrix (every planned image, its status and digest; a base x stack grid) as Markdown and HTML."""
 
-    from builder.usecases import catalog as catalogs
     from builder.usecases import report as reporting
 
     files = reporting.report(
         ws,
-        catalogs.catalog_of(ws, catalog_dir, must_exist=True),
-        Path(markdown_path) if markdown_path else ws.matrix_path.parent / "docs" / "support-matrix.md",
-        Path(html_path) if html_path else ws.build_dir / "report" / "index.html",
+        ws.store.catalog(catalog_dir, must_exist=True),
+        Path(markdown_path) if markdown_path else ws.store.report_markdown,
+        Path(html_path) if html_path else ws.store.report_html,
     )
+    for note in files.notes:
+        click.echo(plain(f"note: {note}", limit=MAX_LINE), err=True)
     click.echo(", ".join(f"{n} {status}" for status, n in files.counts.items()), err=True)
     click.echo(plain(f"wrote {files.markdown} and {files.html}"))
 
@@ -589,7 +652,6 @@ def nightly(
     from builder.nightly import summary
     from builder.report.output import check_summary, write_summary
     from builder.ui.nightly import NightlyLines, print_nightly
-    from builder.usecases import catalog as catalogs
     from builder.usecases import nightly as loop
     from builder.usecases.build import BuildOptions
     from builder.usecases.test import TestOptions
@@ -599,7 +661,7 @@ def nightly(
         updates=not kwargs["no_updates"],
         apply=not kwargs["no_apply"],
         index_json_url=kwargs["index_json_url"],
-        build=BuildOptions(jobs=jobs, **_sources(kwargs)),
+        build=BuildOptions(jobs=jobs, sources=_sources(kwargs)),
         test=TestOptions(gpu, timeout_s),
         publish=not kwargs["no_publish"],
         registry=kwargs["registry"],
@@ -610,8 +672,8 @@ def nightly(
         from builder.publish.publisher import check_repository
 
         check_repository(options.registry or ws.matrix.registry)
-    target = Path(summary_path) if summary_path else ws.build_dir / "nightly" / "summary.md"
-    inputs = (ws.matrix_path, catalogs.catalog_of(ws, options.catalog_dir).file)
+    target = Path(summary_path) if summary_path else ws.store.nightly_summary
+    inputs = (ws.matrix_path, ws.store.catalog(options.catalog_dir).file)
     check_summary(target, inputs)  # a summary path that cannot be written stops it before the run, not after
     report = loop.nightly(ws.matrix_path, options, NightlyLines(err))
     write_summary(target, summary.render(report), inputs)

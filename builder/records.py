@@ -9,11 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from builder import frameworks
-
 Vendor = Literal["cuda", "rocm", "cpu"]
 VENDORS: tuple[Vendor, ...] = ("cuda", "rocm", "cpu")
-FRAMEWORKS: tuple[str, ...] = frameworks.NAMES
 
 
 @dataclass(frozen=True)
@@ -64,13 +61,6 @@ class Rule:
 
     def line_of(self, key: str) -> int:
         return dict(self.key_lines).get(key, self.line)
-
-
-@dataclass(frozen=True)
-class IndexOverrides:
-    """Index URL templates per variant key (`torch-cu124`, `torch-cpu`, `torch-rocm*`...)."""
-
-    urls: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""build/results/<id>.json: the one writer and the one typed reader of smoke results.
+"""build/results/<id>.json: the one writer and the one typed reader of smoke results, the one
+`Verdict` type (and which verdicts count as good), and build.json's typed reader.
 
 Why one place: publish, the report and the nightly loop all decide from these files, and each used
 to read them its own way (a traceback on a wrong type, a hand-edited `verdict: passed` over
@@ -11,48 +12,146 @@ one whose verdict is not the verdict its own contents give, each in one line.
 from __future__ import annotations
 
 import hashlib
-import math
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import filelock
 
+from builder import jsonfields as jf
+from builder import probe_report
 from builder.errors import UserError
-from builder.fsio import MiB, dump_json, parse_json, read_bytes, write_atomic
-from builder.records import VENDORS
+from builder.fsio import MiB, dump_json, parse_json, read_bytes, read_json, write_atomic
+from builder.probe_report import ProbeReport
+from builder.records import VENDORS, Vendor
+
+Verdict = Literal["passed", "gpu-skipped", "failed", "not-built"]
+VERDICTS: tuple[Verdict, ...] = get_args(Verdict)
+# The verdicts that count as good, defined once: the image works (gpu-skipped: everything but its
+# GPU checks ran, on a host without its GPU). `builder test`/`run` exit 0 on these, the nightly
+# counts them as passing, the catalog records only these; publish takes gpu-skipped only when accepted.
+GOOD: tuple[Verdict, ...] = ("passed", "gpu-skipped")
+
+
+def is_good(verdict: str) -> bool:
+    return verdict in GOOD
+
+
+def publishable(verdict: str, accept_gpu_skipped: bool) -> bool:
+    """What publish and the nightly push: passed, and gpu-skipped when the caller accepts it."""
+    return verdict == "passed" or (verdict == "gpu-skipped" and accept_gpu_skipped)
+
+
+@dataclass(frozen=True)
+class GpuUse:
+    """Whether the run had its GPU, and why (or why not)."""
+
+    attached: bool
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class TestCounts:
+    """pytest's JUnit counts of one run."""
+
+    __test__ = False  # not a pytest class
+    tests: int = 0
+    failures: int = 0
+    errors: int = 0
+    skipped: int = 0
+
+    @property
+    def ran(self) -> int:
+        return self.tests - self.skipped
+
+    @property
+    def passed(self) -> int:
+        return self.tests - self.failures - self.errors
+
+    def to_json(self) -> dict[str, int]:
+        return {"tests": self.tests, "failures": self.failures, "errors": self.errors, "skipped": self.skipped}
+
+
+@dataclass(frozen=True)
+class TestedOn:
+    """The host a verdict was reached on, as the results file and the catalog record it."""
+
+    __test__ = False  # not a pytest class
+    gpu: str  # GPU model(s), "AMD GPU (/dev/kfd)" or "no GPU"
+    driver: str | None = None
+    engine: str | None = None
+
+    def to_json(self) -> dict[str, str | None]:
+        return {"gpu": self.gpu, "driver": self.driver, "engine": self.engine}
+
+
+@dataclass(frozen=True)
+class Diagnosed:
+    """A known cause found in a run's output, and its fix ("" framework: not one framework's)."""
+
+    framework: str
+    cause: str
+    fix: str
+
+
+@dataclass(frozen=True)
+class CudaCheck:
+    """One CUDA check that ran without a GPU: a framework's (built-for, a kernel compiled) or a library's ("")."""
+
+    framework: str
+    name: str
+    ok: bool
+    detail: str = ""
 
 
 @dataclass(frozen=True)
 class SmokeResult:
     id: str
     tag: str
-    verdict: str  # passed | gpu-skipped | failed | not-built
-    gpu: dict[str, Any]
+    verdict: Verdict
+    gpu: GpuUse
     seconds: float
-    tests: dict[str, int] = field(default_factory=dict)
+    tests: TestCounts = field(default_factory=TestCounts)
     failures: tuple[str, ...] = ()
-    diagnoses: tuple[dict[str, str], ...] = ()
-    probe: dict[str, Any] | None = None
+    diagnoses: tuple[Diagnosed, ...] = ()
+    probe: ProbeReport | None = None
     date: str = ""
-    cuda_checks: tuple[dict[str, Any], ...] = ()  # the CUDA checks that ran without a GPU, each with ok
+    cuda_checks: tuple[CudaCheck, ...] = ()  # the CUDA checks that ran without a GPU
     content_hash: str = ""  # the io.builder.content-hash label of the image that was tested
     image_id: str = ""  # the engine's id of that image: publish refuses one that changed since
-    host: dict[str, Any] = field(default_factory=dict)  # where it ran: GPU model and driver, or "no GPU"
+    host: TestedOn | None = None  # where it ran: GPU model and driver, or "no GPU"; None: it did not run
     returncode: int = -1  # pytest's exit code (124: timed out): with tests, gpu and vendor it gives the verdict
-    vendor: str = ""  # the image's accelerator vendor (cuda, rocm, cpu)
+    vendor: Vendor | Literal[""] = ""  # the image's accelerator vendor ("": the run never started)
 
     @property
     def cuda_checks_passed(self) -> int:
-        return sum(bool(c.get("ok")) for c in self.cuda_checks)
+        return sum(c.ok for c in self.cuda_checks)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        """The results file's keys (unchanged since the dict form: readers of old files keep working)."""
+        return {
+            "id": self.id,
+            "tag": self.tag,
+            "verdict": self.verdict,
+            "gpu": {"attached": self.gpu.attached, "reason": self.gpu.reason},
+            "seconds": self.seconds,
+            "tests": self.tests.to_json(),
+            "failures": list(self.failures),
+            "diagnoses": [{"framework": d.framework, "cause": d.cause, "fix": d.fix} for d in self.diagnoses],
+            "probe": self.probe.to_json() if self.probe else None,
+            "date": self.date,
+            "cuda_checks": [{"framework": c.framework, "name": c.name, "ok": c.ok, "detail": c.detail} for c in self.cuda_checks],
+            "content_hash": self.content_hash,
+            "image_id": self.image_id,
+            "host": self.host.to_json() if self.host else {},
+            "returncode": self.returncode,
+            "vendor": self.vendor,
+        }
 
 
-def verdict_of(returncode: int, counts: dict[str, int], attached: bool, vendor: str) -> str:
-    ran = counts.get("tests", 0) - counts.get("skipped", 0)
-    if returncode != 0 or counts.get("failures") or counts.get("errors") or ran <= 0:
+def verdict_of(returncode: int, counts: TestCounts, attached: bool, vendor: str) -> Verdict:
+    if returncode != 0 or counts.failures or counts.errors or counts.ran <= 0:
         return "failed"  # nothing checked is not a pass
     if vendor != "cpu" and not attached:
         return "gpu-skipped"
@@ -62,7 +161,6 @@ def verdict_of(returncode: int, counts: dict[str, int], attached: bool, vendor: 
 INDEX = ".index.json"
 INDEX_SCHEMA = 1
 LIMIT = 16 * MiB  # a probe's JSON and pytest's first lines: far below this
-VERDICTS = ("passed", "gpu-skipped", "failed", "not-built")
 RERUN = "run `builder test` again"
 
 
@@ -122,99 +220,127 @@ def load(results_dir: Path, image_id: str) -> SmokeResult | None:
 # -- the typed reader ---------------------------------------------------------------------------
 
 
-def _fail(where: str, what: str) -> UserError:
-    return UserError(f"not a smoke result this tool wrote: {what}; {RERUN}", where)
+def tested_on(value: Any, key: str, fail: jf.Fail) -> TestedOn:
+    host = jf.obj(value, key, fail)
+    unknown = sorted(set(host) - {"gpu", "driver", "engine"})
+    if unknown:
+        raise fail(f"{key!r} has unknown keys {', '.join(k[:40] for k in unknown[:5])}")
+    return TestedOn(
+        gpu=jf.text(host.get("gpu"), f"{key}.gpu", fail),
+        driver=jf.optional_text(host.get("driver"), f"{key}.driver", fail),
+        engine=jf.optional_text(host.get("engine"), f"{key}.engine", fail),
+    )
 
 
-def _str(data: dict[str, Any], key: str, where: str) -> str:
-    value = data.get(key)
-    if not isinstance(value, str):
-        raise _fail(where, f"{key!r} must be text")
-    return value
-
-
-def _int(value: Any, key: str, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _fail(where, f"{key!r} must be a whole number")
-    return value
-
-
-def _dict(value: Any, key: str, where: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise _fail(where, f"{key!r} must be an object")
-    return value
-
-
-def _dicts(value: Any, key: str, where: str) -> tuple[dict[str, Any], ...]:
-    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
-        raise _fail(where, f"{key!r} must be a list of objects")
-    return tuple(value)
-
-
-def _probe(value: Any, where: str) -> dict[str, Any] | None:
-    """The parts of the probe's JSON that publish, the report and the nightly loop read."""
-    if value is None:
-        return None
-    probe = _dict(value, "probe", where)
-    for name, found in _dict(probe.get("frameworks") or {}, "probe.frameworks", where).items():
-        entry = _dict(found, f"probe.frameworks.{name}", where)
-        _dict(entry.get("build") or {}, f"probe.frameworks.{name}.build", where)
-        _dicts(entry.get("offline") or [], f"probe.frameworks.{name}.offline", where)
-    cuda = _dict(probe.get("cuda") or {}, "probe.cuda", where)
-    _dicts(cuda.get("checks") or [], "probe.cuda.checks", where)
-    _dict(probe.get("host") or {}, "probe.host", where)
-    return probe
+def _counts(value: Any, fail: jf.Fail) -> TestCounts:
+    counts = jf.obj(value, "tests", fail)
+    unknown = sorted(set(counts) - set(TestCounts.__dataclass_fields__))
+    if unknown:
+        raise fail(f"'tests' has unknown keys {', '.join(k[:40] for k in unknown[:5])}")
+    return TestCounts(**{k: jf.whole(v, f"tests.{k}", fail) for k, v in counts.items()})
 
 
 def from_json(data: Any, where: str) -> SmokeResult:
-    """A SmokeResult from its JSON, every field checked for the type the readers rely on, and the
-    verdict recomputed from the file's own contents (exit code, test counts, GPU, vendor)."""
-    doc = _dict(data, "the file", where)
-    names = set(SmokeResult.__dataclass_fields__)
+    """A SmokeResult from its JSON, every field checked for its type, and the verdict recomputed
+    from the file's own contents (exit code, test counts, GPU, vendor)."""
+
+    def fail(what: str) -> UserError:
+        return UserError(f"not a smoke result this tool wrote: {what}; {RERUN}", where)
+
+    doc = jf.obj(data, "the file", fail)
+    names = {"id", "tag", "verdict", "gpu", "seconds", "tests", "failures", "diagnoses", "probe", "date", "cuda_checks"}
+    names |= {"content_hash", "image_id", "host", "returncode", "vendor"}
     missing = sorted(names - set(doc))
     if missing:
-        raise _fail(where, f"it lacks {', '.join(missing)}")
+        raise fail(f"it lacks {', '.join(missing)}")
     unknown = sorted(set(doc) - names)
     if unknown:
-        raise _fail(where, f"unknown keys {', '.join(unknown)}")
-    verdict = _str(doc, "verdict", where)
-    vendor = _str(doc, "vendor", where)
+        raise fail(f"unknown keys {', '.join(k[:40] for k in unknown[:5])}")
+    verdict = jf.text(doc["verdict"], "verdict", fail)
+    vendor = jf.text(doc["vendor"], "vendor", fail)
     if verdict not in VERDICTS or vendor not in VENDORS:
-        raise _fail(where, f"verdict {verdict!r} / vendor {vendor!r} unknown")
-    gpu = _dict(doc["gpu"], "gpu", where)
+        raise fail(f"verdict {verdict[:40]!r} / vendor {vendor[:40]!r} unknown")
+    gpu = jf.obj(doc["gpu"], "gpu", fail)
     if not isinstance(gpu.get("attached"), bool) or not isinstance(gpu.get("reason", ""), str):
-        raise _fail(where, "'gpu' must hold attached (true/false) and reason")
-    tests = {str(k): _int(v, f"tests.{k}", where) for k, v in _dict(doc["tests"], "tests", where).items()}
-    failures = doc["failures"]
-    if not isinstance(failures, list) or not all(isinstance(f, str) for f in failures):
-        raise _fail(where, "'failures' must be a list of text")
-    diagnoses = _dicts(doc["diagnoses"], "diagnoses", where)
-    seconds = doc["seconds"]
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not math.isfinite(seconds):
-        raise _fail(where, "'seconds' must be a number")
+        raise fail("'gpu' must hold attached (true/false) and reason")
+    diagnoses = jf.objs(doc["diagnoses"], "diagnoses", fail)
+    checks = jf.objs(doc["cuda_checks"], "cuda_checks", fail)
     result = SmokeResult(
-        id=_str(doc, "id", where),
-        tag=_str(doc, "tag", where),
-        verdict=verdict,
-        gpu=gpu,
-        seconds=float(seconds),
-        tests=tests,
-        failures=tuple(failures),
-        diagnoses=tuple({str(k): v if isinstance(v, str) else str(v) for k, v in d.items()} for d in diagnoses),
-        probe=_probe(doc["probe"], where),
-        date=_str(doc, "date", where),
-        cuda_checks=_dicts(doc["cuda_checks"], "cuda_checks", where),
-        content_hash=_str(doc, "content_hash", where),
-        image_id=_str(doc, "image_id", where),
-        host=_dict(doc["host"], "host", where),
-        returncode=_int(doc["returncode"], "returncode", where),
-        vendor=vendor,
+        id=jf.text(doc["id"], "id", fail),
+        tag=jf.text(doc["tag"], "tag", fail),
+        verdict=verdict,  # checked against VERDICTS above
+        gpu=GpuUse(gpu["attached"], gpu.get("reason", "")),
+        seconds=jf.number(doc["seconds"], "seconds", fail),
+        tests=_counts(doc["tests"], fail),
+        failures=jf.texts(doc["failures"], "failures", fail),
+        diagnoses=tuple(
+            Diagnosed(
+                jf.text(d.get("framework", ""), "diagnoses.framework", fail),
+                jf.text(d.get("cause"), "diagnoses.cause", fail),
+                jf.text(d.get("fix", ""), "diagnoses.fix", fail),
+            )
+            for d in diagnoses
+        ),
+        probe=None if doc["probe"] is None else probe_report.from_json(doc["probe"], f"{where} (its 'probe')"),
+        date=jf.text(doc["date"], "date", fail),
+        cuda_checks=tuple(
+            CudaCheck(
+                jf.text(c.get("framework", ""), "cuda_checks.framework", fail),
+                jf.text(c.get("name"), "cuda_checks.name", fail),
+                jf.flag(c.get("ok"), "cuda_checks.ok", fail),
+                jf.text(c.get("detail") or "", "cuda_checks.detail", fail),
+            )
+            for c in checks
+        ),
+        content_hash=jf.text(doc["content_hash"], "content_hash", fail),
+        image_id=jf.text(doc["image_id"], "image_id", fail),
+        host=tested_on(doc["host"], "host", fail) if doc["host"] not in ({}, None) else None,
+        returncode=jf.whole(doc["returncode"], "returncode", fail),
+        vendor=vendor,  # checked against VENDORS above
     )
-    recomputed = verdict_of(result.returncode, tests, bool(gpu["attached"]), vendor)
+    recomputed = verdict_of(result.returncode, result.tests, result.gpu.attached, vendor)
     if verdict != "not-built" and verdict != recomputed:
-        counts = ", ".join(f"{k} {v}" for k, v in sorted(tests.items()))
+        counts = ", ".join(f"{k} {v}" for k, v in sorted(result.tests.to_json().items()))
         raise UserError(
             f"refused: its verdict {verdict!r} is not what its own contents give ({recomputed!r}: exit {result.returncode}, {counts}); {RERUN}",
             where,
         )
     return result
+
+
+# -- build/results/build.json -------------------------------------------------------------------
+
+BUILD_SUMMARY = "build.json"
+
+
+@dataclass(frozen=True)
+class Built:
+    """What the report reads of one build.json entry (the file holds the engine's whole BuildResult)."""
+
+    id: str
+    status: str
+    image_mb: float | None = None
+
+
+def write_builds(path: Path, entries: Sequence[Mapping[str, object]]) -> None:
+    """build.json: one entry per image of the last build (engine.build.BuildResult as JSON)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, dump_json(list(entries)))
+
+
+def read_builds(path: Path) -> tuple[Built, ...]:
+    """build.json's entries; () when there is none. One that is not the file `builder build`
+    writes is a one-line UserError naming it (the report shows it as a note, not silence)."""
+    if not path.exists():
+        return ()
+
+    def fail(what: str) -> UserError:
+        return UserError(f"not the build summary `builder build` writes: {what}; run `builder build` again", str(path))
+
+    entries = read_json(path, LIMIT, "build summary")
+    out = []
+    for entry in jf.objs(entries, "the file", fail):
+        sizes = entry.get("sizes")
+        image_mb = jf.number(jf.obj(sizes, "sizes", fail).get("image_mb"), "sizes.image_mb", fail) if sizes is not None else None
+        out.append(Built(jf.text(entry.get("id"), "id", fail), jf.text(entry.get("status"), "status", fail), image_mb))
+    return tuple(out)

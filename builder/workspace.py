@@ -12,21 +12,76 @@ import stat
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from builder.catalog.store import Catalog
 from builder.compat.facts import table
 from builder.errors import UserError
 from builder.lock.claims import keep_older_gpus, with_lock_claims
 from builder.lock.files import LOCK_NAME, load, verify
 from builder.lock.target import target_for
+from builder.query import matches
 from builder.records import ImageSpec, Lock, Matrix, Plan
 from builder.render.context import Files, content_hash, contexts
 from builder.render.swap import recover
 from builder.render.tree import expected_tree
 from builder.spec.matrix import load_matrix
 from builder.spec.plan import make_plan
-from builder.spec.select import fields_of, matches, no_match, parse_select, select
+from builder.spec.select import fields_of, no_match, parse_select, select
 
 MATRIX_ENV = "BUILDER_MATRIX"
 MAX_LOCK = 2 * 2**20  # a lock of every CUDA wheel with every hash is ~0.2 MB
+
+
+@dataclass(frozen=True)
+class Store:
+    """Where a workspace keeps what its commands find and publish: the catalog beside matrix.yaml,
+    build/results (smoke results, build.json), build/nightly (history, summary) and the report's
+    two pages. One owner, so no command spells `build / "results"` on its own."""
+
+    root: Path  # the folder of matrix.yaml
+
+    @property
+    def build(self) -> Path:
+        return self.root / "build"
+
+    @property
+    def catalog_dir(self) -> Path:
+        return self.root / "catalog"
+
+    @property
+    def results(self) -> Path:
+        return self.build / "results"
+
+    @property
+    def build_summary(self) -> Path:
+        return self.results / "build.json"
+
+    @property
+    def nightly(self) -> Path:
+        return self.build / "nightly"
+
+    @property
+    def history(self) -> Path:
+        return self.nightly / "last.json"
+
+    @property
+    def nightly_summary(self) -> Path:
+        return self.nightly / "summary.md"
+
+    @property
+    def report_markdown(self) -> Path:
+        return self.root / "docs" / "support-matrix.md"
+
+    @property
+    def report_html(self) -> Path:
+        return self.build / "report" / "index.html"
+
+    def catalog(self, override: str | None = None, *, must_exist: bool = False) -> Catalog:
+        """The --catalog folder, else catalog/ beside the matrix. `must_exist`: for the commands that
+        only read it (catalog, pull, report), a --catalog folder that is not there is a typo, exit 2;
+        publish and nightly create it on their first record."""
+        if override:
+            return Catalog(Path(override), named=must_exist)
+        return Catalog(self.catalog_dir)
 
 
 @dataclass(frozen=True)
@@ -53,8 +108,12 @@ class Workspace:
         return self.root / "images"
 
     @property
+    def store(self) -> Store:
+        return Store(self.root)
+
+    @property
     def build_dir(self) -> Path:
-        return self.root / "build"
+        return self.store.build
 
     @functools.cached_property
     def matrix(self) -> Matrix:

@@ -1,136 +1,158 @@
-"""A small in-memory Docker engine and registry for the publish and pull tests: names that point at
-image ids, a push that sends whatever a name points at when the engine reads it, a registry of
-tag -> digest, and hooks to plant what a hostile user or a broken registry does mid-run."""
+"""An in-memory engine and registry implementing the engine port (builder/engine/port.py), so every
+use-case runs offline: images by id, names that point at ids, a registry of tag -> digest,
+containers whose run prints scripted output, scripted builds, and hooks to plant what a hostile
+user, a broken registry or a flaky network does mid-run:
+
+- `before_push(name)`: runs when the engine starts reading a push (a concurrent `docker tag` goes here);
+- `fail_push(name)`: an error line for the push's stream (a registry 500), or None;
+- `flaky_pushes` / `flaky_pulls`: that many next pushes/pulls break with a connection reset first;
+- `stall`: a push that goes silent until it is cancelled;
+- `pull_fault`, `registry_fault`: an exception every pull / digest query raises;
+- `fail_pull(reference)`: an error line for the pull's stream, or None;
+- `run_output(spec)`: a container's (exit code, stdout); `build_output(request)`: a build's lines,
+  an error line makes it fail.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
 
-from docker.errors import NotFound  # type: ignore[import-untyped]
+from builder.engine import session
+from builder.engine.port import (
+    BuildRequest,
+    Connect,
+    ContainerEntry,
+    ContainerSpec,
+    Engine,
+    EngineFault,
+    ExecResult,
+    ImageInfo,
+    Layer,
+    NotFound,
+    Progress,
+)
 
 
 def digest_of(image: str) -> str:
     return "sha256:" + hashlib.sha256(image.encode()).hexdigest()
 
 
-@dataclass
-class FakeResponse:
-    closed: threading.Event = field(default_factory=threading.Event)
+def image_id_of(tag: str, labels: dict[str, str]) -> str:
+    """The id a fake build gives: a function of what was built, like the engine's content address."""
+    return digest_of(tag + repr(sorted(labels.items())))
 
-    def close(self) -> None:
+
+class FakeStream:
+    """A stream of progress events that can be cancelled from any thread, like the adapter's."""
+
+    def __init__(self, events: Callable[[FakeStream], Iterator[Progress]]) -> None:
+        self.closed = threading.Event()
+        self._events = events
+
+    def __iter__(self) -> Iterator[Progress]:
+        for event in self._events(self):
+            if self.closed.is_set():
+                raise EngineFault("Connection aborted: the stream was cut")
+            yield event
+
+    def cancel(self) -> None:
         self.closed.set()
 
 
+@dataclass
 class FakeContainer:
-    def __init__(self, engine: FakeEngine, kwargs: dict[str, Any]) -> None:
-        self.id = f"c{len(engine.created)}"
-        self.kwargs = kwargs
-        self.engine = engine
+    engine: FakeEngine
+    spec: ContainerSpec
+    labels: dict[str, str]
+    id: str = ""
+    started: bool = False
+    execs: list[tuple[str, ...]] = field(default_factory=list)
 
-    def start(self) -> None: ...
+    def start(self) -> None:
+        self.started = True
 
-    def wait(self, timeout: int) -> dict[str, int]:
-        return {"StatusCode": self.engine.manifest_status}
+    def wait(self, timeout: float) -> int:
+        return self.engine.run_output(self)[0]
 
-    def logs(self, stdout: bool, stderr: bool) -> bytes:
-        image = self.engine.resolve(self.kwargs["image"])
-        return f"## pip freeze\nbuilt-from=={image}\n## dpkg\npython3.11 3.11.2\n## environment\nPATH=/opt/venv/bin\nSECRET=x\n".encode()
+    def logs(self) -> bytes:
+        return self.engine.run_output(self)[1]
 
-
-class FakeContainers:
-    def __init__(self, engine: FakeEngine) -> None:
-        self.engine = engine
-
-    def create(self, **kwargs: Any) -> FakeContainer:
-        container = FakeContainer(self.engine, kwargs)
-        self.engine.created.append(container)
-        return container
+    def exec(self, command: Sequence[str]) -> ExecResult:
+        self.execs.append(tuple(command))
+        return self.engine.exec_result(self, tuple(command))
 
 
-class FakeApi:
-    def __init__(self, engine: FakeEngine) -> None:
-        self.e = engine
-        self.hooks: dict[str, list[Callable[..., Any]]] = {"response": []}
+def manifest_output(container: FakeContainer) -> tuple[int, bytes]:
+    """What a manifest container prints: the package lists of the image it runs."""
+    image = container.engine.resolve(container.spec.image)
+    text = f"## pip freeze\nbuilt-from=={image}\n## dpkg\npython3.11 3.11.2\n## environment\nPATH=/opt/venv/bin\nSECRET=x\n"
+    return container.engine.manifest_status, text.encode()
 
-    # images and names
-    def inspect_image(self, ref: str) -> dict[str, Any]:
-        image = self.e.resolve(ref)
-        return {"Id": image, "Size": 5_000_000, "RepoDigests": list(self.e.repo_digests.get(image, [])), "Config": {"Labels": {}}}
 
-    def tag(self, image: str, repository: str, tag: str) -> None:
-        self.e.names[f"{repository}:{tag}"] = self.e.resolve(image)
-
-    def remove_image(self, ref: str) -> None:
-        if ref not in self.e.names:
-            raise NotFound(ref)
-        image = self.e.names.pop(ref)
-        if image not in self.e.names.values():
-            self.e.images.discard(image)  # like the engine: its last name gone, an unused image goes too
-
-    # the registry
-    def push(self, repository: str, tag: str, stream: bool, decode: bool) -> Iterator[dict[str, Any]]:
-        name = f"{repository}:{tag}"
-        self.e.pushes.append(name)
-        response = FakeResponse()
-        self.e.responses.append(response)
-        for hook in list(self.hooks["response"]):
-            hook(response)
-        return self.e.push_stream(name, repository, tag, response)
-
-    def inspect_distribution(self, ref: str) -> dict[str, Any]:
-        if ref not in self.e.registry:
-            raise NotFound(f"manifest unknown: {ref}")
-        return {"Descriptor": {"digest": self.e.registry[ref]}}
-
-    def pull(self, reference: str, stream: bool, decode: bool) -> Iterator[dict[str, Any]]:
-        self.e.pulls.append(reference)
-        if self.e.pull_fault is not None:
-            raise self.e.pull_fault
-        repository, _, digest = reference.partition("@")
-        image = f"sha256:pulled-{digest[-8:]}"
-        self.e.images.add(image)
-        self.e.repo_digests.setdefault(image, []).append(reference)
-        self.e.by_digest[reference] = image
-        yield {"status": f"Digest: {digest}"}
-
-    # containers
-    def containers(self, all: bool, filters: dict[str, str], quiet: bool = False) -> list[dict[str, Any]]:  # noqa: A002 - the SDK's name
-        return list(self.e.leftovers)
-
-    def remove_container(self, container_id: str, force: bool, v: bool) -> None:
-        self.e.removed.append(container_id)
+def built(request: BuildRequest) -> list[Progress]:
+    """A build that works: a step and the engine's closing line."""
+    return [
+        Progress(text="Step 1/1 : FROM base\n"),
+        Progress(text=" ---> 0123456789ab\n"),
+        Progress(text="Successfully built 0123456789ab\n"),
+    ]
 
 
 class FakeEngine:
-    """`before_push(name)` runs when the engine starts a push (a concurrent `docker tag` goes here);
-    `fail_push(name)` returns an error message for the push's stream, or None."""
+    """The fake engine; its public attributes are the state tests arrange and assert."""
 
     def __init__(self) -> None:
-        self.images: set[str] = set()
+        self.image_ids: set[str] = set()
+        self.labels: dict[str, dict[str, str]] = {}  # image id -> its labels (none when absent)
+        self.sizes: dict[str, int] = {}
         self.names: dict[str, str] = {}
         self.repo_digests: dict[str, list[str]] = {}
         self.registry: dict[str, str] = {}
         self.by_digest: dict[str, str] = {}
         self.pushes: list[str] = []
         self.pulls: list[str] = []
-        self.responses: list[FakeResponse] = []
+        self.builds: list[BuildRequest] = []
+        self.responses: list[FakeStream] = []  # every stream the engine opened, in order
         self.created: list[FakeContainer] = []
-        self.leftovers: list[dict[str, Any]] = []
+        self.live: dict[str, FakeContainer] = {}
+        self.leftovers: list[ContainerEntry] = []
         self.removed: list[str] = []
+        self.tags: list[tuple[str, str]] = []  # (image, name) of every tag call
+        self.removed_images: list[str] = []  # every ref remove_image removed
+        self.listings: list[tuple[str, bool, bool]] = []  # (label, dangling, intermediate) of every images() call
+        self.histories: dict[str, list[Layer]] = {}  # image id -> its history, when a test scripts one
         self.before_push: Callable[[str], None] = lambda name: None
         self.fail_push: Callable[[str], str | None] = lambda name: None
+        self.fail_pull: Callable[[str], str | None] = lambda reference: None
+        self.flaky_pushes = 0
+        self.flaky_pulls = 0
         self.stall = False
         self.manifest_status = 0  # the exit code of a manifest container
         self.pull_fault: Exception | None = None
-        self.api = FakeApi(self)
-        self.containers = FakeContainers(self)
+        self.registry_fault: Exception | None = None
+        self.run_output: Callable[[FakeContainer], tuple[int, bytes]] = manifest_output
+        self.exec_result: Callable[[FakeContainer, tuple[str, ...]], ExecResult] = lambda c, cmd: ExecResult(0, b"", b"")
+        self.build_output: Callable[[BuildRequest], list[Progress]] = built
+        self.runtimes: tuple[str, ...] = ()
+        self.cut = 0
+        self.closed = False
+
+    # -- arranging
+    def add_image(self, image: str, *names: str, labels: dict[str, str] | None = None, size: int = 5_000_000) -> str:
+        self.image_ids.add(image)
+        self.labels[image] = dict(labels or {})
+        self.sizes[image] = size
+        for name in names:
+            self.names[name] = image
+        return image
 
     def resolve(self, ref: str) -> str:
-        if ref in self.images:
+        if ref in self.image_ids:
             return ref
         if ref in self.names:
             return self.names[ref]
@@ -138,15 +160,97 @@ class FakeEngine:
             return self.by_digest[ref]
         raise NotFound(f"No such image: {ref}")
 
-    def push_stream(self, name: str, repository: str, tag: str, response: FakeResponse) -> Iterator[dict[str, Any]]:
-        yield {"status": f"The push refers to repository [{repository}]"}
+    def _info(self, image: str) -> ImageInfo:
+        return ImageInfo(
+            id=image,
+            labels=dict(self.labels.get(image, {})),
+            repo_tags=tuple(n for n, i in self.names.items() if i == image),
+            repo_digests=tuple(self.repo_digests.get(image, [])),
+            size=self.sizes.get(image, 5_000_000),
+        )
+
+    # -- the port
+    def version(self) -> str:
+        return "20.10.24"
+
+    def gpu_runtimes(self) -> tuple[str, ...]:
+        return self.runtimes
+
+    def inspect_image(self, ref: str) -> ImageInfo | None:
+        try:
+            return self._info(self.resolve(ref))
+        except NotFound:
+            return None
+
+    def images(self, label: str, *, dangling: bool = False, intermediate: bool = False) -> list[ImageInfo]:
+        self.listings.append((label, dangling, intermediate))
+        key, _, value = label.partition("=")
+        found = [
+            self._info(i) for i in sorted(self.image_ids) if key in self.labels.get(i, {}) and (not value or self.labels[i][key] == value)
+        ]
+        return [i for i in found if not i.repo_tags] if dangling else found
+
+    def history(self, ref: str) -> list[Layer]:
+        image = self.resolve(ref)
+        if image in self.histories:
+            return list(self.histories[image])
+        labels = " ".join(f"{k}={v}" for k, v in sorted(self.labels.get(image, {}).items()))
+        return [Layer(f"LABEL {labels}", 0), Layer("COPY /opt/venv /opt/venv # buildkit", 1_000_000)]
+
+    def tag(self, image: str, repository: str, tag: str) -> None:
+        self.names[f"{repository}:{tag}"] = self.resolve(image)
+        self.tags.append((image, f"{repository}:{tag}"))
+
+    def remove_image(self, ref: str) -> bool:
+        if ref in self.names:
+            image = self.names.pop(ref)
+        elif ref in self.image_ids and ref not in self.names.values():
+            image = ref
+        else:
+            return False
+        if image not in self.names.values():
+            self.image_ids.discard(image)  # like the engine: its last name gone, an unused image goes too
+        self.removed_images.append(ref)
+        return True
+
+    def build(self, request: BuildRequest) -> FakeStream:
+        self.builds.append(request)
+
+        def events(stream: FakeStream) -> Iterator[Progress]:
+            failed = False
+            for event in self.build_output(request):
+                failed |= bool(event.error)
+                yield event
+            if not failed:
+                self.add_image(image_id_of(request.tag, dict(request.labels)), request.tag, labels=dict(request.labels))
+
+        return self._opened(FakeStream(events))
+
+    def import_image(self, tarball: Path, repository: str, tag: str, changes: Sequence[str]) -> None:
+        labels = {}
+        for change in changes:
+            if change.startswith("LABEL "):
+                key, _, value = change.removeprefix("LABEL ").partition("=")
+                labels[key] = value.strip('"').replace('\\"', '"').replace("\\$", "$").replace("\\\\", "\\")
+        self.add_image(image_id_of(f"{repository}:{tag}", labels), f"{repository}:{tag}", labels=labels)
+
+    def push(self, repository: str, tag: str) -> FakeStream:
+        name = f"{repository}:{tag}"
+        self.pushes.append(name)
+        return self._opened(FakeStream(lambda stream: self._push_events(name, repository, tag, stream)))
+
+    def _push_events(self, name: str, repository: str, tag: str, stream: FakeStream) -> Iterator[Progress]:
+        yield Progress(text=f"The push refers to repository [{repository}]")
         self.before_push(name)
+        if self.flaky_pushes:
+            self.flaky_pushes -= 1
+            raise EngineFault("('Connection aborted.', ConnectionResetError(104, 'Connection reset by peer'))")
         if self.stall:
-            response.closed.wait(30)  # a registry that stops reading: silence until the client goes
-            raise ConnectionError("Connection aborted.")
+            stream.closed.wait(30)  # a registry that stops reading: silence until the client goes
+            raise EngineFault("Connection aborted.")
         message = self.fail_push(name)
         if message:
-            yield {"error": message}
+            yield Progress(error=message)
             return
         image = self.resolve(name)  # what the name points at when the engine reads it
         digest = digest_of(image)
@@ -154,13 +258,80 @@ class FakeEngine:
         entry = f"{repository}@{digest}"
         if entry not in self.repo_digests.setdefault(image, []):
             self.repo_digests[image].append(entry)
-        yield {"status": f"{tag}: digest: {digest} size: 1234"}
-        yield {"aux": {"Tag": tag, "Digest": digest, "Size": 1234}}
+        yield Progress(text=f"{tag}: digest: {digest} size: 1234")
+        yield Progress(digest=digest)
 
-    def version(self) -> dict[str, str]:
-        return {"Version": "20.10.24"}
+    def pull(self, reference: str) -> FakeStream:
+        self.pulls.append(reference)
+        if self.pull_fault is not None:
+            raise self.pull_fault
+        return self._opened(FakeStream(lambda stream: self._pull_events(reference)))
 
-    def info(self) -> dict[str, Any]:
-        return {"Runtimes": {"runc": {}}}
+    def _pull_events(self, reference: str) -> Iterator[Progress]:
+        if self.flaky_pulls:
+            self.flaky_pulls -= 1
+            raise EngineFault("('Connection aborted.', ConnectionResetError(104, 'Connection reset by peer'))")
+        message = self.fail_pull(reference)
+        if message:
+            yield Progress(error=message)
+            return
+        _, _, digest = reference.partition("@")
+        image = f"sha256:pulled-{digest[-8:]}"
+        self.add_image(image)
+        self.repo_digests.setdefault(image, []).append(reference)
+        self.by_digest[reference] = image
+        yield Progress(text=f"Digest: {digest}")
 
-    def close(self) -> None: ...
+    def registry_digest(self, reference: str) -> str:
+        if self.registry_fault is not None:
+            raise self.registry_fault
+        if reference in self.registry:
+            return self.registry[reference]
+        repository, at, digest = reference.partition("@")
+        if at and f"{repository}@{digest}" in {f"{n.rpartition(':')[0]}@{d}" for n, d in self.registry.items()}:
+            return digest
+        raise NotFound(f"manifest unknown: {reference}")
+
+    @contextlib.contextmanager
+    def container(self, spec: ContainerSpec) -> Iterator[FakeContainer]:
+        made = FakeContainer(self, spec, session.owner_labels(spec.labels), id=f"c{len(self.created)}")
+        self.resolve(spec.image)  # the engine refuses a container of an image it does not have
+        self.created.append(made)
+        self.live[made.id] = made
+        try:
+            yield made
+        finally:
+            del self.live[made.id]
+            self.removed.append(made.id)
+
+    def owned_containers(self) -> list[ContainerEntry]:
+        return [*self.leftovers, *(ContainerEntry(c.id, c.labels) for c in self.live.values())]
+
+    def remove_container(self, container_id: str) -> bool:
+        self.removed.append(container_id)
+        before = len(self.leftovers)
+        self.leftovers = [c for c in self.leftovers if c.id != container_id]
+        return len(self.leftovers) < before
+
+    def cut_streams(self) -> int:
+        open_streams = [s for s in self.responses if not s.closed.is_set()]
+        for stream in open_streams:
+            stream.cancel()
+        self.cut += 1
+        return len(open_streams)
+
+    def close(self) -> None:
+        self.closed = True
+
+    def _opened(self, stream: FakeStream) -> FakeStream:
+        self.responses.append(stream)
+        return stream
+
+
+def connect_to(engine: FakeEngine) -> Connect:
+    """A use-case's `connect` that hands out this fake (mypy checks here that the fake is an Engine)."""
+
+    def connect(timeout: int = 600) -> Engine:
+        return engine
+
+    return connect

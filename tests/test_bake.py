@@ -22,10 +22,10 @@ from builder.engine.settings import BuildSettings
 from builder.engine.staging import Staged
 from builder.errors import UserError
 from builder.records import ImageSpec, Plan
-from builder.render import labels
+from builder.render import bake, labels
 from builder.render.context import PROBE_NAME
 from builder.render.labels import build_labels
-from builder.spec import bake
+from tests.fake_engine import FakeEngine
 
 RunCli = Callable[..., Result]
 SCHEMA = Path(__file__).parent / "fixtures" / "docker-bake.schema.json"  # SchemaStore's; see fixtures/README.md
@@ -130,21 +130,13 @@ def test_contexts_are_relative_to_where_bake_runs(
 
 def test_labels_are_the_ones_the_engine_build_adds(embedded_plan: Plan, tmp_path: Path) -> None:
     """The engine's own build path, with a fake engine that records what it is asked to build."""
-    seen: dict[str, Any] = {}
-
-    class Api:
-        def build(self, **kwargs: Any) -> list[dict[str, str]]:
-            seen.update(kwargs)
-            return [{"stream": "Successfully built 0123456789ab\n"}]
-
-    class Client:
-        api = Api()
-
+    fake = FakeEngine()
     spec = embedded_plan.images[0]
     run = Run(settings=BuildSettings(), build_dir=tmp_path, lock_dir=tmp_path, revision="0" * 40)
-    image_build._attempt(run, Client(), spec, Staged(tmp_path, (), ()), None, tmp_path / "build.log", 1, set())
-    assert seen["tag"] == bake.target(spec, "images", run.revision)["tags"][0]
-    assert seen["labels"] == build_labels(spec, run.revision)
+    image_build._attempt(run, fake, spec, Staged(tmp_path, (), ()), None, tmp_path / "build.log", 1, set())
+    (seen,) = fake.builds
+    assert seen.tag == bake.target(spec, "images", run.revision)["tags"][0]
+    assert seen.labels == build_labels(spec, run.revision)
 
 
 def test_every_file_a_dockerfile_copies_is_in_its_bake_context(bake_doc: dict[str, Any], root: Path) -> None:

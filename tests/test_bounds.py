@@ -15,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from builder.errors import UserError
+from builder.query import SelectorIndex, matches
 from builder.spec.expand import Excluder, excluded_by, expand
 from builder.spec.matrix import MAX_COMBINATIONS, load_matrix
-from builder.spec.select import SelectorIndex, matches
 from builder.yamlsrc import MAX_BYTES, MAX_EVENTS
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,7 +8,6 @@ import shutil
 import textwrap
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -16,14 +15,17 @@ from builder.engine import image_build
 from builder.engine.build import HASH_LABEL, built_hashes
 from builder.engine.failures import NETWORK_PATTERNS
 from builder.engine.image_build import BuildFailed, NetworkFlake, Run
+from builder.engine.port import Layer, Progress
 from builder.engine.settings import BuildSettings
 from builder.engine.staging import Staged
 from builder.errors import UserError
 from builder.records import Accelerator, Base, ImageSpec
 from builder.render.tree import write_tree
-from builder.smoke.runner import _junit_counts, merge_junit, verdict_of
+from builder.results import TestCounts, verdict_of
+from builder.smoke.runner import _junit_counts, merge_junit
 from builder.usecases.build import check_rendered
 from builder.workspace import Workspace
+from tests.fake_engine import FakeEngine
 
 # -- NETWORK_PATTERNS -------------------------------------------------------------------------
 NETWORK_FAILURES = [
@@ -96,23 +98,12 @@ RECOVERED_RETRY = (
 )
 
 
-class StreamApi:
-    def __init__(self, chunks: list[dict[str, str]]) -> None:
-        self.chunks = chunks
-
-    def build(self, **kwargs: Any) -> list[dict[str, str]]:
-        return self.chunks
-
-
-class StreamClient:
-    def __init__(self, chunks: list[dict[str, str]]) -> None:
-        self.api = StreamApi(chunks)
-
-
 def _attempt(tmp_path: Path, chunks: list[dict[str, str]]) -> None:
-    client = StreamClient(chunks)
+    """One build attempt whose engine streams `chunks` (the engine's build stream, as the adapter reads it)."""
+    fake = FakeEngine()
+    fake.build_output = lambda request: [Progress(text=c.get("stream", ""), error=c.get("error", "")) for c in chunks]
     run = Run(settings=BuildSettings(), build_dir=tmp_path, lock_dir=tmp_path)
-    image_build._attempt(run, client, A, Staged(tmp_path, (), ()), None, tmp_path / "build.log", 1, set())
+    image_build._attempt(run, fake, A, Staged(tmp_path, (), ()), None, tmp_path / "build.log", 1, set())
 
 
 def test_attempt_failing_on_a_network_error_is_a_flake(tmp_path: Path) -> None:
@@ -141,36 +132,18 @@ def test_recovered_pip_retry_does_not_make_a_resolver_error_a_flake(tmp_path: Pa
 
 
 # -- built_hashes -----------------------------------------------------------------------------
-class FakeApi:
-    def __init__(self, images: list[dict[str, Any]]) -> None:
-        self._images = images
-        self.calls: list[dict[str, Any]] = []
-
-    def images(self, filters: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        self.calls.append({"filters": filters})
-        return self._images
-
-
-class FakeClient:
-    def __init__(self, images: list[dict[str, Any]]) -> None:
-        self.api = FakeApi(images)
-
-
 def test_built_hashes_maps_every_tag_to_its_hash() -> None:
-    client = FakeClient(
-        [
-            {"Id": "sha256:1", "RepoTags": ["reg/x:a", "reg/x:a-latest"], "Labels": {HASH_LABEL: "sha256:aaa", "other": "1"}},
-            {"Id": "sha256:2", "RepoTags": ["reg/x:b"], "Labels": {HASH_LABEL: "sha256:bbb"}},
-            {"Id": "sha256:3", "RepoTags": None, "Labels": {HASH_LABEL: "sha256:dangling"}},
-            {"Id": "sha256:4", "RepoTags": [], "Labels": {HASH_LABEL: "sha256:untagged"}},
-        ]
-    )
-    assert built_hashes(client) == {"reg/x:a": "sha256:aaa", "reg/x:a-latest": "sha256:aaa", "reg/x:b": "sha256:bbb"}
-    assert client.api.calls == [{"filters": {"label": HASH_LABEL}}]
+    fake = FakeEngine()
+    fake.add_image("sha256:1", "reg/x:a", "reg/x:a-latest", labels={HASH_LABEL: "sha256:aaa", "other": "1"})
+    fake.add_image("sha256:2", "reg/x:b", labels={HASH_LABEL: "sha256:bbb"})
+    fake.add_image("sha256:3", labels={HASH_LABEL: "sha256:dangling"})
+    fake.add_image("sha256:5", "reg/x:c", labels={"other": "1"})  # not ours: no content hash
+    assert built_hashes(fake) == {"reg/x:a": "sha256:aaa", "reg/x:a-latest": "sha256:aaa", "reg/x:b": "sha256:bbb"}
+    assert fake.listings == [(HASH_LABEL, False, False)], "one engine call"
 
 
 def test_built_hashes_empty_engine() -> None:
-    assert built_hashes(FakeClient([])) == {}
+    assert built_hashes(FakeEngine()) == {}
 
 
 def test_hash_label_name() -> None:
@@ -308,20 +281,20 @@ OK = {"tests": 7, "failures": 0, "errors": 0, "skipped": 0}
     ],
 )
 def test_verdict_of(returncode: int, counts: dict[str, int], attached: bool, vendor: str, verdict: str) -> None:
-    assert verdict_of(returncode, counts, attached, vendor) == verdict
+    assert verdict_of(returncode, TestCounts(**counts), attached, vendor) == verdict
 
 
 @pytest.mark.parametrize("vendor", ["cuda", "rocm"])
 @pytest.mark.parametrize("tests", [1, 3, 50])
 def test_gpu_image_without_gpu_is_never_passed(vendor: str, tests: int) -> None:
     for returncode in (0, 1):
-        assert verdict_of(returncode, {"tests": tests}, False, vendor) != "passed"
+        assert verdict_of(returncode, TestCounts(tests=tests), False, vendor) != "passed"
 
 
 def test_all_tests_skipped_is_not_passed() -> None:
     """Every smoke test skipped (e.g. conftest.py's skip when the BUILDER_SMOKE_* variables are missing)
     means nothing was checked: like zero tests, that must not be "passed" (and so never published)."""
-    assert verdict_of(0, {"tests": 5, "failures": 0, "errors": 0, "skipped": 5}, True, "cuda") == "failed"
+    assert verdict_of(0, TestCounts(tests=5, failures=0, errors=0, skipped=5), True, "cuda") == "failed"
 
 
 # -- JUnit ------------------------------------------------------------------------------------
@@ -371,7 +344,7 @@ def _write(path: Path, text: str) -> Path:
 
 def test_junit_counts_pytest_layout(tmp_path: Path) -> None:
     counts, failures = _junit_counts(_write(tmp_path / "junit.xml", PYTEST_JUNIT.format(name="img")))
-    assert counts == {"tests": 6, "failures": 2, "errors": 1, "skipped": 1}
+    assert counts.to_json() == {"tests": 6, "failures": 2, "errors": 1, "skipped": 1}
     assert failures == [
         "test_torch_version: AssertionError: torch 2.5.0 != 2.5.1",
         "test_gpu_matmul: failed",
@@ -381,18 +354,18 @@ def test_junit_counts_pytest_layout(tmp_path: Path) -> None:
 
 def test_junit_counts_bare_testsuite(tmp_path: Path) -> None:
     counts, failures = _junit_counts(_write(tmp_path / "junit.xml", BARE_SUITE.format(name="img")))
-    assert counts == {"tests": 2, "failures": 0, "errors": 0, "skipped": 0}
+    assert counts.to_json() == {"tests": 2, "failures": 0, "errors": 0, "skipped": 0}
     assert failures == []
 
 
 def test_junit_counts_sums_suites_and_defaults_missing_attributes(tmp_path: Path) -> None:
     counts, failures = _junit_counts(_write(tmp_path / "junit.xml", TWO_SUITES.format(name="img")))
-    assert counts == {"tests": 5, "failures": 1, "errors": 0, "skipped": 3}
+    assert counts.to_json() == {"tests": 5, "failures": 1, "errors": 0, "skipped": 3}
     assert failures == ["t1: boom"]
 
 
 def test_junit_counts_missing_file(tmp_path: Path) -> None:
-    assert _junit_counts(tmp_path / "nope.xml") == ({}, [])
+    assert _junit_counts(tmp_path / "nope.xml") == (TestCounts(), [])
 
 
 def test_junit_failure_lines_are_bounded(tmp_path: Path) -> None:
@@ -428,7 +401,7 @@ def test_merge_junit_one_suite_per_image_in_order(tmp_path: Path) -> None:
     assert [len(s.findall("testcase")) for s in root] == [2, 6, 2, 0]
     # the merged file counts as the sum of its parts
     counts, failures = _junit_counts(out)
-    assert counts == {"tests": 13, "failures": 3, "errors": 1, "skipped": 4}
+    assert counts.to_json() == {"tests": 13, "failures": 3, "errors": 1, "skipped": 4}
     assert len(failures) == 4
 
 
@@ -437,7 +410,7 @@ def test_merge_junit_with_nothing_to_merge(tmp_path: Path) -> None:
     root = ET.parse(out).getroot()
     assert root.tag == "testsuites"
     assert list(root) == []
-    assert _junit_counts(out) == ({"tests": 0, "failures": 0, "errors": 0, "skipped": 0}, [])
+    assert _junit_counts(out) == (TestCounts(tests=0, failures=0, errors=0, skipped=0), [])
 
 
 def test_merge_junit_overwrites_the_previous_merge(tmp_path: Path) -> None:
@@ -450,69 +423,33 @@ def test_merge_junit_overwrites_the_previous_merge(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- issue #14, finding 20: clean finds unfinished images
 
 
-class CleanApi:
-    """The engine calls `leftovers.clean` makes, over a fixed set of images (no containers)."""
-
-    def __init__(self, images: list[dict[str, Any]], history: dict[str, str]) -> None:
-        self._images = {i["Id"]: i for i in images}
-        self._history = history
-        self.removed: list[str] = []
-
-    def containers(self, **kwargs: Any) -> list[Any]:
-        return []
-
-    def images(self, all: bool = False, filters: dict[str, Any] | None = None) -> list[dict[str, Any]]:  # noqa: A002
-        out = []
-        for image in self._images.values():
-            label = (filters or {}).get("label", "")
-            name, _, value = label.partition("=")
-            labels = image.get("Labels") or {}
-            if label and (name not in labels or (value and labels[name] != value)):
-                continue
-            if (filters or {}).get("dangling") and image.get("RepoTags"):
-                continue
-            out.append(image)
-        return out
-
-    def history(self, image_id: str) -> list[dict[str, str]]:
-        return [{"CreatedBy": self._history.get(image_id, '/bin/sh -c #(nop)  CMD ["x"]')}]
-
-    def inspect_image(self, ref: str) -> dict[str, Any]:
-        from docker.errors import NotFound  # type: ignore[import-untyped]
-
-        if ref not in self._images:
-            raise NotFound(ref)
-        return {"Id": ref, "Config": {"Labels": self._images[ref].get("Labels")}}
-
-    def remove_image(self, ref: str) -> None:
-        self._images.pop(ref, None)
-        self.removed.append(ref)
-
-
 def test_clean_removes_unfinished_images_of_our_builds_and_nothing_built_on_ours(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from builder.engine import leftovers
     from builder.render.labels import BUILT_BY_LABEL
 
-    ours = {BUILT_BY_LABEL: "builder"}
-    images: list[dict[str, Any]] = [
-        {"Id": "sha256:unfinished", "Labels": ours, "RepoTags": None},  # an interrupted build's last step
-        {"Id": "sha256:foreign", "Labels": {"x": "y"}, "RepoTags": None},  # someone else's dangling image
-        {"Id": "sha256:derived", "Labels": {**ours, HASH_LABEL: "h"}, "RepoTags": None},  # built FROM ours by someone else
-        {"Id": "sha256:superseded", "Labels": {**ours, HASH_LABEL: "h"}, "RepoTags": None},  # ours, replaced by a newer build
-        {"Id": "sha256:current", "Labels": {**ours, HASH_LABEL: "h"}, "RepoTags": ["repo:tag"]},
-    ]
-    api = CleanApi(images, {"sha256:superseded": f"/bin/sh -c #(nop)  LABEL {HASH_LABEL}=h org.opencontainers.image.revision=x"})
-    client = type("Client", (), {"api": api})()
+    def engine(history: dict[str, str]) -> FakeEngine:
+        """The images `clean` looks at (no containers); every image's last step is a CMD unless `history` says otherwise."""
+        ours = {BUILT_BY_LABEL: "builder"}
+        fake = FakeEngine()
+        fake.add_image("sha256:unfinished", labels=ours)  # an interrupted build's last step
+        fake.add_image("sha256:foreign", labels={"x": "y"})  # someone else's dangling image
+        fake.add_image("sha256:derived", labels={**ours, HASH_LABEL: "h"})  # built FROM ours by someone else
+        fake.add_image("sha256:superseded", labels={**ours, HASH_LABEL: "h"})  # ours, replaced by a newer build
+        fake.add_image("sha256:current", "repo:tag", labels={**ours, HASH_LABEL: "h"})
+        for image in fake.image_ids:
+            fake.histories[image] = [Layer(history.get(image, '/bin/sh -c #(nop)  CMD ["x"]'), 0)]
+        return fake
+
+    fake = engine({"sha256:superseded": f"/bin/sh -c #(nop)  LABEL {HASH_LABEL}=h org.opencontainers.image.revision=x"})
     monkeypatch.setattr(leftovers, "other_active_runs", lambda: [])
-    removed = leftovers.clean(client, tmp_path, repository="repo", planned=None, everything=False, dry_run=False)
-    assert sorted(api.removed) == ["sha256:superseded", "sha256:unfinished"]
+    removed = leftovers.clean(fake, tmp_path, repository="repo", planned=None, everything=False, dry_run=False)
+    assert sorted(fake.removed_images) == ["sha256:superseded", "sha256:unfinished"]
     assert sorted(removed.images) == ["superseded", "unfinished"]
 
-    api = CleanApi(images, {})
-    client = type("Client", (), {"api": api})()
+    fake = engine({})
     monkeypatch.setattr(leftovers, "other_active_runs", lambda: ["host:1:2:abc"])
-    removed = leftovers.clean(client, tmp_path, repository="repo", planned=None, everything=False, dry_run=False)
-    assert "sha256:unfinished" not in api.removed, "a live build's newest step is an untagged leaf too"
+    removed = leftovers.clean(fake, tmp_path, repository="repo", planned=None, everything=False, dry_run=False)
+    assert "sha256:unfinished" not in fake.removed_images, "a live build's newest step is an untagged leaf too"
     assert removed.skipped and "other run(s) are building now" in removed.skipped[0]
 
 

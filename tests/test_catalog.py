@@ -11,14 +11,16 @@ from typing import Any
 
 import pytest
 
-from builder.catalog.query import closest, matching, parse_query, value_matches
+from builder.catalog.query import closest, matching, parse_query
 from builder.catalog.records import KnownGood, RecordError, from_json
 from builder.catalog.store import Catalog, render
 from builder.errors import UserError
 from builder.publish import gate
 from builder.publish.tags import floating_tags, newest_of_line
+from builder.query import value_matches
+from builder.results import SmokeResult, Verdict
 from builder.workspace import Workspace
-from tests.catalog_fixtures import CUDA13, SHA, record
+from tests.catalog_fixtures import CUDA13, SHA, record, smoke
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCH_CPU = "torch2.13.0-cpu-py3.11-debian12"
@@ -171,8 +173,8 @@ def spec() -> Any:
     return chosen
 
 
-def _result(spec: Any, **changes: Any) -> dict[str, Any]:
-    return {"verdict": "passed", "content_hash": spec.content_hash, "image_id": "sha256:img", "failures": [], **changes}
+def _result(spec: Any, verdict: Verdict = "passed", **changes: Any) -> SmokeResult:
+    return smoke(spec.id, verdict, **{"content_hash": spec.content_hash, **changes})
 
 
 def test_the_gate_publishes_only_a_pass_of_the_current_build(spec: Any) -> None:
@@ -182,12 +184,12 @@ def test_the_gate_publishes_only_a_pass_of_the_current_build(spec: Any) -> None:
         "never tested": gate.decide(spec, None, "sha256:img", False),
         "another build": gate.decide(spec, _result(spec, content_hash="sha256:old"), "sha256:img", False),
         "changed since": gate.decide(spec, _result(spec), "sha256:other", False),
-        "failed": gate.decide(spec, _result(spec, verdict="failed", failures=["test_x: boom"]), "sha256:img", False),
-        "--accept-gpu-skipped": gate.decide(spec, _result(spec, verdict="gpu-skipped"), "sha256:img", False),
+        "failed": gate.decide(spec, _result(spec, "failed", failures=("test_x: boom",)), "sha256:img", False),
+        "--accept-gpu-skipped": gate.decide(spec, _result(spec, "gpu-skipped"), "sha256:img", False),
     }
     for words, decision in refused.items():
         assert not decision.ok and words in decision.reason, (words, decision.reason)
-    accepted = gate.decide(spec, _result(spec, verdict="gpu-skipped"), "sha256:img", True)
+    accepted = gate.decide(spec, _result(spec, "gpu-skipped"), "sha256:img", True)
     assert accepted.ok and "accepted" in accepted.reason
 
 

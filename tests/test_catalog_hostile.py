@@ -15,11 +15,12 @@ from typing import Any
 import pytest
 from click.testing import Result
 
-from builder.catalog.query import MAX_TERMS, parse_query
+from builder.catalog.query import parse_query
 from builder.catalog.records import MAX_TEXT, RecordError, from_json
 from builder.catalog.store import Catalog
 from builder.errors import UserError
 from builder.nightly import history
+from builder.query import MAX_TERMS
 from tests.catalog_fixtures import record
 
 RunCli = Callable[..., Result]
@@ -59,8 +60,14 @@ def one_line_exit_2(result: Result, *words: str) -> str:
         ("frameworks", {"torch": 2.13}),
         ("frameworks", ["torch"]),
         ("accelerator", {"kind": {"deep": 1}}),
+        ("accelerator", {"kind": "tpu", "version": None}),  # typed: one of records.VENDORS
+        ("accelerator", {"kind": "cuda", "version": "13.0", "driver": "580"}),
         ("host", "no GPU"),
+        ("host", {"gpu": None, "driver": None, "engine": None}),
+        ("host", {"gpu": "no GPU", "cpu": "x"}),
         ("base", None),
+        ("base", {"name": "b", "ref": "r"}),
+        ("base", {"name": "b", "ref": "r", "id": "i", "digest": None, "tag": "t"}),
         ("tests", {"tests": "9"}),
         ("tests", {"tests": True}),
         ("gpu_skipped_accepted", "no"),
@@ -135,10 +142,10 @@ def test_deep_json_is_one_line(cli: RunCli, tmp_path: Path) -> None:
 
 def test_deep_nightly_history_falls_back_to_the_catalog(tmp_path: Path) -> None:
     (tmp_path / "nightly").mkdir()
-    history.path(tmp_path).write_text('{"schema": 1, "images": ' + "[" * 200_000 + "]" * 200_000 + "}")
-    assert history.previous(tmp_path, [record(ID)]) == {ID: "passed"}
-    history.save(tmp_path, "d", [])  # replaces the unreadable history with a readable one
-    assert json.loads(history.path(tmp_path).read_text())["images"] == []
+    (tmp_path / "nightly" / "last.json").write_text('{"schema": 1, "images": ' + "[" * 200_000 + "]" * 200_000 + "}")
+    assert history.previous(tmp_path / "nightly" / "last.json", [record(ID)]) == {ID: "passed"}
+    history.save(tmp_path / "nightly" / "last.json", "d", [])  # replaces the unreadable history with a readable one
+    assert json.loads((tmp_path / "nightly" / "last.json").read_text())["images"] == []
 
 
 # -- files that are not files (finding 7) ----------------------------------------------------------

@@ -13,7 +13,7 @@ import pytest
 from click.testing import Result
 
 from builder.cli import main
-from builder.records import FRAMEWORKS
+from builder.frameworks import NAMES as FRAMEWORKS
 from builder.workspace import Workspace
 
 RunCli = Callable[..., Result]

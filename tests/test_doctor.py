@@ -8,8 +8,8 @@ import json
 import pytest
 from rich.console import Console
 
+from builder.engine.diagnose import Diagnosis, diagnose_text
 from builder.host import doctor
-from builder.host.diagnose import Diagnosis, diagnose_text
 from builder.host.facts import AmdInfo, DeviceNode, EngineFacts, HostInfo, NvidiaGpu, NvidiaInfo
 from builder.lock.files import lock_text
 from builder.lock.files import parse as parse_lock

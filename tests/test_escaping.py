@@ -16,9 +16,11 @@ import pytest
 from click.testing import Result
 from rich.console import Console
 
+from builder.catalog.records import MeasuredAccelerator
 from builder.nightly.compare import NightlyReport, Outcome, compare
 from builder.nightly.summary import render as render_summary
 from builder.report.markdown import code, text
+from builder.results import TestedOn
 from builder.ui.rows import RICH_ROWS, print_rows
 from builder.ui.text import markup, plain
 from tests.catalog_fixtures import record
@@ -34,8 +36,9 @@ IMAGE = "torch2.5.1-cu124-py3.11-ubuntu22.04"  # the one image of the small matr
 def _hostile_record(**changes: Any) -> dict[str, Any]:
     data = record(
         IMAGE,
-        host={"gpu": HOSTILE, "driver": "1\x1b[31m", "engine": "x"},
-        accelerator={"kind": "cuda\x1b]0;title\x07", "version": "12.4.1", "cuda": "12.4[/]", "cudnn": None, "rocm": None},
+        host=TestedOn(HOSTILE, "1\x1b[31m", "x"),
+        # the kind is one of records.VENDORS (the reader refuses others): the accelerator cell's hostile text rides on cuda
+        accelerator=MeasuredAccelerator("cuda", "12.4.1", cuda="12.4[/]\x1b]0;title\x07"),
         frameworks={"torch": "2.5.1\x1b[5m"},
         python="3.11[bold]",
         published="2026 |\n# Owned\n| a | b |",
@@ -126,7 +129,7 @@ def test_the_nightly_summary_cannot_be_restructured() -> None:
     outcomes = (Outcome("img\n# x", "failed", "cause |\n## also injected", rebuilt=True),)
     changes = tuple(compare({"img\n# x": "passed"}, outcomes))
     report = NightlyReport(
-        "2026-12-01\n# date", changes, outcomes, releases=(_Release(),),  # type: ignore[arg-type]  # a stand-in with Release's fields applied=("frameworks.torch += `2.15`\n# x",),
+        "2026-12-01\n# date", changes, outcomes, releases=(_Release(),), applied=("frameworks.torch += `2.15`\n# x",),  # type: ignore[arg-type]  # a stand-in with Release's fields
         drift=(("img`\n# y", (("numpy\n# z", "1|2", "<b>3</b>"),)),), notes=("note\n# heading <script>",),
     )  # fmt: skip
     summary = render_summary(report)

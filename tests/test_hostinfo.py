@@ -11,6 +11,7 @@ from builder.engine import client as engine
 from builder.errors import UserError
 from builder.host import facts as hostinfo
 from builder.host.facts import EngineFacts, NvidiaGpu
+from tests.fake_engine import FakeEngine, connect_to
 
 # Format as measured on the H200 machine (driver there: 580.159.04).
 H200 = "NVIDIA H200, 580.159.03, 9.0, 143771\n"
@@ -207,21 +208,13 @@ def test_gather_composes_injected_sources(tmp_path: Path) -> None:
     assert host.amd.present and not host.amd.render_nodes[0].user_in_group
 
 
-class FakeClient:
-    closed = False
-
-    def close(self) -> None:
-        FakeClient.closed = True
-
-
 def test_engine_facts_from_builder_engine(monkeypatch: pytest.MonkeyPatch) -> None:
-    FakeClient.closed = False
-    monkeypatch.setattr(engine, "connect", lambda **_: FakeClient())
-    monkeypatch.setattr(engine, "engine_version", lambda client: "27.1.1")
-    monkeypatch.setattr(engine, "gpu_runtimes", lambda client: ["nvidia", "amd"])
+    fake = FakeEngine()
+    fake.runtimes = ("nvidia", "amd")
+    monkeypatch.setattr(engine, "open_engine", connect_to(fake))
     facts = hostinfo.engine_facts()
-    assert facts == EngineFacts(reachable=True, version="27.1.1", runtimes=("amd", "nvidia"))
-    assert FakeClient.closed
+    assert facts == EngineFacts(reachable=True, version="20.10.24", runtimes=("amd", "nvidia"))
+    assert fake.closed
 
 
 def test_engine_facts_unreachable(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -229,7 +222,7 @@ def test_engine_facts_unreachable(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(**_: Any) -> None:
         raise UserError("no Docker engine answers at unix:///var/run/docker.sock: refused\nmore")
 
-    monkeypatch.setattr(engine, "connect", refuse)
+    monkeypatch.setattr(engine, "open_engine", refuse)
     facts = hostinfo.engine_facts()
     assert not facts.reachable
     assert facts.error == "no Docker engine answers at unix:///var/run/docker.sock: refused"

@@ -25,6 +25,7 @@ from builder.errors import UserError
 from builder.lock.claims import cc_floor, refusals
 from builder.lock.files import parse
 from builder.records import Base, ImageSpec
+from builder.sources import Sources
 from builder.spec.matrix import load_matrix
 from builder.usecases import lock as locking
 from builder.workspace import Workspace
@@ -205,7 +206,7 @@ def test_lock_refuses_a_lock_that_leaves_the_base_minor_and_writes_nothing(tmp_p
     monkeypatch.setattr(locking, "resolve", lambda *a, **k: _resolved(spec, OLD_JAX_LOCK_PINS))
     monkeypatch.setattr(locking, "uv_binary", lambda: "uv")
     with pytest.raises(UserError) as caught:
-        locking.lock_images(ws, (spec,), locking.LockOptions(use_host=False), lambda r: None)
+        locking.lock_images(ws, (spec,), locking.LockOptions(sources=Sources(use_host=False)), lambda r: None)
     message = str(caught.value)
     assert re.match(r"\S*matrix\.yaml:\d+: ", message) and "\n" not in message
     assert "jax0.4.35-cu124-py3.11-ubuntu22.04" in message and "ships with CUDA 12.9, the image is CUDA 12.4" in message
@@ -220,7 +221,7 @@ def test_lock_writes_a_lock_on_the_base_minor(tmp_path: Path, monkeypatch: pytes
     good = (("nvidia-cuda-runtime-cu12", "12.4.127"), ("nvidia-cublas-cu12", "12.4.5.8"), ("nvidia-cudnn-cu12", "9.10.2.21"))
     monkeypatch.setattr(locking, "resolve", lambda *a, **k: _resolved(spec, good))
     monkeypatch.setattr(locking, "uv_binary", lambda: "uv")
-    results = locking.lock_images(ws, (spec,), locking.LockOptions(use_host=False, upgrade=True), lambda r: None)
+    results = locking.lock_images(ws, (spec,), locking.LockOptions(sources=Sources(use_host=False), upgrade=True), lambda r: None)
     assert [r.status for r in results] == ["locked"]
     assert (tmp_path / "images" / spec.id / "requirements.lock").is_file()
 
@@ -298,12 +299,13 @@ def test_the_report_and_the_catalog_record_name_the_cuda_the_lock_loads() -> Non
     """They named the base's CUDA (12.8.1) for an image whose lock loads 12.4."""
     from builder.publish.publisher import measured
     from builder.report.model import build_report
+    from tests.catalog_fixtures import smoke
 
     ws = Workspace(ROOT / "matrix.yaml")
     spec = next(s for s in ws.decided.images if s.id == "torch2.5.1-cu124-on-cu128-py3.12-ubuntu24.04")
     report = build_report(ws.decided, (spec,), {}, (), {})
     assert next(r for r in report.rows if r.id == spec.id).accelerator == "CUDA 12.4"
-    assert measured(spec, {})["accelerator"]["version"] == "12.4"
+    assert measured(spec, smoke(spec.id)).accelerator.version == "12.4"
 
 
 def test_the_smoke_check_accepts_the_cuda_the_image_declares() -> None:

@@ -20,6 +20,7 @@ from builder.nightly.summary import render
 from builder.usecases import lock as locking
 from builder.usecases import nightly as loop
 from tests.catalog_fixtures import record
+from tests.fake_engine import FakeEngine, connect_to
 
 WriteMatrix = Callable[..., Path]
 
@@ -53,21 +54,21 @@ def test_regressions_sort_first_then_by_id() -> None:
 
 def test_history_round_trip_merges_over_the_last_run_and_the_catalog(tmp_path: Path) -> None:
     known = [record("torch2.14.1-cu130-py3.11-debian12")]
-    assert history.previous(tmp_path, known) == {"torch2.14.1-cu130-py3.11-debian12": "passed"}
-    history.save(tmp_path, "2026-12-01T00:00:00Z", [Outcome("x", "passed"), Outcome("y", "failed", "why")])
-    history.save(tmp_path, "2026-12-02T00:00:00Z", [Outcome("y", "passed"), Outcome("z", "not-run")])
-    seen = history.previous(tmp_path, known)
+    assert history.previous(tmp_path / "nightly" / "last.json", known) == {"torch2.14.1-cu130-py3.11-debian12": "passed"}
+    history.save(tmp_path / "nightly" / "last.json", "2026-12-01T00:00:00Z", [Outcome("x", "passed"), Outcome("y", "failed", "why")])
+    history.save(tmp_path / "nightly" / "last.json", "2026-12-02T00:00:00Z", [Outcome("y", "passed"), Outcome("z", "not-run")])
+    seen = history.previous(tmp_path / "nightly" / "last.json", known)
     assert seen == {"torch2.14.1-cu130-py3.11-debian12": "passed", "x": "passed", "y": "passed"}
-    doc = json.loads(history.path(tmp_path).read_text())
+    doc = json.loads((tmp_path / "nightly" / "last.json").read_text())
     assert [e["id"] for e in doc["images"]] == ["x", "y"] and doc["images"][1]["date"] == "2026-12-02T00:00:00Z"
 
 
 def test_a_corrupt_history_falls_back_to_the_catalog(tmp_path: Path) -> None:
-    history.path(tmp_path).parent.mkdir(parents=True)
-    history.path(tmp_path).write_text("{not json")
-    assert history.previous(tmp_path, []) == {}
-    history.save(tmp_path, "d", [Outcome("x", "failed")])  # and the next run replaces it whole
-    assert history.previous(tmp_path, []) == {"x": "failed"}
+    (tmp_path / "nightly" / "last.json").parent.mkdir(parents=True)
+    (tmp_path / "nightly" / "last.json").write_text("{not json")
+    assert history.previous(tmp_path / "nightly" / "last.json", []) == {}
+    history.save(tmp_path / "nightly" / "last.json", "d", [Outcome("x", "failed")])  # and the next run replaces it whole
+    assert history.previous(tmp_path / "nightly" / "last.json", []) == {"x": "failed"}
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,7 @@ def test_summary_lists_regressions_first_with_the_diagnosis() -> None:
     )
     changes = tuple(compare({"jax-img": "passed", "numba-img": "passed"}, outcomes))
     report = NightlyReport(
-        "2026-12-01T03:00:00Z", changes, outcomes, releases=(_Release(),),  # type: ignore[arg-type]  # a stand-in with Release's fields applied=("matrix.yaml: frameworks.numba += 0.68.0",),
+        "2026-12-01T03:00:00Z", changes, outcomes, releases=(_Release(),), applied=("matrix.yaml: frameworks.numba += 0.68.0",),  # type: ignore[arg-type]  # a stand-in with Release's fields
         drift=(("jax-img", (("numpy", "2.4.6", "2.4.99"),)),), notes=("publish: registry down",),
     )  # fmt: skip
     text = render(report)
@@ -199,9 +200,9 @@ def test_an_image_that_fails_its_own_build_is_not_a_stage_failure(write_matrix: 
 
 
 def test_a_blocked_build_keeps_the_last_status_in_the_history(tmp_path: Path) -> None:
-    history.save(tmp_path, "d1", [Outcome("a", "passed")])
-    history.save(tmp_path, "d2", [Outcome("a", BLOCKED, "network errors")])
-    assert history.previous(tmp_path, []) == {"a": "passed"}
+    history.save(tmp_path / "nightly" / "last.json", "d1", [Outcome("a", "passed")])
+    history.save(tmp_path / "nightly" / "last.json", "d2", [Outcome("a", BLOCKED, "network errors")])
+    assert history.previous(tmp_path / "nightly" / "last.json", []) == {"a": "passed"}
 
 
 def test_summary_says_updates_were_not_checked() -> None:
@@ -215,7 +216,7 @@ def test_summary_explains_a_gpu_skipped_hold_back() -> None:
     options = loop.NightlyOptions()
     held = Outcome("cuda-img", "gpu-skipped", content_hash="h")
     ws = type("Ws", (), {"matrix": type("M", (), {"registry": "example.org/images"})()})()
-    outcomes, notes = loop._publish(ws, [], [held, Outcome("cpu-img", "passed")], options, [], _Events())  # type: ignore[arg-type]
+    outcomes, notes = loop._publish(ws, [], [held, Outcome("cpu-img", "passed")], options, [], _Events(), connect_to(FakeEngine()))  # type: ignore[arg-type]
     assert notes == []
     by_id = {o.id: o for o in outcomes}
     assert "without a GPU" in by_id["cuda-img"].held and "--accept-gpu-skipped" in by_id["cuda-img"].held
@@ -223,7 +224,7 @@ def test_summary_explains_a_gpu_skipped_hold_back() -> None:
     text = render(NightlyReport("d", tuple(compare({}, outcomes)), tuple(outcomes)))
     row = next(line for line in text.splitlines() if line.startswith("| cuda-img |"))
     assert "held: tested without a GPU" in row
-    accepted = loop._publish(ws, [], [held], loop.NightlyOptions(accept_gpu_skipped=True), [], _Events())[0]  # type: ignore[arg-type]
+    accepted = loop._publish(ws, [], [held], loop.NightlyOptions(accept_gpu_skipped=True), [], _Events(), connect_to(FakeEngine()))[0]  # type: ignore[arg-type]
     assert accepted[0].held == ""
 
 
@@ -245,3 +246,40 @@ def test_a_summary_path_builder_may_not_write_stops_the_nightly_before_it_runs(
     assert len(done.stderr.strip().splitlines()) == 1 and done.stderr.startswith("error: ")
     assert matrix.read_bytes() == before and mine.read_text() == "mine\n"
     assert not (tmp_path / "images").exists() and not (tmp_path / "build").exists()
+
+
+def test_an_outcome_reads_the_typed_result_of_this_run_or_the_stored_one(write_matrix: WriteMatrix, tmp_path: Path) -> None:
+    """_outcome and _detail read typed fields: the probe's failed frameworks, the diagnosis; an
+    up-to-date image keeps its stored result, and one whose file cannot be trusted is not-run."""
+    from builder import results
+    from builder.probe_report import Diagnosis, FrameworkProbe, ProbeHost, ProbeReport
+    from builder.results import Diagnosed
+    from builder.workspace import Workspace
+    from tests.catalog_fixtures import smoke
+
+    ws = Workspace(write_matrix())
+    (spec,) = ws.selected(None, use_default=False)
+    probe = ProbeReport(
+        ProbeHost("3.11.2"),
+        {
+            "torch": FrameworkProbe("torch", "failed", reason="ImportError: libcudnn.so.9", diagnosis=Diagnosis("no cuDNN", "install it")),
+            "jax": FrameworkProbe("jax", "not-installed"),
+        },
+    )
+    failed = smoke(
+        spec.id, "failed", content_hash=spec.content_hash, probe=probe, diagnoses=(Diagnosed("torch", "no cuDNN", "install it"),)
+    )
+    built = {spec.id: BuildResult(spec.id, "built")}
+    now = loop._outcome(spec, {}, built, {spec.id: failed}, tmp_path)
+    assert (now.status, now.rebuilt) == ("failed", True)
+    assert now.detail == "torch: ImportError: libcudnn.so.9 (cause: no cuDNN; fix: install it)"
+    up_to_date = {spec.id: BuildResult(spec.id, "up-to-date")}
+    assert loop._outcome(spec, {}, up_to_date, {}, tmp_path).status == "not-run"  # no stored result
+    results.write(tmp_path, smoke(spec.id, content_hash=spec.content_hash))
+    assert loop._current(tmp_path, spec)
+    stored = loop._outcome(spec, {}, up_to_date, {}, tmp_path)
+    assert (stored.status, stored.detail, stored.rebuilt) == ("passed", "", False)
+    results.path_of(tmp_path, spec.id).write_text("{}")  # edited after the run: not trusted, not shown
+    assert loop._outcome(spec, {}, up_to_date, {}, tmp_path).status == "not-run" and not loop._current(tmp_path, spec)
+    no_probe = smoke(spec.id, "failed", failures=("test_pip_check_is_clean: boom",))
+    assert loop._detail(no_probe) == "test_pip_check_is_clean: boom"

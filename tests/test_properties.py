@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from builder.errors import UserError
-from builder.records import Base, Matrix
-from builder.render.context import with_hashes
+from builder.records import Base, ImageSpec, Matrix
+from builder.render.context import content_hash, contexts
 from builder.spec import grammar
 from builder.spec.expand import expand
 from builder.spec.matrix import load_matrix
@@ -76,11 +76,17 @@ def matrices(draw: st.DrawFn) -> Matrix:
     )
 
 
+def hashed(specs: tuple[ImageSpec, ...], matrix: Matrix) -> tuple[ImageSpec, ...]:
+    """Each spec with its content hash, as Workspace.hashed gives it (a Workspace needs a matrix file)."""
+    rendered = contexts(specs, matrix)
+    return tuple(replace(spec, content_hash=content_hash(rendered[spec.id])) for spec in specs)
+
+
 @FAST
 @given(matrices())
 def test_ids_unique_deterministic_and_valid(matrix: Matrix) -> None:
     plan = make_plan(matrix)
-    plan = replace(plan, images=with_hashes(plan.images, matrix))
+    plan = replace(plan, images=hashed(plan.images, matrix))
     ids = [spec.id for spec in plan.images]
     assert len(ids) == len(set(ids))
     for spec in plan.images:
@@ -91,7 +97,7 @@ def test_ids_unique_deterministic_and_valid(matrix: Matrix) -> None:
     total = sum(1 for _ in expand(matrix))
     assert len(plan.images) + len(plan.skipped) == total
     again = make_plan(matrix)
-    again = replace(again, images=with_hashes(again.images, matrix))
+    again = replace(again, images=hashed(again.images, matrix))
     assert [(s.id, s.content_hash) for s in again.images] == [(s.id, s.content_hash) for s in plan.images]
 
 
@@ -225,7 +231,7 @@ def test_deeply_nested_yaml_is_a_user_error(tmp_path: Path) -> None:
 
 
 def test_error_for_a_key_with_a_newline_is_one_line(tmp_path: Path) -> None:
-    """Errors are one line (DESIGN.md); a key is shown with repr(), as values already are."""
+    """Errors are one line (README.md, exit codes); a key is shown with repr(), as values already are."""
     path = tmp_path / "matrix.yaml"
     path.write_text('"regis\\ntry": ghcr.io/example/gpu-images\n', encoding="utf-8")
     with pytest.raises(UserError) as caught:

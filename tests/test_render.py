@@ -24,10 +24,11 @@ from builder.lock.files import parse
 from builder.records import ImageSpec
 from builder.render import templates
 from builder.render.context import PROBE
+from builder.render.formats import image_entry
 from builder.render.labels import BUILT_BY_LABEL, BUILT_BY_VALUE
 from builder.render.tree import MANIFEST, manifest_bytes
 from builder.spec.matrix import load_matrix
-from builder.spec.plan import image_entry, make_plan
+from builder.spec.plan import make_plan
 from builder.workspace import Workspace
 
 if TYPE_CHECKING:

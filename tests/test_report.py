@@ -3,16 +3,25 @@ tests/test_report_browser.py)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from builder import results
+from builder.catalog.records import MeasuredAccelerator
+from builder.errors import UserError
+from builder.fsio import dump_json
+from builder.publish import gate
 from builder.report.html import render_html
 from builder.report.markdown import render_markdown
 from builder.report.model import STATUSES, Report, build_report
+from builder.results import Diagnosed, GpuUse, SmokeResult, TestedOn, Verdict
 from builder.workspace import Workspace
-from tests.catalog_fixtures import record
+from tests.catalog_fixtures import record, smoke
 
 GOLDEN_MATRIX = Path(__file__).parent / "golden" / "matrix.yaml"
 KNOWN_GOOD = "torch2.5.1-cu124-py3.11-ubuntu22.04"
@@ -30,28 +39,22 @@ def fixture_report() -> Report:
     specs = ws.selected(None, use_default=False)
     hashes = {s.id: s.content_hash for s in specs}
 
-    def result(image_id: str, verdict: str, **extra: Any) -> dict[str, Any]:
-        return {
-            "verdict": verdict,
-            "content_hash": hashes[image_id],
-            "date": "2026-12-01T10:00:00Z",
-            "gpu": {"reason": "cpu image"},
-            **extra,
-        }
+    def result(image_id: str, verdict: Verdict, **extra: Any) -> SmokeResult:
+        return smoke(image_id, verdict, content_hash=hashes[image_id], gpu=GpuUse(False, "cpu image"), **extra)
 
     results = {
         PASSED: result(PASSED, "passed"),
-        FAILED: result(FAILED, "failed", diagnoses=[{"framework": "tensorflow", "cause": "the <cuDNN> library is not in the image"}]),
+        FAILED: result(FAILED, "failed", diagnoses=(Diagnosed("tensorflow", "the <cuDNN> library is not in the image", ""),)),
         GPU_SKIPPED: result(GPU_SKIPPED, "gpu-skipped"),
-        NOT_BUILT: {**result(NOT_BUILT, "passed"), "content_hash": "sha256:an-older-build"},
+        NOT_BUILT: replace(result(NOT_BUILT, "passed"), content_hash="sha256:an-older-build"),
     }
     records = [
         record(
             KNOWN_GOOD,
             stack="torch",
             frameworks={"torch": "2.5.1"},
-            host={"gpu": "NVIDIA H200", "driver": "580.159.04", "engine": "28.0"},
-            accelerator={"kind": "cuda", "version": "12.4.1", "cuda": "12.4", "cudnn": "9.1.0", "rocm": None},
+            host=TestedOn("NVIDIA H200", "580.159.04", "28.0"),
+            accelerator=MeasuredAccelerator("cuda", "12.4.1", cuda="12.4", cudnn="9.1.0"),
         )
     ]
     return build_report(ws.decided, specs, results, records, {PASSED: 432.0})
@@ -105,13 +108,22 @@ def test_html_escapes_what_it_shows(report: Report) -> None:
         {"verdict": "passed", "gpu": None},
     ],
 )
-def test_a_results_file_of_the_wrong_shape_does_not_stop_the_report(broken: dict[str, Any]) -> None:
-    """A hand-edited build/results/<id>.json was an AttributeError or TypeError traceback."""
+def test_a_results_file_of_the_wrong_shape_does_not_stop_the_report(broken: dict[str, Any], tmp_path: Path) -> None:
+    """A hand-edited build/results/<id>.json was an AttributeError or TypeError traceback: now the
+    typed reader refuses it in one line naming the file, and the report shows the image as untested."""
     ws = Workspace(GOLDEN_MATRIX)
     specs = ws.selected(None, use_default=False)
     spec = next(s for s in specs if s.id == FAILED)
-    result = {"verdict": "failed", "content_hash": spec.content_hash, **broken}
-    report = build_report(ws.decided, specs, {FAILED: result}, [], {})
+    path = results.write(tmp_path, smoke(FAILED, "failed", content_hash=spec.content_hash))
+    doc = {**json.loads(path.read_text()), **broken}
+    with pytest.raises(UserError) as refused:
+        results.from_json(doc, str(path))
+    assert str(refused.value).startswith(f"{path}: ") and "\n" not in str(refused.value)
+    text = dump_json(doc)  # bound to the run as the test run binds its files: only the shape is wrong
+    path.write_text(text)
+    (tmp_path / results.INDEX).write_text(json.dumps({"schema": 1, "sha256": {FAILED: hashlib.sha256(text.encode()).hexdigest()}}))
+    found = {FAILED: r} if (r := gate.read_result(tmp_path, FAILED)) else {}
+    report = build_report(ws.decided, specs, found, [], {})
     row = next(r for r in report.rows if r.id == FAILED)
-    assert row.status == result["verdict"] and len(row.detail) <= 300
+    assert row.status == "not-built" and len(row.detail) <= 300
     render_markdown(report)

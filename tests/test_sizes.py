@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from builder.engine import sizes
+from builder.engine.port import Layer
 
 CLASSIC = [
     {"CreatedBy": '/bin/sh -c #(nop)  CMD ["hello-gpu"]', "Size": 0},
@@ -19,9 +20,14 @@ BUILDKIT = [
 
 
 def test_the_venv_is_the_layer_that_copied_it_in() -> None:
-    assert sizes.venv_bytes(CLASSIC) == 262_600_000
-    assert sizes.venv_bytes(BUILDKIT) == 1_000
-    assert sizes.venv_bytes([{"CreatedBy": "COPY dir:1 in /opt/venvs", "Size": 9}]) == 0
+    assert sizes.venv_bytes(layers(CLASSIC)) == 262_600_000
+    assert sizes.venv_bytes(layers(BUILDKIT)) == 1_000
+    assert sizes.venv_bytes([Layer("COPY dir:1 in /opt/venvs", 9)]) == 0
+
+
+def layers(history: list[dict[str, object]]) -> list[Layer]:
+    """The engine's history entries as the port's records (what the docker adapter makes of them)."""
+    return [Layer(str(entry["CreatedBy"]), int(str(entry["Size"]))) for entry in history]
 
 
 def test_ratio_is_image_over_venv_plus_base() -> None:

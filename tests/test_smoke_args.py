@@ -1,7 +1,8 @@
 """Smoke-test container arguments: GPU access by vendor and the locked-down run kwargs.
 
-Pure: hand-built ImageSpec and HostInfo records, no engine, no GPU. The docker SDK is only used
-to check that the arguments are ones `containers.create` accepts (it converts them offline).
+Pure: hand-built ImageSpec and HostInfo records, no engine, no GPU. The arguments checked are the
+docker SDK's, as the adapter (engine/client.py `create_kwargs`) makes them of the ContainerSpec;
+the SDK is only used to check that they are ones `containers.create` accepts (it converts them offline).
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ import pytest
 from docker.models.containers import _create_container_args  # type: ignore[import-untyped]
 from docker.types import DeviceRequest  # type: ignore[import-untyped]
 
+from builder.engine.client import create_kwargs
 from builder.host.facts import AmdInfo, DeviceNode, EngineFacts, HostInfo, NvidiaGpu, NvidiaInfo
 from builder.records import Accelerator, Base, ImageSpec, Install
 from builder.smoke import args as smoke
-from builder.smoke.args import GpuAccess, gpu_access, gpu_kwargs, run_kwargs
+from builder.smoke.args import GpuAccess, GpuDevices, gpu_access, gpu_devices, run_spec
 
 REGISTRY = "ghcr.io/example/gpu-images"
 TIMEOUT_S = 300
@@ -84,7 +86,7 @@ ROCM_DEVICES = ["/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm"]
 
 
 def _kwargs(spec: ImageSpec, host: HostInfo, mode: str = "auto", env: dict[str, str] | None = None) -> dict[str, Any]:
-    return run_kwargs(spec, gpu_access(spec, mode, host), host, TIMEOUT_S, env)
+    return create_kwargs(run_spec(spec, gpu_access(spec, mode, host), host, TIMEOUT_S, env))
 
 
 def _assert_gpu_request(requests: list[Any]) -> None:
@@ -246,8 +248,9 @@ def test_no_gpu_arguments_when_not_attached(vendor: str, host: str, mode: str) -
 
 
 def test_gpu_kwargs_empty_without_access() -> None:
-    assert gpu_kwargs(CUDA, GpuAccess(False, "x"), NVIDIA_HOST) == {}
-    assert gpu_kwargs(ROCM, GpuAccess(False, "x"), AMD_HOST) == {}
+    assert gpu_devices(CUDA, GpuAccess(False, "x"), NVIDIA_HOST) == GpuDevices()
+    assert gpu_devices(ROCM, GpuAccess(False, "x"), AMD_HOST) == GpuDevices()
+    assert create_kwargs(run_spec(CUDA, GpuAccess(False, "x"), NVIDIA_HOST, TIMEOUT_S)).keys().isdisjoint({"device_requests", "devices"})
 
 
 # -- run kwargs: lock-down, for every image and host ------------------------------------------
@@ -276,7 +279,7 @@ def test_run_kwargs_are_locked_down(vendor: str, host: str) -> None:
 
 @pytest.mark.parametrize("timeout_s", [1, 60, 900])
 def test_sleep_is_bounded_by_the_timeout(timeout_s: int) -> None:
-    kwargs = run_kwargs(CPU, gpu_access(CPU, "auto", NO_GPU_HOST), NO_GPU_HOST, timeout_s)
+    kwargs = create_kwargs(run_spec(CPU, gpu_access(CPU, "auto", NO_GPU_HOST), NO_GPU_HOST, timeout_s))
     assert kwargs["command"] == ["sleep", str(timeout_s + 60)]
 
 

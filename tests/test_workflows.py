@@ -146,7 +146,7 @@ def test_the_matrix_has_every_field_images_yml_reads(cli: RunCli, embedded_matri
     assert include
     for entry in include:
         missing = fields - set(entry)
-        assert not missing, f"{entry['id']} lacks {sorted(missing)}, which images.yml reads (builder/spec/formats.py github_matrix)"
+        assert not missing, f"{entry['id']} lacks {sorted(missing)}, which images.yml reads (builder/render/formats.py github_matrix)"
 
 
 def test_runners_by_vendor(cli: RunCli, embedded_matrix_path: Path) -> None:

@@ -13,11 +13,39 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from builder import jsonfields as jf
+from builder.records import VENDORS, Accelerator, Vendor
+from builder.results import GOOD, TestedOn, Verdict, tested_on
 from builder.spec import grammar
 
 SCHEMA = 1
 DIGEST = re.compile(r"^[a-z0-9][a-z0-9._:/-]*@sha256:[0-9a-f]{64}$")
-VERDICTS = ("passed", "gpu-skipped")  # what may be published; gpu-skipped only when accepted
+VERDICTS = GOOD  # what may be published (gpu-skipped only when accepted): a record holds one of these
+
+
+@dataclass(frozen=True)
+class BaseIdentity:
+    """The base image a published image was built FROM, as the engine knew it at publish time."""
+
+    name: str  # matrix.yaml's base name
+    ref: str  # what the FROM line names
+    id: str  # the engine's id of the base image
+    digest: str | None = None  # a pulled base's repo@sha256:...; None for a bootstrapped one
+
+
+@dataclass(frozen=True)
+class MeasuredAccelerator:
+    """The accelerator a record was planned for (kind, version) and what was measured inside it."""
+
+    kind: Vendor
+    version: str | None  # the base's CUDA / ROCm (planned)
+    cuda: str | None = None  # as loaded inside the image
+    cudnn: str | None = None
+    rocm: str | None = None
+
+    @property
+    def planned(self) -> Accelerator:
+        return Accelerator(self.kind, self.version)
 
 
 @dataclass(frozen=True)
@@ -29,16 +57,16 @@ class KnownGood:
     content_hash: str
     stack: str
     os: str
-    base: dict[str, Any]  # name, ref (FROM), id (the engine's id of the base image), digest (a pulled base's)
+    base: BaseIdentity
     lock_sha256: str | None  # sha256 of requirements.lock; None for an unlocked image
     frameworks: dict[str, str]  # as measured inside the image (public versions)
-    accelerator: dict[str, Any]  # kind, version (planned), cuda / cudnn / rocm as measured
+    accelerator: MeasuredAccelerator
     python: str  # as measured inside the image
     libraries: dict[str, str]  # CUDA libraries as loaded inside the image (cudart, cudnn, ...)
-    verdict: str  # passed | gpu-skipped
+    verdict: Verdict  # one of VERDICTS
     gpu_skipped_accepted: bool  # published with --accept-gpu-skipped: no GPU ran it
     tests: dict[str, int]
-    host: dict[str, Any]  # gpu (model or "no GPU"), driver, engine
+    host: TestedOn
     tested: str  # when the smoke tests ran (UTC, ISO 8601)
     published: str
     builder_version: str
@@ -68,17 +96,17 @@ class KnownGood:
             "id": self.id,
             "stack": self.stack,
             "os": self.os,
-            "base": str(self.base.get("name", "")),
+            "base": self.base.name,
             "python": self.python,
-            "vendor": str(self.accelerator.get("kind", "")),
+            "vendor": self.accelerator.kind,
             "verdict": self.verdict,
             "digest": self.digest,
             "repository": self.repository,
             "tag": self.tag,
         }
-        for key in ("cuda", "cudnn", "rocm"):
-            if self.accelerator.get(key):
-                out[key] = str(self.accelerator[key])
+        for key, value in (("cuda", self.accelerator.cuda), ("cudnn", self.accelerator.cudnn), ("rocm", self.accelerator.rocm)):
+            if value:
+                out[key] = value
         out.update(self.frameworks)
         return out
 
@@ -126,13 +154,7 @@ def from_json(data: Any, where: str) -> KnownGood:
     for key in ("floating", "notes"):
         if key in data and not (isinstance(data[key], list) and len(data[key]) <= MAX_ITEMS and all(_text(v, MAX_TEXT) for v in data[key])):
             raise bad(key, f"a list of at most {MAX_ITEMS} strings of at most {MAX_TEXT} characters")
-    for key, limit, nullable in (
-        ("frameworks", MAX_VERSION, False),
-        ("libraries", MAX_VERSION, False),
-        ("accelerator", MAX_VERSION, True),
-        ("base", MAX_TEXT, True),
-        ("host", MAX_TEXT, True),
-    ):
+    for key, limit, nullable in (("frameworks", MAX_VERSION, False), ("libraries", MAX_VERSION, False)):
         if not _mapping(data[key], functools.partial(_text_or_null, limit=limit, nullable=nullable)):
             raise bad(
                 key,
@@ -158,7 +180,52 @@ def from_json(data: Any, where: str) -> KnownGood:
     values = {n: data[n] for n in names if n in data}
     values["floating"] = tuple(values.get("floating") or ())
     values["notes"] = tuple(values.get("notes") or ())
+
+    def fail(what: str) -> RecordError:
+        return RecordError(f"{where}: record {name} field {what}")
+
+    values["base"] = _base(data["base"], fail)
+    values["accelerator"] = _accelerator(data["accelerator"], fail)
+    values["host"] = tested_on(_capped(data["host"], "host", MAX_TEXT, fail), "host", fail)
     return KnownGood(**values)
+
+
+def _capped(value: Any, key: str, limit: int, fail: Callable[[str], RecordError]) -> dict[str, Any]:
+    """An object of at most MAX_ITEMS short keys whose values are text of at most `limit` characters, or null."""
+    if not _mapping(value, functools.partial(_text_or_null, limit=limit, nullable=True)):
+        raise fail(f"{key!r} must be an object of at most {MAX_ITEMS} short keys with string or null values of at most {limit} characters")
+    found: dict[str, Any] = value
+    return found
+
+
+def _base(value: Any, fail: Callable[[str], RecordError]) -> BaseIdentity:
+    base = _capped(value, "base", MAX_TEXT, fail)
+    unknown = sorted(set(base) - set(BaseIdentity.__dataclass_fields__))
+    if unknown:
+        raise fail(f"'base' has unknown keys {', '.join(unknown[:5])}")
+    return BaseIdentity(
+        name=jf.text(base.get("name"), "base.name", fail),
+        ref=jf.text(base.get("ref"), "base.ref", fail),
+        id=jf.text(base.get("id"), "base.id", fail),
+        digest=jf.optional_text(base.get("digest"), "base.digest", fail),
+    )
+
+
+def _accelerator(value: Any, fail: Callable[[str], RecordError]) -> MeasuredAccelerator:
+    accelerator = _capped(value, "accelerator", MAX_VERSION, fail)
+    unknown = sorted(set(accelerator) - set(MeasuredAccelerator.__dataclass_fields__))
+    if unknown:
+        raise fail(f"'accelerator' has unknown keys {', '.join(unknown[:5])}")
+    kind = accelerator.get("kind")
+    if kind not in VENDORS:
+        raise fail(f"'accelerator.kind' must be one of {', '.join(VENDORS)}; got {_short(repr(kind))}")
+    return MeasuredAccelerator(
+        kind=kind,
+        version=jf.optional_text(accelerator.get("version"), "accelerator.version", fail),
+        cuda=jf.optional_text(accelerator.get("cuda"), "accelerator.cuda", fail),
+        cudnn=jf.optional_text(accelerator.get("cudnn"), "accelerator.cudnn", fail),
+        rocm=jf.optional_text(accelerator.get("rocm"), "accelerator.rocm", fail),
+    )
 
 
 def _text(value: Any, limit: int) -> bool:

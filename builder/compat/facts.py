@@ -1,23 +1,28 @@
 """The compatibility table (data/compat.yaml) as typed, guarded records.
 
 The shared sections (interpreters per OS, CUDA drivers, NumPy wheels) are read here; each
-framework's section is read by its own rule module (`rules/<name>.py`: `SECTION_KEYS`, `load`),
-so a framework's facts and the decisions that use them live side by side.
+framework's section is read by its own implementation (`rules/<name>.py`: `section_keys`, `load`),
+so a framework's facts and the decisions that use them live side by side. The frameworks are the
+registry in force (builder.compat.rules.registry), so a framework registered for a while has its
+section read too.
 """
 
 from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from packaging.version import InvalidVersion, Version
 
-from builder import frameworks
 from builder.compat.tables import DATA_DIR, PyRange, Table
 from builder.yamlsrc import LDict
+
+if TYPE_CHECKING:
+    from builder.compat.rules import Framework
 
 DEFAULT_PATH = DATA_DIR / "compat.yaml"
 CUDA_KEYS = ("toolkits", "mvc_floor", "require_branches", "brands", "cudnn_cc", "toolkit_components")
@@ -54,18 +59,23 @@ class Compat:
         raise KeyError(f"no {kind.__name__} in the compatibility table")
 
 
-def load_compat(path: Path = DEFAULT_PATH) -> Compat:
-    from builder.compat.rules import rule_module  # the rule modules import Compat from here
+def load_compat(path: Path = DEFAULT_PATH, frameworks: Sequence[Framework] | None = None) -> Compat:
+    """The table at `path`, with a section for each framework (default: the registry in force); a
+    framework with its own `facts_file` has its section read from there instead."""
+    from builder.compat.rules import registry  # the framework modules import Compat from here
 
     t = Table(path)
     doc = t.doc
-    t.only(doc, (*SHARED_SECTIONS, *frameworks.NAMES), "the top level")
+    frameworks = registry() if frameworks is None else frameworks
+    t.only(doc, (*SHARED_SECTIONS, *(f.name for f in frameworks if f.facts_file is None)), "the top level")
     loaded: list[tuple[str, object]] = []
-    for name in frameworks.NAMES:
-        module = rule_module(name)
-        section = t.mapping(doc, name)
-        t.only(section, module.SECTION_KEYS, f"section '{name}'")
-        loaded.append((name, module.load(t, section)))
+    for fw in frameworks:
+        source = t if fw.facts_file is None else Table(fw.facts_file)
+        if source is not t:
+            source.only(source.doc, ("schema", fw.name), "the top level")
+        section = source.mapping(source.doc, fw.name)
+        source.only(section, fw.section_keys, f"section '{fw.name}'")
+        loaded.append((fw.name, fw.load(source, section)))
     cuda = t.mapping(doc, "cuda")
     t.only(cuda, CUDA_KEYS, "section 'cuda'")
     return Compat(
@@ -122,7 +132,13 @@ def _os_python(t: Table, doc: LDict) -> tuple[OsPython, ...]:
     return tuple(OsPython(str(x["os"]), str(x["python"]), t.strs(x["packages"], x.line), str(x["bin"])) for x in rows)
 
 
-@functools.cache
 def table() -> Compat:
-    """The shipped table, loaded once per process."""
-    return load_compat()
+    """The shipped table for the registry in force, loaded once per process and registry."""
+    from builder.compat.rules import registry
+
+    return _table(registry())
+
+
+@functools.cache
+def _table(frameworks: tuple[Framework, ...]) -> Compat:
+    return load_compat(DEFAULT_PATH, frameworks)

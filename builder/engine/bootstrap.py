@@ -23,14 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import docker  # type: ignore[import-untyped]
 import filelock
-import tenacity
 
-from builder.engine.client import image_id, image_labels, remove_image_quietly
 from builder.engine.failures import any_network
+from builder.engine.port import Engine, EngineFault
+from builder.engine.retry import GaveUp, retry_network
 from builder.errors import UserError
 from builder.records import Base
+from builder.text import redact
 
 Log = Callable[[str], None]
 
@@ -132,7 +132,7 @@ def recipe_hash(recipe: dict[str, Any]) -> str:
 
 
 def ensure_base(
-    client: docker.DockerClient,
+    engine: Engine,
     base: Base,
     *,
     mirror: str = "http://deb.debian.org/debian",
@@ -146,7 +146,8 @@ def ensure_base(
     tag = base.local_tag
 
     def current() -> bool:
-        return not force and (image_labels(client, tag) or {}).get(HASH_LABEL) == digest
+        info = engine.inspect_image(tag)
+        return not force and info is not None and info.labels.get(HASH_LABEL) == digest
 
     if current():
         return BootstrapResult(tag, built=False, seconds=time.monotonic() - start, recipe_hash=digest)
@@ -163,7 +164,7 @@ def ensure_base(
             return BootstrapResult(tag, built=False, seconds=time.monotonic() - start, recipe_hash=digest)
         _check_tools()
         log(f"bootstrapping {tag}: debian {recipe['release']} ({VARIANT}) from {mirror}")
-        _build(client, tag, recipe, digest, log)
+        _build(engine, tag, recipe, digest, log)
     finally:
         lock.release()
     seconds = time.monotonic() - start
@@ -186,7 +187,12 @@ def _check_tools() -> None:
         raise UserError("bootstrapping a base needs root (debootstrap creates device nodes): run as root, or pull a prebuilt base instead")
 
 
-def _build(client: docker.DockerClient, tag: str, recipe: dict[str, Any], digest: str, log: Log) -> None:
+def _image_id(engine: Engine, ref: str) -> str | None:
+    info = engine.inspect_image(ref)
+    return None if info is None else info.id
+
+
+def _build(engine: Engine, tag: str, recipe: dict[str, Any], digest: str, log: Log) -> None:
     SCRATCH_DIR.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="builder-bootstrap-", dir=SCRATCH_DIR))
     repository = tag.rsplit(":", 1)[0]
@@ -199,41 +205,45 @@ def _build(client: docker.DockerClient, tag: str, recipe: dict[str, Any], digest
         subprocess.run(["tar", "--numeric-owner", "-C", str(rootfs), "-cf", str(tarball), "."], check=True)
         _remove_tree(rootfs)  # free the disk before the engine copies the tarball
         log(f"importing {tarball.stat().st_size / 1e6:.0f} MB into the engine as {temp_ref}")
-        old = image_id(client, tag)
-        _import(client, tarball, temp_ref, recipe, digest)
-        client.api.tag(temp_ref, repository, tag.rsplit(":", 1)[1])
-        if old and old != image_id(client, tag):
-            remove_image_quietly(client, old)
+        old = _image_id(engine, tag)
+        _import(engine, tarball, temp_ref, recipe, digest)
+        engine.tag(temp_ref, repository, tag.rsplit(":", 1)[1])
+        if old and old != _image_id(engine, tag):
+            engine.remove_image(old)
     finally:
-        remove_image_quietly(client, temp_ref)
+        engine.remove_image(temp_ref)
         _remove_tree(scratch)
 
 
 def _debootstrap_with_retries(recipe: dict[str, Any], rootfs: Path, log: Log) -> None:
-    def before_sleep(state: tenacity.RetryCallState) -> None:
-        exc = state.outcome.exception() if state.outcome else None
-        log(f"debootstrap failed on the network ({exc}); retrying (attempt {state.attempt_number + 1} of {DEBOOTSTRAP_ATTEMPTS})")
+    def one_try(attempt: int) -> None:
+        if rootfs.exists():  # a half-made tree from the failed attempt
+            _remove_tree(rootfs)
+        rootfs.mkdir()
+        run_debootstrap(recipe, rootfs, log)
 
-    retrying = tenacity.Retrying(
-        retry=tenacity.retry_if_exception(lambda exc: isinstance(exc, DebootstrapFailed) and exc.network),
-        stop=tenacity.stop_after_attempt(DEBOOTSTRAP_ATTEMPTS),
-        wait=tenacity.wait_exponential(multiplier=DEBOOTSTRAP_WAIT_MIN_S, min=DEBOOTSTRAP_WAIT_MIN_S, max=DEBOOTSTRAP_WAIT_MAX_S),
-        before_sleep=before_sleep,
-        reraise=True,
-    )
-    try:
-        for attempt in retrying:
-            with attempt:
-                if rootfs.exists():  # a half-made tree from the failed attempt
-                    _remove_tree(rootfs)
-                rootfs.mkdir()
-                run_debootstrap(recipe, rootfs, log)
-    except DebootstrapFailed as exc:
-        what = "the mirror could not be reached" if exc.network else "the recipe failed"
-        raise UserError(
+    def fail(what: str, reason: str) -> UserError:
+        return UserError(
             f"bootstrapping debian {recipe['release']} from {recipe['mirror']} failed ({what}): "
-            f"{exc}; check the mirror (and HTTP proxy settings), the output above has details"
-        ) from None
+            f"{reason}; check the mirror (and HTTP proxy settings), the output above has details"
+        )
+
+    try:
+        retry_network(
+            one_try,
+            flake=lambda exc: isinstance(exc, DebootstrapFailed) and exc.network,
+            attempts=DEBOOTSTRAP_ATTEMPTS,
+            wait_s=DEBOOTSTRAP_WAIT_MIN_S,
+            min_wait_s=DEBOOTSTRAP_WAIT_MIN_S,
+            max_wait_s=DEBOOTSTRAP_WAIT_MAX_S,
+            on_retry=lambda attempt, reason: log(
+                f"debootstrap failed on the network ({reason}); retrying (attempt {attempt} of {DEBOOTSTRAP_ATTEMPTS})"
+            ),
+        )
+    except GaveUp as exc:
+        raise fail("the mirror could not be reached", exc.reason) from None
+    except DebootstrapFailed as exc:
+        raise fail("the recipe failed", redact(str(exc))) from None
 
 
 def run_debootstrap(recipe: dict[str, Any], rootfs: Path, log: Log) -> None:
@@ -304,7 +314,7 @@ def _label_change(key: str, value: str) -> str:
     return f'LABEL {key}="{escaped}"'
 
 
-def _import(client: docker.DockerClient, tarball: Path, ref: str, recipe: dict[str, Any], digest: str) -> None:
+def _import(engine: Engine, tarball: Path, ref: str, recipe: dict[str, Any], digest: str) -> None:
     repository, tag = ref.rsplit(":", 1)
     changes = [
         _label_change(HASH_LABEL, digest),
@@ -314,13 +324,12 @@ def _import(client: docker.DockerClient, tarball: Path, ref: str, recipe: dict[s
         f"ENV PATH={_PATH}",
         'CMD ["/bin/bash"]',
     ]
-    output = client.api.import_image(src=str(tarball), repository=repository, tag=tag, changes=changes)
-    for line in str(output).splitlines():
-        message = json.loads(line) if line.strip().startswith("{") else {}
-        if "error" in message:
-            raise UserError(f"importing the base into the engine failed: {message['error']}")
-    labels = image_labels(client, ref)
-    if labels is None or labels.get(HASH_LABEL) != digest:
+    try:
+        engine.import_image(tarball, repository, tag, changes)
+    except EngineFault as exc:
+        raise UserError(f"importing the base into the engine failed: {exc.message}") from None
+    info = engine.inspect_image(ref)
+    if info is None or info.labels.get(HASH_LABEL) != digest:
         raise UserError(f"importing the base into the engine produced no image {ref} with its labels")
 
 

@@ -24,28 +24,22 @@ from pathlib import Path
 from typing import Any
 
 from builder.engine import bootstrap, leftovers, secrets
-from builder.engine import client as engine
 from builder.engine.failures import is_network_failure
 from builder.engine.image_build import BuildResult, Run, build_image, up_to_date
+from builder.engine.port import Engine, EngineFault
 from builder.errors import UserError
 from builder.records import Base, ImageSpec
 from builder.render.context import Files
 from builder.render.labels import HASH_LABEL
 
-Client = Any
-ClientFactory = Callable[[], Client]
+EngineFactory = Callable[[], Engine]  # a fresh connection per worker: an interrupt cuts each one's streams
 STOP_GRACE_S = 3.0  # how long an interrupt waits for cancelled builds to report before it gives up on them
 __all__ = ["HASH_LABEL", "BuildResult", "Builder", "built_hashes", "git_revision"]
 
 
-def built_hashes(client: Client) -> dict[str, str]:
+def built_hashes(engine: Engine) -> dict[str, str]:
     """tag -> content hash of every local image this tool built (one engine call)."""
-    out: dict[str, str] = {}
-    for image in client.api.images(filters={"label": HASH_LABEL}):
-        value = (image.get("Labels") or {}).get(HASH_LABEL)
-        for tag in image.get("RepoTags") or []:
-            out[tag] = str(value)
-    return out
+    return {tag: image.labels.get(HASH_LABEL, "") for image in engine.images(HASH_LABEL) for tag in image.repo_tags}
 
 
 def git_revision(root: Path) -> str:
@@ -60,13 +54,13 @@ def git_revision(root: Path) -> str:
 class Builder:
     """One build run: how to reach the engine, what every image build shares, the rendered contexts."""
 
-    make_client: ClientFactory
+    make_engine: EngineFactory
     run: Run
     contexts: Mapping[str, Files]  # image id -> its rendered build context
     partial: list[BuildResult] = field(default_factory=list)  # what was done when an interrupt arrived
 
     def __post_init__(self) -> None:
-        self._clients: list[Client] = []
+        self._engines: list[Engine] = []
         self._lock = threading.Lock()
         self._interrupted = False
 
@@ -74,19 +68,19 @@ class Builder:
     def stop(self) -> threading.Event:
         return self.run.stop
 
-    def client(self) -> Client:
-        client = self.make_client()
+    def engine(self) -> Engine:
+        engine = self.make_engine()
         with self._lock:
-            self._clients.append(client)
+            self._engines.append(engine)
             if self._interrupted:  # made after the interrupt: its streams end on arrival
-                engine.cut_streams(client)
-        return client
+                engine.cut_streams()
+        return engine
 
     def interrupt(self) -> None:
         """Ctrl-C / SIGTERM: stop starting builds and cut the running ones, in bounded time.
 
         Closing a client does not wake a worker blocked reading the build stream; shutting its
-        socket down does (engine.cut_streams), and the engine then cancels the build. The step's
+        socket down does (Engine.cut_streams), and the engine then cancels the build. The step's
         container is removed too (the engine does it as well; this covers a slow engine), from a
         daemon thread given STOP_GRACE_S, so a wedged engine cannot hold the interrupt.
         """
@@ -95,12 +89,12 @@ class Builder:
             if self._interrupted:
                 return
             self._interrupted = True
-            clients = list(self._clients)
-        for client in clients:
-            engine.cut_streams(client)
+            engines = list(self._engines)
+        for engine in engines:
+            engine.cut_streams()
         containers = list(self.run.step_containers.values())
-        if containers and clients:
-            remover = threading.Thread(target=_remove_all, args=(self.make_client, containers), daemon=True)
+        if containers and engines:
+            remover = threading.Thread(target=_remove_all, args=(self.make_engine, containers), daemon=True)
             remover.start()
             remover.join(STOP_GRACE_S)
 
@@ -109,7 +103,7 @@ class Builder:
         """Bootstrap every local base the selection needs; returns base tag -> error for failures."""
         bases: dict[str, Base] = {s.base.local_tag: s.base for s in specs if s.base.bootstrap}  # one per OS
         failed: dict[str, str] = {}
-        client = self.client()
+        engine = self.engine()
         self.run.log_dir.mkdir(parents=True, exist_ok=True)
         for base in bases.values():
             log_path = self.run.log_dir / f"base-{base.os}.log"
@@ -122,7 +116,7 @@ class Builder:
                         self.run.on_line(f"base {name}", line)
 
                 try:
-                    bootstrap.ensure_base(client, base, log=write)
+                    bootstrap.ensure_base(engine, base, log=write)
                 except UserError:
                     raise
                 except Exception as exc:  # noqa: BLE001 - reported per base, images needing it are not built
@@ -131,20 +125,20 @@ class Builder:
 
     # -- images --------------------------------------------------------------------------
     def build_one(self, spec: ImageSpec, force: bool = True) -> BuildResult:
-        return build_image(self.run, self.client(), spec, self.contexts[spec.id], force=force)
+        return build_image(self.run, self.engine(), spec, self.contexts[spec.id], force=force)
 
     def build_all(
         self, specs: Sequence[ImageSpec], *, jobs: int, force: bool, keep_going: bool, on_done: Callable[[BuildResult], None] | None = None
     ) -> list[BuildResult]:
         """Sweep a killed run's leftovers, skip what is built, bootstrap bases, then build the rest `jobs` at a time."""
         done: dict[str, BuildResult] = {}
-        client = self.client()
-        leftovers.sweep(client, self.run.build_dir)
-        have = {} if force else built_hashes(client)
+        engine = self.engine()
+        leftovers.sweep(engine, self.run.build_dir)
+        have = {} if force else built_hashes(engine)
         todo = []
         for spec in specs:
             if have.get(spec.tag) == spec.content_hash:
-                done[spec.id] = up_to_date(client, spec)
+                done[spec.id] = up_to_date(engine, spec)
                 if on_done:
                     on_done(done[spec.id])
             else:
@@ -220,14 +214,14 @@ class Builder:
             result = self.build_one(spec, force)
         except Exception as exc:  # noqa: BLE001 - an unexpected fault fails this image, not the run
             status = "interrupted" if self.stop.is_set() else "failed"
-            blocked = "engine" if status == "failed" and engine.is_engine_fault(exc) else None
+            blocked = "engine" if status == "failed" and isinstance(exc, (EngineFault, ConnectionError)) else None
             result = BuildResult(spec.id, status, error=f"{type(exc).__name__}: {exc}", blocked_by=blocked)
         finished.put((spec, result))
 
 
-def _remove_all(make_client: ClientFactory, containers: Sequence[str]) -> None:
-    """Remove the containers of cancelled build steps (a fresh client: the builds' ones are cut)."""
+def _remove_all(make_engine: EngineFactory, containers: Sequence[str]) -> None:
+    """Remove the containers of cancelled build steps (a fresh connection: the builds' ones are cut)."""
     with contextlib.suppress(Exception):  # the engine may be gone: it then cancels the builds itself
-        client = make_client()
+        engine = make_engine()
         for container_id in containers:
-            engine.remove_container_quietly(client, container_id)
+            engine.remove_container(container_id)

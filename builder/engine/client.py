@@ -1,60 +1,46 @@
-"""The Docker engine edge: the only module that creates a docker client.
+"""The docker adapter: the engine port (engine/port.py) over the docker SDK, and the only module
+that imports docker.
 
-Everything else receives a client from `connect()`, so commands that build nothing never need an
-engine, and tests can hand in their own. Containers the tool creates go through
-`tracked_container`, which labels them `io.builder.owner=builder` and always removes them, so an
-interrupted run leaves nothing behind (and tests can assert exactly that).
+`open_engine()` gives a `DockerEngine`, proven by a ping; everything else takes an `Engine`, so
+commands that build nothing never need an engine and tests hand in tests/fake_engine.py. Docker's
+errors are translated here into the port's two (`NotFound`, `EngineFault`). Containers the tool
+creates go through `tracked_container`, which labels them `io.builder.owner=builder` plus this run's
+session and always removes them, so an interrupted run leaves nothing behind (and tests can assert
+exactly that). The module-level helpers over a raw `docker.DockerClient` (`connect`, `image_id`,
+`owned_containers`...) serve the adapter and the Docker tests, which inspect the real engine.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import os
 import signal
 import socket
 import threading
-import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
 import docker  # type: ignore[import-untyped]
 from docker.errors import APIError, DockerException, NotFound  # type: ignore[import-untyped]
 
+from builder.engine import port
+
+# Re-exported: the Docker tests and older callers read the labels and the session from here.
+from builder.engine.session import HOST as HOST
+from builder.engine.session import OWNER_FILTER as OWNER_FILTER
+from builder.engine.session import OWNER_LABEL as OWNER_LABEL
+from builder.engine.session import OWNER_VALUE as OWNER_VALUE
+from builder.engine.session import SESSION_ID as SESSION_ID
+from builder.engine.session import SESSION_LABEL as SESSION_LABEL
+from builder.engine.session import owner_labels
+from builder.engine.session import process_start as process_start
+from builder.engine.session import session_alive as session_alive
 from builder.errors import UserError
-from builder.text import printable
-
-OWNER_LABEL = "io.builder.owner"
-OWNER_VALUE = "builder"
-OWNER_FILTER = f"{OWNER_LABEL}={OWNER_VALUE}"
-# Per-process label: lets cleanup find a container whose create call was interrupted before its
-# id came back to us, and lets a later run tell a dead run's leftovers (host, pid and the pid's
-# start time, so a reused pid is not mistaken for the dead run) from a live run's containers.
-SESSION_LABEL = "io.builder.session"
-HOST = socket.gethostname()
-
-
-def process_start(pid: int) -> str | None:
-    """The start time of a process (clock ticks since boot, from /proc), None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
-
-
-SESSION_ID = f"{HOST}:{os.getpid()}:{process_start(os.getpid())}:{uuid.uuid4().hex[:8]}"
-
-
-def session_alive(session: str) -> bool | None:
-    """Whether the run that labelled something is still running; None when it cannot be told
-    (another host shares this engine, or the label predates this format): then leave it alone."""
-    parts = session.split(":")
-    if len(parts) != 4 or parts[0] != HOST or not parts[1].isdigit():
-        return None
-    return process_start(int(parts[1])) == parts[2]
-
+from builder.text import printable, redact
 
 DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 START_ENGINE_HINT = "start one: bash .ci/docker-up.sh, or sudo systemctl start docker"
@@ -125,7 +111,7 @@ def _shutdown(response: Any) -> None:
             sock.shutdown(socket.SHUT_RDWR)
 
 
-def cut_streams(client: Any) -> int:
+def cut_streams(client: docker.DockerClient) -> int:
     """End the client's open streams now (and any it receives later); the number cut.
 
     Closing a client does not wake a thread blocked reading a stream (a build step that prints
@@ -142,7 +128,7 @@ def cut_streams(client: Any) -> int:
     return len(responses)
 
 
-def remove_container_quietly(client: Any, container_id: str) -> bool:
+def remove_container_quietly(client: docker.DockerClient, container_id: str) -> bool:
     """Force-remove a container; False when it was gone already or the engine did not answer."""
     try:
         client.api.remove_container(container_id, force=True, v=True)
@@ -190,31 +176,11 @@ def owned_containers(client: docker.DockerClient) -> list[Any]:
     return list(client.containers.list(all=True, filters={"label": OWNER_FILTER}))
 
 
-def remove_leftover_containers(client: docker.DockerClient) -> list[str]:
-    """Remove the containers of runs that are gone (SIGKILL, a crash): ids removed. Containers of
-    live runs, and of runs this host cannot judge, stay."""
-    removed = []
-    for entry in client.api.containers(all=True, filters={"label": OWNER_FILTER}):
-        session = (entry.get("Labels") or {}).get(SESSION_LABEL, "")
-        if session != SESSION_ID and session_alive(session) is False:
-            with contextlib.suppress(NotFound, APIError):
-                client.api.remove_container(entry["Id"], force=True, v=True)
-                removed.append(str(entry["Id"]))
-    return removed
-
-
 def is_engine_fault(exc: BaseException) -> bool:
-    """An error from talking to the engine (it went away, timed out, broke a stream)."""
+    """An error from talking to the engine (it went away, timed out, broke a stream, answered an error)."""
     import requests
 
-    return isinstance(exc, (DockerException, requests.exceptions.RequestException, ConnectionError))
-
-
-def _owner_labels(labels: Mapping[str, str] | list[str] | None) -> dict[str, str]:
-    merged = {name: "" for name in labels} if isinstance(labels, list) else dict(labels or {})
-    merged[OWNER_LABEL] = OWNER_VALUE
-    merged[SESSION_LABEL] = SESSION_ID
-    return merged
+    return isinstance(exc, (port.EngineFault, DockerException, requests.exceptions.RequestException, ConnectionError))
 
 
 @contextlib.contextmanager
@@ -225,7 +191,7 @@ def tracked_container(client: docker.DockerClient, **create_kwargs: Any) -> Iter
     stays registered and `cleanup_all` (atexit, SIGTERM/SIGHUP) removes it.
     """
     _install_hooks()
-    create_kwargs["labels"] = _owner_labels(create_kwargs.get("labels"))
+    create_kwargs["labels"] = owner_labels(create_kwargs.get("labels") or {})
     _clients[id(client)] = client
     container = client.containers.create(**create_kwargs)
     _live[container.id] = client
@@ -239,7 +205,7 @@ def tracked_container(client: docker.DockerClient, **create_kwargs: Any) -> Iter
     _remove(client, container.id)
 
 
-def _remove(client: Any, container_id: str) -> None:
+def _remove(client: docker.DockerClient, container_id: str) -> None:
     try:
         client.api.remove_container(container_id, force=True, v=True)
     except NotFound:
@@ -290,3 +256,253 @@ def _install_hooks() -> None:
         for sig in (signal.SIGTERM, signal.SIGHUP):
             if signal.getsignal(sig) is signal.SIG_DFL:
                 signal.signal(sig, _on_signal)
+
+
+# -- the port over the SDK ----------------------------------------------------------------------
+
+
+def open_engine(timeout: int = 600) -> port.Engine:
+    """The engine DOCKER_HOST names (or the default socket) as the port, proven by a ping (one
+    line that says how to start one when none answers)."""
+    return DockerEngine(connect(timeout))
+
+
+def _one_line(exc: BaseException) -> str:
+    return redact(" ".join(str(exc).split()))[:500]
+
+
+@contextlib.contextmanager
+def _faults() -> Iterator[None]:
+    """Docker's errors as the port's: NotFound for a 404, EngineFault for the rest of the engine's."""
+    import requests
+
+    try:
+        yield
+    except NotFound as exc:
+        raise port.NotFound(_one_line(exc)) from None
+    except APIError as exc:
+        raise port.EngineFault(_one_line(exc), exc.status_code) from None
+    except (DockerException, requests.exceptions.RequestException, OSError) as exc:  # ConnectionError is an OSError
+        raise port.EngineFault(_one_line(exc)) from None
+
+
+def create_kwargs(spec: port.ContainerSpec) -> dict[str, Any]:
+    """docker SDK `containers.create` arguments of a locked-down container: no network, every
+    capability dropped, no new privileges, a read-only root, detached."""
+    from docker.types import DeviceRequest  # type: ignore[import-untyped]
+
+    kwargs: dict[str, Any] = {
+        "image": spec.image,
+        "command": list(spec.command),
+        "network_disabled": True,
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges"],
+        "read_only": True,
+        "tmpfs": dict(spec.tmpfs),
+        "environment": dict(spec.environment),
+        "labels": dict(spec.labels),
+        "detach": True,
+    }
+    if spec.mem_limit is not None:
+        kwargs["mem_limit"] = spec.mem_limit
+    if spec.pids_limit is not None:
+        kwargs["pids_limit"] = spec.pids_limit
+    if spec.gpus:
+        kwargs["device_requests"] = [DeviceRequest(count=-1, capabilities=[["gpu"]])]
+    if spec.devices:
+        kwargs["devices"] = list(spec.devices)
+    if spec.group_add:
+        kwargs["group_add"] = list(spec.group_add)
+    return kwargs
+
+
+def _progress(chunk: Mapping[str, Any]) -> port.Progress:
+    aux = chunk.get("aux") or {}
+    layer = chunk.get("id")
+    return port.Progress(
+        text=str(chunk.get("stream") or chunk.get("status") or ""),
+        layer=None if layer is None else str(layer),
+        error=" ".join(str(chunk["error"]).split()) if "error" in chunk else "",
+        digest=str(aux.get("Digest") or "") if isinstance(aux, dict) else "",
+    )
+
+
+def cancel_response(response: Any) -> None:
+    """Shut the connection under a streamed response. A close alone does not wake a thread blocked
+    reading it; shutdown does, and the engine sees the client go (and cancels the operation)."""
+    with contextlib.suppress(Exception):
+        fd = response.raw.fileno()
+        sock = socket.fromfd(fd, socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        finally:
+            sock.close()  # the duplicate only; the response's own descriptor is closed below
+    with contextlib.suppress(Exception):
+        response.close()
+
+
+class _DockerStream:
+    """A streamed engine operation: its responses are kept as the request is made, so `cancel`
+    can shut exactly this operation's connection from another thread."""
+
+    def __init__(self, sdk: docker.DockerClient, start: Callable[[], Any]) -> None:
+        self._responses: list[Any] = []
+
+        def keep(response: Any, *args: Any, **kwargs: Any) -> None:
+            self._responses.append(response)
+
+        hooks = sdk.api.hooks.setdefault("response", [])
+        hooks.append(keep)
+        try:
+            with _faults():
+                self._chunks = start()
+        finally:
+            hooks.remove(keep)
+
+    def __iter__(self) -> Iterator[port.Progress]:
+        with _faults():
+            for chunk in self._chunks:
+                yield _progress(chunk)
+
+    def cancel(self) -> None:
+        for response in self._responses:
+            cancel_response(response)
+
+
+class _DockerContainer:
+    def __init__(self, container: Any) -> None:
+        self._container = container
+
+    @property
+    def id(self) -> str:
+        return str(self._container.id)
+
+    def start(self) -> None:
+        with _faults():
+            self._container.start()
+
+    def wait(self, timeout: float) -> int:
+        with _faults():
+            return int(self._container.wait(timeout=timeout).get("StatusCode", -1))
+
+    def logs(self) -> bytes:
+        with _faults():
+            return bytes(self._container.logs(stdout=True, stderr=False))
+
+    def exec(self, command: Sequence[str]) -> port.ExecResult:
+        with _faults():
+            rc, (stdout, stderr) = self._container.exec_run(list(command), demux=True)
+        return port.ExecResult(-1 if rc is None else int(rc), stdout or b"", stderr or b"")
+
+
+def _image_info(attrs: Mapping[str, Any]) -> port.ImageInfo:
+    labels = (attrs.get("Config") or {}).get("Labels") if "Config" in attrs else attrs.get("Labels")
+    return port.ImageInfo(
+        id=str(attrs["Id"]),
+        labels={str(k): str(v) for k, v in (labels or {}).items()},
+        repo_tags=tuple(str(t) for t in attrs.get("RepoTags") or () if t != "<none>:<none>"),
+        repo_digests=tuple(str(d) for d in attrs.get("RepoDigests") or () if d != "<none>@<none>"),
+        size=int(attrs.get("Size") or 0),
+    )
+
+
+class DockerEngine:
+    """The engine port over a connected docker SDK client (see port.Engine for each operation)."""
+
+    def __init__(self, sdk: docker.DockerClient) -> None:
+        self._sdk = sdk
+
+    def version(self) -> str:
+        with _faults():
+            return engine_version(self._sdk)
+
+    def gpu_runtimes(self) -> tuple[str, ...]:
+        with _faults():
+            return tuple(gpu_runtimes(self._sdk))
+
+    def inspect_image(self, ref: str) -> port.ImageInfo | None:
+        try:
+            with _faults():
+                return _image_info(self._sdk.api.inspect_image(ref))
+        except port.NotFound:
+            return None
+
+    def images(self, label: str, *, dangling: bool = False, intermediate: bool = False) -> list[port.ImageInfo]:
+        filters: dict[str, Any] = {"label": label}
+        if dangling:
+            filters["dangling"] = True
+        with _faults():
+            return [_image_info(entry) for entry in self._sdk.api.images(all=intermediate, filters=filters)]
+
+    def history(self, ref: str) -> list[port.Layer]:
+        with _faults():
+            return [port.Layer(str(layer.get("CreatedBy") or ""), int(layer.get("Size") or 0)) for layer in self._sdk.api.history(ref)]
+
+    def tag(self, image: str, repository: str, tag: str) -> None:
+        with _faults():
+            self._sdk.api.tag(image, repository, tag=tag)
+
+    def remove_image(self, ref: str) -> bool:
+        try:
+            with _faults():
+                self._sdk.api.remove_image(ref)
+        except port.EngineFault:  # gone already, or a tag, a container or a child image still uses it (409)
+            return False
+        return True
+
+    def build(self, request: port.BuildRequest) -> _DockerStream:
+        return _DockerStream(
+            self._sdk,
+            lambda: self._sdk.api.build(
+                path=str(request.path),
+                tag=request.tag,
+                rm=True,
+                forcerm=True,
+                pull=False,
+                nocache=request.no_cache,
+                network_mode=request.network_mode,
+                buildargs=dict(request.buildargs),
+                labels=dict(request.labels),
+                decode=True,
+            ),
+        )
+
+    def import_image(self, tarball: Path, repository: str, tag: str, changes: Sequence[str]) -> None:
+        with _faults():
+            output = self._sdk.api.import_image(src=str(tarball), repository=repository, tag=tag, changes=list(changes))
+        for line in str(output).splitlines():
+            message = json.loads(line) if line.strip().startswith("{") else {}
+            if "error" in message:
+                raise port.EngineFault(" ".join(str(message["error"]).split()))
+
+    def push(self, repository: str, tag: str) -> _DockerStream:
+        return _DockerStream(self._sdk, lambda: self._sdk.api.push(repository, tag=tag, stream=True, decode=True))
+
+    def pull(self, reference: str) -> _DockerStream:
+        return _DockerStream(self._sdk, lambda: self._sdk.api.pull(reference, stream=True, decode=True))
+
+    def registry_digest(self, reference: str) -> str:
+        with _faults():
+            return str(self._sdk.api.inspect_distribution(reference)["Descriptor"]["digest"])
+
+    @contextlib.contextmanager
+    def container(self, spec: port.ContainerSpec) -> Iterator[_DockerContainer]:
+        with contextlib.ExitStack() as stack:
+            with _faults():  # creating it: the engine's errors as the port's; the block's own errors pass as they are
+                container = stack.enter_context(tracked_container(self._sdk, **create_kwargs(spec)))
+            yield _DockerContainer(container)
+
+    def owned_containers(self) -> list[port.ContainerEntry]:
+        with _faults():
+            entries = self._sdk.api.containers(all=True, filters={"label": OWNER_FILTER})
+        return [port.ContainerEntry(str(e["Id"]), {str(k): str(v) for k, v in (e.get("Labels") or {}).items()}) for e in entries]
+
+    def remove_container(self, container_id: str) -> bool:
+        return remove_container_quietly(self._sdk, container_id)
+
+    def cut_streams(self) -> int:
+        return cut_streams(self._sdk)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._sdk.close()

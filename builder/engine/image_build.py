@@ -20,17 +20,18 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TextIO
 
 import filelock
-from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
-from builder.engine import client as engine
 from builder.engine import sizes, staging
+from builder.engine.diagnose import diagnose_text
 from builder.engine.failures import diagnose_build, is_network_build_failure, is_tls_failure
+from builder.engine.port import BuildRequest, Engine
+from builder.engine.retry import GaveUp, retry_network
 from builder.engine.secrets import SecretServer, redact
+from builder.engine.session import SESSION_ID
 from builder.engine.settings import BuildSettings
-from builder.host.diagnose import diagnose_text
 from builder.records import ImageSpec
 from builder.render.labels import HASH_LABEL, build_labels
 
@@ -38,7 +39,6 @@ STAGE_LABEL = "io.builder.stage-of"  # set on build-stage images by the template
 _STEP_ID = re.compile(r"^ ---> ([0-9a-f]{12})\s*$|^Successfully built ([0-9a-f]{12})\s*$")
 _RUNNING_IN = re.compile(r"^ ---> Running in ([0-9a-f]{12,64})\s*$")  # the classic builder's container for a RUN step
 ENGINE_FAILED = "engine connection failed"
-Client = Any
 Log = Callable[[str, str], None]  # (image id, line)
 
 
@@ -94,7 +94,7 @@ class Run:
     @property
     def staging_root(self) -> Path:
         """build/contexts/<session>/: a killed run's folder is recognised and swept by the next run."""
-        return self.build_dir / "contexts" / engine.SESSION_ID.replace(":", "_")
+        return self.build_dir / "contexts" / SESSION_ID.replace(":", "_")
 
 
 @contextlib.contextmanager
@@ -117,19 +117,21 @@ def tag_lock(lock_dir: Path, tag: str, stop: threading.Event | None = None) -> I
         lock.release()
 
 
-def build_image(run: Run, client: Client, spec: ImageSpec, files: Mapping[str, bytes], *, force: bool) -> BuildResult:
+def build_image(run: Run, engine: Engine, spec: ImageSpec, files: Mapping[str, bytes], *, force: bool) -> BuildResult:
     """Build one image from its rendered context `files`; never raises for a failed build."""
     started = time.monotonic()
     with tag_lock(run.lock_dir, spec.tag, run.stop):
-        if not force and (engine.image_labels(client, spec.tag) or {}).get(HASH_LABEL) == spec.content_hash:
-            return up_to_date(client, spec, time.monotonic() - started)  # built by another run while we waited
-        return _build_locked(run, client, spec, files, started)
+        current = engine.inspect_image(spec.tag)
+        if not force and current is not None and current.labels.get(HASH_LABEL) == spec.content_hash:
+            return up_to_date(engine, spec, time.monotonic() - started)  # built by another run while we waited
+        return _build_locked(run, engine, spec, files, started, None if current is None else current.id)
 
 
-def _build_locked(run: Run, client: Client, spec: ImageSpec, files: Mapping[str, bytes], started: float) -> BuildResult:
+def _build_locked(
+    run: Run, engine: Engine, spec: ImageSpec, files: Mapping[str, bytes], started: float, replaced: str | None
+) -> BuildResult:
     run.log_dir.mkdir(parents=True, exist_ok=True)
     log_path = run.log_dir / f"{spec.id}.log"
-    replaced = engine.image_id(client, spec.tag)
     staged = staging.stage(spec, files, run.staging_root, run.settings)
     secret_url = None
     if staged.secret_pip_conf is not None:
@@ -138,18 +140,16 @@ def _build_locked(run: Run, client: Client, spec: ImageSpec, files: Mapping[str,
         secret_url = run.secrets.publish(staged.secret_pip_conf, uses=run.retries)
     steps: set[str] = set()
     attempts = 0
+
+    def attempt(number: int) -> None:
+        nonlocal attempts
+        attempts = number
+        _attempt(run, engine, spec, staged, secret_url, log_path, number, steps)
+
     try:
-        for attempt in Retrying(
-            stop=stop_after_attempt(run.retries),
-            wait=wait_exponential(multiplier=run.backoff_s, max=60),
-            retry=retry_if_exception_type(NetworkFlake),
-            reraise=False,
-        ):
-            with attempt:
-                attempts += 1
-                _attempt(run, client, spec, staged, secret_url, log_path, attempts, steps)
-    except RetryError as exc:
-        error = f"network errors in all {attempts} attempts: {exc.last_attempt.exception()}"
+        retry_network(attempt, flake=lambda exc: isinstance(exc, NetworkFlake), attempts=run.retries, wait_s=run.backoff_s, max_wait_s=60)
+    except GaveUp as exc:
+        error = f"network errors in all {attempts} attempts: {exc.reason}"
         return _failed(run, spec, started, attempts, log_path, error, blocked_by="network")
     except BuildFailed as exc:
         return _failed(
@@ -161,29 +161,31 @@ def _build_locked(run: Run, client: Client, spec: ImageSpec, files: Mapping[str,
             run.secrets.revoke(secret_url)
         shutil.rmtree(staged.path, ignore_errors=True)
         with contextlib.suppress(Exception):  # tidying must not turn a result into a crash
-            remove_superseded_stages(client, spec.tag, steps)
-    built = client.api.inspect_image(spec.tag)
-    if replaced and replaced != built["Id"]:  # the old image is garbage now; nightly rebuilds would fill the disk
-        engine.remove_image_quietly(client, replaced)
-    return BuildResult(spec.id, "built", time.monotonic() - started, measured(client, spec), attempts, str(log_path))
+            remove_superseded_stages(engine, spec.tag, steps)
+    built = engine.inspect_image(spec.tag)
+    if built is None:
+        return _failed(run, spec, started, attempts, log_path, f"the build finished but the engine has no image {spec.tag}")
+    if replaced and replaced != built.id:  # the old image is garbage now; nightly rebuilds would fill the disk
+        engine.remove_image(replaced)
+    return BuildResult(spec.id, "built", time.monotonic() - started, measured(engine, spec), attempts, str(log_path))
 
 
-def measured(client: Client, spec: ImageSpec) -> dict[str, float] | None:
-    found = sizes.measure(client, spec.tag, spec.base.from_ref)
+def measured(engine: Engine, spec: ImageSpec) -> dict[str, float] | None:
+    found = sizes.measure(engine, spec.tag, spec.base.from_ref)
     return found.to_json() if found else None
 
 
-def up_to_date(client: Client, spec: ImageSpec, seconds: float = 0.0) -> BuildResult:
-    return BuildResult(spec.id, "up-to-date", seconds, measured(client, spec))
+def up_to_date(engine: Engine, spec: ImageSpec, seconds: float = 0.0) -> BuildResult:
+    return BuildResult(spec.id, "up-to-date", seconds, measured(engine, spec))
 
 
-def remove_superseded_stages(client: Client, tag: str, keep: set[str]) -> list[str]:
+def remove_superseded_stages(engine: Engine, tag: str, keep: set[str]) -> list[str]:
     """Build-stage images of this tag that are not from the build that just ran (`keep`: its step ids)."""
     removed = []
-    for image in client.api.images(all=True, filters={"label": f"{STAGE_LABEL}={tag}"}):
-        short = str(image["Id"]).removeprefix("sha256:")[:12]
+    for image in engine.images(f"{STAGE_LABEL}={tag}", intermediate=True):
+        short = image.id.removeprefix("sha256:")[:12]
         if short not in keep:
-            engine.remove_image_quietly(client, str(image["Id"]))
+            engine.remove_image(image.id)
             removed.append(short)
     return removed
 
@@ -217,7 +219,7 @@ def _failed(
 
 
 def _attempt(
-    run: Run, client: Client, spec: ImageSpec, staged: staging.Staged, secret_url: str | None, log_path: Path, attempt: int, steps: set[str]
+    run: Run, engine: Engine, spec: ImageSpec, staged: staging.Staged, secret_url: str | None, log_path: Path, attempt: int, steps: set[str]
 ) -> None:
     if run.stop.is_set():
         raise BuildFailed("interrupted before the build started")
@@ -230,7 +232,7 @@ def _attempt(
         log.write(f"# build {spec.id} attempt {attempt} -> {spec.tag}\n")
         log.write(f"# local wheels: {', '.join(staged.wheels) or 'none'}\n")
         log.write(f"# extra indexes: {redact(' '.join(staged.extra_index_urls)) or 'none'}\n")
-        error = _stream_into(run, client, spec, staged.path, buildargs, labels, log, steps)
+        error = _stream_into(run, engine, BuildRequest(staged.path, spec.tag, buildargs, labels, run.no_cache), spec.id, log, steps)
     if error is None:
         return
     tail = log_path.read_text(encoding="utf-8", errors="replace")
@@ -241,39 +243,25 @@ def _attempt(
     raise BuildFailed(error, "engine" if error.startswith(ENGINE_FAILED) else None)
 
 
-def _stream_into(
-    run: Run, client: Client, spec: ImageSpec, path: Path, buildargs: dict[str, str], labels: dict[str, str], log: Any, steps: set[str]
-) -> str | None:
+def _stream_into(run: Run, engine: Engine, request: BuildRequest, image: str, log: TextIO, steps: set[str]) -> str | None:
     """Run the build, writing its output to `log` (redacted) and collecting its step image ids; the error, if any."""
     error = None
     try:
-        chunks = client.api.build(
-            path=str(path),
-            tag=spec.tag,
-            rm=True,
-            forcerm=True,
-            pull=False,
-            nocache=run.no_cache,
-            network_mode="host",
-            buildargs=buildargs,
-            labels=labels,
-            decode=True,
-        )
-        for chunk in chunks:
-            text = chunk.get("stream") or chunk.get("status") or ""
+        for event in engine.build(request):
+            text = event.text
             if text:
                 log.write(redact(text))
                 found = _STEP_ID.match(text.rstrip("\n"))
                 if found:
                     steps.add(found.group(1) or found.group(2))
-                    run.step_containers.pop(spec.id, None)  # the step is done; the engine removed its container
+                    run.step_containers.pop(image, None)  # the step is done; the engine removed its container
                 running = _RUNNING_IN.match(text.rstrip("\n"))
                 if running:
-                    run.step_containers[spec.id] = running.group(1)
+                    run.step_containers[image] = running.group(1)
                 if run.on_line:
-                    run.on_line(spec.id, text)
-            if "error" in chunk:
-                error = redact(str(chunk["error"]).strip())
+                    run.on_line(image, text)
+            if event.error:
+                error = redact(event.error.strip())
                 log.write(f"ERROR: {error}\n")
             if run.stop.is_set():
                 raise BuildFailed("interrupted")

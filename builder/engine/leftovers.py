@@ -22,16 +22,15 @@ import tempfile
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import filelock
 
-from builder.engine import client as engine
+from builder.engine import session
 from builder.engine.bootstrap import HASH_LABEL as RECIPE_LABEL
 from builder.engine.image_build import STAGE_LABEL
+from builder.engine.port import Engine, EngineFault
 from builder.render.labels import BUILT_BY_LABEL, BUILT_BY_VALUE, HASH_LABEL
 
-Client = Any
 RUNS_DIR = Path(os.environ.get("BUILDER_LOCK_DIR", tempfile.gettempdir())) / "builder-runs"
 
 
@@ -40,7 +39,7 @@ def active_run() -> Iterator[None]:
     """Mark this process as a running build/test for as long as the block lasts (a held file lock),
     so `builder clean` leaves the build-stage images a live build may still need."""
     RUNS_DIR.mkdir(parents=True, exist_ok=True)
-    path = RUNS_DIR / f"{engine.SESSION_ID.replace(':', '_')}.lock"
+    path = RUNS_DIR / f"{session.SESSION_ID.replace(':', '_')}.lock"
     lock = filelock.FileLock(str(path))
     with lock:
         yield
@@ -54,7 +53,7 @@ def other_active_runs() -> list[str]:
         return []
     busy = []
     for path in sorted(RUNS_DIR.glob("*.lock")):
-        if path.stem == engine.SESSION_ID.replace(":", "_"):
+        if path.stem == session.SESSION_ID.replace(":", "_"):
             continue
         lock = filelock.FileLock(str(path))
         try:
@@ -90,9 +89,9 @@ def dead_staging(build_dir: Path) -> list[Path]:
         return []
     found = []
     for folder in sorted(root.iterdir()):
-        if folder.name == engine.SESSION_ID.replace(":", "_"):
+        if folder.name == session.SESSION_ID.replace(":", "_"):
             continue
-        alive = engine.session_alive(_session_of(folder))
+        alive = session.session_alive(_session_of(folder))
         legacy = alive is None and (folder / "Dockerfile").exists()  # build/contexts/<id>/ of older versions
         if alive is False or legacy:
             found.append(folder)
@@ -103,84 +102,78 @@ def remove_staging(folder: Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def sweep(client: Client, build_dir: Path) -> Removed:
+def sweep(engine: Engine, build_dir: Path) -> Removed:
     """At the start of a run: what killed runs left (their containers and staged contexts)."""
-    removed = Removed(containers=engine.remove_leftover_containers(client))
+    removed = Removed(containers=session.remove_dead_runs_containers(engine))
     for folder in dead_staging(build_dir):
         remove_staging(folder)
         removed.folders.append(str(folder))
     return removed
 
 
-def unfinished_images(client: Client) -> list[str]:
+def unfinished_images(engine: Engine) -> list[str]:
     """Ids of the untagged leaf images our failed or interrupted builds left: labelled built-by
     (only our Dockerfiles set it), without a content hash (only our finished images, and images
     others built on top of them, carry one)."""
-    found = []
-    for image in client.api.images(filters={"dangling": True, "label": f"{BUILT_BY_LABEL}={BUILT_BY_VALUE}"}):
-        if HASH_LABEL not in (image.get("Labels") or {}):
-            found.append(str(image["Id"]))
-    return found
+    return [i.id for i in engine.images(f"{BUILT_BY_LABEL}={BUILT_BY_VALUE}", dangling=True) if HASH_LABEL not in i.labels]
 
 
-def _finished_here(client: Client, image_id: str) -> bool:
+def _finished_here(engine: Engine, image_id: str) -> bool:
     """Whether an image with our content hash is one `builder build` finished (its last step is the
     LABEL the engine appends for the build's labels), not one someone built FROM ours (which
     inherits the hash label, with their own steps on top)."""
     try:
-        history = client.api.history(image_id)
-    except Exception:  # noqa: BLE001 - unknown means not ours to remove
+        history = engine.history(image_id)
+    except EngineFault:  # unknown means not ours to remove
         return False
-    return bool(history) and HASH_LABEL in str(history[0].get("CreatedBy") or "")
+    return bool(history) and HASH_LABEL in history[0].created_by
 
 
-def _remove(client: Client, ref: str, dry_run: bool) -> bool:
+def _remove(engine: Engine, ref: str, dry_run: bool) -> bool:
     if dry_run:
         return True
-    before = engine.image_id(client, ref)
-    engine.remove_image_quietly(client, ref)
-    return before is not None and engine.image_id(client, ref) is None
+    before = engine.inspect_image(ref)
+    engine.remove_image(ref)
+    return before is not None and engine.inspect_image(ref) is None
 
 
-def clean(client: Client, build_dir: Path, *, repository: str, planned: Collection[str] | None, everything: bool, dry_run: bool) -> Removed:
+def clean(engine: Engine, build_dir: Path, *, repository: str, planned: Collection[str] | None, everything: bool, dry_run: bool) -> Removed:
     """Remove this tool's leftovers: dead runs' containers and contexts, build-stage images and
     untagged images it built. With `planned` (the plan's tags) also its images of `repository`
     that the plan no longer lists; with `everything` all its images of `repository` and its
     bootstrapped bases too."""
     removed = Removed()
-    for entry in client.api.containers(all=True, filters={"label": engine.OWNER_FILTER}):
-        session = (entry.get("Labels") or {}).get(engine.SESSION_LABEL, "")
-        if engine.session_alive(session) is not True and session != engine.SESSION_ID:
+    for entry in engine.owned_containers():
+        run = entry.labels.get(session.SESSION_LABEL, "")
+        if session.session_alive(run) is not True and run != session.SESSION_ID:
             if not dry_run:
-                with contextlib.suppress(Exception):
-                    client.api.remove_container(entry["Id"], force=True, v=True)
-            removed.containers.append(str(entry["Id"])[:12])
+                engine.remove_container(entry.id)
+            removed.containers.append(entry.id[:12])
     for folder in dead_staging(build_dir):
         if not dry_run:
             remove_staging(folder)
         removed.folders.append(str(folder))
     busy = other_active_runs()
     removed.skipped = [f"build-stage and unfinished images: {len(busy)} other run(s) are building now ({', '.join(busy)})"] if busy else []
-    for image in [] if busy else client.api.images(all=True, filters={"label": STAGE_LABEL}):
-        if _remove(client, str(image["Id"]), dry_run):
-            removed.images.append(str(image["Id"]).removeprefix("sha256:")[:12])
-    for image_id in [] if busy else unfinished_images(client):
-        if _remove(client, image_id, dry_run):
+    for image in [] if busy else engine.images(STAGE_LABEL, intermediate=True):
+        if _remove(engine, image.id, dry_run):
+            removed.images.append(image.id.removeprefix("sha256:")[:12])
+    for image_id in [] if busy else unfinished_images(engine):
+        if _remove(engine, image_id, dry_run):
             removed.images.append(image_id.removeprefix("sha256:")[:12])
-    for image in client.api.images(all=True, filters={"label": HASH_LABEL}):
-        tags = [t for t in image.get("RepoTags") or [] if t != "<none>:<none>"]
-        ours = [t for t in tags if t.rsplit(":", 1)[0] == repository]
-        if not tags:
-            if _finished_here(client, str(image["Id"])) and _remove(client, str(image["Id"]), dry_run):
-                removed.images.append(str(image["Id"]).removeprefix("sha256:")[:12])
+    for image in engine.images(HASH_LABEL, intermediate=True):
+        ours = [t for t in image.repo_tags if t.rsplit(":", 1)[0] == repository]
+        if not image.repo_tags:
+            if _finished_here(engine, image.id) and _remove(engine, image.id, dry_run):
+                removed.images.append(image.id.removeprefix("sha256:")[:12])
             continue
         for tag in ours:
             wanted = everything or (planned is not None and tag not in planned)
-            if wanted and _remove(client, tag, dry_run):
+            if wanted and _remove(engine, tag, dry_run):
                 removed.images.append(tag)
     if everything:
-        for image in client.api.images(filters={"label": RECIPE_LABEL}):
-            for tag in image.get("RepoTags") or []:
-                if tag.startswith("builder-base/") and _remove(client, tag, dry_run):
+        for image in engine.images(RECIPE_LABEL):
+            for tag in image.repo_tags:
+                if tag.startswith("builder-base/") and _remove(engine, tag, dry_run):
                     removed.images.append(tag)
     return removed

@@ -11,21 +11,17 @@ cancel the push.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import queue
-import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
 
-from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
-
-from builder.engine.client import is_engine_fault
 from builder.engine.failures import is_network_failure
-from builder.engine.secrets import redact
+from builder.engine.port import Engine, EngineFault, Progress
+from builder.engine.retry import GaveUp, reason_of, retry_network
 from builder.errors import RunFailure, UserError
+from builder.text import redact
 
 ATTEMPTS = 4
 WAIT_S = 2.0  # then 4, 8: about 14 s in all before a registry that is down is reported
@@ -52,107 +48,67 @@ def deadline_s(value: float | None = None) -> float:
 
 
 def push_image(
-    client: Any, tag: str, log: Callable[[str], None], attempts: int = ATTEMPTS, wait_s: float = WAIT_S, deadline: float | None = None
+    engine: Engine, tag: str, log: Callable[[str], None], attempts: int = ATTEMPTS, wait_s: float = WAIT_S, deadline: float | None = None
 ) -> str:
     """Push and return the registry digest (sha256:...); RunFailure (exit 1) when it cannot,
     including when the push does not finish within `deadline` seconds (then it is cancelled)."""
     limit = deadline_s(deadline)
     ends = time.monotonic() + limit
     try:
-        for attempt in Retrying(
-            retry=retry_if_exception_type(PushFlake),
-            stop=stop_after_attempt(attempts),
-            wait=wait_exponential(multiplier=wait_s, max=30),
-            reraise=False,
-        ):
-            with attempt:
-                return _push_once(client, tag, log, ends, limit)
-    except RetryError as exc:
-        reason = exc.last_attempt.exception()
-        raise RunFailure(f"push of {tag} failed after {attempts} tries (network): {reason}; is the registry up and reachable?") from None
-    raise AssertionError("unreachable: Retrying either returns or raises")
+        return retry_network(
+            lambda attempt: _push_once(engine, tag, log, ends, limit),
+            flake=lambda exc: isinstance(exc, PushFlake),
+            attempts=attempts,
+            wait_s=wait_s,
+        )
+    except GaveUp as exc:
+        raise RunFailure(
+            f"push of {tag} failed after {attempts} tries (network): {exc.reason}; is the registry up and reachable?"
+        ) from None
 
 
-_END = object()
-
-
-def _push_once(client: Any, tag: str, log: Callable[[str], None], ends: float, limit: float) -> str:
+def _push_once(engine: Engine, tag: str, log: Callable[[str], None], ends: float, limit: float) -> str:
     repository, _, name = tag.rpartition(":")
     if time.monotonic() >= ends:
         raise RunFailure(f"push of {tag} did not finish within {limit:g} s ({DEADLINE_ENV}); it was cancelled")
     digest = ""
     try:
-        with _open_stream(client, repository, name) as chunks:
-            for chunk in _until(chunks, ends, tag, limit):
-                if "error" in chunk:
-                    message = redact(" ".join(str(chunk["error"]).split()))
-                    if is_network_failure(message):
-                        raise PushFlake(message)
-                    raise RunFailure(f"push of {tag} failed: {message}")
-                aux = chunk.get("aux") or {}
-                if aux.get("Digest"):
-                    digest = str(aux["Digest"])
-                if chunk.get("status") and chunk.get("id") is None:
-                    log(str(chunk["status"]))
-    except (PushFlake, RunFailure):
-        raise
-    except Exception as exc:
-        if is_engine_fault(exc) or is_network_failure(str(exc)):
-            raise PushFlake(redact(" ".join(str(exc).split()))[:300]) from None
+        stream = engine.push(repository, name)
+    except EngineFault as exc:  # the engine went away or broke: worth another try
+        raise PushFlake(reason_of(exc)[:300]) from None
+    try:
+        for event in _until(stream, ends, tag, limit):
+            if event.error:
+                message = redact(event.error)
+                if is_network_failure(message):
+                    raise PushFlake(message)
+                raise RunFailure(f"push of {tag} failed: {message}")
+            if event.digest:
+                digest = event.digest
+            if event.text and event.layer is None:
+                log(event.text)
+    except BaseException as exc:
+        stream.cancel()  # the engine cancels the push (its request context ends)
+        if isinstance(exc, EngineFault):
+            raise PushFlake(reason_of(exc)[:300]) from None
         raise
     if not digest:
         raise RunFailure(f"push of {tag} reported no digest; the registry may have refused it silently")
     return digest
 
 
-@contextlib.contextmanager
-def _open_stream(client: Any, repository: str, name: str) -> Iterator[Iterator[dict[str, Any]]]:
-    """The engine's progress stream of one push; however the block ends before the stream did, the
-    connection is shut, so the engine cancels the push (its request context ends)."""
-    responses: list[Any] = []
-
-    def keep(response: Any, *args: Any, **kwargs: Any) -> None:
-        responses.append(response)
-
-    hooks = getattr(client.api, "hooks", None)
-    if isinstance(hooks, dict):
-        hooks.setdefault("response", []).append(keep)
-    try:
-        stream = client.api.push(repository, tag=name, stream=True, decode=True)
-    finally:
-        if isinstance(hooks, dict):
-            hooks["response"].remove(keep)
-    try:
-        yield stream
-    except BaseException:
-        for response in responses:
-            cancel(response)
-        raise
+_END = object()
 
 
-def cancel(response: Any) -> None:
-    """Shut the connection under a streamed response. A close alone does not wake a thread blocked
-    reading it; shutdown does, and the engine sees the client go."""
-    with contextlib.suppress(Exception):
-        fd = response.raw.fileno()
-        sock = socket.fromfd(fd, socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        finally:
-            sock.close()  # the duplicate only; the response's own descriptor is closed below
-    with contextlib.suppress(Exception):
-        response.close()
-
-
-def _until(chunks: Iterator[dict[str, Any]], ends: float, tag: str, limit: float) -> Iterator[dict[str, Any]]:
-    """The stream's chunks, read on a helper thread, until `ends` (monotonic): then RunFailure.
+def _until(events: Iterable[Progress], ends: float, tag: str, limit: float) -> Iterator[Progress]:
+    """The stream's events, read on a helper thread, until `ends` (monotonic): then RunFailure.
     This thread only waits on a queue, so Ctrl-C and SIGTERM reach it at once."""
-    box: queue.Queue[Any] = queue.Queue()
+    box: queue.Queue[object] = queue.Queue()
 
     def pump() -> None:
         try:
-            for chunk in chunks:
-                box.put(chunk)
+            for event in events:
+                box.put(event)
             box.put(_END)
         except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread, raised there
             box.put(exc)
@@ -168,4 +124,5 @@ def _until(chunks: Iterator[dict[str, Any]], ends: float, tag: str, limit: float
             return
         if isinstance(item, BaseException):
             raise item
+        assert isinstance(item, Progress)
         yield item

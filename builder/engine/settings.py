@@ -10,13 +10,15 @@ import configparser
 import os
 import ssl
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from builder.engine import secrets
 from builder.errors import UserError
 from builder.fsio import MiB, read_text
+from builder.sources import BuildSettings as BuildSettings  # named here too: engine/ and its tests read them here
+from builder.sources import PipSources as PipSources
+from builder.sources import Sources
 from builder.spec import grammar
 
 CA_ENV = "BUILDER_CA_BUNDLE"
@@ -37,27 +39,6 @@ def pip_config_files(env: Mapping[str, str]) -> list[Path]:
     if env.get("PIP_CONFIG_FILE") and env["PIP_CONFIG_FILE"] != os.devnull:
         files.append(Path(env["PIP_CONFIG_FILE"]))
     return files
-
-
-@dataclass(frozen=True)
-class PipSources:
-    """Where pip looks: remote indexes go into the build; local folders feed the wheelhouse."""
-
-    index_url: str | None = None
-    extra_index_urls: tuple[str, ...] = ()
-    local_dirs: tuple[Path, ...] = ()  # find-links folders and file:// simple indexes
-
-
-@dataclass(frozen=True)
-class BuildSettings:
-    ca_bundle: Path | None = None
-    proxies: tuple[tuple[str, str], ...] = ()
-    pip: PipSources = field(default_factory=PipSources)
-
-    @property
-    def build_args(self) -> dict[str, str]:
-        """Only Docker's predefined proxy args: the classic builder keeps those out of `docker history`."""
-        return dict(self.proxies)
 
 
 def _split(value: str) -> list[str]:
@@ -150,6 +131,19 @@ def resolve(
     )
     proxies = tuple((k, env[k]) for k in PROXY_VARS if env.get(k))
     return BuildSettings(ca_bundle=ca, proxies=proxies, pip=pip)
+
+
+def for_sources(env: Mapping[str, str], sources: Sources, matrix_ca_bundle: str | None) -> BuildSettings:
+    """`resolve` for the Sources a command was given (build, lock and nightly share it)."""
+    return resolve(
+        env,
+        ca_bundle=sources.ca_bundle,
+        matrix_ca_bundle=matrix_ca_bundle,
+        use_host=sources.use_host,
+        wheelhouse=sources.wheelhouse,
+        index_url=sources.index_url,
+        extra_index_urls=sources.extra_index_urls,
+    )
 
 
 def check_index_url(url: str, source: str) -> None:

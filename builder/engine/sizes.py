@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+
+from builder.engine.port import ContainerSpec, Engine, EngineFault, Layer
 
 VENV_LAYER = re.compile(r"COPY .*(?: in |\s)/opt/venv\s*(?:# buildkit)?\s*$")  # classic builder and BuildKit
 MB = 1e6
@@ -38,20 +40,22 @@ class Sizes:
         }
 
 
-def venv_bytes(history: list[dict[str, Any]]) -> int:
+def venv_bytes(history: Sequence[Layer]) -> int:
     """The size of the layer that copied /opt/venv in (0 when the image has none)."""
-    return sum(int(layer.get("Size") or 0) for layer in history if VENV_LAYER.search(str(layer.get("CreatedBy") or "")))
+    return sum(layer.size for layer in history if VENV_LAYER.search(layer.created_by))
 
 
-def measure(client: Any, tag: str, base_tag: str) -> Sizes | None:
+def measure(engine: Engine, tag: str, base_tag: str) -> Sizes | None:
     """Sizes of a built image and of the base it was built FROM; None when either is gone."""
     try:
-        image = client.api.inspect_image(tag)
-        base = client.api.inspect_image(base_tag)
-        history = client.api.history(tag)
-    except Exception:  # noqa: BLE001 - an image removed meanwhile has no size; the build result says so
+        image = engine.inspect_image(tag)
+        base = engine.inspect_image(base_tag)
+        history = engine.history(tag)
+    except EngineFault:  # an image removed meanwhile has no size; the build result says so
         return None
-    return Sizes(image=int(image.get("Size") or 0), venv=venv_bytes(history), base=int(base.get("Size") or 0))
+    if image is None or base is None:
+        return None
+    return Sizes(image=image.size, venv=venv_bytes(history), base=base.size)
 
 
 # Sums what each installed distribution's RECORD lists, as found on disk (run inside the image).
@@ -71,26 +75,15 @@ print(json.dumps(out))
 """
 
 
-def per_distribution(client: Any, tag: str, timeout_s: int = 120) -> dict[str, int]:
+def per_distribution(engine: Engine, tag: str, timeout_s: int = 120) -> dict[str, int]:
     """Installed bytes per distribution in the image's venv, read in a locked-down container."""
-    from builder.engine import client as engine  # the container helpers; imported here to keep measure() light
-
-    command = ["timeout", "-s", "KILL", str(timeout_s), "python", "-c", _PER_DISTRIBUTION]
-    kwargs = dict(
-        image=tag,
-        command=command,
-        network_mode="none",
-        read_only=True,
-        cap_drop=["ALL"],
-        security_opt=["no-new-privileges"],
-        tmpfs={"/tmp": "size=16m"},
-    )
-    with engine.tracked_container(client, **kwargs) as container:
+    command = ("timeout", "-s", "KILL", str(timeout_s), "python", "-c", _PER_DISTRIBUTION)
+    with engine.container(ContainerSpec(image=tag, command=command, tmpfs={"/tmp": "size=16m"})) as container:
         container.start()
         status = container.wait(timeout=timeout_s + 30)
-        output = container.logs(stdout=True, stderr=False).decode(errors="replace")
-    if status.get("StatusCode") != 0:
-        raise RuntimeError(f"measuring {tag} failed (exit {status.get('StatusCode')}): {output[-300:]}")
+        output = container.logs().decode(errors="replace")
+    if status != 0:
+        raise RuntimeError(f"measuring {tag} failed (exit {status}): {output[-300:]}")
     data: dict[str, int] = json.loads(output)
     return data
 

@@ -1,1 +1,1 @@
-"""What this host can run: host facts (engine, NVIDIA, AMD), doctor verdicts, failure diagnosis."""
+"""What this host can run: host facts (engine, NVIDIA, AMD) and doctor verdicts."""

@@ -16,6 +16,7 @@ from typing import Literal
 
 from builder.compat import gpu_arch
 from builder.compat.facts import table
+from builder.compat.rules import framework
 from builder.compat.versions import release_tuple  # driver versions compare numerically: 580.159.03 > 580.65.06
 from builder.host.facts import AmdInfo, EngineFacts, HostInfo, NvidiaGpu, NvidiaInfo
 from builder.lock.files import libraries
@@ -202,8 +203,8 @@ def host_checks(host: HostInfo) -> list[Check]:
 
 
 def _install_label(install: Install) -> str:
-    if install.framework == "torch" and install.variant and "+" not in install.version:
-        return f"torch {install.version}+{install.variant}"
+    if framework(install.framework).local_variant and install.variant and "+" not in install.version:
+        return f"{install.framework} {install.version}+{install.variant}"
     return f"{install.framework} {install.version}" + (f" ({install.variant})" if install.variant else "")
 
 

@@ -222,24 +222,19 @@ def gather_amd(
 def engine_facts() -> EngineFacts:
     """Ask the configured engine (builder.engine) for its version and GPU runtimes."""
     # Imported here: only a caller that wants engine facts pays for the docker SDK.
-    from docker.errors import DockerException  # type: ignore[import-untyped]
-
     from builder.engine import client as engine_mod
+    from builder.engine.port import EngineFault
 
     try:
-        client = engine_mod.connect(timeout=RUN_TIMEOUT_S)
-    except (UserError, DockerException, OSError) as exc:
+        engine = engine_mod.open_engine(timeout=RUN_TIMEOUT_S)
+    except (UserError, EngineFault, OSError) as exc:
         return EngineFacts(reachable=False, error=_first_line(str(exc)) or type(exc).__name__)
     try:
-        return EngineFacts(
-            reachable=True,
-            version=engine_mod.engine_version(client),
-            runtimes=tuple(sorted(engine_mod.gpu_runtimes(client))),
-        )
-    except (DockerException, OSError) as exc:
+        return EngineFacts(reachable=True, version=engine.version(), runtimes=tuple(sorted(engine.gpu_runtimes())))
+    except (EngineFault, OSError) as exc:
         return EngineFacts(reachable=False, error=redact(_first_line(str(exc))) or type(exc).__name__)
     finally:
-        client.close()
+        engine.close()
 
 
 def gather(

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from builder.compat import cuda_components, gpu_arch
 from builder.compat.facts import Compat, table
@@ -21,9 +20,6 @@ from builder.compat.versions import cc_tuple
 from builder.errors import UserError
 from builder.lock.files import libraries
 from builder.records import ImageSpec, Lock
-
-if TYPE_CHECKING:
-    from builder.workspace import Workspace
 
 
 def base_minor(spec: ImageSpec) -> str | None:
@@ -98,7 +94,7 @@ def with_lock_claims(spec: ImageSpec, compat: Compat) -> ImageSpec:
     return replace(spec, accelerator=accelerator(spec.base, compat, cuda), installs=installs, warnings=warnings)
 
 
-def refuse_other_cuda(ws: Workspace, specs: Sequence[ImageSpec], locks: Mapping[str, Lock]) -> None:
+def refuse_other_cuda(matrix_path: str, specs: Sequence[ImageSpec], locks: Mapping[str, Lock]) -> None:
     """Stop `builder lock` before it writes anything when a new lock's CUDA wheels leave its
     image's CUDA minor: one line naming the image, the first wheel and the two ways out."""
     for spec in specs:
@@ -109,6 +105,6 @@ def refuse_other_cuda(ws: Workspace, specs: Sequence[ImageSpec], locks: Mapping[
                 f"{spec.id}: its lock would carry a second CUDA: {found[0]}{more}; nothing written. Keep its wheels on "
                 f"CUDA {base_minor(spec)} (builder/compat/data/compat.yaml cuda.toolkit_components) or name the image under "
                 "cuda_exceptions: with a reason",
-                ws.matrix.path,
+                matrix_path,
                 spec.base.line,
             )

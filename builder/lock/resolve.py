@@ -16,9 +16,9 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder.engine.settings import BuildSettings
 from builder.lock import children
 from builder.lock.target import PYPI, LockTarget
+from builder.sources import BuildSettings
 from builder.text import printable, redact
 
 TIMEOUT_S = 900

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from builder.results import is_good
 from builder.updates.releases import Release
 
-OK = ("passed", "gpu-skipped")
 BAD = ("failed", "build-failed", "lock-failed", "not-built")
 # The build could not run (network, TLS, the engine): nothing is known about the image, so it is
 # neither a pass nor a failure of the image; the run itself failed (a note, exit 1) and the image
@@ -55,13 +55,14 @@ class Change:
 
 
 def classify(before: str | None, now: str) -> str:
-    if now not in OK and now not in BAD:
+    """The good statuses are the smoke verdicts that count as good (builder.results.GOOD)."""
+    if not is_good(now) and now not in BAD:
         return "not-run"
-    if before in OK:
-        return "passing" if now in OK else "regression"
+    if before is not None and is_good(before):
+        return "passing" if is_good(now) else "regression"
     if before in BAD:
-        return "fixed" if now in OK else "still-failing"
-    return "new" if now in OK else "new-failure"
+        return "fixed" if is_good(now) else "still-failing"
+    return "new" if is_good(now) else "new-failure"
 
 
 def compare(previous: Mapping[str, str], outcomes: Sequence[Outcome]) -> list[Change]:

@@ -1,5 +1,5 @@
-"""What the last nightly saw, kept in build/nightly/last.json (written atomically at the end of a
-run), plus what the catalog says passed: together, "passed before"."""
+"""What the last nightly saw, kept in build/nightly/last.json (Workspace.store.history; written
+atomically at the end of a run), plus what the catalog says passed: together, "passed before"."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from typing import Any
 from builder.catalog.records import KnownGood
 from builder.errors import UserError
 from builder.fsio import MiB, dump_json, read_json, write_atomic
-from builder.nightly.compare import BAD, OK, Outcome
+from builder.nightly.compare import BAD, Outcome
+from builder.results import is_good
 
 SCHEMA = 1
 MAX_BYTES = 16 * MiB  # one short entry per image
@@ -25,14 +26,10 @@ def _read(target: Path) -> Any:
         return None
 
 
-def path(build_dir: Path) -> Path:
-    return build_dir / "nightly" / "last.json"
-
-
-def previous(build_dir: Path, known_good: Sequence[KnownGood]) -> dict[str, str]:
-    """id -> status before this run: the last nightly's, else "passed" for a known-good record."""
+def previous(target: Path, known_good: Sequence[KnownGood]) -> dict[str, str]:
+    """id -> status before this run: the last nightly's (`target`), else "passed" for a known-good record."""
     seen = {r.id: "passed" for r in known_good}
-    data = _read(path(build_dir))  # None: no previous nightly (or an unreadable one): the catalog alone
+    data = _read(target)  # None: no previous nightly (or an unreadable one): the catalog alone
     if isinstance(data, dict) and data.get("schema") == SCHEMA and isinstance(data.get("images"), list):
         for entry in data["images"]:
             if isinstance(entry, dict) and isinstance(entry.get("id"), str) and isinstance(entry.get("status"), str):
@@ -40,15 +37,14 @@ def previous(build_dir: Path, known_good: Sequence[KnownGood]) -> dict[str, str]
     return seen
 
 
-def save(build_dir: Path, date: str, outcomes: Sequence[Outcome]) -> Path:
+def save(target: Path, date: str, outcomes: Sequence[Outcome]) -> Path:
     """Merge this run's outcomes over the last file's (a run over a selection keeps the others)."""
-    target = path(build_dir)
     kept: dict[str, dict[str, object]] = {}
     data = _read(target)
     if isinstance(data, dict) and data.get("schema") == SCHEMA and isinstance(data.get("images"), list):
         kept = {e["id"]: e for e in data["images"] if isinstance(e, dict) and isinstance(e.get("id"), str)}
     for o in outcomes:
-        if o.status in OK or o.status in BAD:  # not-run, build-blocked: nothing learned, the last status stands
+        if is_good(o.status) or o.status in BAD:  # not-run, build-blocked: nothing learned, the last status stands
             kept[o.id] = {**o.to_json(), "date": date}
     doc = {"schema": SCHEMA, "date": date, "images": [kept[k] for k in sorted(kept)]}
     write_atomic(target, dump_json(doc))

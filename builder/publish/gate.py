@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from builder import results
 from builder.errors import UserError
 from builder.records import ImageSpec
+from builder.results import SmokeResult
 
 
 @dataclass(frozen=True)
@@ -18,37 +18,36 @@ class Decision:
     id: str
     ok: bool
     reason: str  # why not; or what was accepted
-    result: dict[str, Any] | None = None  # the smoke result it rests on
+    result: SmokeResult | None = None  # the smoke result it rests on
 
 
-def read_result(results_dir: Path, image_id: str) -> dict[str, Any] | None:
+def read_result(results_dir: Path, image_id: str) -> SmokeResult | None:
     """For readers that only show a result (report, nightly): one this tool cannot vouch for counts
     as none. Publish uses `results.load` itself, to say why it refuses."""
     try:
-        found = results.load(results_dir, image_id)
+        return results.load(results_dir, image_id)
     except UserError:
         return None
-    return found.to_json() if found else None
 
 
-def decide(spec: ImageSpec, result: dict[str, Any] | None, image_id: str | None, accept_gpu_skipped: bool) -> Decision:
+def decide(spec: ImageSpec, result: SmokeResult | None, image_id: str | None, accept_gpu_skipped: bool) -> Decision:
     """`image_id`: what the engine holds under spec.tag now (None: not built)."""
     if image_id is None:
         return Decision(spec.id, False, "not built: run `builder build` and `builder test` first")
     if result is None:
         return Decision(spec.id, False, "never tested: run `builder test` first; nothing untested is published")
-    if result.get("content_hash") != spec.content_hash:
+    if result.content_hash != spec.content_hash:
         return Decision(spec.id, False, "its last test was of another build (content hash differs): run `builder build` and `builder test`")
-    verdict = result.get("verdict")
-    if verdict not in ("passed", "gpu-skipped"):
-        first = next(iter(result.get("failures") or []), "")
-        return Decision(spec.id, False, f"its smoke tests {verdict or 'did not finish'}{': ' + first[:200] if first else ''}")
-    if result.get("image_id") != image_id:
+    if not results.is_good(result.verdict):
+        first = next(iter(result.failures), "")
+        return Decision(spec.id, False, f"its smoke tests {result.verdict}{': ' + first[:200] if first else ''}")
+    if result.image_id != image_id:
         return Decision(spec.id, False, "the image changed since it was tested (another build under its tag): run `builder test` again")
-    if verdict == "passed":
-        return Decision(spec.id, True, "passed", result)
-    if accept_gpu_skipped:  # verdict is gpu-skipped here
-        return Decision(spec.id, True, "gpu-skipped, accepted with --accept-gpu-skipped (no GPU ran it)", result)
-    return Decision(
-        spec.id, False, "gpu-skipped: tested on a host without its GPU; pass --accept-gpu-skipped to publish it anyway (the record says so)"
-    )
+    if not results.publishable(result.verdict, accept_gpu_skipped):
+        return Decision(
+            spec.id,
+            False,
+            "gpu-skipped: tested on a host without its GPU; pass --accept-gpu-skipped to publish it anyway (the record says so)",
+        )
+    accepted = "passed" if result.verdict == "passed" else "gpu-skipped, accepted with --accept-gpu-skipped (no GPU ran it)"
+    return Decision(spec.id, True, accepted, result)

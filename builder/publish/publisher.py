@@ -14,20 +14,19 @@ import hashlib
 import importlib.metadata
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
 
-from docker.errors import NotFound  # type: ignore[import-untyped]
-
-from builder.catalog.records import KnownGood
-from builder.engine import client as engine
+from builder.catalog.records import BaseIdentity, KnownGood, MeasuredAccelerator
+from builder.compat.rules import framework
 from builder.engine import push
+from builder.engine.port import Engine, EngineFault
 from builder.errors import RunFailure, UserError
 from builder.host.facts import HostInfo
 from builder.publish.tags import floating_tags, newest_of_line
 from builder.records import ImageSpec
-from builder.smoke.args import gpu_access, run_kwargs
+from builder.results import SmokeResult, TestedOn
+from builder.smoke.args import gpu_access, run_spec
 
 REPOSITORY = re.compile(r"^(?:[a-z0-9.-]+(?::\d{1,5})?/)?[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$")
 MANIFEST_ENV = re.compile(r"^(PATH|VIRTUAL_ENV|LD_LIBRARY_PATH|NVIDIA_[A-Z_]+|CUDA_[A-Z_]+|PYTHON[A-Z_]*|NUMBA_[A-Z_]+|HSA_[A-Z_]+)=")
@@ -57,53 +56,58 @@ def now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def measured(spec: ImageSpec, result: dict[str, Any]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Measured:
+    """What the smoke tests found inside the image, as its known-good record keeps it."""
+
+    frameworks: dict[str, str]  # public versions
+    python: str
+    accelerator: MeasuredAccelerator
+    libraries: dict[str, str]  # CUDA libraries as loaded
+
+
+def measured(spec: ImageSpec, result: SmokeResult) -> Measured:
     """What the smoke tests found inside the image: framework versions, Python, CUDA/cuDNN/ROCm, libraries."""
-    probe = result.get("probe") or {}
-    frameworks = {}
-    builds: dict[str, Any] = {}
-    for name in spec.versions:
-        found = (probe.get("frameworks") or {}).get(name) or {}
-        frameworks[name] = str(found.get("version") or spec.versions[name]).split("+")[0]
-        builds[name] = found
-    libraries = {c["name"]: str(c["found"]) for c in (probe.get("cuda") or {}).get("checks", []) if c.get("ok") and c.get("found")}
-    cuda = libraries.get("cuda-runtime") or next((str(b["cuda_build"]) for b in builds.values() if b.get("cuda_build")), None)
-    torch_build = (builds.get("torch") or {}).get("build") or {}
-    cudnn = libraries.get("cudnn") or (str(torch_build["cudnn"]) if torch_build.get("cudnn") else None)
-    rocm = str(torch_build["hip"]) if torch_build.get("hip") else None
-    accelerator = {"kind": spec.base.vendor, "version": spec.accelerator.version, "cuda": cuda, "cudnn": cudnn, "rocm": rocm}
+    probe = result.probe
+    found = {name: probe.frameworks.get(name) if probe else None for name in spec.versions}
+    frameworks = {name: ((f.version if f else None) or spec.versions[name]).split("+")[0] for name, f in found.items()}
+    libraries = {c.name: c.found for c in probe.cuda.checks if c.ok and c.found} if probe else {}
+    cuda = libraries.get("cuda-runtime") or next((f.cuda_build for f in found.values() if f and f.cuda_build), None)
+    built = [framework(name).built(f.build) for name, f in found.items() if f]  # what each build reports (torch's cuDNN, HIP)
+    cudnn = libraries.get("cudnn") or next((b.cudnn for b in built if b.cudnn), None)
+    rocm = next((b.rocm for b in built if b.rocm), None)
+    accelerator = MeasuredAccelerator(spec.base.vendor, spec.accelerator.version, cuda, cudnn, rocm)
     if spec.base.vendor == "cpu":
-        accelerator = {"kind": "cpu", "version": None, "cuda": None, "cudnn": None, "rocm": None}
-    python = str((probe.get("host") or {}).get("python") or spec.python)
-    return {"frameworks": frameworks, "python": python, "accelerator": accelerator, "libraries": libraries}
+        accelerator = MeasuredAccelerator("cpu", None)
+    return Measured(frameworks, probe.host.python if probe and probe.host.python else spec.python, accelerator, libraries)
 
 
-def base_identity(client: Any, spec: ImageSpec) -> dict[str, Any]:
-    try:
-        info = client.api.inspect_image(spec.base.from_ref)
-    except NotFound:
-        raise RunFailure(
-            f"its base image {spec.base.from_ref} is no longer in the engine, so the record cannot name it; build it again"
-        ) from None
-    digests = [d for d in info.get("RepoDigests") or [] if "@sha256:" in d]
-    return {"name": spec.base.name, "ref": spec.base.from_ref, "id": str(info["Id"]), "digest": digests[0] if digests else None}
+def base_identity(engine: Engine, spec: ImageSpec) -> BaseIdentity:
+    info = engine.inspect_image(spec.base.from_ref)
+    if info is None:
+        raise RunFailure(f"its base image {spec.base.from_ref} is no longer in the engine, so the record cannot name it; build it again")
+    digests = [d for d in info.repo_digests if "@sha256:" in d]
+    return BaseIdentity(spec.base.name, spec.base.from_ref, info.id, digests[0] if digests else None)
 
 
 def lock_sha256(spec: ImageSpec) -> str | None:
     return hashlib.sha256(spec.lock.text.encode()).hexdigest() if spec.lock else None
 
 
-def read_manifest(client: Any, spec: ImageSpec, image: str, host: HostInfo) -> str:
+def read_manifest(engine: Engine, spec: ImageSpec, image: str, host: HostInfo) -> str:
     """pip freeze, the dpkg list and the key environment, read in a locked-down container of the
     approved image id (a tool-labelled container, so a killed run's one is swept later)."""
-    kwargs = run_kwargs(spec, gpu_access(spec, "off", host), host, 120)
-    kwargs.update(image=image, command=["timeout", "-s", "KILL", "120", "sh", "-c", MANIFEST_SCRIPT], detach=True)
-    with engine.tracked_container(client, **kwargs) as container:
-        container.start()
-        status = container.wait(timeout=180)
-        output = container.logs(stdout=True, stderr=False).decode(errors="replace")
-    if status.get("StatusCode") != 0:
-        raise RunFailure(f"reading the package manifest of {spec.id} failed (exit {status.get('StatusCode')})")
+    command = ("timeout", "-s", "KILL", "120", "sh", "-c", MANIFEST_SCRIPT)
+    locked_down = replace(run_spec(spec, gpu_access(spec, "off", host), host, 120), image=image, command=command)
+    try:
+        with engine.container(locked_down) as container:
+            container.start()
+            status = container.wait(timeout=180)
+            output = container.logs().decode(errors="replace")
+    except EngineFault as exc:
+        raise RunFailure(f"reading the package manifest of {spec.id} failed: {exc.message}") from None
+    if status != 0:
+        raise RunFailure(f"reading the package manifest of {spec.id} failed (exit {status})")
     lines, section = [], ""
     for line in output.splitlines():
         section = line if line.startswith("## ") else section
@@ -113,12 +117,12 @@ def read_manifest(client: Any, spec: ImageSpec, image: str, host: HostInfo) -> s
     return "\n".join(lines) + "\n"
 
 
-def registry_digest(client: Any, reference: str) -> str:
+def registry_digest(engine: Engine, reference: str) -> str:
     """The manifest digest the registry reports for a tag (asked through the engine)."""
     try:
-        return str(client.api.inspect_distribution(reference)["Descriptor"]["digest"])
-    except Exception as exc:  # noqa: BLE001 - said in one line with the reference
-        raise RunFailure(f"the registry did not report a digest for {reference}: {' '.join(str(exc).split())[:200]}") from None
+        return engine.registry_digest(reference)
+    except EngineFault as exc:
+        raise RunFailure(f"the registry did not report a digest for {reference}: {exc.message[:200]}") from None
 
 
 class PushNames:
@@ -127,38 +131,43 @@ class PushNames:
     they are what keeps the tested image in the engine. `release` (always, in a finally) gives each
     name back what it named before, nothing or another image, unless someone moved it meanwhile."""
 
-    def __init__(self, client: Any) -> None:
-        self.client = client
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
         self.made: list[tuple[str, str, str | None, str]] = []  # repository, tag, what it named before, our image
 
     def give(self, image: str, repository: str, tag: str) -> str:
         target = f"{repository}:{tag}"
-        before = engine.image_id(self.client, target)
-        self.client.api.tag(image, repository, tag=tag)
+        before = _image_id(self.engine, target)
+        self.engine.tag(image, repository, tag)
         self.made.append((repository, tag, before, image))
         return target
 
     def release(self) -> None:
         for repository, tag, before, image in reversed(self.made):
             target = f"{repository}:{tag}"
-            if before == image or engine.image_id(self.client, target) != image:
+            if before == image or _image_id(self.engine, target) != image:
                 continue  # it was ours already, or someone moved it meanwhile: theirs
             if before is None:
-                engine.remove_image_quietly(self.client, target)
+                self.engine.remove_image(target)
             else:
-                self.client.api.tag(before, repository, tag=tag)
+                self.engine.tag(before, repository, tag)
         self.made.clear()
 
 
+def _image_id(engine: Engine, ref: str) -> str | None:
+    info = engine.inspect_image(ref)
+    return None if info is None else info.id
+
+
 def push_as(
-    client: Any, names: PushNames, image: str, repository: str, tag: str, log: Callable[[str], None], deadline: float | None = None
+    engine: Engine, names: PushNames, image: str, repository: str, tag: str, log: Callable[[str], None], deadline: float | None = None
 ) -> str:
     """Push the image id `image` as repository:tag (its local name is released by `names`)."""
-    return push.push_image(client, names.give(image, repository, tag), log=log, deadline=deadline)
+    return push.push_image(engine, names.give(image, repository, tag), log=log, deadline=deadline)
 
 
 def push_verified(
-    client: Any,
+    engine: Engine,
     names: PushNames,
     image: str,
     repository: str,
@@ -172,9 +181,10 @@ def push_verified(
     sent another image: pushed once more from the id; still wrong, RunFailure naming what is there."""
     found = ""
     for _ in range(2):
-        pushed = push_as(client, names, image, repository, tag, log, deadline)
-        found = registry_digest(client, f"{repository}:{tag}")
-        ours = f"{repository}@{found}" in (client.api.inspect_image(image).get("RepoDigests") or [])
+        pushed = push_as(engine, names, image, repository, tag, log, deadline)
+        found = registry_digest(engine, f"{repository}:{tag}")
+        info = engine.inspect_image(image)
+        ours = info is not None and f"{repository}@{found}" in info.repo_digests
         if found == pushed and ours and expected in (None, found):
             return found
     want = expected or f"the digest of the tested image {image[:19]}"
@@ -190,16 +200,18 @@ class Local:
     container or a base image that fails."""
 
     manifest: str  # pip freeze, dpkg list, environment (without the digest header)
-    base: dict[str, Any]
+    base: BaseIdentity
     size_mb: float
 
 
-def read_local(client: Any, spec: ImageSpec, image: str, host: HostInfo) -> Local:
-    size = int(client.api.inspect_image(image).get("Size") or 0)
-    return Local(read_manifest(client, spec, image, host), base_identity(client, spec), round(size / 1e6, 1))
+def read_local(engine: Engine, spec: ImageSpec, image: str, host: HostInfo) -> Local:
+    info = engine.inspect_image(image)
+    if info is None:
+        raise RunFailure(f"the tested image {image[:19]} of {spec.id} is no longer in the engine; build and test it again")
+    return Local(read_manifest(engine, spec, image, host), base_identity(engine, spec), round(info.size / 1e6, 1))
 
 
-def build_record(spec: ImageSpec, local: Local, result: dict[str, Any], repository: str, digest: str, accepted: bool) -> KnownGood:
+def build_record(spec: ImageSpec, local: Local, result: SmokeResult, repository: str, digest: str, accepted: bool) -> KnownGood:
     facts = measured(spec, result)
     return KnownGood(
         id=spec.id,
@@ -211,30 +223,30 @@ def build_record(spec: ImageSpec, local: Local, result: dict[str, Any], reposito
         os=spec.base.os,
         base=local.base,
         lock_sha256=lock_sha256(spec),
-        frameworks=facts["frameworks"],
-        accelerator=facts["accelerator"],
-        python=facts["python"],
-        libraries=facts["libraries"],
-        verdict=str(result["verdict"]),
-        gpu_skipped_accepted=result["verdict"] == "gpu-skipped" and accepted,
-        tests={k: int(v) for k, v in (result.get("tests") or {}).items()},
-        host=dict(result.get("host") or {}),
-        tested=str(result.get("date") or ""),
+        frameworks=facts.frameworks,
+        accelerator=facts.accelerator,
+        python=facts.python,
+        libraries=facts.libraries,
+        verdict=result.verdict,
+        gpu_skipped_accepted=result.verdict == "gpu-skipped" and accepted,
+        tests=result.tests.to_json(),
+        host=result.host or TestedOn("unknown host"),
+        tested=result.date,
         published=now(),
         builder_version=builder_version(),
         size_mb=local.size_mb,
         manifest=f"manifests/{spec.id}.txt",
         notes=tuple(note for i in spec.installs for note in i.notes)
-        + (("published without a GPU run: its verdict is gpu-skipped",) if result["verdict"] == "gpu-skipped" else ()),
+        + (("published without a GPU run: its verdict is gpu-skipped",) if result.verdict == "gpu-skipped" else ()),
     )
 
 
 def push_immutable(
-    client: Any, names: PushNames, spec: ImageSpec, image: str, local: Local, result: dict[str, Any], repository: str, accepted: bool,
+    engine: Engine, names: PushNames, spec: ImageSpec, image: str, local: Local, result: SmokeResult, repository: str, accepted: bool,
     log: Callable[[str], None], deadline: float | None = None,
 ) -> tuple[KnownGood, str]:  # fmt: skip
     """Push the approved image id as repository:<id>; its record (no floating tags yet) and manifest."""
-    digest = push_verified(client, names, image, repository, spec.id, log, deadline)
+    digest = push_verified(engine, names, image, repository, spec.id, log, deadline)
     record = build_record(spec, local, result, repository, digest, accepted)
     return record, f"# {spec.id}\n# {record.digest}\n{local.manifest}"
 
@@ -247,7 +259,7 @@ def floating_to_move(record: KnownGood, known: Sequence[KnownGood]) -> tuple[str
 
 
 def move_floating(
-    client: Any,
+    engine: Engine,
     names: PushNames,
     image: str,
     record: KnownGood,
@@ -261,5 +273,5 @@ def move_floating(
     digest = record.digest.split("@", 1)[1]
     for full in tags:
         repository, _, line = full.rpartition(":")
-        push_verified(client, names, image, repository, line, log, deadline, expected=digest)
+        push_verified(engine, names, image, repository, line, log, deadline, expected=digest)
         moved.append(full)

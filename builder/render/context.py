@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -72,9 +71,3 @@ def contexts(specs: Iterable[ImageSpec], matrix: Matrix, template_dirs: Iterable
             f"the matrix file name {name!r} has a newline or control character, which cannot go into a Dockerfile; rename the file"
         )
     return {spec.id: context_files(spec, env, matrix.source, probe, name) for spec in specs}
-
-
-def with_hashes(specs: tuple[ImageSpec, ...], matrix: Matrix, template_dirs: Iterable[Path] = ()) -> tuple[ImageSpec, ...]:
-    """Each spec with the hash of its rendered build context."""
-    rendered = contexts(specs, matrix, template_dirs)
-    return tuple(replace(spec, content_hash=content_hash(rendered[spec.id])) for spec in specs)

@@ -29,8 +29,8 @@ from builder.lock.files import LOCK_NAME
 from builder.records import ImageSpec
 from builder.render import swap
 from builder.render.context import COMMITTED, PROBE_NAME, Files, content_hash, image_json
+from builder.render.formats import image_entry
 from builder.spec import grammar
-from builder.spec.plan import image_entry
 
 MANIFEST = ".rendered.json"
 GENERATOR = "builder render"

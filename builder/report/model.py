@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from builder.catalog.records import KnownGood
 from builder.records import ImageSpec, Plan
+from builder.results import SmokeResult, is_good
 
 # In the order a reader cares: what can be pulled first. `passed`: tested, not published yet.
 STATUSES = ("known-good", "passed", "gpu-skipped", "failed", "not-built", "skipped")
@@ -58,34 +58,28 @@ def _accelerator(spec: ImageSpec) -> str:
 MAX_DETAIL = 300  # characters of a diagnosis shown in a cell
 
 
-def _items(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _status(spec: ImageSpec, record: KnownGood | None, result: Mapping[str, Any] | None) -> tuple[str, str]:
-    """A results file is read as it comes (a hand-edited one may hold anything): entries of the
-    wrong shape are left out rather than stopping the report."""
-    current = result is not None and result.get("content_hash") == spec.content_hash
-    if current and result is not None and result.get("verdict") == "failed":
-        found = [
-            f"{d.get('framework', '')}: {d.get('cause', '')}".strip(": ") for d in _items(result.get("diagnoses")) if isinstance(d, dict)
-        ]
-        return "failed", str("; ".join(found) or next(iter(_items(result.get("failures"))), "failed"))[:MAX_DETAIL]
+def _status(spec: ImageSpec, record: KnownGood | None, result: SmokeResult | None) -> tuple[str, str]:
+    """`result`: the typed smoke result (results.load refused a file of the wrong shape before here)."""
+    current = result if result is not None and result.content_hash == spec.content_hash else None
+    if current is not None and current.verdict == "failed":
+        found = [f"{d.framework}: {d.cause}".strip(": ") for d in current.diagnoses]
+        return "failed", ("; ".join(found) or next(iter(current.failures), "failed"))[:MAX_DETAIL]
     if record is not None:
         status = "gpu-skipped" if record.verdict == "gpu-skipped" else "known-good"
-        return status, f"on {record.host.get('gpu', 'unknown host')}" + (
-            f", driver {record.host['driver']}" if record.host.get("driver") else ""
-        )
-    if current and result is not None and result.get("verdict") in ("passed", "gpu-skipped"):
-        gpu = result.get("gpu")
-        return str(result["verdict"]), str(gpu.get("reason", "") if isinstance(gpu, dict) else "")[:MAX_DETAIL]
+        return status, f"on {record.host.gpu}" + (f", driver {record.host.driver}" if record.host.driver else "")
+    if current is not None and is_good(current.verdict):
+        return current.verdict, current.gpu.reason[:MAX_DETAIL]
     return "not-built", "no smoke result for its current content hash"
+
+
+def _tested(result: SmokeResult | None) -> str:
+    return result.date[:64] if result else ""
 
 
 def build_report(
     plan: Plan,
     specs: Sequence[ImageSpec],
-    results: Mapping[str, Mapping[str, Any]],
+    results: Mapping[str, SmokeResult],
     records: Sequence[KnownGood],
     sizes: Mapping[str, float],
 ) -> Report:
@@ -108,7 +102,7 @@ def build_report(
                 detail=detail,
                 digest=record.digest if record else "",
                 size_mb=record.size_mb if record and record.size_mb else sizes.get(spec.id),
-                date=(record.published if record else str((results.get(spec.id) or {}).get("date", ""))[:64]),
+                date=record.published if record else _tested(results.get(spec.id)),
             )
         )
     for skipped in plan.skipped:

@@ -1,16 +1,15 @@
 """Smoke-test run arguments: how a locked-down container with the right GPU access is created.
 
-Pure functions of (image spec, --gpu mode, host facts): unit tests pin the exact docker SDK
-arguments for CUDA, ROCm and cpu images without an engine or a GPU.
+Pure functions of (image spec, --gpu mode, host facts) to the engine port's ContainerSpec; unit
+tests pin the exact docker SDK arguments the adapter makes of it for CUDA, ROCm and cpu images,
+without an engine or a GPU.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-from docker.types import DeviceRequest  # type: ignore[import-untyped]
-
+from builder.engine.port import ContainerSpec
 from builder.host.facts import HostInfo
 from builder.records import ImageSpec
 
@@ -48,40 +47,47 @@ def gpu_access(spec: ImageSpec, mode: str, host: HostInfo) -> GpuAccess:
     return GpuAccess(False, f"{what}: GPU checks are skipped")
 
 
-def gpu_kwargs(spec: ImageSpec, access: GpuAccess, host: HostInfo) -> dict[str, Any]:
+@dataclass(frozen=True)
+class GpuDevices:
+    """What a container needs to see the GPUs: every NVIDIA GPU, or AMD's device nodes and their groups."""
+
+    gpus: bool = False
+    devices: tuple[str, ...] = ()
+    group_add: tuple[str, ...] = ()
+
+
+def gpu_devices(spec: ImageSpec, access: GpuAccess, host: HostInfo) -> GpuDevices:
     """`--gpus all` for CUDA; /dev/kfd + /dev/dri with the nodes' groups for ROCm."""
     if not access.attach:
-        return {}
+        return GpuDevices()
     if spec.base.vendor == "cuda":
-        return {"device_requests": [DeviceRequest(count=-1, capabilities=[["gpu"]])]}
-    devices = ["/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm"]
+        return GpuDevices(gpus=True)
+    devices = ("/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm")
     nodes = [n for n in (host.amd.kfd, *host.amd.render_nodes) if n is not None]
-    gids = sorted({str(n.gid) for n in nodes}) or ["video", "render"]
-    return {"devices": devices, "group_add": gids}
+    gids = tuple(sorted({str(n.gid) for n in nodes})) or ("video", "render")
+    return GpuDevices(devices=devices, group_add=gids)
 
 
-def run_kwargs(spec: ImageSpec, access: GpuAccess, host: HostInfo, timeout_s: int, env: dict[str, str] | None = None) -> dict[str, Any]:
-    """docker SDK `containers.create` arguments for a locked-down smoke container.
+def run_spec(spec: ImageSpec, access: GpuAccess, host: HostInfo, timeout_s: int, env: dict[str, str] | None = None) -> ContainerSpec:
+    """The locked-down smoke container of an image (the port's ContainerSpec: no network, no
+    capabilities, a read-only root, bounded memory and pids).
 
     The container only sleeps (bounded by the timeout, so it ends itself even if we vanish);
     the checks run in it through `exec`.
     """
-    kwargs: dict[str, Any] = {
-        "image": spec.tag,
-        "command": ["sleep", str(timeout_s + 60)],
-        "network_disabled": True,
-        "cap_drop": ["ALL"],
-        "security_opt": ["no-new-privileges"],
-        "read_only": True,
-        "tmpfs": dict(TMPFS),
-        "mem_limit": MEMORY_LIMIT,
-        "pids_limit": PIDS_LIMIT,
-        "environment": {"HOME": "/tmp", "XDG_CACHE_HOME": "/tmp/.cache", **(env or {})},
-        "labels": {"io.builder.image-id": spec.id},
-        "detach": True,
-    }
-    kwargs.update(gpu_kwargs(spec, access, host))
-    return kwargs
+    gpu = gpu_devices(spec, access, host)
+    return ContainerSpec(
+        image=spec.tag,
+        command=("sleep", str(timeout_s + 60)),
+        environment={"HOME": "/tmp", "XDG_CACHE_HOME": "/tmp/.cache", **(env or {})},
+        labels={"io.builder.image-id": spec.id},
+        tmpfs=dict(TMPFS),
+        mem_limit=MEMORY_LIMIT,
+        pids_limit=PIDS_LIMIT,
+        gpus=gpu.gpus,
+        devices=gpu.devices,
+        group_add=gpu.group_add,
+    )
 
 
 def docker_run_line(vendor: str, reference: str, host: HostInfo) -> str:

@@ -1,7 +1,7 @@
 """The smoke-test runner: one locked-down container per image, the checks (checks/) run against it, results on disk.
 
-Every container goes through `engine.tracked_container`, so it is removed after a pass, a
-failure, a timeout or Ctrl-C. Results: build/results/<id>.json, build/results/junit.xml.
+Every container goes through the engine port's `container` (tracked: labelled as this run's), so it
+is removed after a pass, a failure, a timeout or Ctrl-C. Results: build/results/<id>.json, build/results/junit.xml.
 """
 
 from __future__ import annotations
@@ -18,23 +18,25 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from builder import results
-from builder.engine import client as engine
-from builder.host.diagnose import diagnose_text
+from builder import probe_report, results
+from builder.engine.diagnose import diagnose_text
+from builder.engine.port import Container, Engine, NotFound
+from builder.errors import UserError
+from builder.fsio import read_json
 from builder.host.facts import HostInfo
+from builder.probe_report import ProbeReport
 from builder.records import ImageSpec
+from builder.render.formats import image_entry
 from builder.render.labels import HASH_LABEL
-from builder.results import SmokeResult as SmokeResult  # re-exported: app, ui and tests import it from here
-from builder.results import verdict_of as verdict_of
-from builder.smoke.args import GpuAccess, gpu_access, run_kwargs
-from builder.spec.plan import image_entry
+from builder.results import CudaCheck, Diagnosed, GpuUse, SmokeResult, TestCounts, TestedOn, verdict_of
+from builder.smoke.args import GpuAccess, gpu_access, run_spec
 
 CHECKS_DIR = Path(__file__).resolve().parent / "checks"
 
 
-def _junit_counts(path: Path) -> tuple[dict[str, int], list[str]]:
+def _junit_counts(path: Path) -> tuple[TestCounts, list[str]]:
     if not path.exists():
-        return {}, []
+        return TestCounts(), []
     root = ET.parse(path).getroot()
     suites = [root] if root.tag == "testsuite" else list(root)
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
@@ -46,37 +48,38 @@ def _junit_counts(path: Path) -> tuple[dict[str, int], list[str]]:
             for bad in list(case.findall("failure")) + list(case.findall("error")):
                 message = (bad.get("message") or "").splitlines()[0:1]
                 failures.append(f"{case.get('name')}: {message[0] if message else 'failed'}"[:400])
-    return counts, failures
+    return TestCounts(**counts), failures
 
 
-def _diagnoses(probe: dict[str, Any] | None, failures: list[str]) -> list[dict[str, str]]:
+def _diagnoses(probe: ProbeReport | None, failures: list[str]) -> list[Diagnosed]:
     out = []
-    for name, result in ((probe or {}).get("frameworks") or {}).items():
-        if result.get("status") == "failed" and result.get("diagnosis"):
-            out.append({"framework": name, **result["diagnosis"]})
-    cuda = (probe or {}).get("cuda") or {}
-    if not cuda.get("ok", True) and cuda.get("diagnosis"):
-        out.append({"framework": "cuda libraries", **cuda["diagnosis"]})
+    for name, result in probe.frameworks.items() if probe else ():
+        if result.status == "failed" and result.diagnosis:
+            out.append(Diagnosed(name, result.diagnosis.cause, result.diagnosis.fix))
+    if probe and not probe.cuda.ok and probe.cuda.diagnosis:
+        out.append(Diagnosed("cuda libraries", probe.cuda.diagnosis.cause, probe.cuda.diagnosis.fix))
     if not out:
         for failure in failures:
             found = diagnose_text(failure)
             if found:
-                out.append({"framework": "", "cause": found.cause, "fix": found.fix})
+                out.append(Diagnosed("", found.cause, found.fix))
     return out
 
 
-def cuda_checks(probe: dict[str, Any] | None) -> list[dict[str, Any]]:
+def cuda_checks(probe: ProbeReport | None) -> list[CudaCheck]:
     """Every CUDA check the probe ran without a GPU: per framework (built-for, compile) and per library."""
-    out = [
-        {"framework": name, "name": c.get("name"), "ok": bool(c.get("ok")), "detail": c.get("detail", "")}
-        for name, result in sorted(((probe or {}).get("frameworks") or {}).items())
-        for c in result.get("offline") or []
-    ]
-    out += [
-        {"framework": "", "name": c.get("name"), "ok": bool(c.get("ok")), "detail": c.get("detail", "")}
-        for c in ((probe or {}).get("cuda") or {}).get("checks") or []
-    ]
-    return out
+    if probe is None:
+        return []
+    out = [CudaCheck(name, c.name, c.ok, c.detail) for name, result in sorted(probe.frameworks.items()) for c in result.offline]
+    return out + [CudaCheck("", c.name, c.ok, c.detail) for c in probe.cuda.checks]
+
+
+def read_probe(path: Path) -> ProbeReport | None:
+    """The probe's report the checks saved (probe.json); None when they saved none. One of the
+    wrong shape is a one-line UserError naming the file."""
+    if not path.exists():
+        return None
+    return probe_report.from_json(read_json(path, results.LIMIT, "probe report"), str(path))
 
 
 def probe_command(timeout_s: int, libraries: dict[str, str]) -> list[str]:
@@ -86,12 +89,12 @@ def probe_command(timeout_s: int, libraries: dict[str, str]) -> list[str]:
     return ["timeout", "-s", "KILL", str(timeout_s), "hello-gpu", "--json", "--timeout", str(max(30, timeout_s // 2)), *expect]
 
 
-def run_probe(container: Any, timeout_s: int, libraries: dict[str, str], out: Path) -> None:
+def run_probe(container: Container, timeout_s: int, libraries: dict[str, str], out: Path) -> None:
     """Run the probe with `exec` and write {rc, stdout, stderr} to `out` atomically, whatever happens."""
     record: dict[str, Any] = {"rc": -1, "stdout": "", "stderr": ""}
     try:
-        rc, (stdout, stderr) = container.exec_run(probe_command(timeout_s, libraries), demux=True)
-        record = {"rc": rc, "stdout": (stdout or b"").decode(errors="replace"), "stderr": (stderr or b"").decode(errors="replace")}
+        done = container.exec(probe_command(timeout_s, libraries))
+        record = {"rc": done.returncode, "stdout": done.stdout.decode(errors="replace"), "stderr": done.stderr.decode(errors="replace")}
     except Exception as exc:  # noqa: BLE001 - the container went away (timeout, Ctrl-C): say so in the record
         record["stderr"] = f"probe exec failed: {exc}"
     finally:
@@ -156,9 +159,9 @@ def checks_env(container_id: str, work: Workdir, attached: bool, timeout_s: int)
     )
 
 
-def run_checks(client: Any, spec: ImageSpec, access: GpuAccess, host: HostInfo, timeout_s: int, work: Workdir) -> tuple[int, str]:
+def run_checks(engine: Engine, spec: ImageSpec, access: GpuAccess, host: HostInfo, timeout_s: int, work: Workdir) -> tuple[int, str]:
     """Start the container, the probe in it, and pytest against it; (pytest exit code, its output)."""
-    with ThreadPoolExecutor(1) as pool, engine.tracked_container(client, **run_kwargs(spec, access, host, timeout_s)) as container:
+    with ThreadPoolExecutor(1) as pool, engine.container(run_spec(spec, access, host, timeout_s)) as container:
         container.start()
         # The probe is the long pole: start it now, while pytest is still starting up.
         pool.submit(run_probe, container, timeout_s, image_entry(spec)["libraries"], work.probe_raw)
@@ -181,12 +184,16 @@ def judge(spec: ImageSpec, access: GpuAccess, returncode: int, output: str, work
     counts, failures = _junit_counts(work.junit)
     if returncode == 124:
         failures.append(output)
-    probe = json.loads(work.probe_out.read_text(encoding="utf-8")) if work.probe_out.exists() else None
+    try:
+        probe = read_probe(work.probe_out)
+    except UserError as exc:  # the checks saved it from JSON they parsed: this is a fault worth its line
+        probe = None
+        failures.append(str(exc))
     return SmokeResult(
         id=spec.id,
         tag=spec.tag,
         verdict=verdict_of(returncode, counts, access.attach, spec.base.vendor),
-        gpu={"attached": access.attach, "reason": access.reason},
+        gpu=GpuUse(access.attach, access.reason),
         seconds=round(time.monotonic() - started, 2),
         tests=counts,
         failures=tuple(failures),
@@ -199,33 +206,35 @@ def judge(spec: ImageSpec, access: GpuAccess, returncode: int, output: str, work
     )
 
 
-def host_record(host: HostInfo) -> dict[str, Any]:
+def host_record(host: HostInfo) -> TestedOn:
     """The host a verdict was reached on, as the catalog records it."""
     gpus = [gpu.name for gpu in host.nvidia.gpus] if host.nvidia.has_gpu else []
-    return {
-        "gpu": ", ".join(gpus) if gpus else ("AMD GPU (/dev/kfd)" if host.amd.present else "no GPU"),
-        "driver": host.nvidia.driver if host.nvidia.has_gpu else None,
-        "engine": host.engine.version,
-    }
+    return TestedOn(
+        gpu=", ".join(gpus) if gpus else ("AMD GPU (/dev/kfd)" if host.amd.present else "no GPU"),
+        driver=host.nvidia.driver if host.nvidia.has_gpu else None,
+        engine=host.engine.version,
+    )
 
 
-def smoke_one(client: Any, spec: ImageSpec, host: HostInfo, mode: str, timeout_s: int, results_dir: Path) -> SmokeResult:
+def smoke_one(engine: Engine, spec: ImageSpec, host: HostInfo, mode: str, timeout_s: int, results_dir: Path) -> SmokeResult:
     """Test one built image: GPU access decided, checks run, verdict written to results/<id>.json."""
     started = time.monotonic()
     access = gpu_access(spec, mode, host)
     stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     if access.failure:
-        gpu = {"attached": access.attach, "reason": access.reason}
+        gpu = GpuUse(access.attach, access.reason)
         return SmokeResult(spec.id, spec.tag, "failed", gpu, 0.0, failures=(access.failure,), date=stamp, host=host_record(host))
     work = Workdir(results_dir / spec.id)
     work.prepare(spec)
-    tested = client.api.inspect_image(spec.tag)  # before the run: what the verdict is about
-    returncode, output = run_checks(client, spec, access, host, timeout_s, work)
+    tested = engine.inspect_image(spec.tag)  # before the run: what the verdict is about
+    if tested is None:
+        raise NotFound(f"No such image: {spec.tag}")
+    returncode, output = run_checks(engine, spec, access, host, timeout_s, work)
     work.pytest_log.write_text(output, encoding="utf-8")
     result = replace(
         judge(spec, access, returncode, output, work, started, stamp),
-        content_hash=str(((tested.get("Config") or {}).get("Labels") or {}).get(HASH_LABEL, "")),
-        image_id=str(tested["Id"]),
+        content_hash=tested.labels.get(HASH_LABEL, ""),
+        image_id=tested.id,
         host=host_record(host),
     )
     results.write(results_dir, result)  # bound to this run: publish refuses a file edited after it

@@ -6,8 +6,9 @@ import functools
 import itertools
 from collections.abc import Iterator
 
+from builder.query import SelectorIndex, matches
 from builder.records import Combination, Matrix, Rule
-from builder.spec.select import SelectorIndex, combination_fields, matches
+from builder.spec.select import combination_fields
 
 
 def rule_matches(rule: Rule, combo: Combination) -> bool:

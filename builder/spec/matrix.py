@@ -13,8 +13,10 @@ from typing import Any
 
 from packaging.version import Version
 
+from builder.compat.rules import names as framework_names
 from builder.errors import UserError
-from builder.records import FRAMEWORKS, VENDORS, Base, Matrix, Rule
+from builder.query import is_glob, value_matches
+from builder.records import VENDORS, Base, Matrix, Rule
 from builder.spec import grammar
 from builder.yamlsrc import LDict, LList, load
 
@@ -25,9 +27,14 @@ TOP_KEYS = (
 REQUIRED_TOP = ("registry", "bases", "python", "frameworks", "stacks")
 BASE_KEYS = ("vendor", "version", "os", "image", "digest", "bootstrap")
 BOOTSTRAPS = ("debootstrap",)
-RULE_KEYS = ("base", "stack", "python", "vendor", *FRAMEWORKS)
+RULE_FIELDS = ("base", "stack", "python", "vendor")  # and every framework of the registry in force
 BUILD_KEYS = ("ca_bundle",)
 MAX_COMBINATIONS = 100_000  # planning more is a mistake: every combination is decided and listed
+
+
+def rule_keys() -> tuple[str, ...]:
+    """What an include/exclude entry may name: the fields, and each framework of the registry in force."""
+    return (*RULE_FIELDS, *framework_names())
 
 
 class _Ctx:
@@ -243,7 +250,7 @@ def _no_repeats(ctx: _Ctx, values: list[str], items: LList, what: str) -> None:
 
 
 def _frameworks(ctx: _Ctx, frameworks: LDict) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    ctx.keys(frameworks, FRAMEWORKS, "frameworks")
+    ctx.keys(frameworks, framework_names(), "frameworks")
     out = []
     for name, versions in frameworks.items():
         items = ctx.seq(versions, f"frameworks.{name}", frameworks.line_of(name))
@@ -285,9 +292,10 @@ def _stacks(ctx: _Ctx, stacks: LDict, frameworks: dict[str, tuple[str, ...]]) ->
         if not items:
             raise ctx.fail(f"stack '{name}' is empty; list its frameworks", line)
         for i, member in enumerate(items):
-            if member not in FRAMEWORKS:
-                close = difflib.get_close_matches(str(member), FRAMEWORKS, n=1)
-                hint = f"did you mean '{close[0]}'?" if close else f"known: {', '.join(FRAMEWORKS)}"
+            known = framework_names()
+            if member not in known:
+                close = difflib.get_close_matches(str(member), known, n=1)
+                hint = f"did you mean '{close[0]}'?" if close else f"known: {', '.join(known)}"
                 raise ctx.fail(f"stack '{name}': unknown framework {member!r}; {hint}", items.line_of(i))
             if member not in frameworks:
                 raise ctx.fail(
@@ -305,14 +313,14 @@ def _rules(ctx: _Ctx, value: Any, line: int, what: str, names: dict[str, set[str
     out = []
     for i, item in enumerate(items):
         rule = ctx.mapping(item, f"{what} entry", items.line_of(i))
-        ctx.keys(rule, RULE_KEYS, f"an {what} entry")
+        ctx.keys(rule, rule_keys(), f"an {what} entry")
         if not rule:
-            raise ctx.fail(f"empty {what} entry; name at least one of {', '.join(RULE_KEYS)}", rule.line)
+            raise ctx.fail(f"empty {what} entry; name at least one of {', '.join(rule_keys())}", rule.line)
         fields = []
         for key, raw in rule.items():
             kline = rule.line_of(key)
             text = ctx.text(raw, f"{what}.{key}", kline, lambda t: bool(t) and not any(c in t for c in " \n'\"`$;\\"), '"2.5.1"')
-            if key in names and not any(c in text for c in "*?[") and text not in names[key]:
+            if key in names and not is_glob(text) and not any(value_matches(text, name) for name in names[key]):
                 close = difflib.get_close_matches(text, sorted(names[key]), n=1)
                 hint = f"did you mean '{close[0]}'?" if close else f"known: {', '.join(sorted(names[key]))}"
                 raise ctx.fail(f"{what} names unknown {key} '{text}'; {hint}", kline)
@@ -370,7 +378,7 @@ def _indexes(ctx: _Ctx, value: Any, line: int) -> tuple[tuple[str, str], ...]:
     out = []
     for key, url in indexes.items():
         kline = indexes.line_of(key)
-        if not key.startswith(tuple(f"{f}-" for f in FRAMEWORKS)):
+        if not key.startswith(tuple(f"{f}-" for f in framework_names())):
             raise ctx.fail(f"indexes key {key!r}: use '<framework>-<variant>' like torch-cu124 or torch-* (globs allowed)", kline)
         text = ctx.text(
             url,

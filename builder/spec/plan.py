@@ -1,14 +1,13 @@
 """Plan: expand the matrix, apply the compatibility rules, and describe every image.
 
 Pure: no Docker, no network. The plan carries no content hashes: those come from rendering the
-build contexts (builder.render.context.with_hashes), one stage later.
+build contexts (builder.workspace.Workspace.hashed), two stages later.
 """
 
 from __future__ import annotations
 
 import re
 from fnmatch import fnmatchcase
-from typing import Any
 
 from builder.compat import cuda_components
 from builder.compat.facts import Compat, table
@@ -18,9 +17,6 @@ from builder.compat.rules.numpy import pick_numpy
 from builder.compat.rules.python import decide_python
 from builder.compat.versions import mm
 from builder.errors import UserError
-from builder.lock.claims import cc_floor
-from builder.lock.files import libraries
-from builder.lock.target import lock_state
 from builder.records import Combination, ImageSpec, Install, Matrix, Plan, Skipped
 from builder.spec import grammar
 from builder.spec.expand import Excluder, expand, included
@@ -168,43 +164,3 @@ def make_plan(matrix: Matrix, compat: Compat | None = None) -> Plan:
     specs = tuple(sorted(images.values(), key=lambda s: s.id))
     warnings = sorted({w for spec in specs for w in spec.warnings})
     return Plan(images=specs, skipped=tuple(skipped), warnings=tuple(warnings))
-
-
-def image_entry(spec: ImageSpec) -> dict[str, Any]:
-    """The plan JSON entry for an image (also written as images/<id>/image.json)."""
-    base: dict[str, Any] = {"name": spec.base.name, "vendor": spec.base.vendor, "os": spec.base.os}
-    for key in ("version", "image", "digest", "bootstrap"):
-        value = getattr(spec.base, key)
-        if value is not None:
-            base[key] = value
-    base["from"] = spec.base.from_ref
-    accel = {k: v for k, v in vars(spec.accelerator).items() if v is not None}
-    return {
-        "id": spec.id,
-        "tag": spec.tag,
-        "base": base,
-        "stack": spec.stack,
-        "python": spec.python,
-        "frameworks": dict(spec.frameworks),
-        "packages": list(spec.packages),
-        "index_urls": list(spec.index_urls),
-        "content_hash": spec.content_hash,
-        "accelerator": accel,
-        "variants": {i.framework: i.variant for i in spec.installs},
-        "cudnn": {i.framework: i.cudnn for i in spec.installs if i.cudnn},
-        "notes": [note for i in spec.installs for note in i.notes],
-        "warnings": list(spec.warnings),
-        "lock": lock_state(spec, table()),
-        "libraries": libraries(spec.lock) if spec.lock else {},
-        **({"cc_min": floor} if (floor := cc_floor(spec, table())) else {}),
-    }
-
-
-def skipped_entry(skip: Skipped) -> dict[str, Any]:
-    return {
-        "base": skip.base,
-        "stack": skip.stack,
-        "python": skip.python,
-        "frameworks": dict(skip.frameworks),
-        "reason": skip.reason,
-    }

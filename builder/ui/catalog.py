@@ -46,13 +46,14 @@ def print_catalog(out: Console, records: Sequence[KnownGood], verified: Sequence
         columns.append("in registry")
     rows = []
     for r in records:
-        accel = r.accelerator.get("kind") or ""
-        if r.accelerator.get("cuda"):
-            accel += f" {r.accelerator['cuda']}" + (f" cuDNN {r.accelerator['cudnn']}" if r.accelerator.get("cudnn") else "")
-        elif r.accelerator.get("rocm"):
-            accel += f" {r.accelerator['rocm']}"
+        a = r.accelerator
+        accel: str = a.kind
+        if a.cuda:
+            accel += f" {a.cuda}" + (f" cuDNN {a.cudnn}" if a.cudnn else "")
+        elif a.rocm:
+            accel += f" {a.rocm}"
         frameworks = " ".join(f"{k} {v}" for k, v in sorted(r.frameworks.items()))
-        row = [r.id, frameworks, accel, r.python, r.verdict, r.host.get("gpu") or "", r.published, r.digest]
+        row = [r.id, frameworks, accel, r.python, r.verdict, r.host.gpu, r.published, r.digest]
         if verified:
             check = checks.get(r.id)
             row.append("present" if check and check.ok else f"missing: {check.detail if check else ''}")

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from builder.records import ImageSpec
-from builder.smoke.runner import SmokeResult
+from builder.results import SmokeResult
 from builder.ui.status import styled
 from builder.ui.text import markup
 
@@ -32,23 +32,16 @@ def print_test_summary(out: Console, results: Sequence[SmokeResult]) -> None:
     for column in ("image", "verdict", "frameworks", "gpu", "tests", "cuda checks", "seconds", "diagnosis"):
         table.add_column(column, overflow="fold")
     for r in results:
-        frameworks = " ".join(
-            f"{name}:{res.get('status')}"
-            for name, res in ((r.probe or {}).get("frameworks") or {}).items()
-            if res.get("status") != "not-installed"
-        )
-        tests = (
-            f"{r.tests.get('tests', 0) - r.tests.get('failures', 0) - r.tests.get('errors', 0)}/{r.tests.get('tests', 0)}"
-            if r.tests
-            else "-"
-        )
-        diagnosis = "; ".join(f"{d.get('framework', '')}: {d['cause']} -> {d['fix']}" for d in r.diagnoses) or "; ".join(r.failures)[:300]
+        found = r.probe.frameworks if r.probe else {}
+        frameworks = " ".join(f"{name}:{res.status}" for name, res in found.items() if res.status != "not-installed")
+        tests = f"{r.tests.passed}/{r.tests.tests}" if r.tests.tests else "-"
+        diagnosis = "; ".join(f"{d.framework}: {d.cause} -> {d.fix}" for d in r.diagnoses) or "; ".join(r.failures)[:300]
         cuda = f"{r.cuda_checks_passed}/{len(r.cuda_checks)} passed" if r.cuda_checks else "-"
         table.add_row(
             markup(r.id),
             styled(r.verdict),
             markup(frameworks),
-            markup(r.gpu.get("reason", "")),
+            markup(r.gpu.reason),
             tests,
             cuda,
             f"{r.seconds:.1f}",

@@ -19,7 +19,6 @@ import math
 import re
 import socket
 import ssl
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
@@ -29,6 +28,7 @@ from urllib.parse import quote, unquote, urlsplit, urlunsplit
 from urllib.request import url2pathname
 
 from builder import __version__, fsio
+from builder.engine.retry import GaveUp, retry_network
 from builder.engine.settings import check_ca_bundle
 from builder.errors import RunFailure, UserError
 from builder.text import escape_controls, printable, redact
@@ -205,20 +205,19 @@ class IndexClient:
 
     def _retried(self, call: Callable[[], T], what: str, deadline: transport.Deadline) -> T:
         """`call()`, tried again with backoff while it fails transiently and the deadline leaves
-        time for the wait; then one IndexFailure line."""
-        tries = 0
-        while True:
-            tries += 1
-            try:
-                return call()
-            except _Transient as exc:
-                cause = exc.cause
-            wait = min(30.0, self.backoff_s * 2 ** (tries - 1))
-            if tries >= self.attempts or wait >= deadline.left():
-                break
-            time.sleep(wait)
-        times = f"{tries} tries" if tries != 1 else "1 try"
-        raise IndexFailure(f"{what} ({printable(cause)}; {times}): {_FIX}", self.display)
+        time for the wait (engine/retry.py, the one retry loop); then one IndexFailure line."""
+        try:
+            return retry_network(
+                lambda attempt: call(),
+                flake=lambda exc: isinstance(exc, _Transient),
+                attempts=self.attempts,
+                wait_s=self.backoff_s,
+                time_left=deadline.left,
+            )
+        except GaveUp as exc:
+            cause = exc.last.cause if isinstance(exc.last, _Transient) else exc.reason
+            times = f"{exc.attempts} tries" if exc.attempts != 1 else "1 try"
+            raise IndexFailure(f"{what} ({printable(redact(cause))}; {times}): {_FIX}", self.display) from None
 
     def _once(self, path: str, project: str, version: str | None, deadline: transport.Deadline) -> dict[str, Any]:
         url = self.base_url + path

@@ -1,38 +1,27 @@
 """What a release's own metadata states, read from the index's documents (pure): which releases a
-project has (final, not yanked, with a wheel for Linux x86_64: a platform wheel or a pure-Python one), and from a release's Requires-Python
-and Requires-Dist the CUDA it was built for (torch's nvidia/cuda-toolkit pins, jax's cudaNN
-extras, tensorflow's [and-cuda]), its NumPy bounds, and jax's jaxlib pin."""
+project has (final, not yanked, with a wheel for Linux x86_64: a platform wheel or a pure-Python one),
+its `Meta`, and from its Requires-Python and Requires-Dist what every framework shares: the Pythons
+and NumPy it accepts. What a framework's metadata says of its CUDA build is read by its own rule
+module (builder.compat.rules.<name>: `built_for`)."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from packaging.markers import Marker
-from packaging.requirements import InvalidRequirement, Requirement
+from packaging.requirements import Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from builder.compat.versions import mm
+from builder.compat.requires import Meta, extras, requirements
 from builder.errors import RunFailure
 from builder.spec import grammar
 
-_EXTRA = re.compile(r"""\bextra\s*==\s*['"]([^'"]+)['"]""")
 _LINUX_PLATFORM = re.compile(r"(?:manylinux\d*(?:_\d+)*|linux)_x86_64")  # manylinux1/2010/2014, manylinux_2_28, linux
 _LOWER_FIRST = {">=": 0, ">": 0, "~=": 0, "==": 0, "===": 0, "!=": 1, "<": 2, "<=": 2}
-
-
-@dataclass(frozen=True)
-class Meta:
-    """A release's metadata as the index's release document gives it."""
-
-    project: str
-    version: str
-    requires_python: str | None
-    requires_dist: tuple[str, ...]
 
 
 # --- the index's documents --------------------------------------------------------------------
@@ -95,20 +84,6 @@ def read_meta(doc: Mapping[str, Any], project: str, version: str) -> Meta:
 # --- what the metadata says ---------------------------------------------------------------------
 
 
-def _requirements(lines: Iterable[str]) -> list[Requirement]:
-    out = []
-    for line in lines:
-        try:
-            out.append(Requirement(line))
-        except InvalidRequirement:
-            continue  # one odd line must not hide what the others say
-    return out
-
-
-def _extras(req: Requirement) -> set[str]:
-    return {re.sub(r"[-_.]+", "-", e).lower() for e in _EXTRA.findall(str(req.marker))} if req.marker else set()
-
-
 def _environment(python: str) -> dict[str, str]:
     return {
         "python_version": python, "python_full_version": f"{python}.0", "sys_platform": "linux", "platform_system": "Linux",
@@ -122,7 +97,7 @@ def _spec_text(spec: SpecifierSet) -> str:
 
 
 def _numpy_requirements(lines: Iterable[str]) -> list[Requirement]:
-    return [r for r in _requirements(lines) if canonicalize_name(r.name) == "numpy" and not _extras(r)]
+    return [r for r in requirements(lines) if canonicalize_name(r.name) == "numpy" and not extras(r)]
 
 
 def numpy_bounds(lines: Iterable[str]) -> str | None:
@@ -154,54 +129,3 @@ def python_allows(requires_python: str | None, python: str) -> bool | None:
     except InvalidSpecifier:
         return None
     return any(spec.contains(f"{python}.{patch}", prereleases=True) for patch in ("0", "99"))
-
-
-def jax_cuda_majors(lines: Iterable[str]) -> tuple[str, ...]:
-    """CUDA majors with a `cudaNN` extra that requires jax-cudaNN-plugin (or -pjrt)."""
-    majors = set()
-    for req in _requirements(lines):
-        plugin = re.fullmatch(r"jax-cuda(\d+)-(?:plugin|pjrt)", canonicalize_name(req.name))
-        if plugin and f"cuda{plugin.group(1)}" in _extras(req):
-            majors.add(plugin.group(1))
-    return tuple(sorted(majors, key=int))
-
-
-def _pinned(spec: SpecifierSet) -> str | None:
-    """The one version a specifier admits when it pins one: ==X, or >=X,<=X."""
-    exact = [s.version for s in spec if s.operator in ("==", "===") and "*" not in s.version]
-    if exact:
-        return exact[0]
-    lows = {s.version for s in spec if s.operator == ">="}
-    highs = {s.version for s in spec if s.operator == "<="}
-    both = [v for v in lows if any(Version(v) == Version(h) for h in highs)]
-    return both[0] if both else None
-
-
-def jax_jaxlib_pin(lines: Iterable[str]) -> str | None:
-    """The jaxlib the cudaNN extras pin, when they pin one."""
-    for req in _requirements(lines):
-        if canonicalize_name(req.name) == "jaxlib" and any(re.fullmatch(r"cuda\d+", e) for e in _extras(req)):
-            pinned = _pinned(req.specifier)
-            if pinned:
-                return pinned
-    return None
-
-
-def tensorflow_cuda(lines: Iterable[str]) -> str | None:
-    """CUDA major.minor of the `and-cuda` extra's nvidia-cuda-runtime(-cuNN) requirement."""
-    for req in _requirements(lines):
-        if re.fullmatch(r"nvidia-cuda-runtime(?:-cu\d+)?", canonicalize_name(req.name)) and "and-cuda" in _extras(req):
-            found = sorted(req.specifier, key=lambda s: s.operator not in ("==", "==="))
-            for spec in found:
-                if spec.operator in ("==", "===", ">=", "~=") and "*" not in spec.version:
-                    return "{}.{}".format(*mm(spec.version))
-    return None
-
-
-def has_and_cuda(lines: Iterable[str]) -> bool:
-    return any("and-cuda" in _extras(r) for r in _requirements(lines))
-
-
-def cupy_major(project: str) -> str | None:
-    found = re.fullmatch(r"cupy-cuda(\d+)x", project)
-    return found.group(1) if found else None

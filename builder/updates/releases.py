@@ -11,60 +11,36 @@ rules for every base and Python of the matrix:
   rules (a Python it excludes, another CUDA build, a missing cudaNN extra, a NumPy the rules would
   pin that it refuses); the reason says what to add or confirm in compat.yaml.
 - "no image here": the rules know it, but this matrix gets no image of it (with the first reason).
-- "waiting": jax whose jaxlib is not on the index yet.
+- "waiting": a release whose companion (jax's jaxlib) is not on the index yet.
 - "plannable": planning the matrix with it added makes images; `accepted` lists them.
 """
 
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol
 
 from packaging.version import InvalidVersion, Version
 
-from builder import frameworks
 from builder.compat.facts import Compat, table
-from builder.compat.rules import decide
-from builder.compat.rules.cupy import CupyFacts
-from builder.compat.rules.jax import JaxFacts
-from builder.compat.rules.numba import NumbaFacts
+from builder.compat.requires import Meta
+from builder.compat.rules import Framework, Placed, Row, registry
 from builder.compat.rules.numpy import pick_numpy
-from builder.compat.rules.tensorflow import TensorflowFacts
-from builder.compat.rules.torch import TorchFacts, variant_from_requires
-from builder.compat.tables import PyRange
-from builder.compat.versions import mm, newest_at_or_below, release_of
+from builder.compat.versions import mm
 from builder.errors import UserError
-from builder.records import Base, Install, Matrix, Verdict
+from builder.records import Base, Matrix, Verdict
 from builder.spec.plan import make_plan
 from builder.text import printable
-from builder.updates.metadata import (
-    Meta,
-    available,
-    candidates,
-    cupy_major,
-    has_and_cuda,
-    jax_cuda_majors,
-    jax_jaxlib_pin,
-    numpy_allows,
-    numpy_bounds,
-    python_allows,
-    read_meta,
-    tensorflow_cuda,
-)
+from builder.updates.metadata import available, candidates, numpy_allows, numpy_bounds, python_allows, read_meta
 
 PLANNABLE = "plannable"
 NEEDS_RULES = "needs rules"
 NO_IMAGE = "no image here"
 WAITING = "waiting"
 STATUSES = (PLANNABLE, NEEDS_RULES, NO_IMAGE, WAITING)
-COMPAT_FILE = "builder/compat/data/compat.yaml"
 UNKNOWN_MARKERS = ("is not in the compatibility table", "predates the table")  # what the rules say of a release they lack
-PROJECTS = {"torch": ("torch",), "tensorflow": ("tensorflow",), "jax": ("jax",), "numba": ("numba",)}  # cupy: from the table
-_EXTRA = re.compile(r"""\bextra\s*==\s*['"]([^'"]+)['"]""")
-_LOWER_FIRST = {">=": 0, ">": 0, "~=": 0, "==": 0, "===": 0, "!=": 1, "<": 2, "<=": 2}
 
 
 class Fetch(Protocol):
@@ -81,13 +57,13 @@ class Release:
     project: str  # the index project(s) it was found under ("cupy-cuda12x, cupy-cuda13x")
     version: str
     requires_python: str | None
-    cuda: str | None  # what its metadata says it was built for: cu130 (torch), 12.5 (tensorflow), "12, 13" (jax, cupy)
+    cuda: str | None  # what its metadata says it was built for (Framework.built_for): cu130, 12.5, "12, 13"
     numpy: str | None  # its NumPy requirement, e.g. ">=1.24,<2.4"
-    jaxlib: str | None  # jax: the jaxlib it needs (its own version, or the one its cuda extras pin)
+    jaxlib: str | None  # the companion's version it needs (Framework.companion: jax's jaxlib), its own or the one its extras pin
     status: str  # one of STATUSES
     reason: str
     accepted: tuple[str, ...] = ()  # plannable: the "base/py3.12" pairs that get an image
-    jaxlib_missing: bool = False  # jax: that jaxlib is not on the index (yet)
+    jaxlib_missing: bool = False  # that companion release is not on the index (yet)
 
     @property
     def plannable(self) -> bool:
@@ -112,58 +88,6 @@ class UpdatesReport:
         return {"releases": [r.to_json() for r in self.releases], "newest_listed": dict(self.newest_listed)}
 
 
-# --- the table's side ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Row:
-    label: str  # where it is in compat.yaml: "torch.releases 2.14", "jax.bands from 0.11.0"
-    python: PyRange
-
-
-def table_row(framework: str, version: str, compat: Compat) -> _Row | None:
-    """The row of the table that decides this release, if any."""
-    if framework in ("torch", "tensorflow"):
-        facts = compat.facts(TorchFacts) if framework == "torch" else compat.facts(TensorflowFacts)
-        found = next((r for r in facts.releases if r.release == release_of(version)), None)
-        return _Row(f"{framework}.releases {found.release}", found.python) if found else None
-    if framework == "jax":
-        bands = compat.facts(JaxFacts).bands
-        i = newest_at_or_below(version, [b.start for b in bands])
-        return None if i is None else _Row(f"jax.bands from {bands[i].start}", bands[i].python)
-    if framework == "cupy":
-        rows = compat.facts(CupyFacts).releases
-        i = newest_at_or_below(version, [r.release for r in rows])
-        return None if i is None else _Row(f"cupy.releases {rows[i].release}", rows[i].python)
-    numba = [r for r in compat.facts(NumbaFacts).releases if mm(r.version) == mm(version) and Version(r.version) <= Version(version)]
-    exact = [r for r in numba if r.version == version]
-    same = exact or numba  # the exact row, else the newest of the same minor (as the numba rule reads it)
-    return _Row(f"numba.releases {same[-1].version}", same[-1].python) if same else None
-
-
-def newest_row(framework: str, compat: Compat) -> str:
-    """The newest release the framework's table has a row for (torch/tensorflow: major.minor)."""
-    if framework == "torch":
-        starts = [r.release for r in compat.facts(TorchFacts).releases]
-    elif framework == "tensorflow":
-        starts = [r.release for r in compat.facts(TensorflowFacts).releases]
-    elif framework == "jax":
-        starts = [b.start for b in compat.facts(JaxFacts).bands]
-    elif framework == "cupy":
-        starts = [r.release for r in compat.facts(CupyFacts).releases]
-    else:
-        starts = [r.version for r in compat.facts(NumbaFacts).releases]
-    return max(starts, key=Version)
-
-
-def cupy_projects(matrix: Matrix, compat: Compat, newest_listed: str) -> tuple[str, ...]:
-    """The cupy-cudaNNx packages the table maps, from the row of the newest listed release on, for the matrix's CUDA majors."""
-    majors = {str(mm(b.version)[0]) for b in matrix.bases if b.vendor == "cuda" and b.version}
-    rows = compat.facts(CupyFacts).releases
-    first = newest_at_or_below(newest_listed, [r.release for r in rows]) or 0
-    return tuple(sorted({p for row in rows[first:] for major, p in row.packages if major in majors}))
-
-
 # --- placing one release --------------------------------------------------------------------
 
 
@@ -171,36 +95,28 @@ def cupy_projects(matrix: Matrix, compat: Compat, newest_listed: str) -> tuple[s
 class Published:
     """What the index says about one release (cupy: one Meta per package that has it)."""
 
-    framework: str
+    framework: Framework
     version: str
     metas: tuple[Meta, ...]
-    jaxlib: str | None = None
-    jaxlib_missing: bool = False
+    companion: str | None = None  # the companion's version it needs (Framework.companion)
+    companion_missing: bool = False
 
     def meta(self, project: str | None = None) -> Meta | None:
         return next((m for m in self.metas if project is None or m.project == project), None)
 
     @property
     def cuda(self) -> str | None:
-        first = self.metas[0]
-        if self.framework == "torch":
-            return variant_from_requires(list(first.requires_dist))
-        if self.framework == "tensorflow":
-            return tensorflow_cuda(first.requires_dist)
-        if self.framework == "jax":
-            return ", ".join(jax_cuda_majors(first.requires_dist)) or None
-        if self.framework == "cupy":
-            return ", ".join(sorted({m for meta in self.metas if (m := cupy_major(meta.project))}, key=int)) or None
-        return None
+        return self.framework.built_for(self.metas)
 
 
-def read_release(framework: str, version: str, metas: Sequence[Meta], jaxlib_versions: Collection[str] = ()) -> Published:
-    """The release as its metadata describes it; jax also gets the jaxlib it needs and whether the index has it."""
+def read_release(fw: Framework, version: str, metas: Sequence[Meta], companion_versions: Collection[str] = ()) -> Published:
+    """The release as its metadata describes it; with a companion (jax's jaxlib), the companion's
+    version it needs and whether the index has it."""
     metas = tuple(sorted(metas, key=lambda m: m.project))
-    if framework != "jax":
-        return Published(framework, version, metas)
-    jaxlib = jax_jaxlib_pin(metas[0].requires_dist) or version
-    return Published(framework, version, metas, jaxlib=jaxlib, jaxlib_missing=jaxlib not in jaxlib_versions)
+    if fw.companion is None:
+        return Published(fw, version, metas)
+    needed = fw.companion_version(version, metas[0])
+    return Published(fw, version, metas, companion=needed, companion_missing=needed not in companion_versions)
 
 
 SHOWN_LIMIT = 200  # characters of a Requires-Python or NumPy bound a release reports
@@ -225,15 +141,9 @@ def _joined(values: Iterable[tuple[str, str | None]]) -> str | None:
 def _facts_text(pub: Published) -> str:
     meta = pub.metas[0]
     said = [f"Requires-Python {printable(meta.requires_python or 'unstated', 120)}"]
-    cuda = pub.cuda
-    if pub.framework == "torch":
-        said.append(f"its PyPI wheel is {cuda or 'a CPU build'}")
-    elif pub.framework == "tensorflow":
-        said.append(f"its [and-cuda] extra pins CUDA {cuda}" if cuda else "no CUDA stated")
-    elif pub.framework == "jax":
-        said.append(f"cuda extras for CUDA {cuda}" if cuda else "no cudaNN extra")
-    elif pub.framework == "cupy":
-        said.append(f"on the index as {', '.join(m.project for m in pub.metas)}")
+    stated = pub.framework.stated(pub.metas)
+    if stated:
+        said.append(stated)
     numpy = numpy_bounds(meta.requires_dist)
     if numpy:
         said.append(f"numpy {numpy}")
@@ -241,38 +151,25 @@ def _facts_text(pub: Published) -> str:
 
 
 def _row_hint(pub: Published) -> str:
-    fw, version = pub.framework, pub.version
-    series = "{}.{}".format(*mm(version))
-    what = {
-        "torch": f'a torch.releases row for "{series}" (python, cuda, rocm, cudnn, pypi)',
-        "tensorflow": f'a tensorflow.releases row for "{series}" (python, cuda, cudnn)',
-        "jax": f'a jax.bands row from "{version}" (python, cuda)',
-        "cupy": f'a cupy.releases row for "{version}" (cuda, packages, python, numpy)',
-        "numba": f'a numba.releases row for "{version}" (python, numpy: its import-time ceiling, numba/__init__.py _ensure_critical_deps)',
-    }[fw]
-    return f"add {what} to {COMPAT_FILE}, with its source ({_facts_text(pub)})"
+    return f"add {pub.framework.row_hint(pub.version)} to {pub.framework.facts_at}, with its source ({_facts_text(pub)})"
 
 
-def _install_project(install: Install, pub: Published) -> str:
-    if pub.framework == "cupy":
-        return re.split(r"[\[=<>!~ ]", install.requirements[0], maxsplit=1)[0]
-    return pub.metas[0].project
-
-
-def contradictions(pub: Published, ok: Sequence[tuple[Base, str, Install]], row: _Row, compat: Compat) -> list[str]:
-    """Where the release's own metadata says otherwise than the rules that accept it."""
-    fw, version = pub.framework, pub.version
+def contradictions(pub: Published, ok: Sequence[Placed], row: Row, compat: Compat) -> list[str]:
+    """Where the release's own metadata says otherwise than the rules that accept it: the project an
+    install comes from, the Pythons and NumPy it accepts (alike for every framework), then what the
+    framework reads of its build (Framework.contradictions)."""
+    fw, version, facts_at = pub.framework.name, pub.version, pub.framework.facts_at
     problems: list[str] = []
     refused: dict[str, list[str]] = {}  # Requires-Python -> the Pythons it refuses
     numpy_refused: dict[tuple[str, str], list[str]] = {}  # (numpy pin, the release's numpy requirement) -> the Pythons
     for base, python, install in ok:
-        project = _install_project(install, pub)
+        project = pub.framework.install_project(install, pub.metas)
         meta = pub.meta(project)
         if meta is None:
             major = str(mm(base.version or "0")[0])
             problems.append(
-                f"cupy {version} is not on the index as {project} (only as {', '.join(m.project for m in pub.metas)}), but {row.label} in "
-                f'{COMPAT_FILE} maps CUDA {major} to it: add a cupy.releases row for "{version}" without it'
+                f"{fw} {version} is not on the index as {project} (only as {', '.join(m.project for m in pub.metas)}), but {row.label} in "
+                f'{facts_at} maps CUDA {major} to it: add a {row.section} row for "{version}" without it'
             )
             continue
         if python_allows(meta.requires_python, python) is False and python not in refused.setdefault(meta.requires_python or "", []):
@@ -287,63 +184,17 @@ def contradictions(pub: Published, ok: Sequence[tuple[Base, str, Install]], row:
     for requires, pythons in refused.items():
         if pythons:
             problems.append(
-                f"{fw} {version} requires Python {printable(requires, 120)} (its metadata), but {row.label} in {COMPAT_FILE} allows Python "
+                f"{fw} {version} requires Python {printable(requires, 120)} (its metadata), but {row.label} in {facts_at} allows Python "
                 f"{', '.join(sorted(pythons))} (python: [{', '.join(row.python)}]): narrow it, or add a row for {version}"
             )
     for (pin, bounds), pythons in numpy_refused.items():
         if pythons:
             ceiling = next((i.numpy_max for _, p, i in ok if i.numpy_max and p in pythons), None)
             problems.append(
-                f"{fw} {version} requires numpy {bounds} (its metadata), but the rules in {COMPAT_FILE} "
+                f"{fw} {version} requires numpy {bounds} (its metadata), but the rules in {facts_at} "
                 f"pin numpy {pin} for its Python {', '.join(sorted(pythons))} images (ceiling {ceiling}, {row.label}): lower the ceiling, or add a row for {version}"
             )
-    problems += _cuda_contradictions(pub, ok, row, compat)
-    return problems
-
-
-def _cuda_contradictions(pub: Published, ok: Sequence[tuple[Base, str, Install]], row: _Row, compat: Compat) -> list[str]:
-    fw, version, meta = pub.framework, pub.version, pub.metas[0]
-    if fw == "torch":
-        torch_row = next(r for r in compat.facts(TorchFacts).releases if r.release == release_of(version))
-        stated = variant_from_requires(list(meta.requires_dist))
-        if torch_row.pypi is None or stated == torch_row.pypi:
-            return []
-        said = stated or ("a CPU build (no CUDA requirements)" if meta.requires_dist else "unknown (its metadata lists no Requires-Dist)")
-        return [
-            f"torch {version}'s PyPI wheel is {said} (its Requires-Dist), but {row.label} in "
-            f"{COMPAT_FILE} says pypi: {torch_row.pypi}: confirm which CUDA PyPI's torch {version} is built for and fix `pypi:` "
-            f"(its images would install torch=={version} from PyPI as the {torch_row.pypi} build)"
-        ]
-    if fw == "tensorflow":
-        tested = next(r.cuda for r in compat.facts(TensorflowFacts).releases if r.release == release_of(version))
-        stated = tensorflow_cuda(meta.requires_dist)
-        if any((i.variant or "").startswith("cuda") for _, _, i in ok) and not has_and_cuda(meta.requires_dist):
-            return [
-                f"tensorflow {version} has no [and-cuda] extra (its metadata), but {row.label} in {COMPAT_FILE} plans "
-                "tensorflow[and-cuda] on CUDA bases: confirm how it gets CUDA, and fix the row (or add one for it)"
-            ]
-        if stated and mm(stated) != mm(tested):
-            return [
-                f"tensorflow {version}'s [and-cuda] extra pins CUDA {stated} (nvidia-cuda-runtime), but {row.label} in {COMPAT_FILE} "
-                f'says cuda: "{tested}": confirm its tested CUDA and fix the row (or add one for {version})'
-            ]
-        return []
-    if fw != "jax":
-        return []
-    problems = []
-    have = sorted(jax_cuda_majors(meta.requires_dist), key=int)
-    planned = sorted({(i.variant or "").removeprefix("cuda") for _, _, i in ok if (i.variant or "").startswith("cuda")}, key=int)
-    for major in (m for m in planned if m not in have):
-        problems.append(
-            f"jax {version}'s metadata has no cuda{major} extra (it has: {', '.join(f'cuda{m}' for m in have) or 'none'}), but {row.label} "
-            f'in {COMPAT_FILE} plans CUDA {major} wheels: confirm, and add a jax.bands row from "{version}" without CUDA {major}'
-        )
-    pinned, rules = jax_jaxlib_pin(meta.requires_dist), dict(compat.facts(JaxFacts).jaxlib_pins).get(version, version)
-    if pinned and pinned != rules:
-        problems.append(
-            f"jax {version}'s cuda extras pin jaxlib {pinned}, but {COMPAT_FILE} pins jaxlib {rules} for it: "
-            f'add {{jax: "{version}", jaxlib: "{pinned}"}} to jax.jaxlib_pins'
-        )
+    problems += pub.framework.contradictions(version, pub.metas[0], ok, row, compat)
     return problems
 
 
@@ -376,11 +227,13 @@ def planned(matrix: Matrix, framework: str, version: str, compat: Compat) -> tup
 
 def place(pub: Published, matrix: Matrix, compat: Compat) -> Release:
     """The rules' verdict on one release for this matrix's bases and Pythons, checked against its metadata."""
-    fw, version = pub.framework, pub.version
-    verdicts: list[tuple[Base, str, Verdict]] = [(b, p, decide(fw, b, p, version, compat)) for b in matrix.bases for p in matrix.python]
-    ok = [(b, p, v.install) for b, p, v in verdicts if v.ok and v.install is not None]
-    row = table_row(fw, version, compat)
-    newest = newest_row(fw, compat)
+    framework, fw, version = pub.framework, pub.framework.name, pub.version
+    verdicts: list[tuple[Base, str, Verdict]] = [
+        (b, p, framework.decide(b, p, version, compat)) for b in matrix.bases for p in matrix.python
+    ]
+    ok: list[Placed] = [(b, p, v.install) for b, p, v in verdicts if v.ok and v.install is not None]
+    row = framework.row(version, compat)
+    newest = framework.newest_row(compat)
     unknown = not ok and any(marker in v.reason for _, _, v in verdicts for marker in UNKNOWN_MARKERS)
     if row is None or unknown:
         reason = f"{fw} {version} is not in the compatibility table: {_row_hint(pub)}"
@@ -408,8 +261,12 @@ def place(pub: Published, matrix: Matrix, compat: Compat) -> Release:
             NO_IMAGE,
             f"the rules accept it ({_pairs_text([(b.name, p) for b, p, _ in ok])}), but the matrix makes no image of it: {why_not}",
         )
-    if pub.jaxlib_missing:
-        return _release(pub, WAITING, f"jaxlib {pub.jaxlib} (which jax {version} needs) is not on the index yet; it is placed once it is")
+    if pub.companion_missing:
+        return _release(
+            pub,
+            WAITING,
+            f"{framework.companion} {pub.companion} (which {fw} {version} needs) is not on the index yet; it is placed once it is",
+        )
     accepted = tuple(f"{b}/py{p}" for b, p in pairs)
     noun = "pair" if len(pairs) == 1 else "pairs"
     return _release(pub, PLANNABLE, f"the rules place it on {len(pairs)} base/Python {noun}: {_pairs_text(pairs)}", accepted)
@@ -417,17 +274,17 @@ def place(pub: Published, matrix: Matrix, compat: Compat) -> Release:
 
 def _release(pub: Published, status: str, reason: str, accepted: tuple[str, ...] = ()) -> Release:
     return Release(
-        framework=pub.framework,
+        framework=pub.framework.name,
         project=", ".join(m.project for m in pub.metas),
         version=pub.version,
         requires_python=_shown(_joined((m.project, m.requires_python) for m in pub.metas)),
         cuda=pub.cuda,
         numpy=_shown(_joined((m.project, numpy_bounds(m.requires_dist)) for m in pub.metas)),
-        jaxlib=pub.jaxlib,
+        jaxlib=pub.companion,
         status=status,
         reason=printable(reason, REASON_LIMIT),
         accepted=accepted,
-        jaxlib_missing=pub.jaxlib_missing,
+        jaxlib_missing=pub.companion_missing,
     )
 
 
@@ -449,23 +306,24 @@ def find_updates(matrix: Matrix, compat: Compat, fetch: Fetch) -> UpdatesReport:
     listed = dict(matrix.frameworks)
     out: list[Release] = []
     newest_listed: list[tuple[str, str]] = []
-    for fw in frameworks.NAMES:
-        baseline = _newest(listed.get(fw, ()))
+    cuda_majors = frozenset(str(mm(b.version)[0]) for b in matrix.bases if b.vendor == "cuda" and b.version)
+    for fw in registry():
+        baseline = _newest(listed.get(fw.name, ()))
         if baseline is None:
             continue  # not in matrix.yaml: nothing to compare with, no list to add to
-        newest_listed.append((fw, baseline))
-        projects = cupy_projects(matrix, compat, baseline) if fw == "cupy" else PROJECTS[fw]
+        newest_listed.append((fw.name, baseline))
+        projects = fw.projects(compat, baseline, cuda_majors)
         found: dict[Version, dict[str, str]] = {}  # one release (PEP 440 equality) -> project -> the spelling it is fetched by
         for project in projects:
             for version in candidates(fetch(project), project, baseline):
                 spellings = found.setdefault(Version(version), {})
                 spellings[project] = min(spellings.get(project, version), version, key=spelling_rank)
-        jaxlib = available(fetch("jaxlib"), "jaxlib") if fw == "jax" and found else set()
+        companion = available(fetch(fw.companion), fw.companion) if fw.companion and found else set()
         for release in sorted(found):
             by_project = found[release]
             version = min(by_project.values(), key=spelling_rank)
             metas = [read_meta(fetch(project, spelled), project, version) for project, spelled in by_project.items()]
-            out.append(place(read_release(fw, version, metas, jaxlib), matrix, compat))
+            out.append(place(read_release(fw, version, metas, companion), matrix, compat))
     return UpdatesReport(tuple(out), tuple(newest_listed))
 
 

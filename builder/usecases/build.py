@@ -6,22 +6,24 @@ caller prints the summary, so the same use-case serves the CLI and the nightly.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
+from builder import results as results_files
 from builder.compat.facts import table
-from builder.engine import client as engine
 from builder.engine import leftovers, settings
 from builder.engine.build import Builder, BuildResult, git_revision
+from builder.engine.client import open_engine
 from builder.engine.image_build import Run
+from builder.engine.port import Connect
 from builder.engine.settings import BuildSettings
 from builder.errors import UserError
 from builder.lock.target import lock_state
 from builder.records import ImageSpec
 from builder.render.tree import LOCK_DIR, expected_tree, stale_images
+from builder.sources import Sources
 from builder.workspace import Workspace
 
 BUILT = ("built", "up-to-date")
@@ -32,12 +34,8 @@ class BuildOptions:
     jobs: int = 1
     force: bool = False
     keep_going: bool = False
-    ca_bundle: str | None = None
-    use_host: bool = True
-    wheelhouse: tuple[str, ...] = ()
-    index_url: str | None = None
     no_cache: bool = False
-    extra_index_urls: tuple[str, ...] = ()
+    sources: Sources = Sources()
 
 
 class BuildEvents(Protocol):
@@ -49,15 +47,7 @@ class BuildEvents(Protocol):
 
 
 def build_settings(ws: Workspace, options: BuildOptions) -> BuildSettings:
-    return settings.resolve(
-        os.environ,
-        ca_bundle=options.ca_bundle,
-        matrix_ca_bundle=ws.matrix.ca_bundle,
-        use_host=options.use_host,
-        wheelhouse=options.wheelhouse,
-        index_url=options.index_url,
-        extra_index_urls=options.extra_index_urls,
-    )
+    return settings.for_sources(os.environ, options.sources, ws.matrix.ca_bundle)
 
 
 def check_rendered(ws: Workspace, specs: Sequence[ImageSpec]) -> None:
@@ -77,12 +67,14 @@ def check_rendered(ws: Workspace, specs: Sequence[ImageSpec]) -> None:
             )
 
 
-def build_images(ws: Workspace, specs: Sequence[ImageSpec], options: BuildOptions, events: BuildEvents) -> list[BuildResult]:
+def build_images(
+    ws: Workspace, specs: Sequence[ImageSpec], options: BuildOptions, events: BuildEvents, connect: Connect = open_engine
+) -> list[BuildResult]:
     """Build what is stale; results in build/results/build.json, also when interrupted. Nothing is
     pushed here: `builder publish` pushes only tested images (builder/usecases/publish.py)."""
     check_rendered(ws, specs)
     chosen = build_settings(ws, options)
-    engine.connect()  # fail with the one-line fix before any progress is drawn
+    connect().close()  # fail with the one-line fix before any progress is drawn
     run = Run(
         settings=chosen,
         build_dir=ws.build_dir,
@@ -91,26 +83,20 @@ def build_images(ws: Workspace, specs: Sequence[ImageSpec], options: BuildOption
         no_cache=options.no_cache,
         on_line=events.line,
     )
-    builder = Builder(make_client=lambda: engine.connect(timeout=3600), run=run, contexts=ws.contexts(tuple(specs)))
+    builder = Builder(make_engine=lambda: connect(timeout=3600), run=run, contexts=ws.contexts(tuple(specs)))
     events.info(f"CA bundle: {chosen.ca_bundle or 'none'}; local wheel folders: {', '.join(map(str, chosen.pip.local_dirs)) or 'none'}")
     events.begin(len(specs))
     try:
         with leftovers.active_run():
             results = builder.build_all(specs, jobs=options.jobs, force=options.force, keep_going=options.keep_going, on_done=events.done)
     except KeyboardInterrupt:
-        write_results(ws, "build.json", [asdict(r) for r in builder.partial])
+        results_files.write_builds(ws.store.build_summary, [asdict(r) for r in builder.partial])
         raise
     finally:
         events.end()
-    write_results(ws, "build.json", [asdict(r) for r in results])
+    results_files.write_builds(ws.store.build_summary, [asdict(r) for r in results])
     return results
 
 
 def build_ok(results: Sequence[BuildResult]) -> bool:
     return all(r.status in BUILT for r in results)
-
-
-def write_results(ws: Workspace, name: str, data: Any) -> None:
-    path = ws.build_dir / "results" / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")

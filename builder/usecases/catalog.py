@@ -5,25 +5,13 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
-
-from docker.errors import NotFound  # type: ignore[import-untyped]
 
 from builder.catalog.query import closest, known_keys, matching, parse_query, unknown_keys
 from builder.catalog.records import KnownGood
 from builder.catalog.store import Catalog
-from builder.engine import client as engine
+from builder.engine.client import open_engine
+from builder.engine.port import Connect, EngineFault, NotFound
 from builder.errors import UserError
-from builder.workspace import Workspace
-
-
-def catalog_of(ws: Workspace, override: str | None = None, *, must_exist: bool = False) -> Catalog:
-    """The --catalog folder, else catalog/ beside the matrix. `must_exist`: for the commands that
-    only read it (catalog, pull, report), a --catalog folder that is not there is a typo, exit 2;
-    publish and nightly create it on their first record."""
-    if override:
-        return Catalog(Path(override), named=must_exist)
-    return Catalog(ws.matrix_path.parent / "catalog")
 
 
 def find(catalog: Catalog, query: str) -> list[KnownGood]:
@@ -62,15 +50,15 @@ class Verified:
     detail: str
 
 
-def verify(catalog: Catalog, records: Sequence[KnownGood]) -> list[Verified]:
+def verify(catalog: Catalog, records: Sequence[KnownGood], connect: Connect = open_engine) -> list[Verified]:
     """Ask each record's registry (through the engine) whether its digest still exists."""
-    client = engine.connect()
+    engine = connect()
     out = []
     for record in records:
         try:
-            found = str(client.api.inspect_distribution(record.digest)["Descriptor"]["digest"])
-        except Exception as exc:  # noqa: BLE001 - the finding, per record
-            message = " ".join(str(exc).split())[:200]
+            found = engine.registry_digest(record.digest)
+        except EngineFault as exc:  # the finding, per record
+            message = exc.message[:200]
             missing = isinstance(exc, NotFound) or NO_MANIFEST.search(message)
             out.append(Verified(record, False, f"the registry has no such manifest (deleted?): {message}" if missing else message))
             continue

@@ -27,6 +27,7 @@ from builder.lock.resolve import LockFailed, resolve, sources, uv_binary
 from builder.lock.target import lock_state, target_for
 from builder.records import ImageSpec, Lock
 from builder.render.tree import write_tree
+from builder.sources import Sources
 from builder.workspace import Workspace
 
 MAX_JOBS = 16
@@ -38,11 +39,7 @@ class LockOptions:
     jobs: int = 2
     upgrade: bool = False
     keep_going: bool = False
-    ca_bundle: str | None = None
-    use_host: bool = True
-    wheelhouse: tuple[str, ...] = ()
-    index_url: str | None = None
-    extra_index_urls: tuple[str, ...] = ()
+    sources: Sources = Sources()
     include_unlocked: bool = False  # also try images matrix.yaml's `unlocked:` names (an explicit --select does)
 
 
@@ -79,15 +76,7 @@ def check(specs: Sequence[ImageSpec], images_dir: str = "images") -> list[LockRe
 
 def lock_images(ws: Workspace, specs: Sequence[ImageSpec], options: LockOptions, done: Done) -> list[LockResult]:
     """Resolve what needs it (stale or missing locks; everything with `upgrade`), write what resolved."""
-    chosen = build_settings.resolve(
-        os.environ,
-        ca_bundle=options.ca_bundle,
-        matrix_ca_bundle=ws.matrix.ca_bundle,
-        use_host=options.use_host,
-        wheelhouse=options.wheelhouse,
-        index_url=options.index_url,
-        extra_index_urls=options.extra_index_urls,
-    )
+    chosen = build_settings.for_sources(os.environ, options.sources, ws.matrix.ca_bundle)
     uv = uv_binary()
     cache = ws.build_dir / "uv-cache"
     cache.mkdir(parents=True, exist_ok=True)
@@ -115,7 +104,7 @@ def lock_images(ws: Workspace, specs: Sequence[ImageSpec], options: LockOptions,
                 new[spec.id] = lock
             failed |= result.status in FAILED
             done(result)
-    refuse_other_cuda(ws, [s for s in todo if s.id in new], new)
+    refuse_other_cuda(ws.matrix.path, [s for s in todo if s.id in new], new)
     if new:
         updated = ws.with_locks(new)
         write_tree(ws.images_dir, updated.rendered_tree())

@@ -14,24 +14,27 @@ import datetime as dt
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import filelock
 
 from builder.catalog.records import KnownGood
+from builder.engine.build import BuildResult
+from builder.engine.client import open_engine
+from builder.engine.port import Connect
 from builder.errors import RunFailure, UserError
 from builder.nightly import history
 from builder.nightly.compare import BLOCKED, NightlyReport, Outcome, compare
 from builder.publish import gate
 from builder.records import ImageSpec
 from builder.render.tree import write_tree
+from builder.results import Diagnosed, SmokeResult, is_good, publishable
 from builder.updates.releases import Release
 from builder.usecases import lock as locking
 from builder.usecases.build import BUILT, BuildEvents, BuildOptions, build_images
-from builder.usecases.catalog import catalog_of
 from builder.usecases.publish import PublishEvents, PublishOptions, publish
 from builder.usecases.report import report
-from builder.usecases.test import TEST_OK, TestEvents, TestOptions, test_images
+from builder.usecases.test import TestEvents, TestOptions, test_images
 from builder.workspace import Workspace
 
 UNREACHABLE = "unreachable"  # a lock that could not reach its index keeps its old lock: not the image's fault
@@ -65,23 +68,27 @@ class NightlyEvents(Protocol):
 Updates = Callable[[Workspace, NightlyOptions], tuple[tuple[Release, ...], tuple[str, ...]]]
 
 
-def nightly(matrix_path: Path, options: NightlyOptions, events: NightlyEvents, updates: Updates | None = None) -> NightlyReport:
+def nightly(
+    matrix_path: Path, options: NightlyOptions, events: NightlyEvents, updates: Updates | None = None, connect: Connect = open_engine
+) -> NightlyReport:
     """One nightly at a time per workspace: it edits matrix.yaml, images/ and the catalog."""
     ws = Workspace.locate(str(matrix_path))
     ws.decided  # noqa: B018 - a matrix that does not load or plan stops here, before anything is written
-    lock_file = history.path(ws.build_dir).with_name(".nightly.lock")
+    lock_file = ws.store.nightly / ".nightly.lock"
     lock_file.parent.mkdir(parents=True, exist_ok=True)
     try:
         with filelock.FileLock(str(lock_file), timeout=0):
-            return _nightly(ws, matrix_path, options, events, updates)
+            return _nightly(ws, matrix_path, options, events, updates, connect)
     except filelock.Timeout:
         raise UserError(f"another `builder nightly` is running on this workspace (it holds {lock_file}); wait for it to finish") from None
 
 
-def _nightly(ws: Workspace, matrix_path: Path, options: NightlyOptions, events: NightlyEvents, updates: Updates | None) -> NightlyReport:
+def _nightly(
+    ws: Workspace, matrix_path: Path, options: NightlyOptions, events: NightlyEvents, updates: Updates | None, connect: Connect
+) -> NightlyReport:
     date = dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
-    catalog = catalog_of(ws, options.catalog_dir)
-    before = history.previous(ws.build_dir, catalog.load())
+    catalog = ws.store.catalog(options.catalog_dir)
+    before = history.previous(ws.store.history, catalog.load())
     notes: list[str] = []
 
     releases: tuple[Release, ...] = ()
@@ -111,12 +118,16 @@ def _nightly(ws: Workspace, matrix_path: Path, options: NightlyOptions, events: 
 
     events.stage("build")
     buildable = tuple(s for s in specs if s.id not in lock_failed)
-    built = {r.id: r for r in build_images(ws, buildable, replace(options.build, keep_going=True), events.build())} if buildable else {}
+    built = (
+        {r.id: r for r in build_images(ws, buildable, replace(options.build, keep_going=True), events.build(), connect)}
+        if buildable
+        else {}
+    )
 
     events.stage("test")
-    results_dir = ws.build_dir / "results"
+    results_dir = ws.store.results
     to_test = tuple(s for s in buildable if built[s.id].status in BUILT and (built[s.id].status == "built" or not _current(results_dir, s)))
-    tested = {r.id: r for r in test_images(ws, to_test, options.test, events.test())} if to_test else {}
+    tested = {r.id: r for r in test_images(ws, to_test, options.test, events.test(), connect)} if to_test else {}
 
     outcomes = [_outcome(s, lock_failed, built, tested, results_dir) for s in specs]
     notes += [
@@ -124,15 +135,16 @@ def _nightly(ws: Workspace, matrix_path: Path, options: NightlyOptions, events: 
     ]
     if options.publish:
         events.stage("publish")
-        outcomes, publish_notes = _publish(ws, specs, outcomes, options, catalog.load(), events)
+        outcomes, publish_notes = _publish(ws, specs, outcomes, options, catalog.load(), events, connect)
         notes += publish_notes
 
     events.stage("report")
     try:  # a report path builder may not replace (a file of the user's) is a note, not the loss of the run's history
-        report(ws, catalog, ws.matrix_path.parent / "docs" / "support-matrix.md", ws.build_dir / "report" / "index.html")
+        written = report(ws, catalog, ws.store.report_markdown, ws.store.report_html)
+        notes += [f"report: {note}" for note in written.notes]
     except UserError as exc:
         notes.append(f"report: {exc}")
-    history.save(ws.build_dir, date, outcomes)
+    history.save(ws.store.history, date, outcomes)
     return NightlyReport(date, tuple(compare(before, outcomes)), tuple(outcomes), releases, applied, drift, tuple(notes), checked)
 
 
@@ -140,7 +152,7 @@ def check_updates(ws: Workspace, options: NightlyOptions) -> tuple[tuple[Release
     """The default Updates: the index's JSON API, then matrix.yaml edited for what the rules can place."""
     from builder.updates import apply, releases
 
-    report = releases.check(ws.matrix, base_url=options.index_json_url, ca_bundle=options.build.ca_bundle)
+    report = releases.check(ws.matrix, base_url=options.index_json_url, ca_bundle=options.build.sources.ca_bundle)
     edits = tuple(apply.apply(ws.matrix_path, report.releases)) if options.apply else ()
     return tuple(report.releases), edits
 
@@ -151,38 +163,32 @@ def _lock_options(options: NightlyOptions) -> locking.LockOptions:
         jobs=options.lock_jobs,
         upgrade=True,
         keep_going=True,
-        ca_bundle=b.ca_bundle,
-        use_host=b.use_host,
-        wheelhouse=b.wheelhouse,
-        index_url=b.index_url,
-        extra_index_urls=b.extra_index_urls,
+        sources=b.sources,
     )
 
 
 def _current(results_dir: Path, spec: ImageSpec) -> bool:
     """A smoke result for this exact build exists (an up-to-date image is not tested again)."""
     result = gate.read_result(results_dir, spec.id)
-    return result is not None and result.get("content_hash") == spec.content_hash and result.get("verdict") in (*TEST_OK, "failed")
+    return result is not None and result.content_hash == spec.content_hash and (is_good(result.verdict) or result.verdict == "failed")
 
 
-def _detail(failures: Sequence[str], diagnoses: Sequence[dict[str, str]], probe: dict[str, Any] | None = None) -> str:
+def _detail(result: SmokeResult) -> str:
     """What broke, in one line: each failed framework's own error from the probe (with its cause
     chain), else the first failing check; then the known diagnosis, if one matched."""
-    frameworks = (probe or {}).get("frameworks") or {}
-    broken = [f"{name}: {r.get('reason')}" for name, r in sorted(frameworks.items()) if isinstance(r, dict) and r.get("status") == "failed"]
-    first = "; ".join(broken) or (str(failures[0]) if failures else "")
+    frameworks = result.probe.frameworks if result.probe else {}
+    broken = [f"{name}: {r.reason}" for name, r in sorted(frameworks.items()) if r.status == "failed"]
+    first = "; ".join(broken) or (result.failures[0] if result.failures else "")
     first = " ".join(first.split())[:400]
-    diagnosis = next((d for d in diagnoses if d.get("cause")), None)
+    diagnosis: Diagnosed | None = next((d for d in result.diagnoses if d.cause), None)
     if diagnosis:
-        return (
-            f"{first} (cause: {diagnosis['cause']}; fix: {diagnosis.get('fix', '')})"
-            if first
-            else f"{diagnosis['cause']}; fix: {diagnosis.get('fix', '')}"
-        )
+        return f"{first} (cause: {diagnosis.cause}; fix: {diagnosis.fix})" if first else f"{diagnosis.cause}; fix: {diagnosis.fix}"
     return first
 
 
-def _outcome(spec: ImageSpec, lock_failed: dict[str, str], built: dict[str, Any], tested: dict[str, Any], results_dir: Path) -> Outcome:
+def _outcome(
+    spec: ImageSpec, lock_failed: dict[str, str], built: dict[str, BuildResult], tested: dict[str, SmokeResult], results_dir: Path
+) -> Outcome:
     if spec.id in lock_failed:
         return Outcome(spec.id, "lock-failed", f"lock: {lock_failed[spec.id]}", spec.content_hash)
     b = built[spec.id]
@@ -192,21 +198,18 @@ def _outcome(spec: ImageSpec, lock_failed: dict[str, str], built: dict[str, Any]
         return Outcome(spec.id, BLOCKED if b.blocked_by else "build-failed", reason or b.status, spec.content_hash, rebuilt)
     if spec.id in tested:
         t = tested[spec.id]
-        return Outcome(spec.id, t.verdict, _detail(t.failures, t.diagnoses, t.probe), spec.content_hash, rebuilt)
-    stored = gate.read_result(results_dir, spec.id) or {}
-    return Outcome(
-        spec.id,
-        str(stored.get("verdict", "not-run")),
-        _detail(stored.get("failures") or [], stored.get("diagnoses") or [], stored.get("probe")),
-        spec.content_hash,
-    )
+        return Outcome(spec.id, t.verdict, _detail(t), spec.content_hash, rebuilt)
+    stored = gate.read_result(results_dir, spec.id)
+    if stored is None:
+        return Outcome(spec.id, "not-run", "", spec.content_hash)
+    return Outcome(spec.id, stored.verdict, _detail(stored), spec.content_hash)
 
 
 def _held(outcome: Outcome, options: NightlyOptions, recorded: bool) -> str:
     """Why an image that passed its tests is not pushed in this run ("" when it is, or failed)."""
     if outcome.status == "gpu-skipped" and not options.accept_gpu_skipped:
         return "tested without a GPU: its GPU checks did not run; --accept-gpu-skipped publishes it anyway"
-    if outcome.status in ("passed", "gpu-skipped") and recorded:
+    if is_good(outcome.status) and recorded:
         return "this build is already published"
     return ""
 
@@ -218,18 +221,19 @@ def _publish(
     options: NightlyOptions,
     known: Sequence[KnownGood],
     events: NightlyEvents,
+    connect: Connect,
 ) -> tuple[list[Outcome], list[str]]:
     """Publish what passed and is not already recorded as this very build in this repository."""
     repository = options.registry or ws.matrix.registry
     recorded = {(r.id, r.content_hash) for r in known if r.digest.startswith(f"{repository}@")}
-    ok = {o.id for o in outcomes if o.status == "passed" or (o.status == "gpu-skipped" and options.accept_gpu_skipped)}
+    ok = {o.id for o in outcomes if publishable(o.status, options.accept_gpu_skipped)}
     outcomes = [replace(o, held=_held(o, options, (o.id, o.content_hash) in recorded)) for o in outcomes]
     chosen = [s for s in specs if s.id in ok and (s.id, s.content_hash) not in recorded]
     if not chosen:
         return outcomes, []
     publish_options = PublishOptions(registry=repository, accept_gpu_skipped=options.accept_gpu_skipped)
     try:
-        published = publish(ws, chosen, publish_options, catalog_of(ws, options.catalog_dir), events.publish())
+        published = publish(ws, chosen, publish_options, ws.store.catalog(options.catalog_dir), events.publish(), connect)
     except RunFailure as exc:
         return outcomes, [f"publish: {exc.message}"]
     digests = {p.id: p.digest or "" for p in published if p.status == "published"}

@@ -9,12 +9,14 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Protocol
 
 from builder import results
 from builder.catalog.store import Catalog
-from builder.engine import client as engine
 from builder.engine import push
+from builder.engine.client import open_engine
+from builder.engine.port import Connect, Engine
+from builder.engine.session import remove_dead_runs_containers
 from builder.errors import RunFailure, UserError
 from builder.host import facts as hostinfo
 from builder.publish import gate
@@ -46,7 +48,14 @@ class PublishEvents(Protocol):
     def done(self, outcome: Published) -> None: ...
 
 
-def publish(ws: Workspace, specs: Sequence[ImageSpec], options: PublishOptions, catalog: Catalog, events: PublishEvents) -> list[Published]:
+def publish(
+    ws: Workspace,
+    specs: Sequence[ImageSpec],
+    options: PublishOptions,
+    catalog: Catalog,
+    events: PublishEvents,
+    connect: Connect = open_engine,
+) -> list[Published]:
     """Push each image the gate allows, acting only on the image id the gate approved.
 
     Order, so that the catalog always says what the registry holds: the immutable tag is pushed and
@@ -55,52 +64,53 @@ def publish(ws: Workspace, specs: Sequence[ImageSpec], options: PublishOptions, 
     repository = check_repository(options.registry or ws.matrix.registry)
     deadline = push.deadline_s(options.push_deadline_s)
     catalog.load()  # a corrupt catalog stops the run before anything is pushed
-    client = engine.connect()
-    engine.remove_leftover_containers(client)  # manifest containers of a killed publish
-    host = hostinfo.gather(engine=lambda: hostinfo.EngineFacts(True, engine.engine_version(client), tuple(engine.gpu_runtimes(client))))
-    results_dir = ws.build_dir / "results"
+    engine = connect()
+    remove_dead_runs_containers(engine)  # manifest containers of a killed publish
+    host = hostinfo.gather(engine=lambda: hostinfo.EngineFacts(True, engine.version(), engine.gpu_runtimes()))
+    results_dir = ws.store.results
     outcomes: list[Published] = []
     for spec in specs:
-        approved = engine.image_id(client, spec.tag)  # everything below acts on this id, never on spec.tag
+        tested = engine.inspect_image(spec.tag)
+        approved = None if tested is None else tested.id  # everything below acts on this id, never on spec.tag
         try:
             found = results.load(results_dir, spec.id)
         except UserError as exc:
             decision = gate.Decision(spec.id, False, str(exc))
         else:
-            decision = gate.decide(spec, found.to_json() if found else None, approved, options.accept_gpu_skipped)
+            decision = gate.decide(spec, found, approved, options.accept_gpu_skipped)
         if not decision.ok or decision.result is None or approved is None:
             outcome = Published(spec.id, "refused", decision.reason)
         elif options.dry_run:
             tags = (f"{repository}:{spec.id}", *(f"{repository}:{t}" for t in floating_tags(spec.id)))
             outcome = Published(spec.id, "would-publish", decision.reason, tags=tags)
         else:
-            outcome = _publish_one(client, spec, approved, decision, repository, catalog, host, options, deadline, events)
+            outcome = _publish_one(engine, spec, approved, decision, repository, catalog, host, options, deadline, events)
         events.done(outcome)
         outcomes.append(outcome)
     return outcomes
 
 
 def _publish_one(
-    client: Any, spec: ImageSpec, approved: str, decision: gate.Decision, repository: str, catalog: Catalog,
+    engine: Engine, spec: ImageSpec, approved: str, decision: gate.Decision, repository: str, catalog: Catalog,
     host: hostinfo.HostInfo, options: PublishOptions, deadline: float, events: PublishEvents,
 ) -> Published:  # fmt: skip
     assert decision.result is not None
-    names = PushNames(client)
+    names = PushNames(engine)
     try:
-        return _push_and_record(client, names, spec, approved, decision, repository, catalog, host, options, deadline, events)
+        return _push_and_record(engine, names, spec, approved, decision, repository, catalog, host, options, deadline, events)
     finally:
         names.release()  # also on SIGTERM: no push name stays in the engine
 
 
 def _push_and_record(
-    client: Any, names: PushNames, spec: ImageSpec, approved: str, decision: gate.Decision, repository: str, catalog: Catalog,
+    engine: Engine, names: PushNames, spec: ImageSpec, approved: str, decision: gate.Decision, repository: str, catalog: Catalog,
     host: hostinfo.HostInfo, options: PublishOptions, deadline: float, events: PublishEvents,
 ) -> Published:  # fmt: skip
     assert decision.result is not None
     try:
-        local = read_local(client, spec, approved, host)  # before any push: nothing after it can fail but the catalog write
+        local = read_local(engine, spec, approved, host)  # before any push: nothing after it can fail but the catalog write
         record, manifest = push_immutable(
-            client, names, spec, approved, local, decision.result, repository, options.accept_gpu_skipped, events.info, deadline
+            engine, names, spec, approved, local, decision.result, repository, options.accept_gpu_skipped, events.info, deadline
         )
     except RunFailure as exc:
         return Published(spec.id, "failed", exc.message)
@@ -109,7 +119,7 @@ def _push_and_record(
     catalog.add([replace(record, notes=record.notes + note)], {spec.id: manifest})
     moved: list[str] = []
     try:
-        move_floating(client, names, approved, record, pending, events.info, moved, deadline)
+        move_floating(engine, names, approved, record, pending, events.info, moved, deadline)
     except RunFailure as exc:
         left = [t for t in pending if t not in moved]
         catalog.add(

@@ -5,19 +5,18 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
-
-from docker.errors import NotFound  # type: ignore[import-untyped]
-from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from builder.catalog.query import parse_query
 from builder.catalog.records import KnownGood
 from builder.catalog.store import Catalog
-from builder.engine import client as engine
+from builder.engine.client import open_engine
 from builder.engine.failures import is_network_failure
+from builder.engine.port import Connect, Engine, EngineFault, NotFound
+from builder.engine.retry import GaveUp, reason_of, retry_network
 from builder.errors import RunFailure, UserError
 from builder.host import facts as hostinfo
 from builder.smoke.args import docker_run_line
+from builder.text import redact
 from builder.usecases.catalog import NO_MANIFEST, find, no_match_message
 
 
@@ -33,7 +32,13 @@ class PullFlake(Exception):
 
 
 def pull(
-    catalog: Catalog, query: str, log: Callable[[str], None], attempts: int = 3, wait_s: float = 2.0, build_repository: str | None = None
+    catalog: Catalog,
+    query: str,
+    log: Callable[[str], None],
+    attempts: int = 3,
+    wait_s: float = 2.0,
+    build_repository: str | None = None,
+    connect: Connect = open_engine,
 ) -> Pulled:
     """Resolve the query to the newest known-good record, pull it by digest and verify the digest.
 
@@ -48,27 +53,24 @@ def pull(
         raise RunFailure(no_match_message(catalog, query))
     record = hits[0]
     repository, tag = readable_name(record, str(catalog.file))
-    client = engine.connect()
+    engine = connect()
     try:
-        for attempt in Retrying(
-            retry=retry_if_exception_type(PullFlake),
-            stop=stop_after_attempt(attempts),
-            wait=wait_exponential(multiplier=wait_s, max=30),
-            reraise=False,
-        ):
-            with attempt:
-                _pull_once(client, record.digest, log)
-    except RetryError as exc:
-        raise RunFailure(
-            f"pull of {record.digest} failed after {attempts} tries (network): {exc.last_attempt.exception()}; is the registry up?"
-        ) from None
-    info = client.api.inspect_image(record.digest)
-    if record.digest not in (info.get("RepoDigests") or []):
-        raise RunFailure(f"pulled {record.digest} but the engine reports {info.get('RepoDigests')}: the digest does not verify")
-    note = name_pulled(client, str(info["Id"]), repository, tag, build_repository)
+        retry_network(
+            lambda attempt: _pull_once(engine, record.digest, log),
+            flake=lambda exc: isinstance(exc, PullFlake),
+            attempts=attempts,
+            wait_s=wait_s,
+        )
+    except GaveUp as exc:
+        raise RunFailure(f"pull of {record.digest} failed after {attempts} tries (network): {exc.reason}; is the registry up?") from None
+    info = engine.inspect_image(record.digest)
+    if info is None or record.digest not in info.repo_digests:
+        found = list(info.repo_digests) if info else None
+        raise RunFailure(f"pulled {record.digest} but the engine reports {found}: the digest does not verify")
+    note = name_pulled(engine, info.id, repository, tag, build_repository)
     host = hostinfo.gather()
     notes = "\n".join(filter(None, (note, host_note(record, host))))
-    return Pulled(record, docker_run_line(record.accelerator.get("kind", "cpu"), record.digest, host), notes)
+    return Pulled(record, docker_run_line(record.accelerator.kind, record.digest, host), notes)
 
 
 TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
@@ -85,51 +87,45 @@ def readable_name(record: KnownGood, where: str) -> tuple[str, str]:
     return repository, tag
 
 
-def name_pulled(client: Any, pulled: str, repository: str, tag: str, build_repository: str | None) -> str:
+def name_pulled(engine: Engine, pulled: str, repository: str, tag: str, build_repository: str | None) -> str:
     """Tag the pulled image id as repository:tag where that is safe; a note when the name is left alone,
     RunFailure when it holds an image that is not ours to move."""
     name = f"{repository}:{tag}"
-    current = engine.image_id(client, name)
-    if current == pulled:
+    held = engine.inspect_image(name)
+    if held is not None and held.id == pulled:
         return ""
     if build_repository is not None and repository == build_repository:
         return f"not tagged {name}: that is a `builder build` name in this workspace; run the image by its digest"
-    if current is not None:
-        digests = client.api.inspect_image(current).get("RepoDigests") or []
-        if not any(str(d).startswith(f"{repository}@") for d in digests):
-            raise RunFailure(
-                f"pulled and verified the image, but {name} already names another local image ({current[:19]}) that did not come from {repository}; "
-                "it was left alone: run the image by its digest, or remove that name first (docker rmi)"
-            )
-    client.api.tag(pulled, repository, tag=tag)
+    if held is not None and not any(d.startswith(f"{repository}@") for d in held.repo_digests):
+        raise RunFailure(
+            f"pulled and verified the image, but {name} already names another local image ({held.id[:19]}) that did not come from {repository}; "
+            "it was left alone: run the image by its digest, or remove that name first (docker rmi)"
+        )
+    engine.tag(pulled, repository, tag)
     return ""
 
 
-def _pull_once(client: Any, reference: str, log: Callable[[str], None]) -> None:
+def _pull_once(engine: Engine, reference: str, log: Callable[[str], None]) -> None:
     try:
-        for chunk in client.api.pull(reference, stream=True, decode=True):
-            if "error" in chunk:
-                message = " ".join(str(chunk["error"]).split())
+        for event in engine.pull(reference):
+            if event.error:
+                message = redact(event.error)
                 if NO_MANIFEST.search(message):
                     raise RunFailure(f"pull of {reference} failed: the registry has no such manifest (deleted?): {message[:200]}")
                 if is_network_failure(message):
                     raise PullFlake(message)
                 raise RunFailure(f"pull of {reference} failed: {message}")
-            if chunk.get("status") and chunk.get("id") is None:
-                log(str(chunk["status"]))
-    except (PullFlake, RunFailure):
-        raise
-    except Exception as exc:
-        message = " ".join(str(exc).split())[:300]
+            if event.text and event.layer is None:
+                log(event.text)
+    except EngineFault as exc:
+        message = reason_of(exc)[:300]
         if isinstance(exc, NotFound) or NO_MANIFEST.search(message):
             raise RunFailure(f"pull of {reference} failed: the registry has no such manifest (deleted?): {message[:200]}") from None
-        if engine.is_engine_fault(exc) or is_network_failure(message):
-            raise PullFlake(message) from None
-        raise RunFailure(f"pull of {reference} failed: {message}") from None
+        raise PullFlake(message) from None  # the engine went away or broke the stream: worth another try
 
 
 def host_note(record: KnownGood, host: hostinfo.HostInfo) -> str:
-    kind = record.accelerator.get("kind")
+    kind = record.accelerator.kind
     if kind == "cuda" and not host.nvidia.has_gpu:
         return "this host has no NVIDIA GPU: the image runs, but only on the CPU here (`builder doctor` says what is missing)"
     if kind == "rocm" and not host.amd.present:

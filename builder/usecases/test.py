@@ -5,16 +5,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from pathlib import Path
+from typing import Protocol
 
-from builder.engine import client as engine
 from builder.engine import leftovers
+from builder.engine.client import open_engine
+from builder.engine.port import Connect, Engine, EngineFault
+from builder.engine.session import remove_dead_runs_containers
 from builder.host import facts as hostinfo
 from builder.records import ImageSpec
-from builder.smoke.runner import SmokeResult, merge_junit, smoke_one
+from builder.results import GpuUse, SmokeResult
+from builder.smoke.runner import merge_junit, smoke_one
 from builder.workspace import Workspace
-
-TEST_OK = ("passed", "gpu-skipped")
 
 
 @dataclass(frozen=True)
@@ -29,39 +31,39 @@ class TestEvents(Protocol):
     def done(self, result: SmokeResult) -> None: ...
 
 
-def test_images(ws: Workspace, specs: Sequence[ImageSpec], options: TestOptions, events: TestEvents) -> list[SmokeResult]:
+def test_images(
+    ws: Workspace, specs: Sequence[ImageSpec], options: TestOptions, events: TestEvents, connect: Connect = open_engine
+) -> list[SmokeResult]:
     """Smoke-test each built image; results in build/results/<id>.json and junit.xml."""
-    client = engine.connect()
-    engine.remove_leftover_containers(client)  # a killed run's smoke containers
-    host = hostinfo.gather(engine=lambda: hostinfo.EngineFacts(True, engine.engine_version(client), tuple(engine.gpu_runtimes(client))))
-    results_dir = ws.build_dir / "results"
+    engine = connect()
+    remove_dead_runs_containers(engine)  # a killed run's smoke containers
+    host = hostinfo.gather(engine=lambda: hostinfo.EngineFacts(True, engine.version(), engine.gpu_runtimes()))
+    results_dir = ws.store.results
     results_dir.mkdir(parents=True, exist_ok=True)
     results = []
     with leftovers.active_run():
         for spec in specs:
-            result = _test_one(client, spec, host, options, results_dir, events)
+            result = _test_one(engine, spec, host, options, results_dir, events)
             events.done(result)
             results.append(result)
     merge_junit(results_dir, [s.id for s in specs])
     return results
 
 
-def _test_one(client: Any, spec: ImageSpec, host: Any, options: TestOptions, results_dir: Any, events: TestEvents) -> SmokeResult:
+def _test_one(
+    engine: Engine, spec: ImageSpec, host: hostinfo.HostInfo, options: TestOptions, results_dir: Path, events: TestEvents
+) -> SmokeResult:
     try:
-        if engine.image_labels(client, spec.tag) is None:
+        if engine.inspect_image(spec.tag) is None:
             return not_built(spec)
         events.started(spec)
-        return smoke_one(client, spec, host, options.gpu, options.timeout_s, results_dir)
-    except Exception as exc:
-        if not engine.is_engine_fault(exc):
-            raise
-        gpu = {"attached": False, "reason": "the engine failed"}
+        return smoke_one(engine, spec, host, options.gpu, options.timeout_s, results_dir)
+    except (EngineFault, ConnectionError) as exc:
+        gpu = GpuUse(False, "the engine failed")
         return SmokeResult(
             spec.id, spec.tag, "failed", gpu, 0.0, failures=(f"engine connection failed: {' '.join(str(exc).split())[:300]}",)
         )
 
 
 def not_built(spec: ImageSpec) -> SmokeResult:
-    return SmokeResult(
-        spec.id, spec.tag, "not-built", {"attached": False, "reason": "image not built"}, 0.0, failures=("run `builder build` first",)
-    )
+    return SmokeResult(spec.id, spec.tag, "not-built", GpuUse(False, "image not built"), 0.0, failures=("run `builder build` first",))

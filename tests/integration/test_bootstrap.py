@@ -19,6 +19,7 @@ from builder.engine import client as engine
 from builder.engine.bootstrap import BootstrapResult, DebootstrapFailed, ensure_base
 from builder.errors import UserError
 from builder.records import Base
+from tests.fake_engine import FakeEngine
 
 
 def _base(name: str, os_: str = "debian12") -> Base:
@@ -56,7 +57,7 @@ def _run(client: Any, image: str, script: str) -> tuple[int, str]:
 
 def test_an_unknown_os_is_a_user_error_naming_base_line_and_choices() -> None:
     with pytest.raises(UserError) as info:
-        ensure_base(object(), _base("my-ubuntu", "ubuntu22.04"), log=print)
+        ensure_base(FakeEngine(), _base("my-ubuntu", "ubuntu22.04"), log=print)
     message = str(info.value)
     assert "my-ubuntu" in message
     assert "line 7" in message
@@ -68,7 +69,7 @@ def test_an_unknown_os_is_a_user_error_naming_base_line_and_choices() -> None:
 def test_a_base_without_debootstrap_is_a_user_error() -> None:
     base = Base(name="cuda", vendor="cuda", os="ubuntu22.04", image="nvidia/cuda:x", line=3)
     with pytest.raises(UserError, match="bootstrap 'None' is not supported"):
-        ensure_base(object(), base, log=print)
+        ensure_base(FakeEngine(), base, log=print)
 
 
 def test_recipe_hash_is_stable_and_tracks_the_recipe() -> None:
@@ -134,7 +135,7 @@ def test_network_failures_are_retried(docker_client: Any, fake_base: Base, monke
 
     monkeypatch.setattr(bootstrap, "run_debootstrap", flaky)
     logs: list[str] = []
-    result = ensure_base(docker_client, fake_base, log=logs.append)
+    result = ensure_base(engine.DockerEngine(docker_client), fake_base, log=logs.append)
     assert len(calls) == 3
     assert result.built
     assert any("retrying" in line for line in logs)
@@ -159,7 +160,7 @@ def test_deterministic_failures_are_not_retried_and_leave_nothing(
 
     monkeypatch.setattr(bootstrap, "run_debootstrap", broken)
     with pytest.raises(UserError, match="python3-nosuch"):
-        ensure_base(docker_client, fake_base, log=lambda _: None)
+        ensure_base(engine.DockerEngine(docker_client), fake_base, log=lambda _: None)
     assert len(calls) == 1
     assert engine.image_labels(docker_client, fake_base.local_tag) is None
     assert list(bootstrap.SCRATCH_DIR.iterdir()) == []
@@ -173,7 +174,7 @@ def test_ctrl_c_leaves_no_tag_and_no_scratch_dir(docker_client: Any, fake_base: 
 
     monkeypatch.setattr(bootstrap, "run_debootstrap", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        ensure_base(docker_client, fake_base, log=lambda _: None)
+        ensure_base(engine.DockerEngine(docker_client), fake_base, log=lambda _: None)
     assert engine.image_labels(docker_client, fake_base.local_tag) is None
     assert _temp_tags(docker_client, fake_base) == []
     assert list(bootstrap.SCRATCH_DIR.iterdir()) == []
@@ -196,7 +197,7 @@ def test_a_second_process_waits_for_the_lock(docker_client: Any, fake_base: Base
     monkeypatch.setattr(bootstrap, "run_debootstrap", lambda r, rootfs, log: _fake_rootfs(rootfs))
     logs: list[str] = []
     start = time.monotonic()
-    result = ensure_base(docker_client, fake_base, log=logs.append)
+    result = ensure_base(engine.DockerEngine(docker_client), fake_base, log=logs.append)
     holder.wait(timeout=30)
     assert result.built
     assert any("waiting for another process" in line for line in logs)
@@ -215,7 +216,7 @@ def built_debian12(docker_client: Any, tmp_path_factory: pytest.TempPathFactory)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(bootstrap, "SCRATCH_DIR", work / "scratch")
         patch.setattr(bootstrap, "LOCK_DIR", work / "locks")
-        result = ensure_base(docker_client, base, log=logs.append)
+        result = ensure_base(engine.DockerEngine(docker_client), base, log=logs.append)
         print(f"\nbootstrap {base.local_tag}: built={result.built} in {result.seconds:.1f}s")
         assert list((work / "scratch").iterdir()) == [], "the rootfs scratch dir was left behind"
         yield base, result, logs
@@ -255,7 +256,7 @@ def test_a_second_ensure_base_is_a_fast_skip(docker_client: Any, built_debian12:
     base, first, _ = built_debian12
     image_id = docker_client.api.inspect_image(base.local_tag)["Id"]
     start = time.monotonic()
-    again = ensure_base(docker_client, base, log=lambda _: None)
+    again = ensure_base(engine.DockerEngine(docker_client), base, log=lambda _: None)
     elapsed = time.monotonic() - start
     print(f"\nskip of {base.local_tag}: {elapsed * 1000:.0f} ms")
     assert not again.built

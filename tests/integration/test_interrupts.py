@@ -203,7 +203,7 @@ def test_clean_removes_what_an_interrupted_build_left_and_nothing_else(repo: Pat
     leaf = engine.image_id(docker_client, steps[-1])
     assert leaf in _dangling(docker_client), "the interrupted build's last step is an untagged leaf"
     assert (docker_client.api.inspect_image(leaf)["Config"]["Labels"] or {}).get(BUILT_BY_LABEL) == "builder"
-    assert leaf in leftovers.unfinished_images(docker_client)
+    assert leaf in leftovers.unfinished_images(engine.DockerEngine(docker_client))
 
     plain = _build_dangling(docker_client, f"FROM {BASE}\nLABEL someone=else\n")
     # Built FROM one of our finished images by someone else: inherits our labels, adds a step of its own.

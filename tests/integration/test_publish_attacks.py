@@ -31,9 +31,9 @@ from builder.engine import push
 from builder.errors import RunFailure
 from builder.host import facts as hostinfo
 from builder.host.facts import AmdInfo, EngineFacts, HostInfo, NvidiaInfo
-from builder.results import SmokeResult
+from builder.results import GpuUse, SmokeResult, TestCounts
 from builder.usecases import publish as publishing
-from builder.workspace import Workspace
+from builder.workspace import Store, Workspace
 from tests.integration.registry_faults import mini_image, proxy
 
 pytestmark = pytest.mark.docker
@@ -96,15 +96,19 @@ def workspace(tmp_path: Path, images: dict[str, str], docker_client: Any, monkey
     spec = make_spec()
     repo, tag = spec.tag.rsplit(":", 1)
     docker_client.api.tag(images["tested"], repo, tag=tag)  # a test may have moved it
-    gpu = {"attached": False, "reason": "cpu image: no GPU needed"}
-    counts = {"tests": 9, "failures": 0, "errors": 0, "skipped": 1}
+    gpu = GpuUse(False, "cpu image: no GPU needed")
+    counts = TestCounts(tests=9, failures=0, errors=0, skipped=1)
     result = SmokeResult(
         spec.id, spec.tag, "passed", gpu, 1.0, counts, content_hash=spec.content_hash, image_id=images["tested"], returncode=0, vendor="cpu"
     )
     results.write(tmp_path / "build" / "results", result)
     monkeypatch.setattr(hostinfo, "gather", lambda **kwargs: HOST)
     return SimpleNamespace(
-        build_dir=tmp_path / "build", matrix=SimpleNamespace(registry=BUILD_REPO), spec=spec, catalog=Catalog(tmp_path / "catalog")
+        store=Store(tmp_path),
+        build_dir=tmp_path / "build",
+        matrix=SimpleNamespace(registry=BUILD_REPO),
+        spec=spec,
+        catalog=Catalog(tmp_path / "catalog"),
     )
 
 
@@ -183,8 +187,9 @@ signal.signal(signal.SIGTERM, interrupt)
 publishing.hostinfo.gather = lambda **kwargs: t.HOST
 from types import SimpleNamespace
 from builder.catalog.store import Catalog
+from builder.workspace import Store
 spec = t.make_spec()
-ws = SimpleNamespace(build_dir=__import__("pathlib").Path(sys.argv[1]), matrix=SimpleNamespace(registry=t.BUILD_REPO))
+ws = SimpleNamespace(store=Store(__import__("pathlib").Path(sys.argv[1]).parent), matrix=SimpleNamespace(registry=t.BUILD_REPO))
 try:
     publishing.publish(ws, [spec], publishing.PublishOptions(registry=sys.argv[2]), Catalog(__import__("pathlib").Path(sys.argv[3])), t.Events())
 except Interrupted:
@@ -241,13 +246,13 @@ def test_a_stalled_upload_fails_at_the_deadline_in_one_line_and_later_pushes_go_
         docker_client.api.tag(images["tested"], target, tag="x")
         started = time.monotonic()
         with pytest.raises(RunFailure, match=r"did not finish within 8 s .*it was cancelled") as caught:
-            push.push_image(docker_client, f"{target}:x", log=lambda line: None, deadline=8)
+            push.push_image(engine.DockerEngine(docker_client), f"{target}:x", log=lambda line: None, deadline=8)
         assert time.monotonic() - started < 30 and "\n" not in str(caught.value)
         assert fault.stalled, "the proxy stalled an upload"
         after = f"127.0.0.1:5000/{name}-after"
         docker_client.api.tag(images["tested"], after, tag="x")
         started = time.monotonic()
-        digest = push.push_image(docker_client, f"{after}:x", log=lambda line: None, deadline=60)
+        digest = push.push_image(engine.DockerEngine(docker_client), f"{after}:x", log=lambda line: None, deadline=60)
         assert registry_digest(f"{name}-after", "x") == digest and time.monotonic() - started < 60
 
 

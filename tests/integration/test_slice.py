@@ -274,7 +274,7 @@ def test_push_to_the_local_registry_returns_its_digest(slice_build: Any, docker_
     target = f"127.0.0.1:5000/builder-test/slice:{numba.id}"
     docker_client.api.tag(numba.tag, "127.0.0.1:5000/builder-test/slice", numba.id)
     try:
-        digest = push_image(docker_client, target, log=lambda line: None)
+        digest = push_image(engine.DockerEngine(docker_client), target, log=lambda line: None)
         assert digest.startswith("sha256:") and len(digest) == 71
         pulled = docker_client.api.inspect_distribution(target)
         assert pulled["Descriptor"]["digest"] == digest

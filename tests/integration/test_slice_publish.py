@@ -163,7 +163,7 @@ def test_untested_and_failed_images_are_refused(published: tuple[Path, Any], tmp
         assert done.returncode == 1 and "never tested" in done.stdout
         passed = stored.from_json(json.loads(saved), str(results))
         failed = replace(
-            passed, verdict="failed", returncode=1, tests={**passed.tests, "failures": 1}, failures=("test_pip_check_is_clean: boom",)
+            passed, verdict="failed", returncode=1, tests=replace(passed.tests, failures=1), failures=("test_pip_check_is_clean: boom",)
         )
         stored.write(results.parent, failed)  # as a test run that failed writes it
         done = builder("publish", "--select", f"id={numba.id}", "--registry", REPOSITORY, "--catalog", str(tmp_path))

@@ -26,7 +26,7 @@ import pytest
 from builder.engine import client as engine
 from builder.engine.image_build import STAGE_LABEL
 from builder.records import ImageSpec
-from builder.smoke.runner import SmokeResult
+from builder.results import SmokeResult
 from builder.usecases.test import TestOptions
 from builder.usecases.test import test_images as run_smoke_tests  # not test_*: pytest would collect it
 from builder.workspace import Workspace
@@ -157,9 +157,9 @@ def test_a_deleted_libcudnn_is_failed_with_the_cudnn_diagnosis(wheels_build: Any
     events = _Recorder()
     (result,) = run_smoke_tests(WS, [broken], TestOptions(gpu="auto", timeout_s=600), events)
     assert result.verdict == "failed", result
-    cudnn = [c for c in result.cuda_checks if c["name"] == "cudnn"]
-    assert cudnn and not cudnn[0]["ok"] and "libcudnn.so.N: cannot open shared object file" in cudnn[0]["detail"]
-    causes = [d["cause"] for d in result.diagnoses]
+    cudnn = [c for c in result.cuda_checks if c.name == "cudnn"]
+    assert cudnn and not cudnn[0].ok and "libcudnn.so.N: cannot open shared object file" in cudnn[0].detail
+    causes = [d.cause for d in result.diagnoses]
     assert "the cuDNN library is not in the image (or not on the loader path)" in causes, result.diagnoses
     assert engine.owned_containers(docker_client) == []
 

@@ -1,33 +1,193 @@
 """Compatibility decisions: data in (base, python, version, table), a verdict with a reason out.
 
-One module per framework (named as in builder.frameworks), each holding its facts, their loader
-and its decision; plus the shared ones: python (interpreters), cuda (drivers), numpy (the pin).
+A framework is the unit of extension: one module per framework (named as in builder.frameworks)
+defines `FRAMEWORK`, its implementation of `Framework`: its compat.yaml section (keys, loader) and
+decision, the index projects its releases come from and what their metadata says of their build,
+where a new release falls in its table and where its metadata contradicts the table, and what its
+probe report says of a built image. Nothing outside a framework's own module branches on its
+name (tests/test_registry.py checks); the shared rules are python (interpreters), cuda (drivers)
+and numpy (the pin).
+
+They live here, in the pure compat stage, because everything a framework knows is a fact of its
+compat section or read against it; every later stage (spec, updates, smoke, publish, host) may
+import compat, so each reads a framework only through `framework(name)`.
+
+The registry in force is the shipped frameworks (builder.frameworks.REGISTRY) plus any a caller
+adds for a while with `registered` (the toy framework of tests/test_registry.py).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib
-from typing import Protocol, cast
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
+from builder import frameworks
 from builder.compat.facts import Compat
-from builder.compat.tables import Table
-from builder.records import Base, Verdict
+from builder.compat.requires import Meta
+from builder.compat.tables import PyRange, Table
+from builder.records import Base, Install, Verdict
 from builder.yamlsrc import LDict
 
-
-class RuleModule(Protocol):
-    """What builder/compat/rules/<framework>.py provides."""
-
-    SECTION_KEYS: tuple[str, ...]
-
-    def load(self, table: Table, section: LDict) -> object: ...
-
-    def decide(self, base: Base, python: str, version: str, compat: Compat) -> Verdict: ...
+COMPAT_FILE = "builder/compat/data/compat.yaml"  # as messages name it: where a row is added
 
 
-def rule_module(framework: str) -> RuleModule:
-    return cast(RuleModule, importlib.import_module(f"{__name__}.{framework}"))
+@dataclass(frozen=True)
+class Row:
+    """The row of a framework's compat section that decides a release."""
+
+    section: str  # "torch.releases", "jax.bands"
+    key: str  # "2.14", "from 0.11.0"
+    python: PyRange
+
+    @property
+    def label(self) -> str:
+        return f"{self.section} {self.key}"
 
 
-def decide(framework: str, base: Base, python: str, version: str, compat: Compat) -> Verdict:
-    return rule_module(framework).decide(base, python, version, compat)
+@dataclass(frozen=True)
+class Built:
+    """What a framework's probe report says its build carries, beyond the libraries the probe loads itself."""
+
+    cudnn: str | None = None
+    rocm: str | None = None
+
+
+Placed = tuple[Base, str, Install]  # a base and Python the rules accept a release on, with its install
+
+
+@dataclass(frozen=True)
+class Framework(ABC):
+    """One framework, everything the stages need to know of it. An abstract frozen dataclass rather
+    than a Protocol: the members without a neutral answer are abstract, so an implementation that
+    forgets one fails when it is made (the registry test makes each), and the others share their
+    default, "nothing to add" (no CUDA stated, no contradiction, no build report to read)."""
+
+    name: str  # matrix.yaml's key, compat.yaml's section, templates/frameworks/<name>.j2
+    section_keys: tuple[str, ...]  # the keys its compat section may have
+    gpu_arch: bool = False  # gpu_arch.yaml lists the compute capabilities its CUDA wheels ship kernels for
+    companion: str | None = None  # an index project a release needs published before it is placed (jax: jaxlib)
+    local_variant: bool = False  # its wheel variant is a PEP 440 local version: torch 2.5.1+cu124
+    facts_file: Path | None = None  # its section's file when not compat.yaml (a framework defined outside builder/)
+
+    @property
+    def facts_at(self) -> str:
+        """Its facts' file, as messages name it: where a row is added."""
+        return COMPAT_FILE if self.facts_file is None else str(self.facts_file)
+
+    # --- the compat table -----------------------------------------------------------------------
+
+    @abstractmethod
+    def load(self, t: Table, section: LDict) -> object:
+        """Its facts, read from its section of the table (each complaint names the line)."""
+
+    @abstractmethod
+    def decide(self, base: Base, python: str, version: str, compat: Compat) -> Verdict:
+        """Whether this release works on this base and Python, and how to install it."""
+
+    # --- new releases (builder updates) ---------------------------------------------------------
+
+    def projects(self, compat: Compat, newest_listed: str, cuda_majors: frozenset[str]) -> tuple[str, ...]:
+        """The index projects its releases are published under, for a matrix with these CUDA majors."""
+        return (self.name,)
+
+    @abstractmethod
+    def row(self, version: str, compat: Compat) -> Row | None:
+        """The row of its table that decides this release, if any."""
+
+    @abstractmethod
+    def newest_row(self, compat: Compat) -> str:
+        """The newest release its table has a row for; a newer series must get its own row."""
+
+    @abstractmethod
+    def row_hint(self, version: str) -> str:
+        """The row to add for this release, its keys named: 'a torch.releases row for "2.15" (python, ...)'."""
+
+    def built_for(self, metas: Sequence[Meta]) -> str | None:
+        """The CUDA a release's metadata says it was built for: cu130, 12.5, "12, 13"; None when it states none."""
+        return None
+
+    def stated(self, metas: Sequence[Meta]) -> str | None:
+        """What its metadata states of its build, for a row hint ("its PyPI wheel is cu130")."""
+        return None
+
+    def companion_version(self, version: str, meta: Meta) -> str:
+        """The companion's version this release needs (with `companion` set)."""
+        return version
+
+    def install_project(self, install: Install, metas: Sequence[Meta]) -> str:
+        """The index project an accepted install comes from."""
+        return metas[0].project
+
+    def contradictions(self, version: str, meta: Meta, ok: Sequence[Placed], row: Row, compat: Compat) -> list[str]:
+        """Where its metadata says otherwise about its build than the row that accepts it (the
+        Python and NumPy a release states are checked for every framework alike)."""
+        return []
+
+    # --- built images (smoke checks, publisher) -----------------------------------------------
+
+    def build_mismatches(self, variant: str, build: Mapping[str, object]) -> list[str]:
+        """Where its probe report's `build` contradicts the planned wheel variant."""
+        return []
+
+    def built(self, build: Mapping[str, object]) -> Built:
+        """The cuDNN and ROCm its probe report's `build` names."""
+        return Built()
+
+
+_registered: tuple[Framework, ...] = ()
+
+
+@functools.cache
+def shipped() -> tuple[Framework, ...]:
+    """The registry's frameworks, each its module's FRAMEWORK."""
+    out = []
+    for entry in frameworks.REGISTRY:
+        found = getattr(importlib.import_module(entry.module), "FRAMEWORK", None)
+        if not isinstance(found, Framework) or found.name != entry.name:
+            raise TypeError(f"{entry.module}: define FRAMEWORK, the Framework named {entry.name!r}")
+        out.append(found)
+    return tuple(out)
+
+
+def registry() -> tuple[Framework, ...]:
+    """The frameworks in force, in registry order."""
+    return (*shipped(), *_registered)
+
+
+def names() -> tuple[str, ...]:
+    return tuple(f.name for f in registry())
+
+
+def framework(name: str) -> Framework:
+    """A framework of the registry in force; KeyError for a name it lacks (names come validated from matrix.yaml)."""
+    found = next((f for f in registry() if f.name == name), None)
+    if found is None:
+        raise KeyError(f"{name!r} is not a registered framework (known: {', '.join(names())})")
+    return found
+
+
+@contextlib.contextmanager
+def registered(*extra: Framework) -> Iterator[None]:
+    """The registry with these frameworks added, for the `with` block: how a framework defined outside
+    builder/ (a test's toy one) goes through plan, render and updates. Not for concurrent use."""
+    global _registered
+    taken = set(names())
+    for fw in extra:
+        if fw.name in taken:
+            raise ValueError(f"a framework named {fw.name!r} is registered already")
+        taken.add(fw.name)
+    before = _registered
+    _registered = (*before, *extra)
+    try:
+        yield
+    finally:
+        _registered = before
+
+
+def decide(name: str, base: Base, python: str, version: str, compat: Compat) -> Verdict:
+    return framework(name).decide(base, python, version, compat)

@@ -1,10 +1,17 @@
-"""cupy: cupy-cuda11x/12x/13x by CUDA major and release; no ROCm 6 wheels exist."""
+"""cupy: cupy-cuda11x/12x/13x by CUDA major and release; no ROCm 6 wheels exist. Its releases are
+published under one index project per CUDA major, which the table names."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from packaging.version import Version
+
 from builder.compat.facts import Compat
+from builder.compat.requires import Meta
+from builder.compat.rules import Framework, Row
 from builder.compat.tables import PyRange, Table
 from builder.compat.versions import in_range, mm, newest_at_or_below, span
 from builder.records import Base, Install, Verdict
@@ -91,4 +98,45 @@ def decide_cupy(base: Base, python: str, version: str, compat: Compat) -> Verdic
     return Verdict(ok=True, install=install)
 
 
-decide = decide_cupy
+def cupy_major(project: str) -> str | None:
+    found = re.fullmatch(r"cupy-cuda(\d+)x", project)
+    return found.group(1) if found else None
+
+
+@dataclass(frozen=True)
+class Cupy(Framework):
+    def load(self, t: Table, section: LDict) -> CupyFacts:
+        return load(t, section)
+
+    def decide(self, base: Base, python: str, version: str, compat: Compat) -> Verdict:
+        return decide_cupy(base, python, version, compat)
+
+    def projects(self, compat: Compat, newest_listed: str, cuda_majors: frozenset[str]) -> tuple[str, ...]:
+        """The cupy-cudaNNx packages the table maps, from the row of the newest listed release on, for the matrix's CUDA majors."""
+        rows = compat.facts(CupyFacts).releases
+        first = newest_at_or_below(newest_listed, [r.release for r in rows]) or 0
+        return tuple(sorted({p for row in rows[first:] for major, p in row.packages if major in cuda_majors}))
+
+    def row(self, version: str, compat: Compat) -> Row | None:
+        rows = compat.facts(CupyFacts).releases
+        i = newest_at_or_below(version, [r.release for r in rows])
+        return None if i is None else Row("cupy.releases", rows[i].release, rows[i].python)
+
+    def newest_row(self, compat: Compat) -> str:
+        return max((r.release for r in compat.facts(CupyFacts).releases), key=Version)
+
+    def row_hint(self, version: str) -> str:
+        return f'a cupy.releases row for "{version}" (cuda, packages, python, numpy)'
+
+    def built_for(self, metas: Sequence[Meta]) -> str | None:
+        return ", ".join(sorted({m for meta in metas if (m := cupy_major(meta.project))}, key=int)) or None
+
+    def stated(self, metas: Sequence[Meta]) -> str | None:
+        return f"on the index as {', '.join(m.project for m in metas)}"
+
+    def install_project(self, install: Install, metas: Sequence[Meta]) -> str:
+        """The package its requirement names (cupy-cuda12x[ctk]==14.0.0 -> cupy-cuda12x), published or not."""
+        return re.split(r"[\[=<>!~ ]", install.requirements[0], maxsplit=1)[0]
+
+
+FRAMEWORK = Cupy("cupy", SECTION_KEYS)

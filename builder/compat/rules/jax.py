@@ -1,13 +1,19 @@
 """jax: `jax[cudaNN]` by CUDA major and release (cuDNN floor, minimum CUDA), Python range, the
-NumPy floor, a consistent jaxlib/plugin pin, and the ROCm plugin where PyPI has one."""
+NumPy floor, a consistent jaxlib/plugin pin, and the ROCm plugin where PyPI has one; a release's
+cudaNN extras and the jaxlib they pin, and jaxlib as the companion a release waits for."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from builder.compat.facts import Compat
+from builder.compat.requires import Meta, extras, pinned, requirements
+from builder.compat.rules import COMPAT_FILE, Framework, Placed, Row
 from builder.compat.tables import PyRange, Table
 from builder.compat.versions import in_range, mm, newest_at_or_below, span
 from builder.records import Base, Install, Verdict
@@ -145,4 +151,72 @@ def _rocm(base: Base, version: str, facts: JaxFacts, numpy_min: str | None) -> V
     return Verdict(ok=True, install=install)
 
 
-decide = decide_jax
+def jax_cuda_majors(lines: Iterable[str]) -> tuple[str, ...]:
+    """CUDA majors with a `cudaNN` extra that requires jax-cudaNN-plugin (or -pjrt)."""
+    majors = set()
+    for req in requirements(lines):
+        plugin = re.fullmatch(r"jax-cuda(\d+)-(?:plugin|pjrt)", canonicalize_name(req.name))
+        if plugin and f"cuda{plugin.group(1)}" in extras(req):
+            majors.add(plugin.group(1))
+    return tuple(sorted(majors, key=int))
+
+
+def jax_jaxlib_pin(lines: Iterable[str]) -> str | None:
+    """The jaxlib the cudaNN extras pin, when they pin one."""
+    for req in requirements(lines):
+        if canonicalize_name(req.name) == "jaxlib" and any(re.fullmatch(r"cuda\d+", e) for e in extras(req)):
+            found = pinned(req.specifier)
+            if found:
+                return found
+    return None
+
+
+@dataclass(frozen=True)
+class Jax(Framework):
+    def load(self, t: Table, section: LDict) -> JaxFacts:
+        return load(t, section)
+
+    def decide(self, base: Base, python: str, version: str, compat: Compat) -> Verdict:
+        return decide_jax(base, python, version, compat)
+
+    def row(self, version: str, compat: Compat) -> Row | None:
+        bands = compat.facts(JaxFacts).bands
+        i = newest_at_or_below(version, [b.start for b in bands])
+        return None if i is None else Row("jax.bands", f"from {bands[i].start}", bands[i].python)
+
+    def newest_row(self, compat: Compat) -> str:
+        return max((b.start for b in compat.facts(JaxFacts).bands), key=Version)
+
+    def row_hint(self, version: str) -> str:
+        return f'a jax.bands row from "{version}" (python, cuda)'
+
+    def built_for(self, metas: Sequence[Meta]) -> str | None:
+        return ", ".join(jax_cuda_majors(metas[0].requires_dist)) or None
+
+    def stated(self, metas: Sequence[Meta]) -> str | None:
+        cuda = self.built_for(metas)
+        return f"cuda extras for CUDA {cuda}" if cuda else "no cudaNN extra"
+
+    def companion_version(self, version: str, meta: Meta) -> str:
+        return jax_jaxlib_pin(meta.requires_dist) or version
+
+    def contradictions(self, version: str, meta: Meta, ok: Sequence[Placed], row: Row, compat: Compat) -> list[str]:
+        """A cudaNN extra for every CUDA major the rules plan, and the jaxlib its extras pin as the table pins it."""
+        problems = []
+        have = sorted(jax_cuda_majors(meta.requires_dist), key=int)
+        planned = sorted({(i.variant or "").removeprefix("cuda") for _, _, i in ok if (i.variant or "").startswith("cuda")}, key=int)
+        for major in (m for m in planned if m not in have):
+            problems.append(
+                f"jax {version}'s metadata has no cuda{major} extra (it has: {', '.join(f'cuda{m}' for m in have) or 'none'}), but {row.label} "
+                f'in {COMPAT_FILE} plans CUDA {major} wheels: confirm, and add a jax.bands row from "{version}" without CUDA {major}'
+            )
+        pinned_jaxlib, rules = jax_jaxlib_pin(meta.requires_dist), dict(compat.facts(JaxFacts).jaxlib_pins).get(version, version)
+        if pinned_jaxlib and pinned_jaxlib != rules:
+            problems.append(
+                f"jax {version}'s cuda extras pin jaxlib {pinned_jaxlib}, but {COMPAT_FILE} pins jaxlib {rules} for it: "
+                f'add {{jax: "{version}", jaxlib: "{pinned_jaxlib}"}} to jax.jaxlib_pins'
+            )
+        return problems
+
+
+FRAMEWORK = Jax("jax", SECTION_KEYS, gpu_arch=True, companion="jaxlib")

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from packaging.version import Version
 
 from builder.compat.facts import Compat
+from builder.compat.rules import Framework, Row
 from builder.compat.tables import PyRange, Table
 from builder.compat.versions import in_range, mm, newest_at_or_below, span
 from builder.records import Base, Install, Verdict
@@ -148,4 +149,23 @@ def _numba_cuda(base: Base, python: str, version: str, rel: NumbaRelease, facts:
     return Verdict(ok=True, install=install)
 
 
-decide = decide_numba
+@dataclass(frozen=True)
+class Numba(Framework):
+    def load(self, t: Table, section: LDict) -> NumbaFacts:
+        return load(t, section)
+
+    def decide(self, base: Base, python: str, version: str, compat: Compat) -> Verdict:
+        return decide_numba(base, python, version, compat)
+
+    def row(self, version: str, compat: Compat) -> Row | None:
+        found = _release(version, compat.facts(NumbaFacts))  # as the rule reads it: 0.68.1 behaves like 0.68.0
+        return Row("numba.releases", found.version, found.python) if found else None
+
+    def newest_row(self, compat: Compat) -> str:
+        return max((r.version for r in compat.facts(NumbaFacts).releases), key=Version)
+
+    def row_hint(self, version: str) -> str:
+        return f'a numba.releases row for "{version}" (python, numpy: its import-time ceiling, numba/__init__.py _ensure_critical_deps)'
+
+
+FRAMEWORK = Numba("numba", SECTION_KEYS, gpu_arch=True)

@@ -1,12 +1,18 @@
-"""tensorflow: tested CUDA/cuDNN per release; [and-cuda] on CUDA, -cpu on cpu, -rocm on ROCm."""
+"""tensorflow: tested CUDA/cuDNN per release; [and-cuda] on CUDA, -cpu on cpu, -rocm on ROCm; the
+CUDA a release's [and-cuda] extra pins (its nvidia-cuda-runtime requirement)."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from builder.compat.facts import Compat
+from builder.compat.requires import Meta, extras, requirements
+from builder.compat.rules import COMPAT_FILE, Framework, Placed, Row
 from builder.compat.tables import PyRange, Table
 from builder.compat.versions import in_range, mm, release_of, span
 from builder.records import Base, Install, Verdict
@@ -48,7 +54,7 @@ def load(t: Table, section: LDict) -> TensorflowFacts:
 
 def decide_tensorflow(base: Base, python: str, version: str, compat: Compat) -> Verdict:
     facts = compat.facts(TensorflowFacts)
-    rel = next((r for r in facts.releases if r.release == release_of(version)), None)
+    rel = _row_of(version, facts)
     if rel is None:
         known = ", ".join(r.release for r in facts.releases)
         return Verdict.no(
@@ -102,4 +108,66 @@ def _rocm(base: Base, version: str, facts: TensorflowFacts) -> Verdict:
     )
 
 
-decide = decide_tensorflow
+def tensorflow_cuda(lines: Iterable[str]) -> str | None:
+    """CUDA major.minor of the `and-cuda` extra's nvidia-cuda-runtime(-cuNN) requirement."""
+    for req in requirements(lines):
+        if re.fullmatch(r"nvidia-cuda-runtime(?:-cu\d+)?", canonicalize_name(req.name)) and "and-cuda" in extras(req):
+            found = sorted(req.specifier, key=lambda s: s.operator not in ("==", "==="))
+            for spec in found:
+                if spec.operator in ("==", "===", ">=", "~=") and "*" not in spec.version:
+                    return "{}.{}".format(*mm(spec.version))
+    return None
+
+
+def has_and_cuda(lines: Iterable[str]) -> bool:
+    return any("and-cuda" in extras(r) for r in requirements(lines))
+
+
+def _row_of(version: str, facts: TensorflowFacts) -> TfRelease | None:
+    return next((r for r in facts.releases if r.release == release_of(version)), None)
+
+
+@dataclass(frozen=True)
+class Tensorflow(Framework):
+    def load(self, t: Table, section: LDict) -> TensorflowFacts:
+        return load(t, section)
+
+    def decide(self, base: Base, python: str, version: str, compat: Compat) -> Verdict:
+        return decide_tensorflow(base, python, version, compat)
+
+    def row(self, version: str, compat: Compat) -> Row | None:
+        found = _row_of(version, compat.facts(TensorflowFacts))
+        return Row("tensorflow.releases", found.release, found.python) if found else None
+
+    def newest_row(self, compat: Compat) -> str:
+        return max((r.release for r in compat.facts(TensorflowFacts).releases), key=Version)
+
+    def row_hint(self, version: str) -> str:
+        return 'a tensorflow.releases row for "{}.{}" (python, cuda, cudnn)'.format(*mm(version))
+
+    def built_for(self, metas: Sequence[Meta]) -> str | None:
+        return tensorflow_cuda(metas[0].requires_dist)
+
+    def stated(self, metas: Sequence[Meta]) -> str | None:
+        cuda = self.built_for(metas)
+        return f"its [and-cuda] extra pins CUDA {cuda}" if cuda else "no CUDA stated"
+
+    def contradictions(self, version: str, meta: Meta, ok: Sequence[Placed], row: Row, compat: Compat) -> list[str]:
+        """The [and-cuda] extra the rules plan on CUDA bases, and the CUDA it pins against the row's tested one."""
+        found = _row_of(version, compat.facts(TensorflowFacts))
+        assert found is not None  # the row that accepts it
+        stated = tensorflow_cuda(meta.requires_dist)
+        if any((i.variant or "").startswith("cuda") for _, _, i in ok) and not has_and_cuda(meta.requires_dist):
+            return [
+                f"tensorflow {version} has no [and-cuda] extra (its metadata), but {row.label} in {COMPAT_FILE} plans "
+                "tensorflow[and-cuda] on CUDA bases: confirm how it gets CUDA, and fix the row (or add one for it)"
+            ]
+        if stated and mm(stated) != mm(found.cuda):
+            return [
+                f"tensorflow {version}'s [and-cuda] extra pins CUDA {stated} (nvidia-cuda-runtime), but {row.label} in {COMPAT_FILE} "
+                f'says cuda: "{found.cuda}": confirm its tested CUDA and fix the row (or add one for {version})'
+            ]
+        return []
+
+
+FRAMEWORK = Tensorflow("tensorflow", SECTION_KEYS)

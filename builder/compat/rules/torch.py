@@ -1,11 +1,17 @@
-"""torch: wheel variant (cuXYZ / rocmX.Y / cpu), its index, Python range, cuDNN."""
+"""torch: wheel variant (cuXYZ / rocmX.Y / cpu), its index, Python range, cuDNN; the CUDA its PyPI
+wheel's Requires-Dist names; the build its probe reports (torch.version.cuda / hip, cuDNN)."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from packaging.version import Version
+
 from builder.compat.facts import Compat
+from builder.compat.requires import Meta
+from builder.compat.rules import COMPAT_FILE, Built, Framework, Placed, Row
 from builder.compat.tables import PyRange, Table
 from builder.compat.versions import in_range, mm, release_of, span, variant_version
 from builder.records import Base, Install, Verdict
@@ -140,7 +146,7 @@ CUDA_TOOLKIT = re.compile(r"^cuda-toolkit\b[^=<>~!]*==\s*(\d+)\.(\d+)")
 CUDA_RUNTIME = re.compile(r"^nvidia-cuda-runtime(?:-cu\d+)?\s*==\s*(\d+)\.(\d+)")
 
 
-def variant_from_requires(requires: list[str]) -> str | None:
+def variant_from_requires(requires: Sequence[str]) -> str | None:
     """The CUDA variant of a torch wheel, from its Requires-Dist lines: `nvidia-cuda-runtime-cu12==12.4.127`
     -> cu124, `cuda-toolkit[...]==13.0.3` -> cu130; None for a CPU wheel (no CUDA requirements)."""
     for line in requires:
@@ -152,4 +158,60 @@ def variant_from_requires(requires: list[str]) -> str | None:
     return None
 
 
-decide = decide_torch
+@dataclass(frozen=True)
+class Torch(Framework):
+    def load(self, t: Table, section: LDict) -> TorchFacts:
+        return load(t, section)
+
+    def decide(self, base: Base, python: str, version: str, compat: Compat) -> Verdict:
+        return decide_torch(base, python, version, compat)
+
+    def row(self, version: str, compat: Compat) -> Row | None:
+        found = _release(version, compat.facts(TorchFacts))
+        return Row("torch.releases", found.release, found.python) if found else None
+
+    def newest_row(self, compat: Compat) -> str:
+        return max((r.release for r in compat.facts(TorchFacts).releases), key=Version)
+
+    def row_hint(self, version: str) -> str:
+        return 'a torch.releases row for "{}.{}" (python, cuda, rocm, cudnn, pypi)'.format(*mm(version))
+
+    def built_for(self, metas: Sequence[Meta]) -> str | None:
+        return variant_from_requires(metas[0].requires_dist)
+
+    def stated(self, metas: Sequence[Meta]) -> str | None:
+        return f"its PyPI wheel is {self.built_for(metas) or 'a CPU build'}"
+
+    def contradictions(self, version: str, meta: Meta, ok: Sequence[Placed], row: Row, compat: Compat) -> list[str]:
+        """PyPI's own wheel is one CUDA variant (`pypi:`); its Requires-Dist says which."""
+        found = _release(version, compat.facts(TorchFacts))
+        assert found is not None  # the row that accepts it
+        stated = variant_from_requires(meta.requires_dist)
+        if found.pypi is None or stated == found.pypi:
+            return []
+        said = stated or ("a CPU build (no CUDA requirements)" if meta.requires_dist else "unknown (its metadata lists no Requires-Dist)")
+        return [
+            f"torch {version}'s PyPI wheel is {said} (its Requires-Dist), but {row.label} in "
+            f"{COMPAT_FILE} says pypi: {found.pypi}: confirm which CUDA PyPI's torch {version} is built for and fix `pypi:` "
+            f"(its images would install torch=={version} from PyPI as the {found.pypi} build)"
+        ]
+
+    def build_mismatches(self, variant: str, build: Mapping[str, object]) -> list[str]:
+        """torch.version.cuda / .hip against the planned variant (cu130 -> 13.0, rocm6.4, cpu)."""
+        if variant.startswith("cu"):
+            expected = f"{variant[2:-1]}.{variant[-1]}"
+            if build.get("cuda") != expected:
+                return [f"torch.version.cuda: planned {expected} ({variant}), found {build.get('cuda')}"]
+        elif variant.startswith("rocm"):
+            if not build.get("hip"):
+                return [f"torch.version.hip: planned {variant}, found none"]
+        elif build.get("cuda") or build.get("hip"):
+            return [f"torch: planned a cpu build, found cuda={build.get('cuda')} hip={build.get('hip')}"]
+        return []
+
+    def built(self, build: Mapping[str, object]) -> Built:
+        cudnn, hip = build.get("cudnn"), build.get("hip")
+        return Built(cudnn=str(cudnn) if cudnn else None, rocm=str(hip) if hip else None)
+
+
+FRAMEWORK = Torch("torch", SECTION_KEYS, gpu_arch=True, local_variant=True)

@@ -25,6 +25,9 @@ from typing import Any
 import pytest
 import testinfra
 
+from builder import probe_report
+from builder.errors import UserError
+from builder.probe_report import ProbeReport
 from builder.smoke.runner import probe_command
 
 CONTAINER_ENV = "BUILDER_SMOKE_CONTAINER"
@@ -104,16 +107,20 @@ def runs(host: Any, spec: dict[str, Any]) -> Iterator[dict[str, Future[Any]]]:
 
 
 @pytest.fixture(scope="session")
-def probe(runs: dict[str, Future[Any]]) -> dict[str, Any]:
-    """hello-gpu's JSON from inside the container, saved for the results file."""
+def probe(runs: dict[str, Future[Any]]) -> ProbeReport:
+    """hello-gpu's report from inside the container, typed; its JSON is saved for the results file."""
     run = runs["probe"].result()
     if run.rc in (124, 137):
         pytest.fail(f"hello-gpu timed out after {_timeout()} s inside the container")
     try:
-        data: dict[str, Any] = json.loads(run.stdout)
+        data = json.loads(run.stdout)
     except ValueError:
         pytest.fail(f"hello-gpu printed no JSON (exit {run.rc}): {run.stderr.strip()[-500:]}")
+    try:
+        report = probe_report.from_json(data, "hello-gpu's output")
+    except UserError as exc:
+        pytest.fail(str(exc))
     out = os.environ.get("BUILDER_SMOKE_PROBE_OUT")
     if out:
         Path(out).write_text(json.dumps(data, indent=2, sort_keys=True), encoding="utf-8")
-    return data
+    return report

@@ -10,6 +10,9 @@ from typing import Any
 import docker  # type: ignore[import-untyped]
 import pytest
 
+from builder.compat.rules import framework
+from builder.probe_report import ProbeReport
+
 GPU_VENDORS = ("cuda", "rocm")
 
 
@@ -17,51 +20,41 @@ def _public(version: str | None) -> str | None:
     return version.split("+")[0] if version else version
 
 
-def test_every_framework_imports_and_computes(probe: dict[str, Any], spec: dict[str, Any]) -> None:
+def test_every_framework_imports_and_computes(probe: ProbeReport, spec: dict[str, Any]) -> None:
     """Collect every failure first, then fail once with all of them."""
     problems = []
     for name in spec["frameworks"]:
-        result = probe["frameworks"].get(name, {})
-        status = result.get("status")
-        if status in (None, "not-installed"):
+        result = probe.frameworks.get(name)
+        if result is None or result.status == "not-installed":
             problems.append(f"{name}: not installed in the image")
-        elif status == "failed":
-            diagnosis = result.get("diagnosis") or {}
-            problems.append(f"{name}: {result.get('reason')} -> {diagnosis.get('cause', '')} {diagnosis.get('fix', '')}".strip())
-        elif not (result.get("cpu_check") or {}).get("ok"):
-            problems.append(f"{name}: CPU check failed: {(result.get('cpu_check') or {}).get('detail')}")
+        elif result.status == "failed":
+            cause, fix = (result.diagnosis.cause, result.diagnosis.fix) if result.diagnosis else ("", "")
+            problems.append(f"{name}: {result.reason} -> {cause} {fix}".strip())
+        elif not (result.cpu_check and result.cpu_check.ok):
+            problems.append(f"{name}: CPU check failed: {result.cpu_check.detail if result.cpu_check else None}")
     assert not problems, "; ".join(problems)
 
 
-def test_gpu_verdicts_are_honest(probe: dict[str, Any], spec: dict[str, Any], gpu_attached: bool) -> None:
+def test_gpu_verdicts_are_honest(probe: ProbeReport, spec: dict[str, Any], gpu_attached: bool) -> None:
     """With a GPU every framework must pass on it; without one nothing may claim `passed`."""
-    statuses = {name: probe["frameworks"][name]["status"] for name in spec["frameworks"]}
+    statuses = {name: probe.frameworks[name].status for name in spec["frameworks"]}
     if gpu_attached and spec["base"]["vendor"] in GPU_VENDORS:
         assert all(s == "passed" for s in statuses.values()), statuses
     else:
         assert all(s == "skipped" for s in statuses.values()), statuses
 
 
-def test_versions_equal_the_plan(probe: dict[str, Any], spec: dict[str, Any]) -> None:
+def test_versions_equal_the_plan(probe: ProbeReport, spec: dict[str, Any]) -> None:
     mismatches = []
     for name, planned in spec["frameworks"].items():
-        found = _public(probe["frameworks"][name].get("version"))
+        found = _public(probe.frameworks[name].version)
         if found != planned:
             mismatches.append(f"{name}: planned {planned}, found {found}")
-    torch = probe["frameworks"].get("torch")
-    variant = spec.get("variants", {}).get("torch")
-    if torch and variant:
-        build = torch.get("build") or {}
-        if variant.startswith("cu"):
-            expected = f"{variant[2:-1]}.{variant[-1]}"
-            if build.get("cuda") != expected:
-                mismatches.append(f"torch.version.cuda: planned {expected} ({variant}), found {build.get('cuda')}")
-        elif variant.startswith("rocm"):
-            if not build.get("hip"):
-                mismatches.append(f"torch.version.hip: planned {variant}, found none")
-        elif build.get("cuda") or build.get("hip"):
-            mismatches.append(f"torch: planned a cpu build, found cuda={build.get('cuda')} hip={build.get('hip')}")
-    python = probe["host"]["python"]
+    for name, variant in spec.get("variants", {}).items():  # what each framework's own build report says (torch.version.cuda)
+        found_build = probe.frameworks.get(name)
+        if found_build and variant:
+            mismatches += framework(name).build_mismatches(variant, found_build.build)
+    python = probe.host.python
     if not python.startswith(spec["python"] + "."):
         mismatches.append(f"python: planned {spec['python']}, found {python}")
     assert not mismatches, "; ".join(mismatches)
@@ -80,7 +73,7 @@ def _same_release(planned: str, found: str | None) -> bool:
     return found is not None and found.split(".")[: len(planned.split("."))] == planned.split(".")
 
 
-def test_cuda_proven_without_a_gpu(probe: dict[str, Any], spec: dict[str, Any]) -> None:
+def test_cuda_proven_without_a_gpu(probe: ProbeReport, spec: dict[str, Any]) -> None:
     """Everything up to the device call: each framework's build targets the planned CUDA, its CUDA checks
     that need no GPU (a kernel compiled, cuDNN loaded) pass, and the CUDA libraries the lock pins load at
     exactly the pinned versions."""
@@ -88,26 +81,24 @@ def test_cuda_proven_without_a_gpu(probe: dict[str, Any], spec: dict[str, Any]) 
         pytest.skip(f"a {spec['base']['vendor']} image bundles no CUDA libraries")
     problems = []
     for name in spec["frameworks"]:
-        result = probe["frameworks"][name]
+        result = probe.frameworks[name]
         planned = planned_cuda(spec.get("variants", {}).get(name, ""))
-        if planned and not _same_release(planned, result.get("cuda_build")):
-            problems.append(f"{name}: built for CUDA {result.get('cuda_build')}, the plan says {planned}")
-        if not result.get("offline"):
+        if planned and not _same_release(planned, result.cuda_build):
+            problems.append(f"{name}: built for CUDA {result.cuda_build}, the plan says {planned}")
+        if not result.offline:
             problems.append(f"{name}: ran no CUDA check without a GPU")
-        problems += [f"{name}: {c['name']}: {c['detail']}" for c in result.get("offline", []) if not c.get("ok")]
-    cuda = probe.get("cuda") or {}
-    checked = {c["name"]: c for c in cuda.get("checks", [])}
+        problems += [f"{name}: {c.name}: {c.detail}" for c in result.offline if not c.ok]
+    cuda = probe.cuda
+    checked = {c.name: c for c in cuda.checks}
     for library, version in sorted((spec.get("libraries") or {}).items()):
         check = checked.get(library)
         if check is None:
             problems.append(f"{library} {version}: the probe did not check it")
-        elif not check.get("ok"):
-            problems.append(f"{library}: {check.get('detail')}")
-    problems += [
-        f"{c['name']}: {c['detail']}" for c in cuda.get("checks", []) if not c.get("ok") and c["name"] not in spec.get("libraries", {})
-    ]
-    if cuda.get("diagnosis"):
-        problems.append(f"-> {cuda['diagnosis']['cause']}; {cuda['diagnosis']['fix']}")
+        elif not check.ok:
+            problems.append(f"{library}: {check.detail}")
+    problems += [f"{c.name}: {c.detail}" for c in cuda.checks if not c.ok and c.name not in spec.get("libraries", {})]
+    if cuda.diagnosis:
+        problems.append(f"-> {cuda.diagnosis.cause}; {cuda.diagnosis.fix}")
     assert not problems, "; ".join(problems)
 
 

@@ -39,7 +39,7 @@ def platform(spec: ImageSpec) -> str:
     architecture does not build an image whose hashes cannot match."""
     arch = platform_for(spec.base.os, table()).split("-", 1)[0]
     if arch not in PLATFORMS:
-        raise ValueError(f"no OCI platform known for lock architecture {arch!r}; add it to builder/spec/bake.py PLATFORMS")
+        raise ValueError(f"no OCI platform known for lock architecture {arch!r}; add it to builder/render/bake.py PLATFORMS")
     return PLATFORMS[arch]
 
 

@@ -1,0 +1,173 @@
+"""The exact rules for which GPU runs which embedded device code (pure).
+
+A library built for CUDA carries SASS (cubins, machine code for one architecture) and may carry PTX
+(an intermediate form the driver JIT-compiles). What runs where:
+
+- SASS for sm_XY runs on compute capability X.Z with Z >= Y, same major only (binary compatibility
+  within a major: an sm_86 cubin runs on 8.9, never on 9.0).
+- Arch-specific cubins (sm_90a, sm_100a, sm_120a) run only on their exact target; family-specific
+  ones (sm_100f) follow the same-major rule like plain cubins.
+- PTX for compute_XY is JIT-compiled for any device >= X.Y, by a driver that knows its PTX ISA
+  version (driver.py); arch-specific PTX only on its exact target.
+
+SASS is preferred over PTX: a device with usable SASS never JITs, so the decision names the SASS
+target that carries most of the cubins the device can run.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from builder.errors import UserError
+
+_ARCH = re.compile(r"^(?:sm_|compute_)?(\d{2,3})([af]?)$")
+_CC = re.compile(r"^(\d{1,2})\.(\d)$")
+
+# Generation names for the reason lines (NVIDIA's CUDA GPU compute capability list); a CC not
+# listed is named by its number alone.
+GENERATIONS: dict[tuple[int, int], str] = {
+    (5, 0): "Maxwell",
+    (5, 2): "Maxwell",
+    (5, 3): "Maxwell",
+    (6, 0): "Pascal",
+    (6, 1): "Pascal",
+    (6, 2): "Pascal",
+    (7, 0): "Volta",
+    (7, 2): "Volta",
+    (7, 5): "Turing",
+    (8, 0): "Ampere",
+    (8, 6): "Ampere",
+    (8, 7): "Ampere",
+    (8, 9): "Ada",
+    (9, 0): "Hopper",
+    (10, 0): "Blackwell",
+    (10, 3): "Blackwell",
+    (11, 0): "Blackwell",
+    (12, 0): "Blackwell",
+    (12, 1): "Blackwell",
+}
+
+
+@dataclass(frozen=True, order=True)
+class Arch:
+    """A GPU architecture: a compute capability (major.minor) and the `a`/`f` suffix of a target."""
+
+    major: int
+    minor: int
+    suffix: Literal["", "a", "f"] = ""
+
+    @staticmethod
+    def parse(text: str) -> Arch:
+        """`sm_86`, `sm_90a`, `compute_120`, `100f` as cuobjdump and nvcc spell them; the last digit is the minor."""
+        match = _ARCH.fullmatch(text.strip())
+        if match is None:
+            raise ValueError(f"not a GPU architecture: {text!r} (expected e.g. sm_86, sm_90a, compute_120)")
+        digits, suffix = match.groups()
+        return Arch(int(digits[:-1]), int(digits[-1]), "a" if suffix == "a" else "f" if suffix == "f" else "")
+
+    @staticmethod
+    def cc(text: str) -> Arch:
+        """A device's compute capability as nvidia-smi reports it (`8.6`, `12.0`)."""
+        match = _CC.fullmatch(text.strip())
+        if match is None:
+            raise UserError(f"compute capability {text!r} is not MAJOR.MINOR: give it as nvidia-smi reports it, e.g. 8.6 or 12.0")
+        return Arch(int(match.group(1)), int(match.group(2)))
+
+    @property
+    def sm(self) -> str:
+        return f"sm_{self.major}{self.minor}{self.suffix}"
+
+    @property
+    def compute(self) -> str:
+        return f"compute_{self.major}{self.minor}{self.suffix}"
+
+    @property
+    def number(self) -> str:
+        return f"{self.major}.{self.minor}"
+
+    @property
+    def generation(self) -> str:
+        return GENERATIONS.get((self.major, self.minor), f"compute capability {self.number}")
+
+
+@dataclass(frozen=True)
+class Embedded:
+    """The device code in a set of libraries: the SASS targets and the PTX targets, each sorted.
+
+    `cubins` counts the cubins per SASS target: a library is many compilation units, and a target
+    with one cubin (torch 2.14.1's single sm_89 kernel) is not the way most of its kernels reach a
+    GPU, so the reason names the target that carries most of them."""
+
+    sass: tuple[Arch, ...]
+    ptx: tuple[Arch, ...]
+    ptx_isa: tuple[str, ...] = ()  # the PTX ISA versions of that PTX ("9.0"), when read
+    cubins: tuple[tuple[Arch, int], ...] = ()  # (SASS target, how many cubins), when counted
+
+    @staticmethod
+    def of(sass: Iterable[Arch], ptx: Iterable[Arch], ptx_isa: Iterable[str] = ()) -> Embedded:
+        """From every entry as listed (repeats counted)."""
+        counted = Counter(sass)
+        return Embedded(
+            tuple(sorted(counted)), tuple(sorted(set(ptx))), tuple(sorted(set(ptx_isa), key=_isa_key)), tuple(sorted(counted.items()))
+        )
+
+    def count(self, arch: Arch) -> int:
+        return dict(self.cubins).get(arch, 0)
+
+    @property
+    def label(self) -> str:
+        """`sm_75 sm_80 ... compute_120`: the listing in one line."""
+        return " ".join([a.sm for a in self.sass] + [a.compute for a in self.ptx]) or "no device code"
+
+
+def _isa_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split(".") if part.isdigit())
+
+
+def sass_runs(cubin: Arch, device: Arch) -> bool:
+    if cubin.suffix == "a":
+        return (cubin.major, cubin.minor) == (device.major, device.minor)
+    return cubin.major == device.major and device.minor >= cubin.minor
+
+
+def ptx_runs(ptx: Arch, device: Arch) -> bool:
+    if ptx.suffix == "a":
+        return (ptx.major, ptx.minor) == (device.major, device.minor)
+    return (device.major, device.minor) >= (ptx.major, ptx.minor)
+
+
+@dataclass(frozen=True)
+class ArchFit:
+    """How a device runs the device code: through a cubin, through PTX JIT, or not at all."""
+
+    device: Arch
+    how: Literal["sass", "ptx", "none"]
+    via: Arch | None
+    reason: str
+
+    @property
+    def fits(self) -> bool:
+        return self.how != "none"
+
+
+def decide(embedded: Embedded, device: Arch, what: str) -> ArchFit:
+    """The device's fit with one-line reason; `what` names the software (`torch 2.14.1+cu130`)."""
+    cubins = [a for a in embedded.sass if sass_runs(a, device)]
+    if cubins:
+        best = max(cubins, key=lambda a: (embedded.count(a), a))
+        return ArchFit(device, "sass", best, f"{device.number} ({device.generation}) runs {what} through its {best.sm} SASS")
+    ptx = [a for a in embedded.ptx if ptx_runs(a, device)]
+    if ptx:
+        best = max(ptx)
+        return ArchFit(
+            device,
+            "ptx",
+            best,
+            f"{device.number} ({device.generation}) has no SASS in {what}: the driver JIT-compiles its {best.compute} PTX (slow first start)",
+        )
+    no_ptx = "no PTX" if not embedded.ptx else f"no PTX at or below {device.compute}"
+    return ArchFit(device, "none", None, f"no {device.sm} SASS and {no_ptx}: {device.generation} cannot run {what}")

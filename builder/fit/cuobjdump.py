@@ -1,0 +1,101 @@
+"""What device code a CUDA library embeds, read with NVIDIA's cuobjdump.
+
+cuobjdump ships on PyPI (`nvidia-cuda-cuobjdump`, binary at nvidia/cu13/bin/cuobjdump inside the
+wheel), so the answer comes from NVIDIA's own reader, not from a guess about the build flags. The
+parsers are pure and tested on real output (tests/fixtures/cuobjdump/); `measure` runs the binary.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from builder.errors import RunFailure, UserError
+from builder.fit.arch import Arch, Embedded
+
+Runner = Callable[[Sequence[str]], tuple[int, str]]
+ENV = "BUILDER_CUOBJDUMP"
+WHEEL_PATH = Path("nvidia") / "cu13" / "bin" / "cuobjdump"
+RUN_TIMEOUT_S = 300  # libtorch_cuda.so (~1 GB) takes ~7 s; a bound, not an estimate
+_ELF = re.compile(r"^ELF file\s+\d+:\s+\S+?\.(sm_\d{2,3}[af]?)\.cubin\s*$")
+_PTX = re.compile(r"^PTX file\s+\d+:\s+\S+?\.(sm_\d{2,3}[af]?)\.ptx\s*$")
+_NO_DEVICE_CODE = "does not contain device code"
+_HEADER = re.compile(r"^(arch|code version)\s*=\s*(.+?)\s*$")
+
+
+def parse_list(text: str, kind: re.Pattern[str]) -> tuple[Arch, ...]:
+    """The target of each entry of `--list-elf` or `--list-ptx` output, repeats kept (they are
+    counted); other lines (info, blanks) are ignored."""
+    return tuple(Arch.parse(m.group(1)) for line in text.splitlines() if (m := kind.match(line.strip())))
+
+
+def parse_ptx_versions(text: str) -> tuple[str, ...]:
+    """The PTX ISA versions in `--dump-ptx` output: each "Fatbin ptx code" header's `code version = [9,4]`."""
+    versions: set[str] = set()
+    in_ptx = False
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("Fatbin "):
+            in_ptx = line.startswith("Fatbin ptx code")
+            continue
+        match = _HEADER.match(line)
+        if in_ptx and match and match.group(1) == "code version":
+            numbers = re.findall(r"\d+", match.group(2))
+            if len(numbers) == 2:
+                versions.add(".".join(numbers))
+            in_ptx = False
+    return tuple(sorted(versions, key=lambda v: tuple(int(p) for p in v.split("."))))
+
+
+def parse(elf_list: str, ptx_list: str, ptx_dump: str = "") -> Embedded:
+    return Embedded.of(parse_list(elf_list, _ELF), parse_list(ptx_list, _PTX), parse_ptx_versions(ptx_dump))
+
+
+def find_binary(env: dict[str, str] | None = None, paths: Sequence[str] | None = None) -> Path:
+    """$BUILDER_CUOBJDUMP, else cuobjdump on PATH, else the wheel's binary in this Python's site-packages."""
+    env = dict(os.environ) if env is None else env
+    if env.get(ENV):
+        given = Path(env[ENV])
+        if not given.is_file():
+            raise UserError(f"${ENV} is {given}, which is not a file: point it at cuobjdump or unset it")
+        return given
+    on_path = shutil.which("cuobjdump", path=env.get("PATH"))
+    if on_path:
+        return Path(on_path)
+    for folder in sys.path if paths is None else paths:
+        candidate = Path(folder) / WHEEL_PATH
+        if candidate.is_file():
+            return candidate
+    raise UserError(f"cuobjdump not found: `pip install nvidia-cuda-cuobjdump`, or set ${ENV} to the binary")
+
+
+def run_binary(argv: Sequence[str]) -> tuple[int, str]:
+    try:
+        proc = subprocess.run(list(argv), capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        return 124, f"timed out after {RUN_TIMEOUT_S} s"
+    except OSError as exc:
+        return 126, str(exc)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def measure(library: Path, binary: Path, run: Runner = run_binary) -> Embedded:
+    """The SASS, PTX and PTX ISA versions in one library; a file without device code is empty, not an error."""
+    outputs = []
+    for option in ("--list-elf", "--list-ptx"):
+        rc, out = run([str(binary), option, str(library)])
+        if rc != 0 and _NO_DEVICE_CODE not in out:
+            last = (out.strip().splitlines() or ["no output"])[-1]
+            raise RunFailure(f"cuobjdump {option} {library} exited {rc}: {last}")
+        outputs.append(out)
+    dump = ""
+    if parse_list(outputs[1], _PTX):
+        rc, dump = run([str(binary), "--dump-ptx", str(library)])
+        if rc != 0:
+            raise RunFailure(f"cuobjdump --dump-ptx {library} exited {rc}")
+    return parse(outputs[0], outputs[1], dump)

@@ -1,0 +1,156 @@
+"""The host a fit is judged for: its CPU architecture, GPU vendor, GPUs and driver.
+
+Detected (nvidia-smi through builder.host.facts, `uname -m`, the AMD gfx targets in the kfd
+topology of sysfs) or given on the command line; a given value replaces the detected one, so
+`builder fit` answers for another machine too. Parsing is pure; the gathering takes its sources
+as parameters.
+"""
+
+from __future__ import annotations
+
+import platform
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from builder.errors import UserError
+from builder.fit.arch import Arch
+from builder.host import facts
+
+Vendor = Literal["nvidia", "amd", "none"]
+CpuArch = Literal["amd64", "arm64"]
+VENDORS: tuple[Vendor, ...] = ("nvidia", "amd", "none")
+CPU_ARCHES: dict[str, CpuArch] = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
+_DRIVER = re.compile(r"^\d{3}(\.\d{1,3}){0,2}$")
+_GFX_LINE = re.compile(r"^\s*gfx_target_version\s+(\d+)\s*$", re.MULTILINE)
+_ROCMINFO_GFX = re.compile(r"^\s*Name:\s+(gfx[0-9a-f]+)\s*$", re.MULTILINE)
+KFD_NODES = Path("sys/class/kfd/kfd/topology/nodes")
+
+
+@dataclass(frozen=True)
+class FitHost:
+    arch: CpuArch
+    vendor: Vendor
+    gpus: tuple[str, ...]  # NVIDIA: compute capabilities ("8.6"); AMD: gfx targets ("gfx90a")
+    driver: str | None  # NVIDIA driver version; None when not known
+    detected: tuple[str, ...] = ()  # which of arch, vendor, gpus, driver were detected, not given
+
+    def to_json(self) -> dict[str, object]:
+        return {"arch": self.arch, "vendor": self.vendor, "gpus": list(self.gpus), "driver": self.driver, "detected": list(self.detected)}
+
+
+def cpu_arch(machine: str) -> CpuArch:
+    """`uname -m` (or --arch) as an OCI architecture: x86_64 -> amd64, aarch64 -> arm64."""
+    found = CPU_ARCHES.get(machine.strip().lower())
+    if found is None:
+        raise UserError(f"--arch {machine!r} is not a known CPU architecture: give amd64 or arm64")
+    return found
+
+
+def gfx_target(version: int) -> str | None:
+    """kfd's gfx_target_version (major*10000 + minor*100 + stepping) as a gfx name: 90010 -> gfx90a; 0 (a CPU node) -> None."""
+    if version <= 0:
+        return None
+    major, rest = divmod(version, 10000)
+    minor, stepping = divmod(rest, 100)
+    return f"gfx{major}{minor:x}{stepping:x}"
+
+
+def parse_kfd_properties(text: str) -> str | None:
+    """The gfx target of one kfd topology node's `properties` file; None for a CPU node."""
+    match = _GFX_LINE.search(text)
+    return gfx_target(int(match.group(1))) if match else None
+
+
+def parse_rocminfo(text: str) -> tuple[str, ...]:
+    """The gfx agents rocminfo lists (`Name: gfx90a`), in order, once each."""
+    return tuple(dict.fromkeys(_ROCMINFO_GFX.findall(text)))
+
+
+def amd_targets(root: Path = Path("/")) -> tuple[str, ...]:
+    """gfx targets of this host's AMD GPUs from sysfs (no ROCm needed); () when there is no kfd."""
+    nodes = root / KFD_NODES
+    if not nodes.is_dir():
+        return ()
+    found = []
+    for node in sorted(nodes.iterdir(), key=lambda p: (len(p.name), p.name)):
+        try:
+            target = parse_kfd_properties((node / "properties").read_text(encoding="utf-8", errors="replace"))
+        except OSError:
+            continue
+        if target:
+            found.append(target)
+    return tuple(dict.fromkeys(found))
+
+
+def check_driver(value: str) -> str:
+    if not _DRIVER.fullmatch(value.strip()):
+        raise UserError(f"--driver {value!r} is not a driver version: give it as nvidia-smi prints it, e.g. 550.54.15")
+    return value.strip()
+
+
+def detect(run: facts.Runner = facts.run_command, root: Path = Path("/"), machine: str | None = None) -> FitHost:
+    """What this machine has: NVIDIA first (nvidia-smi), else AMD (kfd in sysfs, else rocminfo), else no GPU."""
+    arch = cpu_arch(machine or platform.machine())
+    nvidia = facts.gather_nvidia(run, root)
+    if nvidia.has_gpu:
+        ccs = tuple(gpu.compute_cap for gpu in nvidia.gpus if gpu.compute_cap is not None)
+        return FitHost(arch, "nvidia", ccs, nvidia.driver, ("arch", "vendor", "gpus", "driver"))
+    gfx = amd_targets(root)
+    if not gfx:
+        rc, out = run(["rocminfo"])
+        gfx = parse_rocminfo(out) if rc == 0 else ()
+    if gfx:
+        return FitHost(arch, "amd", gfx, None, ("arch", "vendor", "gpus"))
+    return FitHost(arch, "none", (), None, ("arch", "vendor", "gpus"))
+
+
+def given(
+    detected: FitHost | None,
+    *,
+    gpu_cc: Sequence[str] = (),
+    driver: str | None = None,
+    arch: str | None = None,
+    vendor: str | None = None,
+) -> FitHost:
+    """The host with the given options in place of detected values (`detected` None: nothing detected).
+
+    --gpu-cc and --driver imply an NVIDIA host; --vendor none drops the GPUs; a value that is neither given
+    nor detected stays unknown (no driver: the driver is not checked)."""
+    for cc in gpu_cc:
+        Arch.cc(cc)
+    if vendor is not None:
+        _vendor(vendor)
+    if vendor in ("amd", "none") and gpu_cc:
+        raise UserError(f"--gpu-cc is an NVIDIA compute capability, but --vendor is {vendor}: drop one of them")
+    if vendor in ("amd", "none") and driver is not None:
+        raise UserError(f"--driver is an NVIDIA driver version, but --vendor is {vendor}: drop one of them")
+    base = detected or FitHost(cpu_arch(platform.machine()), "none", (), None, ("arch",))
+    chosen: Vendor = _vendor(vendor) if vendor is not None else "nvidia" if gpu_cc or driver is not None else base.vendor
+    same = chosen == base.vendor
+    gpus = tuple(cc.strip() for cc in gpu_cc) if gpu_cc else base.gpus if same else ()
+    replaced = {"arch": arch is not None, "vendor": not same, "gpus": bool(gpu_cc) or not same, "driver": driver is not None or not same}
+    return FitHost(
+        arch=cpu_arch(arch) if arch is not None else base.arch,
+        vendor=chosen,
+        gpus=gpus,
+        driver=check_driver(driver) if driver is not None else base.driver if same else None,
+        detected=tuple(key for key in base.detected if not replaced[key]),
+    )
+
+
+def _vendor(value: str) -> Vendor:
+    for known in VENDORS:
+        if value == known:
+            return known
+    raise UserError(f"--vendor {value!r} is not one of {', '.join(VENDORS)}: pick one")
+
+
+def host_for(*, gpu_cc: Sequence[str] = (), driver: str | None = None, arch: str | None = None, vendor: str | None = None) -> FitHost:
+    """The host `builder fit` judges for: detected, with the options in place of what they name.
+    Nothing is detected when the options already say it all (GPUs and driver, or no GPU), so a
+    described host never waits on this machine's nvidia-smi."""
+    described = (bool(gpu_cc) and driver is not None) or vendor == "none"
+    return given(None if described else detect(), gpu_cc=gpu_cc, driver=driver, arch=arch, vendor=vendor)

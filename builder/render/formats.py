@@ -1,0 +1,95 @@
+"""Plan output formats for tools: json (the plan, whose image entries are also each
+images/<id>/image.json), github (an Actions strategy.matrix) and bake (builder/render/bake.py);
+tables are in ui/. Here, not in spec/: an entry states the image's lock (builder/lock/), which
+comes after the plan."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from builder.compat.facts import table
+from builder.errors import UserError
+from builder.lock.claims import cc_floor
+from builder.lock.files import libraries
+from builder.lock.target import lock_state
+from builder.records import ImageSpec, Skipped, Vendor
+
+# Where a leg of .github/workflows/images.yml runs: GPU images on self-hosted runners with that
+# vendor's GPU (the labels a runner is registered with), the rest on GitHub's hosted runners.
+RUNNERS: dict[Vendor, tuple[str, ...]] = {
+    "cuda": ("self-hosted", "linux", "x64", "nvidia"),
+    "rocm": ("self-hosted", "linux", "x64", "amd"),
+    "cpu": ("ubuntu-latest",),
+}
+MAX_MATRIX_JOBS = 256  # GitHub Actions refuses a larger strategy.matrix
+
+
+def plan_json(images: tuple[ImageSpec, ...], skipped: tuple[Skipped, ...]) -> dict[str, Any]:
+    return {"images": [image_entry(s) for s in images], "skipped": [skipped_entry(s) for s in skipped]}
+
+
+def github_matrix(images: tuple[ImageSpec, ...]) -> dict[str, Any]:
+    """`strategy: matrix: ${{ fromJSON(needs.plan.outputs.matrix) }}` consumes this as is; every
+    field the workflow reads (`matrix.<field>`) is in every entry (tests/test_workflows.py)."""
+    if len(images) > MAX_MATRIX_JOBS:
+        raise UserError(
+            f"{len(images)} images exceed GitHub's {MAX_MATRIX_JOBS} jobs per matrix; split the run with --select (e.g. vendor=cuda)"
+        )
+    return {
+        "include": [
+            {
+                "id": s.id,
+                "tag": s.tag,
+                "base": s.base.name,
+                "base_from": s.base.from_ref,
+                "local_base": s.base.bootstrap is not None,
+                "vendor": s.base.vendor,
+                "stack": s.stack,
+                "python": s.python,
+                "select": f"id={s.id}",
+                "gpu": s.base.vendor != "cpu",
+                "runs_on": list(RUNNERS[s.base.vendor]),
+            }
+            for s in images
+        ]
+    }
+
+
+def image_entry(spec: ImageSpec) -> dict[str, Any]:
+    """The plan JSON entry for an image (also written as images/<id>/image.json)."""
+    base: dict[str, Any] = {"name": spec.base.name, "vendor": spec.base.vendor, "os": spec.base.os}
+    for key in ("version", "image", "digest", "bootstrap"):
+        value = getattr(spec.base, key)
+        if value is not None:
+            base[key] = value
+    base["from"] = spec.base.from_ref
+    accel = {k: v for k, v in vars(spec.accelerator).items() if v is not None}
+    return {
+        "id": spec.id,
+        "tag": spec.tag,
+        "base": base,
+        "stack": spec.stack,
+        "python": spec.python,
+        "frameworks": dict(spec.frameworks),
+        "packages": list(spec.packages),
+        "index_urls": list(spec.index_urls),
+        "content_hash": spec.content_hash,
+        "accelerator": accel,
+        "variants": {i.framework: i.variant for i in spec.installs},
+        "cudnn": {i.framework: i.cudnn for i in spec.installs if i.cudnn},
+        "notes": [note for i in spec.installs for note in i.notes],
+        "warnings": list(spec.warnings),
+        "lock": lock_state(spec, table()),
+        "libraries": libraries(spec.lock) if spec.lock else {},
+        **({"cc_min": floor} if (floor := cc_floor(spec, table())) else {}),
+    }
+
+
+def skipped_entry(skip: Skipped) -> dict[str, Any]:
+    return {
+        "base": skip.base,
+        "stack": skip.stack,
+        "python": skip.python,
+        "frameworks": dict(skip.frameworks),
+        "reason": skip.reason,
+    }

@@ -1,0 +1,232 @@
+"""`builder fit QUERY`: does each known-good record the query matches run on this host, and why;
+`builder fit --library FILE`: the same for libraries, measured from their device code.
+
+A record's fit is judged from what it already says (its CUDA version, cuDNN and framework
+releases) against the compat tables: the driver floor of its CUDA runtime (fit/driver.py), the
+compute capabilities its framework wheels ship kernels for (compat/data/gpu_arch.yaml) and the
+GPU floor of its cuDNN. Every such reason says "from the compat table, not measured": measuring the
+image's own binaries (fit/cuobjdump.py) and recording that with the smoke result comes next.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from builder.catalog.records import KnownGood
+from builder.catalog.store import Catalog
+from builder.compat import gpu_arch
+from builder.compat.facts import Compat, table
+from builder.compat.rules import framework, names
+from builder.compat.versions import cc_tuple, mm, release_tuple
+from builder.errors import RunFailure, UserError
+from builder.fit import cuobjdump, fatbin
+from builder.fit import driver as drivers
+from builder.fit.arch import Arch, Embedded, decide
+from builder.fit.host import FitHost
+from builder.usecases.catalog import find, no_match_message
+
+Status = Literal["fits", "does not fit", "unknown"]
+Reader = Literal["fatbin", "cuobjdump"]
+RECORD_ARCH = "amd64"  # every lock resolves for x86_64 (builder/lock/target.py platform_for), so every image is amd64
+FROM_TABLE = "from the compat table, not measured"
+_CUDA_VARIANT = re.compile(r"^cu(?:da)?(\d{2,3})$")
+
+
+@dataclass(frozen=True)
+class RecordFit:
+    id: str
+    status: Status
+    reason: str  # one line
+    measured: bool  # False: judged from the compat tables (no record carries a measured fit yet)
+
+    def to_json(self) -> dict[str, object]:
+        return {"id": self.id, "status": self.status, "reason": self.reason, "measured": self.measured}
+
+
+@dataclass(frozen=True)
+class FitReport:
+    host: FitHost
+    records: tuple[RecordFit, ...]  # newest first, as the catalog query orders them
+    catalog: bool = True  # False: the rows are libraries (--library), not records to pull
+
+    @property
+    def newest_fit(self) -> str | None:
+        return next((r.id for r in self.records if r.status == "fits"), None)
+
+    @property
+    def ok(self) -> bool:
+        """Records: one fits (there is an image to pull). Libraries: all fit (a program loads them all)."""
+        if self.catalog:
+            return self.newest_fit is not None
+        return all(r.status == "fits" for r in self.records)
+
+    def to_json(self) -> dict[str, object]:
+        return {"host": self.host.to_json(), "records": [r.to_json() for r in self.records], "newest_fit": self.newest_fit}
+
+
+def fit(catalog: Catalog, query: str, host: FitHost) -> FitReport:
+    """The fit of every record the query matches (all records for an empty query); none matching is a RunFailure."""
+    records = find(catalog, query)
+    if not records:
+        raise RunFailure(no_match_message(catalog, query))
+    compat = table()
+    return FitReport(host, tuple(judge(record, host, compat) for record in records))
+
+
+def judge(record: KnownGood, host: FitHost, compat: Compat) -> RecordFit:
+    kind = record.accelerator.kind
+    if host.arch != RECORD_ARCH:
+        return _no(record, f"an {RECORD_ARCH} image; this host is {host.arch}")
+    if kind == "cpu":
+        return RecordFit(record.id, "fits", f"a CPU image: runs on any {RECORD_ARCH} host", False)
+    if kind == "rocm":
+        if host.vendor != "amd":
+            return _no(record, f"a ROCm image needs an AMD GPU; this host has {_vendor_label(host)}")
+        return RecordFit(record.id, "unknown", "a ROCm image: its gfx targets are not in the compat tables yet, not checked", False)
+    if host.vendor != "nvidia":
+        return _no(record, f"a CUDA image needs an NVIDIA GPU; this host has {_vendor_label(host)}")
+    return _cuda(record, host, compat)
+
+
+def _vendor_label(host: FitHost) -> str:
+    return {"nvidia": "an NVIDIA GPU", "amd": "an AMD GPU", "none": "no GPU"}[host.vendor]
+
+
+def _no(record: KnownGood, reason: str) -> RecordFit:
+    return RecordFit(record.id, "does not fit", reason, False)
+
+
+def _cuda(record: KnownGood, host: FitHost, compat: Compat) -> RecordFit:
+    """Driver floor, each framework's compute capabilities, cuDNN's GPU floor: the first refusal wins.
+    Not knowing the driver is only noted (the person asked about GPUs); not knowing whether a GPU
+    runs the kernels makes the answer `unknown`, never a guessed yes."""
+    cuda = record.accelerator.cuda or record.accelerator.version or ""
+    said: list[str] = []
+    unknown: list[str] = []
+    floor = drivers.floor_for(cuda, compat) if cuda else None
+    if floor is None:
+        unknown.append(f"the driver floor of CUDA {cuda or '?'}")
+    elif host.driver is None:
+        said.append(f"driver not checked (CUDA {floor.cuda} needs >= {floor.floor}; give --driver)")
+    else:
+        verdict = drivers.check(host.driver, floor)
+        if not verdict.fits:
+            return _no(record, f"{verdict.reason} ({FROM_TABLE})")
+        said.append(verdict.reason)
+    if not host.gpus:
+        unknown.append("the GPUs (none detected or given; give --gpu-cc)")
+    for name, version in sorted(record.frameworks.items()):
+        if name not in names():
+            continue  # not a GPU framework of the registry (e.g. numpy)
+        row = _row(name, version, cuda) if framework(name).gpu_arch else None
+        label = f"{name} {version}"
+        if row is None:
+            unknown.append(f"the compute capabilities of {label} (not in gpu_arch.yaml)")
+            continue
+        for cc in host.gpus:
+            if not row.contains(cc) and not row.jit_only(cc):
+                return _no(record, f"{label} ships kernels for {row.label}: {Arch.cc(cc).generation} {cc} cannot run it ({FROM_TABLE})")
+        jit = [cc for cc in host.gpus if row.jit_only(cc)]
+        said.append(f"{label} ships kernels for {row.label}" + (f" ({', '.join(jit)} through its PTX, slow first start)" if jit else ""))
+    refused = _cudnn_refusal(record.accelerator.cudnn or "", host, compat)
+    if refused:
+        return _no(record, f"{refused} ({FROM_TABLE})")
+    if unknown:
+        return RecordFit(record.id, "unknown", f"not checked: {', '.join(unknown)} ({FROM_TABLE})", False)
+    return RecordFit(record.id, "fits", f"{'; '.join(said)} ({FROM_TABLE})", False)
+
+
+def _cudnn_refusal(cudnn: str, host: FitHost, compat: Compat) -> str | None:
+    """cuDNN releases drop GPU generations (9.11: Maxwell, Pascal, Volta; compat.yaml cuda.cudnn_cc)."""
+    floors = [cc for since, cc in compat.cudnn_cc if cudnn and release_tuple(cudnn) >= release_tuple(since)]
+    if not floors:
+        return None
+    lowest = max(floors, key=cc_tuple)
+    old = [cc for cc in host.gpus if cc_tuple(cc) < cc_tuple(lowest)]
+    if not old:
+        return None
+    return f"cuDNN {cudnn} needs compute capability >= {lowest}: {Arch.cc(old[0]).generation} {old[0]} cannot run it"
+
+
+def _row(name: str, version: str, cuda: str) -> gpu_arch.ArchRange | None:
+    """The gpu_arch row of this framework release built for this CUDA: the local version's variant
+    (2.14.1+cu130) when it has one, else the variant whose CUDA matches the record's (cuda13, cu13, cu130)."""
+    public, _, local = version.partition("+")
+    if local:
+        return gpu_arch.lookup(name, local, public)
+    if not cuda:
+        return None
+    major, minor = mm(cuda)
+    for row in gpu_arch.default_table():
+        for variant in row.variants:
+            match = _CUDA_VARIANT.fullmatch(variant)
+            if match is None or not row.covers(name, variant, public):
+                continue
+            digits = match.group(1)
+            if (len(digits) == 2 and int(digits) == major) or (len(digits) == 3 and (int(digits[:-1]), int(digits[-1])) == (major, minor)):
+                return row
+    return None
+
+
+MAX_LIBRARIES = 2000  # shared libraries under one --library folder; a whole filesystem is a mistake
+
+
+def fit_libraries(paths: Sequence[Path], host: FitHost, reader: Reader = "fatbin") -> FitReport:
+    """The fit of each library from the device code it embeds, read by builder's fatbin reader or
+    by NVIDIA's cuobjdump (the two agree: tests/test_fit.py). A folder stands for the shared
+    libraries under it that hold device code (a venv's site-packages, an exported image layer):
+    each is judged on its own, since one library of a wheel can lack a target another has."""
+    compat = table()
+    binary = cuobjdump.find_binary() if reader == "cuobjdump" else None
+    rows = []
+    for given in paths:
+        files = _shared_libraries(given) if given.is_dir() else [given]
+        for path in files:
+            try:
+                embedded = cuobjdump.measure(path, binary) if binary is not None else fatbin.read(path)
+            except (fatbin.NotElf, OSError) as exc:
+                if given.is_dir():
+                    continue  # a file named like a library that is not one: not what the folder was given for
+                raise UserError(f"--library {path}: {exc}; give a shared library, an executable or a folder of them") from None
+            if given.is_dir() and not embedded.sass and not embedded.ptx:
+                continue
+            rows.append(judge_embedded(str(path.relative_to(given)) if given.is_dir() else path.name, embedded, host, compat))
+    if not rows:
+        raise UserError(f"no library with device code under {', '.join(map(str, paths))}: give the folder of the CUDA libraries")
+    return FitReport(host, tuple(rows), catalog=False)
+
+
+def _shared_libraries(folder: Path) -> list[Path]:
+    found = sorted(p for p in folder.rglob("*.so*") if p.is_file() and not p.is_symlink() and (p.suffix == ".so" or ".so." in p.name))
+    if len(found) > MAX_LIBRARIES:
+        raise UserError(
+            f"--library {folder} holds {len(found)} shared libraries (at most {MAX_LIBRARIES}): give the folder of the CUDA libraries"
+        )
+    return found
+
+
+def judge_embedded(name: str, embedded: Embedded, host: FitHost, compat: Compat) -> RecordFit:
+    """A measured fit: every GPU through a cubin or PTX (arch.py), the PTX's driver when it is JIT-compiled."""
+    if not embedded.sass and not embedded.ptx:
+        return RecordFit(name, "fits", "no device code: nothing in it needs a GPU", True)
+    if host.vendor != "nvidia":
+        return RecordFit(
+            name, "does not fit", f"CUDA device code ({embedded.label}) needs an NVIDIA GPU; this host has {_vendor_label(host)}", True
+        )
+    if not host.gpus:
+        return RecordFit(name, "unknown", f"not checked: the GPUs (none detected or given; give --gpu-cc); it has {embedded.label}", True)
+    said = []
+    for cc in host.gpus:
+        decision = decide(embedded, Arch.cc(cc), name)
+        if not decision.fits:
+            return RecordFit(name, "does not fit", decision.reason, True)
+        said.append(decision.reason)
+        if decision.how == "ptx" and host.driver is not None and embedded.ptx_isa:
+            jit = drivers.check_ptx(host.driver, embedded.ptx_isa[-1], compat)
+            if not jit.fits:
+                return RecordFit(name, "does not fit", jit.reason, True)
+    return RecordFit(name, "fits", "; ".join(said), True)

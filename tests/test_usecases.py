@@ -1,0 +1,629 @@
+"""The use-cases (builder/usecases/) end to end against the in-memory engine (tests/fake_engine.py):
+build, test, run, publish, pull, catalog verify, report and the nightly, offline. What only a real
+engine shows (a real build, a locked-down run, registry digests, signals) stays in tests/integration/;
+everything that is the tool's own logic around the engine is here.
+
+The smoke checks are a pytest run in a subprocess that reaches the container through the engine;
+here that subprocess is replaced by one that writes what the real checks write (junit.xml and the
+probe's report) after asserting that the container it was given is running.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from builder.catalog.store import Catalog
+from builder.engine import bootstrap, push
+from builder.engine.build import Builder
+from builder.engine.image_build import BuildResult, Run
+from builder.engine.port import ContainerEntry, EngineFault, ExecResult, Progress
+from builder.engine.session import HOST as HOST_NAME
+from builder.engine.session import OWNER_LABEL, SESSION_ID, SESSION_LABEL
+from builder.engine.settings import BuildSettings
+from builder.errors import RunFailure, UserError
+from builder.host import facts as hostinfo
+from builder.host.facts import AmdInfo, EngineFacts, HostInfo, NvidiaInfo
+from builder.nightly.compare import BLOCKED
+from builder.records import ImageSpec
+from builder.render.labels import HASH_LABEL
+from builder.render.tree import LOCK_DIR, write_tree
+from builder.results import SmokeResult
+from builder.sources import Sources
+from builder.usecases import build as building
+from builder.usecases import catalog as catalogs
+from builder.usecases import lock as locking
+from builder.usecases import nightly as nightlies
+from builder.usecases import publish as publishing
+from builder.usecases import pull as pulling
+from builder.usecases import report as reporting
+from builder.usecases import run as running
+from builder.usecases import test as testing
+from builder.workspace import Workspace
+from tests.catalog_fixtures import SHA, record
+from tests.fake_engine import FakeEngine, connect_to
+
+REPO = "127.0.0.1:5000/uc-images"
+MATRIX = f"""\
+registry: {REPO}
+bases:
+  local-debian12: {{vendor: cpu, os: debian12, bootstrap: debootstrap}}
+python: ["3.11"]
+frameworks:
+  numba: ["0.68.0"]
+  jax: ["0.10.2"]
+stacks:
+  numba: [numba]
+  jax: [jax]
+"""
+HOST = HostInfo(engine=EngineFacts(True, "20.10.24", ()), nvidia=NvidiaInfo(status="absent"), amd=AmdInfo())
+PASSED_SUITE = '<testsuite name="{name}" tests="3" failures="0" errors="0" skipped="0"><testcase name="test_probe"/></testsuite>'
+FAILED_SUITE = (
+    '<testsuite name="{name}" tests="3" failures="1" errors="0" skipped="0">'
+    '<testcase name="test_import"><failure message="import numba failed"/></testcase></testsuite>'
+)
+
+
+@pytest.fixture
+def ws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Workspace:
+    (tmp_path / "matrix.yaml").write_text(MATRIX, encoding="utf-8")
+    workspace = Workspace(tmp_path / "matrix.yaml")
+    write_tree(workspace.images_dir, workspace.rendered_tree())
+    monkeypatch.setattr(hostinfo, "gather", lambda **kwargs: HOST)
+    monkeypatch.setenv("BUILDER_LOCK_DIR", str(tmp_path / "locks"))
+    return workspace
+
+
+@pytest.fixture
+def specs(ws: Workspace) -> tuple[ImageSpec, ...]:
+    return tuple(ws.selected(None, use_default=False))
+
+
+@pytest.fixture
+def fake(specs: Sequence[ImageSpec]) -> FakeEngine:
+    """An engine that holds the bootstrapped base the images build FROM (so nothing is bootstrapped)."""
+    engine = FakeEngine()
+    base = specs[0].base
+    recipe = bootstrap.recipe_for(base, "http://deb.debian.org/debian")
+    engine.add_image("sha256:base-debian12", base.local_tag, labels={bootstrap.HASH_LABEL: bootstrap.recipe_hash(recipe)}, size=120_000_000)
+    return engine
+
+
+REAL_RUN = subprocess.run
+
+
+class Checks:
+    """Stands in for the smoke checks' pytest subprocess: asserts its container runs, writes its results."""
+
+    def __init__(self, fake: FakeEngine, suite: str = PASSED_SUITE, returncode: int = 0) -> None:
+        self.fake = fake
+        self.suite = suite
+        self.returncode = returncode
+        self.seen: list[str] = []
+
+    def __call__(self, argv: list[str], env: dict[str, str] | None = None, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        if env is None or "BUILDER_SMOKE_CONTAINER" not in env:  # not the checks (git rev-parse...): the real thing
+            return REAL_RUN(argv, env=env, **kwargs)
+        container = env["BUILDER_SMOKE_CONTAINER"]
+        assert self.fake.live[container].started, "the checks run against a started container"
+        self.seen.append(container)
+        junit = Path(next(a for a in argv if a.startswith("--junitxml=")).split("=", 1)[1])
+        junit.write_text(self.suite.format(name=junit.parent.name), encoding="utf-8")
+        probe = {"frameworks": {"numba": {"version": "0.68.0", "status": "ok"}}, "host": {"python": "3.11.2"}}
+        Path(env["BUILDER_SMOKE_PROBE_OUT"]).write_text(json.dumps(probe), encoding="utf-8")
+        return subprocess.CompletedProcess(argv, self.returncode, "3 passed", "")
+
+
+class BuildEvents:
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str]] = []
+        self.results: list[BuildResult] = []
+        self.total = -1
+
+    def begin(self, total: int) -> None:
+        self.total = total
+
+    def end(self) -> None: ...
+    def info(self, text: str) -> None: ...
+    def line(self, image: str, text: str) -> None:
+        self.lines.append((image, text))
+
+    def done(self, result: BuildResult) -> None:
+        self.results.append(result)
+
+
+class Tested:
+    """The test use-case's events: which images started, what each gave."""
+
+    __test__ = False  # not a pytest class
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self.results: list[SmokeResult] = []
+
+    def started(self, spec: ImageSpec) -> None:
+        self.ids.append(spec.id)
+
+    def done(self, result: SmokeResult) -> None:
+        self.results.append(result)
+
+
+class RunEvents:
+    def __init__(self) -> None:
+        self._build = BuildEvents()
+        self._test = Tested()
+        self.stages: list[str] = []
+
+    @property
+    def build(self) -> BuildEvents:
+        return self._build
+
+    @property
+    def test(self) -> Tested:
+        return self._test
+
+    def built(self, results: Sequence[BuildResult]) -> None:
+        self.stages.append("built")
+
+    def tested(self, results: Sequence[SmokeResult]) -> None:
+        self.stages.append("tested")
+
+
+class PublishEvents:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.outcomes: list[publishing.Published] = []
+
+    def info(self, text: str) -> None:
+        self.lines.append(text)
+
+    def done(self, outcome: publishing.Published) -> None:
+        self.outcomes.append(outcome)
+
+
+OFFLINE = building.BuildOptions(sources=Sources(use_host=False))  # not this host's pip configuration
+
+
+# -- build ------------------------------------------------------------------------------------
+def test_build_builds_what_is_stale_and_then_nothing(ws: Workspace, specs: tuple[ImageSpec, ...], fake: FakeEngine) -> None:
+    events = BuildEvents()
+    results = building.build_images(ws, specs, OFFLINE, events, connect_to(fake))
+    assert [r.status for r in results] == ["built", "built"] and events.total == 2 and building.build_ok(results)
+    for spec, request in zip(specs, sorted(fake.builds, key=lambda r: [s.tag for s in specs].index(r.tag)), strict=True):
+        assert request.tag == spec.tag and request.labels[HASH_LABEL] == spec.content_hash
+        assert request.buildargs["BUILDER_STAGE_OF"] == spec.tag and request.network_mode == "host"
+        assert fake.inspect_image(spec.tag) is not None
+    assert {image for image, _ in events.lines} == {s.id for s in specs}, "each build's lines reach the events, by image"
+    stored = json.loads((ws.build_dir / "results" / "build.json").read_text())
+    assert [e["status"] for e in stored] == ["built", "built"] and stored[0]["sizes"]["base_mb"] == 120.0
+
+    again = building.build_images(ws, specs, OFFLINE, BuildEvents(), connect_to(fake))
+    assert [r.status for r in again] == ["up-to-date", "up-to-date"] and len(fake.builds) == 2, "a current image is not built again"
+    forced = building.build_images(ws, specs[:1], replace(OFFLINE, force=True), BuildEvents(), connect_to(fake))
+    assert forced[0].status == "built" and len(fake.builds) == 3
+
+
+def test_a_failing_build_stops_the_run_unless_keep_going(ws: Workspace, specs: tuple[ImageSpec, ...], fake: FakeEngine) -> None:
+    fake.build_output = lambda request: [Progress(text="Step 1/9 : RUN pip install\n"), Progress(error="returned a non-zero code: 1")]
+    results = building.build_images(ws, specs, OFFLINE, BuildEvents(), connect_to(fake))
+    assert [r.status for r in results] == ["failed", "not-built"] and not building.build_ok(results)
+    assert "returned a non-zero code: 1" in (results[0].error or "") and results[0].blocked_by is None
+    assert "earlier build failed" in (results[1].error or "")
+    kept = building.build_images(ws, specs, replace(OFFLINE, keep_going=True), BuildEvents(), connect_to(fake))
+    assert [r.status for r in kept] == ["failed", "failed"]
+    assert all(fake.inspect_image(s.tag) is None for s in specs), "a failed build leaves no tag"
+
+
+def test_a_network_flake_is_retried_and_reported_blocked_when_it_persists(
+    ws: Workspace, specs: tuple[ImageSpec, ...], fake: FakeEngine
+) -> None:
+    flaky = [Progress(text="Collecting numba\n"), Progress(error="Could not resolve host: https://user:hunter2@pypi.example/simple")]
+    tries: list[str] = []
+
+    def output(request: Any) -> list[Progress]:
+        tries.append(request.tag)
+        return flaky if len(tries) < 2 else [Progress(text="Successfully built 0123456789ab\n")]
+
+    fake.build_output = output
+    run = Run(settings=BuildSettings(), build_dir=ws.build_dir, lock_dir=ws.build_dir / LOCK_DIR, backoff_s=0.001)
+    builder = Builder(make_engine=lambda: fake, run=run, contexts=ws.contexts(specs[:1]))
+    (result,) = builder.build_all(specs[:1], jobs=1, force=True, keep_going=False)
+    assert result.status == "built" and result.attempts == 2 and len(tries) == 2
+
+    fake.build_output = lambda request: flaky
+    (result,) = builder.build_all(specs[:1], jobs=1, force=True, keep_going=False)
+    assert result.status == "failed" and result.blocked_by == "network" and result.attempts == 3
+    assert "network errors in all 3 attempts" in (result.error or "") and "hunter2" not in (result.error or ""), "always redacted"
+
+
+def test_build_refuses_an_unreachable_engine_before_any_progress(ws: Workspace, specs: tuple[ImageSpec, ...]) -> None:
+    def refuse(timeout: int = 600) -> Any:
+        raise UserError("no Docker engine answers at unix:///var/run/docker.sock: refused; start one")
+
+    events = BuildEvents()
+    with pytest.raises(UserError, match="no Docker engine answers"):
+        building.build_images(ws, specs, OFFLINE, events, refuse)
+    assert events.total == -1 and not (ws.build_dir / "results" / "build.json").exists()
+
+
+def test_a_killed_runs_containers_are_swept_before_a_build(ws: Workspace, specs: tuple[ImageSpec, ...], fake: FakeEngine) -> None:
+    dead = ContainerEntry("dead-runs-step", {OWNER_LABEL: "builder", SESSION_LABEL: f"{HOST_NAME}:999999999:1:dead"})
+    other_host = ContainerEntry("another-hosts", {OWNER_LABEL: "builder", SESSION_LABEL: "elsewhere:1:2:x"})
+    mine = ContainerEntry("this-runs", {OWNER_LABEL: "builder", SESSION_LABEL: SESSION_ID})
+    fake.leftovers = [dead, other_host, mine]
+    building.build_images(ws, specs, OFFLINE, BuildEvents(), connect_to(fake))
+    assert fake.removed == ["dead-runs-step"], "only a run known to be dead is swept"
+
+
+def test_a_base_is_bootstrapped_only_when_its_recipe_changed(
+    ws: Workspace, specs: tuple[ImageSpec, ...], fake: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The planted base carries the recipe's hash: nothing to bootstrap. Without it, bootstrapping needs
+    debootstrap; its absence is a one-line UserError for the whole run (never a real debootstrap here)."""
+    monkeypatch.setattr(bootstrap, "_debootstrap_binary", lambda: None)
+    building.build_images(ws, specs, OFFLINE, BuildEvents(), connect_to(fake))
+    assert fake.removed_images == [], "the base was current: nothing was imported or replaced"
+    fake.labels["sha256:base-debian12"] = {bootstrap.HASH_LABEL: "sha256:an-older-recipe"}
+    with pytest.raises(UserError, match="debootstrap is not installed"):
+        building.build_images(ws, specs, replace(OFFLINE, force=True), BuildEvents(), connect_to(fake))
+
+
+# -- test -------------------------------------------------------------------------------------
+def test_test_runs_the_checks_in_a_locked_down_container_and_writes_results(
+    ws: Workspace, specs: tuple[ImageSpec, ...], fake: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    building.build_images(ws, specs, OFFLINE, BuildEvents(), connect_to(fake))
+    checks = Checks(fake)
+    monkeypatch.setattr(subprocess, "run", checks)
+    fake.exec_result = lambda container, command: ExecResult(0, b'{"frameworks": {}}', b"")
+    events = Tested()
+    results = testing.test_images(ws, specs, testing.TestOptions(timeout_s=60), events, connect_to(fake))
+    assert [r.verdict for r in results] == ["passed", "passed"] and events.ids == [s.id for s in specs]
+    for spec, result, container in zip(specs, results, fake.created, strict=True):
+        info = fake.inspect_image(spec.tag)
+        assert info is not None and result.image_id == info.id and result.content_hash == spec.content_hash
+        assert container.spec.image == spec.tag and not container.spec.gpus and container.spec.command == ("sleep", "120")
+        assert container.labels[OWNER_LABEL] == "builder" and container.labels[SESSION_LABEL] == SESSION_ID
+        assert container.execs and container.execs[0][:4] == ("timeout", "-s", "KILL", "60"), "the probe ran in it"
+        assert json.loads((ws.build_dir / "results" / spec.id / "probe-run.json").read_text())["rc"] == 0
+    assert checks.seen == [c.id for c in fake.created] and fake.live == {}, "every container is removed after its run"
+    assert (ws.build_dir / "results" / "junit.xml").exists()
+    from builder import results as stored
+
+    assert stored.load(ws.build_dir / "results", specs[0].id) == results[0], "the result is bound to its run"
+
+
+def test_a_failing_check_fails_the_image_with_its_reason(
+    ws: Workspace, specs: tuple[ImageSpec, ...], fake: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    building.build_images(ws, specs[:1], OFFLINE, BuildEvents(), connect_to(fake))
+    monkeypatch.setattr(subprocess, "run", Checks(fake, FAILED_SUITE, returncode=1))
+    (result,) = testing.test_images(ws, specs[:1], testing.TestOptions(), Tested(), connect_to(fake))
+    assert result.verdict == "failed" and any("import numba failed" in f for f in result.failures)
+
+
+def test_an_image_that_is_not_built_is_not_tested(ws: Workspace, specs: tuple[ImageSpec, ...], fake: FakeEngine) -> None:
+    (result,) = testing.test_images(ws, specs[:1], testing.TestOptions(), Tested(), connect_to(fake))
+    assert result.verdict == "not-built" and fake.created == []
+
+
+def test_an_engine_that_breaks_mid_test_fails_the_image_in_one_line(ws: Workspace, specs: tuple[ImageSpec, ...], fake: FakeEngine) -> None:
+    building.build_images(ws, specs[:1], OFFLINE, BuildEvents(), connect_to(fake))
+
+    class Broken(FakeEngine):
+        def container(self, spec: Any) -> Any:
+            raise EngineFault("('Connection aborted.', RemoteDisconnected('Remote end closed connection'))")
+
+    broken = Broken()
+    broken.__dict__.update({k: v for k, v in fake.__dict__.items()})
+    (result,) = testing.test_images(ws, specs[:1], testing.TestOptions(), Tested(), connect_to(broken))
+    assert result.verdict == "failed" and result.failures[0].startswith("engine connection failed: ('Connection aborted.'")
+
+
+# -- run --------------------------------------------------------------------------------------
+def test_run_builds_then_tests_what_built(
+    ws: Workspace, specs: tuple[ImageSpec, ...], fake: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(subprocess, "run", Checks(fake))
+    events = RunEvents()
+    built, tested = running.run(ws, specs, OFFLINE, testing.TestOptions(), events, connect_to(fake))
+    assert [r.status for r in built] == ["built", "built"] and [r.verdict for r in tested] == ["passed", "passed"]
+    assert events.stages == ["built", "tested"] and running.run_ok(specs, built, tested)
+
+
+def test_run_tests_only_what_built(ws: Workspace, specs: tuple[ImageSpec, ...], fake: FakeEngine, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(subprocess, "run", Checks(fake))
+    fake.build_output = lambda request: [Progress(error="boom")] if "jax" in request.tag else [Progress(text="ok\n")]
+    built, tested = running.run(ws, specs, replace(OFFLINE, keep_going=True), testing.TestOptions(), RunEvents(), connect_to(fake))
+    assert sorted(r.status for r in built) == ["built", "failed"] and len(tested) == 1 and not running.run_ok(specs, built, tested)
+
+
+def test_run_refuses_stale_images(ws: Workspace, specs: tuple[ImageSpec, ...], fake: FakeEngine) -> None:
+    (ws.images_dir / specs[0].id / "Dockerfile").write_text("FROM scratch\n")
+    with pytest.raises(UserError, match="images/ is stale"):
+        running.run(ws, specs, OFFLINE, testing.TestOptions(), RunEvents(), connect_to(fake))
+    assert fake.builds == []
+
+
+def test_an_engine_gone_after_the_build_is_a_run_failure(ws: Workspace, specs: tuple[ImageSpec, ...], fake: FakeEngine) -> None:
+    events = RunEvents()
+
+    def connect(timeout: int = 600) -> FakeEngine:
+        if events.stages:  # the build is over: then the tests find no engine
+            raise UserError("no Docker engine answers at unix:///var/run/docker.sock: gone")
+        return fake
+
+    with pytest.raises(RunFailure, match="the smoke tests could not start after the build: no Docker engine answers"):
+        running.run(ws, specs, OFFLINE, testing.TestOptions(), events, connect)
+
+
+# -- publish ----------------------------------------------------------------------------------
+def _tested(ws: Workspace, specs: Sequence[ImageSpec], fake: FakeEngine, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(subprocess, "run", Checks(fake))
+    running.run(ws, specs, OFFLINE, testing.TestOptions(), RunEvents(), connect_to(fake))
+
+
+def test_publish_pushes_tested_images_and_records_them(
+    ws: Workspace, specs: tuple[ImageSpec, ...], fake: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _tested(ws, specs, fake, monkeypatch)
+    catalog = Catalog(ws.root / "catalog")
+    events = PublishEvents()
+    outcomes = publishing.publish(ws, specs, publishing.PublishOptions(registry=REPO), catalog, events, connect_to(fake))
+    assert [o.status for o in outcomes] == ["published", "published"] and publishing.publish_ok(outcomes)
+    records = {r.id: r for r in catalog.load()}
+    for spec in specs:
+        info = fake.inspect_image(spec.tag)
+        assert info is not None and records[spec.id].digest == f"{REPO}@{fake.registry[f'{REPO}:{spec.id}']}"
+        assert records[spec.id].floating and all(fake.registry[t] == fake.registry[f"{REPO}:{spec.id}"] for t in records[spec.id].floating)
+    assert [n for n in fake.names if n.startswith(REPO + ":")] == [s.tag for s in specs], "only the build tags stay"
+    assert any("digest:" in line for line in events.lines)
+
+
+def test_publish_dry_run_pushes_nothing(
+    ws: Workspace, specs: tuple[ImageSpec, ...], fake: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _tested(ws, specs[:1], fake, monkeypatch)
+    catalog = Catalog(ws.root / "catalog")
+    (outcome,) = publishing.publish(
+        ws, specs[:1], publishing.PublishOptions(registry=REPO, dry_run=True), catalog, PublishEvents(), connect_to(fake)
+    )
+    assert outcome.status == "would-publish" and outcome.tags[0] == f"{REPO}:{specs[0].id}"
+    assert fake.pushes == [] and catalog.load() == ()
+
+
+def test_publish_refuses_an_untested_image_and_a_bad_registry(ws: Workspace, specs: tuple[ImageSpec, ...], fake: FakeEngine) -> None:
+    building.build_images(ws, specs[:1], OFFLINE, BuildEvents(), connect_to(fake))
+    catalog = Catalog(ws.root / "catalog")
+    (outcome,) = publishing.publish(ws, specs[:1], publishing.PublishOptions(registry=REPO), catalog, PublishEvents(), connect_to(fake))
+    assert outcome.status == "refused" and not publishing.publish_ok([outcome]) and fake.pushes == []
+    with pytest.raises(UserError, match="is not a repository like"):
+        publishing.publish(ws, specs, publishing.PublishOptions(registry="Bad Registry"), catalog, PublishEvents(), connect_to(fake))
+
+
+def test_a_registry_500_on_the_digest_fails_the_image_in_one_line(
+    ws: Workspace, specs: tuple[ImageSpec, ...], fake: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _tested(ws, specs[:1], fake, monkeypatch)
+    fake.registry_fault = EngineFault("500 Server Error for http+docker://localhost/distribution: Internal Server Error", 500)
+    catalog = Catalog(ws.root / "catalog")
+    (outcome,) = publishing.publish(ws, specs[:1], publishing.PublishOptions(registry=REPO), catalog, PublishEvents(), connect_to(fake))
+    assert outcome.status == "failed" and outcome.reason.startswith(f"the registry did not report a digest for {REPO}:{specs[0].id}: 500")
+    assert "\n" not in outcome.reason and catalog.load() == ()
+
+
+def test_a_push_is_retried_on_a_network_flake_and_gives_up_in_one_redacted_line() -> None:
+    fake = FakeEngine()
+    fake.add_image("sha256:img", f"{REPO}:x")
+    fake.flaky_pushes = 2
+    assert push.push_image(fake, f"{REPO}:x", log=lambda line: None, wait_s=0.001) == fake.registry[f"{REPO}:x"]
+    assert fake.pushes == [f"{REPO}:x"] * 3
+
+    fake.flaky_pushes = 99
+    fake.fail_push = lambda name: None
+    with pytest.raises(RunFailure, match=r"failed after 4 tries \(network\): .*Connection reset by peer.*; is the registry up") as caught:
+        push.push_image(fake, f"{REPO}:x", log=lambda line: None, wait_s=0.001)
+    assert "\n" not in str(caught.value)
+
+    fake.flaky_pushes = 0
+    fake.fail_push = lambda name: "Get https://robot:s3cret@127.0.0.1:5000/v2/: dial tcp: connection refused"
+    with pytest.raises(RunFailure) as caught:
+        push.push_image(fake, f"{REPO}:x", log=lambda line: None, attempts=2, wait_s=0.001)
+    assert "s3cret" not in str(caught.value) and "****@127.0.0.1" in str(caught.value), "what a retry reports is redacted"
+
+
+def test_a_refused_push_is_not_retried() -> None:
+    fake = FakeEngine()
+    fake.add_image("sha256:img", f"{REPO}:x")
+    fake.fail_push = lambda name: "denied: requested access to the resource is denied"
+    with pytest.raises(RunFailure, match="push of .* failed: denied"):
+        push.push_image(fake, f"{REPO}:x", log=lambda line: None, wait_s=0.001)
+    assert len(fake.pushes) == 1
+
+
+# -- pull -------------------------------------------------------------------------------------
+def _catalog(tmp_path: Path, **changes: Any) -> Catalog:
+    catalog = Catalog(tmp_path / "catalog")
+    image = "numba0.68.0-cpu-py3.11-debian12"
+    fields = {"tag": f"{REPO}:{image}", "digest": f"{REPO}@sha256:{SHA}", "frameworks": {"numba": "0.68.0"}, **changes}
+    catalog.add([record(image, **fields)], {})
+    return catalog
+
+
+def test_pull_retries_a_network_flake_and_verifies_the_digest(tmp_path: Path, ws: Workspace) -> None:
+    fake = FakeEngine()
+    fake.flaky_pulls = 1
+    lines: list[str] = []
+    pulled = pulling.pull(_catalog(tmp_path), "numba=0.68", log=lines.append, wait_s=0.001, connect=connect_to(fake))
+    assert len(fake.pulls) == 2 and pulled.record.digest == f"{REPO}@sha256:{SHA}"
+    assert fake.names[pulled.record.tag] == fake.by_digest[pulled.record.digest] and lines == [f"Digest: sha256:{SHA}"]
+    assert pulled.run_line == f"docker run --rm -it {pulled.record.digest}" and pulled.note == ""
+
+
+def test_pull_gives_up_after_its_tries_and_refuses_what_is_not_a_flake(tmp_path: Path, ws: Workspace) -> None:
+    fake = FakeEngine()
+    fake.flaky_pulls = 9
+    with pytest.raises(RunFailure, match=r"failed after 3 tries \(network\): .*; is the registry up\?"):
+        pulling.pull(_catalog(tmp_path), "numba=0.68", log=lambda line: None, wait_s=0.001, connect=connect_to(fake))
+    assert len(fake.pulls) == 3
+
+    fake = FakeEngine()
+    fake.fail_pull = lambda reference: "unauthorized: authentication required for https://robot:s3cret@127.0.0.1:5000"
+    with pytest.raises(RunFailure, match="failed: unauthorized") as caught:
+        pulling.pull(_catalog(tmp_path), "numba=0.68", log=lambda line: None, wait_s=0.001, connect=connect_to(fake))
+    assert len(fake.pulls) == 1 and "s3cret" not in str(caught.value)
+
+    fake.fail_pull = lambda reference: "manifest unknown: manifest unknown"
+    with pytest.raises(RunFailure, match=r"no such manifest \(deleted\?\)"):
+        pulling.pull(_catalog(tmp_path), "numba=0.68", log=lambda line: None, wait_s=0.001, connect=connect_to(fake))
+    fake.fail_pull = lambda reference: "received unexpected HTTP status: 503 Service Unavailable"
+    with pytest.raises(RunFailure, match="after 2 tries"):
+        pulling.pull(_catalog(tmp_path), "numba=0.68", log=lambda line: None, attempts=2, wait_s=0.001, connect=connect_to(fake))
+
+
+def test_pull_needs_a_query_that_matches(tmp_path: Path, ws: Workspace) -> None:
+    fake = FakeEngine()
+    with pytest.raises(UserError, match="give a query"):
+        pulling.pull(_catalog(tmp_path), "", log=lambda line: None, connect=connect_to(fake))
+    with pytest.raises(RunFailure, match="no known-good image matches"):
+        pulling.pull(_catalog(tmp_path), "numba=0.99", log=lambda line: None, connect=connect_to(fake))
+    with pytest.raises(UserError, match="query key 'colour' is in no record"):
+        pulling.pull(_catalog(tmp_path), "colour=blue", log=lambda line: None, connect=connect_to(fake))
+    assert fake.pulls == []
+
+
+def test_pull_notes_a_gpu_skipped_record() -> None:
+    assert "published without a GPU run" in pulling.host_note(record("x", gpu_skipped_accepted=True), HOST)
+    assert pulling.host_note(record("x"), HOST) == ""
+
+
+# -- catalog ----------------------------------------------------------------------------------
+def test_catalog_verify_reports_each_record(tmp_path: Path) -> None:
+    fake = FakeEngine()
+    image = "numba0.68.0-cpu-py3.11-debian12"
+    catalog = _catalog(tmp_path)
+    fake.registry[f"{REPO}:{image}"] = f"sha256:{SHA}"
+    (present,) = catalogs.verify(catalog, catalog.load(), connect_to(fake))
+    assert present.ok and present.detail == "present"
+
+    fake.registry[f"{REPO}:{image}"] = "sha256:" + "f" * 64
+    (moved,) = catalogs.verify(catalog, catalog.load(), connect_to(fake))
+    assert not moved.ok
+
+    fake.registry_fault = EngineFault("500 Server Error: Internal Server Error", 500)
+    (broken,) = catalogs.verify(catalog, catalog.load(), connect_to(fake))
+    assert not broken.ok and broken.detail.startswith("500 Server Error") and "no such manifest" not in broken.detail
+
+
+def test_catalog_queries_and_their_hints(tmp_path: Path) -> None:
+    empty = Catalog(tmp_path / "empty")
+    assert "is empty" in catalogs.no_match_message(empty, "numba=0.68")
+    catalog = _catalog(tmp_path)
+    assert [r.id for r in catalogs.find(catalog, "numba=0.68")] == ["numba0.68.0-cpu-py3.11-debian12"]
+    assert tuple(catalogs.find(catalog, "")) == catalog.load()
+    assert "closest: numba0.68.0-cpu-py3.11-debian12 (differs in" in catalogs.no_match_message(catalog, "numba=0.68 python=3.12")
+    named = Workspace(tmp_path / "matrix.yaml").store.catalog(str(tmp_path / "elsewhere"))
+    assert named.file.parent == tmp_path / "elsewhere"
+
+
+# -- report -----------------------------------------------------------------------------------
+def test_report_writes_both_pages_with_the_build_sizes(
+    ws: Workspace, specs: tuple[ImageSpec, ...], fake: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _tested(ws, specs, fake, monkeypatch)
+    catalog = Catalog(ws.root / "catalog")
+    files = reporting.report(ws, catalog, ws.root / "docs" / "support-matrix.md", ws.build_dir / "report" / "index.html")
+    assert files.markdown.exists() and files.html.exists() and sum(files.counts.values()) >= len(specs)
+    (ws.build_dir / "results" / "build.json").write_text("[{broken")
+    again = reporting.report(ws, catalog, ws.root / "docs" / "support-matrix.md", ws.build_dir / "report" / "index.html")
+    assert again.counts == files.counts, "sizes are a nicety: a broken build.json does not stop the report"
+
+
+# -- nightly ----------------------------------------------------------------------------------
+class NightlyEvents:
+    def __init__(self) -> None:
+        self.stages: list[str] = []
+
+    def stage(self, name: str) -> None:
+        self.stages.append(name)
+
+    def info(self, text: str) -> None: ...
+    def lock(self, result: locking.LockResult) -> None: ...
+    def build(self) -> BuildEvents:
+        return BuildEvents()
+
+    def test(self) -> Tested:
+        return Tested()
+
+    def publish(self) -> PublishEvents:
+        return PublishEvents()
+
+
+def test_a_nightly_builds_tests_publishes_and_reports_then_rebuilds_nothing(
+    ws: Workspace, fake: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(subprocess, "run", Checks(fake))
+    monkeypatch.setattr(locking, "lock_images", lambda ws, specs, options, done: [])  # resolving needs the index
+    options = nightlies.NightlyOptions(updates=False, registry=REPO, build=OFFLINE)
+    events = NightlyEvents()
+    first = nightlies.nightly(ws.matrix_path, options, events, connect=connect_to(fake))
+    assert events.stages == ["plan", "lock", "build", "test", "publish", "report"]
+    assert {o.status for o in first.outcomes} == {"passed"} and all(o.published.startswith(f"{REPO}@sha256:") for o in first.outcomes)
+    assert first.notes == () and len(Catalog(ws.root / "catalog").load()) == 2
+    assert (ws.root / "docs" / "support-matrix.md").exists()
+
+    builds, pushes = len(fake.builds), len(fake.pushes)
+    second = nightlies.nightly(ws.matrix_path, options, NightlyEvents(), connect=connect_to(fake))
+    assert len(fake.builds) == builds and len(fake.pushes) == pushes, "nothing changed: nothing rebuilt, retested or pushed"
+    assert {o.status for o in second.outcomes} == {"passed"} and all(o.held == "this build is already published" for o in second.outcomes)
+
+
+def test_a_nightly_whose_registry_is_down_still_reports(ws: Workspace, fake: FakeEngine, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(subprocess, "run", Checks(fake))
+    monkeypatch.setattr(locking, "lock_images", lambda ws, specs, options, done: [])
+    monkeypatch.setattr(push, "WAIT_S", 0.001)
+    fake.fail_push = lambda name: "denied: the registry refused the push"
+    options = nightlies.NightlyOptions(updates=False, registry=REPO, build=OFFLINE)
+    report = nightlies.nightly(ws.matrix_path, options, NightlyEvents(), connect=connect_to(fake))
+    assert {o.status for o in report.outcomes} == {"passed"} and not any(o.published for o in report.outcomes)
+    assert report.notes and all(n.startswith("publish: ") and "denied" in n for n in report.notes)
+
+
+def test_a_nightly_whose_builds_cannot_reach_the_network_says_so(ws: Workspace, fake: FakeEngine, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(locking, "lock_images", lambda ws, specs, options, done: [])
+    fake.build_output = lambda request: [Progress(error="Temporary failure in name resolution")]
+    monkeypatch.setattr(Run, "__init__", _fast_run(Run.__init__))
+    options = nightlies.NightlyOptions(updates=False, publish=False, build=OFFLINE)
+    report = nightlies.nightly(ws.matrix_path, options, NightlyEvents(), connect=connect_to(fake))
+    assert {o.status for o in report.outcomes} == {BLOCKED} and len(report.notes) == 2
+
+
+def _fast_run(init: Any) -> Any:
+    """Run.__init__ with no backoff between a build's tries (the defaults wait 5 s, then 10 s)."""
+
+    def fast(self: Run, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **{**kwargs, "backoff_s": 0.0})
+
+    return fast
+
+
+def test_a_nightly_whose_index_is_unreachable_notes_it_and_runs_on(
+    ws: Workspace, fake: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(locking, "lock_images", lambda ws, specs, options, done: [])
+    monkeypatch.setattr(subprocess, "run", Checks(fake))
+
+    def unreachable(ws: Workspace, options: nightlies.NightlyOptions) -> Any:
+        raise RunFailure("cannot reach the package index https://pypi.org/pypi (timed out; 4 tries)")
+
+    events = NightlyEvents()
+    options = nightlies.NightlyOptions(publish=False, build=OFFLINE)
+    report = nightlies.nightly(ws.matrix_path, options, events, updates=unreachable, connect=connect_to(fake))
+    assert events.stages[0] == "updates" and report.updates == "failed" and report.notes[0].startswith("updates: cannot reach")
+    assert {o.status for o in report.outcomes} == {"passed"}, "the stages after it still ran"
