@@ -260,7 +260,7 @@ def test_local_wheels_normalizes_project_names(tmp_path: Path) -> None:
     ],
 )
 def test_fits(name: str, python: str, fits: bool) -> None:
-    assert context._fits(name, Version("1.0"), python) is fits
+    assert context.fits(name, Version("1.0"), python) is fits
 
 
 # -- needed_indexes -----------------------------------------------------------------------------

@@ -72,7 +72,7 @@ def _project(filename: str) -> str | None:
         return None
 
 
-def _fits(filename: str, version: Version, python: str) -> bool:
+def fits(filename: str, version: Version, python: str) -> bool:
     """Exact version, a tag this image's CPython and this machine's architecture accept."""
     _, wheel_version, _, tags = parse_wheel_filename(filename)
     if wheel_version != version:
@@ -106,7 +106,7 @@ def local_wheels(spec: ImageSpec, folders: tuple[Path, ...]) -> dict[str, Path]:
             continue
         project = str(canonicalize_name(req.name))
         for folder in folders:
-            match = next((p for p in _candidates(folder, project) if _fits(p.name, Version(pinned), spec.python)), None)
+            match = next((p for p in _candidates(folder, project) if fits(p.name, Version(pinned), spec.python)), None)
             if match is not None and (not spec.lock or project not in allowed or sha256_of(match) in allowed[project]):
                 out[line] = match
                 break

@@ -27,7 +27,8 @@ from builder.engine import client as engine
 from builder.engine.image_build import STAGE_LABEL
 from builder.records import ImageSpec
 from builder.results import SmokeResult
-from builder.usecases.test import TestOptions, test_images
+from builder.usecases.test import TestOptions
+from builder.usecases.test import test_images as run_smoke_tests  # not test_*: pytest would collect it
 from builder.workspace import Workspace
 
 pytestmark = pytest.mark.docker
@@ -60,7 +61,7 @@ def _remove(client: Any, tag: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def wheels_build(docker_client: Any) -> Iterator[list[dict[str, Any]]]:
+def wheels_build(docker_client: Any, wheel_cache: Path) -> Iterator[list[dict[str, Any]]]:
     """`builder build -j 2` of the wheels slice; the images are removed when the module ends."""
     try:
         done = builder("build", "-j", "2", "--select", SELECT)
@@ -154,7 +155,7 @@ def test_a_deleted_libcudnn_is_failed_with_the_cudnn_diagnosis(wheels_build: Any
     docker_client.images.build(path=str(context), tag=BROKEN_TAG, rm=True, forcerm=True)
     broken = replace(spec, tag=BROKEN_TAG)
     events = _Recorder()
-    (result,) = test_images(WS, [broken], TestOptions(gpu="auto", timeout_s=600), events)
+    (result,) = run_smoke_tests(WS, [broken], TestOptions(gpu="auto", timeout_s=600), events)
     assert result.verdict == "failed", result
     cudnn = [c for c in result.cuda_checks if c.name == "cudnn"]
     assert cudnn and not cudnn[0].ok and "libcudnn.so.N: cannot open shared object file" in cudnn[0].detail
