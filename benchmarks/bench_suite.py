@@ -86,7 +86,7 @@ def integration(side: Path) -> dict[str, str]:
 
 
 def cold_wheels_build(side: Path) -> dict[str, str]:
-    """Remove the slice's images and build it with --no-cache; the after side's wheel cache starts empty."""
+    """Remove the slice's images and build it with --no-cache."""
     sys.path.insert(0, str(side))
     try:
         from builder.workspace import Workspace
@@ -95,20 +95,9 @@ def cold_wheels_build(side: Path) -> dict[str, str]:
     finally:
         sys.path.remove(str(side))
     remove(tags)
-    cache = side / "build" / "wheel-cache"
-    shutil.rmtree(cache, ignore_errors=True)
     argv = [".venv/bin/python", "-m", "builder", "build", "--force", "--no-cache", "-j", "2", "--select", WHEELS_SLICE]
-    fill = side / "tests" / "integration" / "wheel_cache.py"
-    rows = {}
-    total = 0.0
-    if fill.is_file():
-        seconds, status = run(side, [".venv/bin/python", str(fill), WHEELS_SLICE])
-        rows["  fill the wheel cache"] = fmt(seconds, status)
-        total += seconds
-        argv += ["--wheelhouse", str(cache)]
     seconds, status = run(side, argv)
-    rows["  builder build --no-cache"] = fmt(seconds, status)
-    rows["cold build, CUDA wheels slice"] = fmt(total + seconds, status)
+    rows = {"cold build, CUDA wheels slice": fmt(seconds, status)}
     remove(tags)
     return rows
 

@@ -26,9 +26,7 @@ if str(ROOT) not in sys.path:  # so `pytest tests/integration` works without an 
     sys.path.insert(0, str(ROOT))
 
 from builder.engine import client as engine  # noqa: E402
-from builder.engine import settings  # noqa: E402
 from builder.errors import UserError  # noqa: E402
-from tests.integration import wheel_cache as wheels  # noqa: E402
 
 NO_ENGINE = "no Docker engine: start one with bash .ci/docker-up.sh"
 SCRATCH_IMAGE = "builder-test/scratch:latest"
@@ -77,24 +75,6 @@ def scratch_image(docker_client: Any) -> Iterator[str]:
     yield SCRATCH_IMAGE
     with contextlib.suppress(Exception):  # still in use by a leaked container: the tests say so
         docker_client.api.remove_image(SCRATCH_IMAGE)
-
-
-@pytest.fixture(scope="session")
-def wheel_cache() -> Iterator[Path]:
-    """build/wheel-cache/ filled once per run with every wheel the slices' builds would download
-    (wheel_cache.py), and named first in PIP_FIND_LINKS for every `builder` started from here on,
-    so each build stages its pinned wheels from it instead of downloading them again."""
-    wheels.fill(wheels.slice_specs([]))
-    before = os.environ.get("PIP_FIND_LINKS")
-    local = settings.resolve(os.environ).pip.local_dirs
-    os.environ["PIP_FIND_LINKS"] = " ".join(dict.fromkeys([str(wheels.CACHE), *map(str, local)]))
-    try:
-        yield wheels.CACHE
-    finally:
-        if before is None:
-            os.environ.pop("PIP_FIND_LINKS", None)
-        else:
-            os.environ["PIP_FIND_LINKS"] = before
 
 
 PYPI = Path("/opt/pypi")  # this machine kind's local wheel index (../shared/ENVIRONMENT.md)

@@ -75,7 +75,7 @@ def recorder() -> Iterator[tuple[int, list[tuple[str, dict[str, str]]]]]:
 
 
 @pytest.fixture(scope="module")
-def slice_build(docker_client: Any, recorder: tuple[int, list[Any]], wheel_cache: Path) -> subprocess.CompletedProcess[str]:
+def slice_build(docker_client: Any, recorder: tuple[int, list[Any]]) -> subprocess.CompletedProcess[str]:
     """`builder build --force -j 2` of the default selection, with the planted credentials.
 
     --force makes the build run even when the images exist, so the credentials always reach it

@@ -65,7 +65,7 @@ def registry_digest(name: str, reference: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def tested(docker_client: Any, wheel_cache: Path) -> None:
+def tested(docker_client: Any) -> None:
     """The slice built and smoke-tested (up to date after test_slice.py; built here when run alone)."""
     done = builder("build", "-j", "2")
     assert done.returncode == 0, done.stderr[-3000:]

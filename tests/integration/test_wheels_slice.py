@@ -61,7 +61,7 @@ def _remove(client: Any, tag: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def wheels_build(docker_client: Any, wheel_cache: Path) -> Iterator[list[dict[str, Any]]]:
+def wheels_build(docker_client: Any) -> Iterator[list[dict[str, Any]]]:
     """`builder build -j 2` of the wheels slice; the images are removed when the module ends."""
     try:
         done = builder("build", "-j", "2", "--select", SELECT)
