@@ -29,7 +29,6 @@ from builder.engine.session import OWNER_LABEL, SESSION_ID, SESSION_LABEL
 from builder.engine.settings import BuildSettings
 from builder.errors import RunFailure, UserError
 from builder.host import facts as hostinfo
-from builder.host.facts import AmdInfo, EngineFacts, HostInfo, NvidiaInfo
 from builder.nightly.compare import BLOCKED
 from builder.records import ImageSpec
 from builder.render.labels import HASH_LABEL
@@ -48,6 +47,7 @@ from builder.usecases import test as testing
 from builder.workspace import Workspace
 from tests.catalog_fixtures import SHA, record
 from tests.fake_engine import FakeEngine, connect_to
+from tests.usecase_fixtures import HOST, REAL_RUN, fake_with_base
 
 REPO = "127.0.0.1:5000/uc-images"
 MATRIX = f"""\
@@ -62,7 +62,6 @@ stacks:
   numba: [numba]
   jax: [jax]
 """
-HOST = HostInfo(engine=EngineFacts(True, "20.10.24", ()), nvidia=NvidiaInfo(status="absent"), amd=AmdInfo())
 PASSED_SUITE = '<testsuite name="{name}" tests="3" failures="0" errors="0" skipped="0"><testcase name="test_probe"/></testsuite>'
 FAILED_SUITE = (
     '<testsuite name="{name}" tests="3" failures="1" errors="0" skipped="0">'
@@ -87,15 +86,7 @@ def specs(ws: Workspace) -> tuple[ImageSpec, ...]:
 
 @pytest.fixture
 def fake(specs: Sequence[ImageSpec]) -> FakeEngine:
-    """An engine that holds the bootstrapped base the images build FROM (so nothing is bootstrapped)."""
-    engine = FakeEngine()
-    base = specs[0].base
-    recipe = bootstrap.recipe_for(base, "http://deb.debian.org/debian")
-    engine.add_image("sha256:base-debian12", base.local_tag, labels={bootstrap.HASH_LABEL: bootstrap.recipe_hash(recipe)}, size=120_000_000)
-    return engine
-
-
-REAL_RUN = subprocess.run
+    return fake_with_base(specs)
 
 
 class Checks:
