@@ -11,6 +11,13 @@ DOCKERD_LOG=/tmp/dockerd.log
 REGISTRY_LOG=/tmp/docker-registry.log
 WAIT_S="${BUILDER_DOCKER_WAIT_S:-60}"
 
+# The daemons started here must not inherit a descriptor of whoever called this script: under
+# `flock LOCK bash .ci/docker-up.sh`, dockerd kept the lock for as long as it ran.
+for fd in /proc/$$/fd/*; do
+    fd="${fd##*/}"
+    case "$fd" in 0 | 1 | 2 | 255) ;; *) eval "exec $fd>&-" 2>/dev/null || true ;; esac
+done
+
 say() { printf 'docker-up: %s\n' "$*"; }
 die() { printf 'docker-up: error: %s\n' "$*" >&2; exit 1; }
 

@@ -70,6 +70,7 @@ class Rendered:
 
 
 INTEGRATION = "tests/integration/"
+SHARED_FOLDER = "tests/test_bake.py"
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -77,7 +78,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
     """Under `-n 2` (pyproject's addopts) every test in tests/integration/ is one unit of work, run in
     file order on one worker (they build, count and remove the engine's images and containers, and
     later files reuse what earlier ones built), while the other worker takes the offline tests one
-    at a time. An explicit `--dist` other than the default keeps xdist's own scheduler.
+    at a time, except tests/test_bake.py, whose tests run on one worker in turn (each rewrites the
+    repository's build/bake/ and reads it back). An explicit `--dist` other than the default keeps
+    xdist's own scheduler.
 
     (`--dist loadgroup` with xdist_group markers would say the same, but xdist 3.8 writes the group
     into `item._nodeid`, which pytest 9 no longer reads: the groups were silently ignored.)"""
@@ -87,7 +90,11 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
 
     class IntegrationTierTogether(LoadScopeScheduling):  # type: ignore[misc]  # xdist ships no type hints
         def _split_scope(self, nodeid: str) -> str:
-            return INTEGRATION if nodeid.startswith(INTEGRATION) else nodeid
+            if nodeid.startswith(INTEGRATION):
+                return INTEGRATION
+            if nodeid.startswith(SHARED_FOLDER):  # its tests rewrite and read the one build/bake/ in turn
+                return SHARED_FOLDER
+            return nodeid
 
     return IntegrationTierTogether(config, log)
 

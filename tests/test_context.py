@@ -16,7 +16,7 @@ from packaging.version import Version
 
 from builder.engine import staging as context
 from builder.engine.settings import BuildSettings, PipSources
-from builder.engine.staging import Staged, local_wheels, needed_indexes, pip_conf, stage
+from builder.engine.staging import local_wheels, needed_indexes, pip_conf, stage
 from builder.records import Accelerator, Base, ImageSpec, Install
 from builder.render.context import PROBE, PROBE_NAME
 
@@ -280,37 +280,48 @@ def test_needed_indexes_keeps_an_index_while_any_of_its_requirements_is_remote()
 
 # -- pip_conf -----------------------------------------------------------------------------------
 def test_pip_conf() -> None:
-    assert pip_conf(BuildSettings(), False) == "[global]\ndisable-pip-version-check = true\n"
-    assert pip_conf(_settings(index_url=MIRROR), True) == (
-        f"[global]\ndisable-pip-version-check = true\nindex-url = {MIRROR}\nfind-links = /tmp/builder/wheels\n"
+    assert pip_conf(BuildSettings()) == "[global]\ndisable-pip-version-check = true\n"
+    assert pip_conf(_settings(index_url=MIRROR), (HOST_EXTRA,)) == (
+        f"[global]\ndisable-pip-version-check = true\nindex-url = {MIRROR}\nextra-index-url =\n    {HOST_EXTRA}\n"
     )
-    assert context.WHEELS_IN_IMAGE == "/tmp/builder/wheels"
 
 
 # -- stage --------------------------------------------------------------------------------------
-def test_stage_copies_only_the_pinned_wheels(
+def test_stage_serves_the_pinned_wheels_instead_of_copying_them(
     tmp_path: Path, source: dict[str, bytes], find_links: Path, simple_index: Path, ca: Path
 ) -> None:
     spec = _spec()
     staged = stage(spec, source, tmp_path / "contexts", _settings(find_links, simple_index, ca=ca, index_url=MIRROR, extras=(HOST_EXTRA,)))
     target = tmp_path / "contexts" / spec.id
     expected_wheels = tuple(sorted(EXPECTED["3.11"].values()))
-    assert staged == Staged(path=target, wheels=expected_wheels, extra_index_urls=(HOST_EXTRA,))
-    # the rendered context, plus .builder/
+    conf = f"[global]\ndisable-pip-version-check = true\nindex-url = {MIRROR}\nextra-index-url =\n    {HOST_EXTRA}\n"
+    assert staged.wheels == expected_wheels and staged.extra_index_urls == (HOST_EXTRA,)
+    assert [p.name for p in staged.wheel_files] == list(expected_wheels)
+    assert all(p.read_bytes() == b"PK\x03\x04 fake wheel " + p.name.encode() for p in staged.wheel_files)
+    # the rendered context, plus .builder/ with the CA bundle and the requirements the wheels satisfy: no wheel, no pip.conf
     tree = _tree(target)
     assert {k: v for k, v in tree.items() if not k.startswith(".builder/")} == source
-    assert sorted(tree) == sorted([*source, ".builder/ca.pem", ".builder/pip.conf", *(f".builder/wheels/{n}" for n in expected_wheels)])
-    for name in expected_wheels:
-        assert tree[f".builder/wheels/{name}"] == b"PK\x03\x04 fake wheel " + name.encode()
+    assert sorted(tree) == sorted([*source, ".builder/ca.pem", ".builder/local.txt"])
     assert tree[".builder/ca.pem"] == ca.read_bytes()
-    assert tree[".builder/pip.conf"].decode() == (
-        f"[global]\ndisable-pip-version-check = true\nindex-url = {MIRROR}\nextra-index-url =\n    {HOST_EXTRA}\n"
-        "find-links = /tmp/builder/wheels\n"
-    )
+    assert tree[".builder/local.txt"].decode().splitlines() == sorted(EXPECTED["3.11"])
+    # the pip.conf is served, with the wheels' page once it is published
+    assert staged.secret_pip_conf == conf.encode()
+    assert staged.served_pip_conf("http://127.0.0.1:1/w/") == (conf + "find-links = http://127.0.0.1:1/w/\n").encode()
+    with pytest.raises(RuntimeError):
+        staged.served_pip_conf(None)
     assert (target.stat().st_mode & 0o777) == 0o700
 
 
-def test_stage_copies_a_wheel_two_requirements_share_once(
+def test_stage_without_local_wheels_writes_its_pip_conf(tmp_path: Path, source: dict[str, bytes]) -> None:
+    staged = stage(_spec(), source, tmp_path / "contexts", _settings(index_url=MIRROR))
+    assert staged.wheel_files == () and staged.secret_pip_conf is None and staged.served_pip_conf(None) is None
+    assert (staged.path / ".builder" / "pip.conf").read_text(encoding="utf-8") == (
+        f"[global]\ndisable-pip-version-check = true\nindex-url = {MIRROR}\nextra-index-url =\n    {TORCH_CPU_INDEX}\n"
+    )
+    assert not (staged.path / ".builder" / "local.txt").exists()
+
+
+def test_stage_serves_a_wheel_two_requirements_share_once(
     tmp_path: Path, source: dict[str, bytes], find_links: Path, simple_index: Path
 ) -> None:
     """`jax[cuda12]==0.10.2` (the plan) and `jax==0.10.2` (what a lock pins) are the same local file."""
@@ -318,7 +329,7 @@ def test_stage_copies_a_wheel_two_requirements_share_once(
     spec = dataclasses.replace(spec, packages=(*spec.packages, "jax==0.10.2"))
     staged = stage(spec, source, tmp_path / "contexts", _settings(find_links, simple_index))
     assert staged.wheels == tuple(sorted(EXPECTED["3.11"].values()))
-    assert len(list((staged.path / ".builder" / "wheels").iterdir())) == len(staged.wheels)
+    assert len(staged.wheel_files) == len(set(staged.wheel_files)) == len(staged.wheels)
 
 
 def test_stage_serves_a_pip_conf_with_credentials_instead_of_writing_it(tmp_path: Path, source: dict[str, bytes]) -> None:
@@ -333,9 +344,12 @@ def test_stage_keeps_the_framework_index_when_its_wheel_is_not_local(tmp_path: P
     staged = stage(_spec(), source, tmp_path / "contexts", _settings(find_links, extras=(HOST_EXTRA,)))
     assert staged.extra_index_urls == (TORCH_CPU_INDEX, HOST_EXTRA)
     assert staged.wheels == tuple(sorted(v for k, v in EXPECTED["3.11"].items() if not k.startswith("torch")))
-    assert (staged.path / ".builder" / "pip.conf").read_text(encoding="utf-8") == (
-        f"[global]\ndisable-pip-version-check = true\nextra-index-url =\n    {TORCH_CPU_INDEX}\n    {HOST_EXTRA}\n"
-        "find-links = /tmp/builder/wheels\n"
+    assert (
+        staged.served_pip_conf("http://127.0.0.1:1/w/")
+        == (
+            f"[global]\ndisable-pip-version-check = true\nextra-index-url =\n    {TORCH_CPU_INDEX}\n    {HOST_EXTRA}\n"
+            "find-links = http://127.0.0.1:1/w/\n"
+        ).encode()
     )
 
 
@@ -348,7 +362,12 @@ def test_stage_does_not_repeat_an_index_the_host_also_names(tmp_path: Path, sour
 
 def test_stage_without_local_sources(tmp_path: Path, source: dict[str, bytes]) -> None:
     staged = stage(_spec(), source, tmp_path / "contexts", BuildSettings())
-    assert staged == Staged(path=tmp_path / "contexts" / _spec().id, wheels=(), extra_index_urls=(TORCH_CPU_INDEX,))
+    assert (staged.path, staged.wheels, staged.wheel_files, staged.extra_index_urls) == (
+        tmp_path / "contexts" / _spec().id,
+        (),
+        (),
+        (TORCH_CPU_INDEX,),
+    )
     builder_dir = staged.path / ".builder"
     assert sorted(p.name for p in builder_dir.iterdir()) == ["pip.conf"]
     assert (builder_dir / "pip.conf").read_text(encoding="utf-8") == (
@@ -360,7 +379,7 @@ def test_stage_for_python_312_takes_cp312_wheels(tmp_path: Path, find_links: Pat
     spec = _spec("3.12")
     staged = stage(spec, {"Dockerfile": b"FROM x\n"}, tmp_path / "contexts", _settings(find_links, simple_index))
     assert staged.wheels == tuple(sorted(EXPECTED["3.12"].values()))
-    assert sorted(p.name for p in (staged.path / ".builder" / "wheels").iterdir()) == list(staged.wheels)
+    assert [p.name for p in staged.wheel_files] == list(staged.wheels)
     assert staged.extra_index_urls == ()
 
 
@@ -371,7 +390,7 @@ def test_stage_replaces_a_stale_staging_folder(tmp_path: Path, source: dict[str,
     (stale / "leftover.txt").write_text("x", encoding="utf-8")
     staged = stage(_spec(), source, tmp_path / "contexts", _settings(find_links))
     assert not (staged.path / "leftover.txt").exists()
-    assert "old-1.0-py3-none-any.whl" not in {p.name for p in (staged.path / ".builder" / "wheels").iterdir()}
+    assert not (staged.path / ".builder" / "wheels").exists()
 
 
 def test_stage_leaves_the_wheelhouse_untouched(tmp_path: Path, source: dict[str, bytes], find_links: Path, simple_index: Path) -> None:

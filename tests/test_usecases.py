@@ -429,6 +429,25 @@ def test_a_push_is_retried_on_a_network_flake_and_gives_up_in_one_redacted_line(
     assert "s3cret" not in str(caught.value) and "****@127.0.0.1" in str(caught.value), "what a retry reports is redacted"
 
 
+def test_push_tries_come_from_the_environment_and_bad_values_are_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeEngine()
+    fake.add_image("sha256:img", f"{REPO}:x")
+    fake.flaky_pushes = 99
+    fake.fail_push = lambda name: None
+    monkeypatch.setenv(push.TRIES_ENV, "1")
+    with pytest.raises(RunFailure, match=r"failed after 1 try \(network\)"):
+        push.push_image(fake, f"{REPO}:x", log=lambda line: None, wait_s=0.001)
+    assert len(fake.pushes) == 1
+    monkeypatch.setenv(push.TRIES_ENV, "3")
+    assert push.tries() == 3 and push.tries(2) == 2
+    for bad in ("0", "21", "-1", "two", " 3"):
+        monkeypatch.setenv(push.TRIES_ENV, bad)
+        with pytest.raises(UserError, match=rf"^{push.TRIES_ENV}=.* is not a number of tries from 1 to 20 \(e.g. 4\)$"):
+            push.tries()
+    monkeypatch.delenv(push.TRIES_ENV)
+    assert push.tries() == push.ATTEMPTS == 4
+
+
 def test_a_refused_push_is_not_retried() -> None:
     fake = FakeEngine()
     fake.add_image("sha256:img", f"{REPO}:x")

@@ -4,7 +4,8 @@ flakes), then keep exactly one generation of what the build left behind.
 - Two processes building the same tag take turns (a file lock per tag); the second re-checks
   the content hash and skips what the first just built, so no loser's image is left dangling.
 - The context is staged from the rendered bytes, never from images/ (see staging.py).
-- A pip.conf with credentials is published on the secret server for this build only.
+- A pip.conf with credentials, and the pinned local wheels with the pip.conf that names them, are
+  published on the secret server for this build only (never copied into the context).
 - Afterwards the image the tag pointed to before is removed, and so are older build-stage images
   of this tag (the build stage carries `io.builder.stage-of=<tag>`): forced rebuilds don't grow the disk.
 """
@@ -133,11 +134,13 @@ def _build_locked(
     run.log_dir.mkdir(parents=True, exist_ok=True)
     log_path = run.log_dir / f"{spec.id}.log"
     staged = staging.stage(spec, files, run.staging_root, run.settings)
-    secret_url = None
+    secret_url = wheels_url = None
     if staged.secret_pip_conf is not None:
         if run.secrets is None:
-            raise RuntimeError("credentials to serve but no secret server")
-        secret_url = run.secrets.publish(staged.secret_pip_conf, uses=run.retries)
+            raise RuntimeError("credentials or wheels to serve but no secret server")
+        if staged.wheel_files:
+            wheels_url = run.secrets.publish_files({path.name: path for path in staged.wheel_files})
+        secret_url = run.secrets.publish(staged.served_pip_conf(wheels_url) or b"", uses=run.retries)
     steps: set[str] = set()
     attempts = 0
 
@@ -157,8 +160,10 @@ def _build_locked(
         )
     finally:
         run.step_containers.pop(spec.id, None)
-        if secret_url is not None and run.secrets is not None:
-            run.secrets.revoke(secret_url)
+        if run.secrets is not None:
+            for url in (secret_url, wheels_url):
+                if url is not None:
+                    run.secrets.revoke(url)
         shutil.rmtree(staged.path, ignore_errors=True)
         with contextlib.suppress(Exception):  # tidying must not turn a result into a crash
             remove_superseded_stages(engine, spec.tag, steps)

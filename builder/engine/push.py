@@ -27,6 +27,7 @@ ATTEMPTS = 4
 WAIT_S = 2.0  # then 4, 8: about 14 s in all before a registry that is down is reported
 DEADLINE_S = 3600.0  # a whole push, every try: hours of silence are never a push in progress
 DEADLINE_ENV = "BUILDER_PUSH_DEADLINE_S"
+TRIES_ENV = "BUILDER_PUSH_TRIES"  # each try of a failing registry costs the engine's own upload retries (~50 s)
 
 
 class PushFlake(Exception):
@@ -47,12 +48,25 @@ def deadline_s(value: float | None = None) -> float:
     return seconds
 
 
+def tries(value: int | None = None) -> int:
+    """How many times a push is tried: the caller's, else $BUILDER_PUSH_TRIES, else 4."""
+    if value is not None:
+        return value
+    text = os.environ.get(TRIES_ENV, "")
+    if not text:
+        return ATTEMPTS
+    if not text.isdigit() or not 1 <= int(text) <= 20:
+        raise UserError(f"{TRIES_ENV}={text!r} is not a number of tries from 1 to 20 (e.g. 4)")
+    return int(text)
+
+
 def push_image(
-    engine: Engine, tag: str, log: Callable[[str], None], attempts: int = ATTEMPTS, wait_s: float = WAIT_S, deadline: float | None = None
+    engine: Engine, tag: str, log: Callable[[str], None], attempts: int | None = None, wait_s: float = WAIT_S, deadline: float | None = None
 ) -> str:
     """Push and return the registry digest (sha256:...); RunFailure (exit 1) when it cannot,
     including when the push does not finish within `deadline` seconds (then it is cancelled)."""
     limit = deadline_s(deadline)
+    attempts = tries(attempts)
     ends = time.monotonic() + limit
     try:
         return retry_network(
@@ -63,7 +77,7 @@ def push_image(
         )
     except GaveUp as exc:
         raise RunFailure(
-            f"push of {tag} failed after {attempts} tries (network): {exc.reason}; is the registry up and reachable?"
+            f"push of {tag} failed after {attempts} {'try' if attempts == 1 else 'tries'} (network): {exc.reason}; is the registry up and reachable?"
         ) from None
 
 

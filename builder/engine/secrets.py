@@ -1,4 +1,5 @@
-"""Hand credentials to a classic-builder build without writing them into anything the engine keeps.
+"""Hand credentials and local wheels to a classic-builder build without writing them into anything
+the engine keeps.
 
 The classic builder (no BuildKit, so no `RUN --mount=type=secret`) records build arguments in the
 image history and every COPY in a layer, and keeps the build stage as an untagged image. So a
@@ -6,16 +7,25 @@ pip.conf whose index URLs carry `user:password@` never goes into the build conte
 argument: this server holds it in memory on 127.0.0.1 (builds use host networking), under a
 random one-time path, for the length of one build. The build step fetches it, uses it and
 deletes it inside the same RUN, so no layer holds it; the history holds only the dead URL.
+
+The pinned local wheels are served the same way, as a find-links page under another random path
+(`publish_files`), instead of being copied into the build context: a CUDA image's wheels are GBs,
+and copying them meant a context tarball, a COPY layer in the build stage and its commit, each
+of them GBs of disk traffic per build.
 """
 
 from __future__ import annotations
 
+import html
 import http.server
 import secrets
+import shutil
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
+from urllib.parse import quote, unquote
 
 from builder.text import redact as redact  # re-exported: where the build's callers have always found it
 
@@ -26,18 +36,39 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     server: SecretServer
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-        data = self.server.take(self.path)
-        if data is None:
+        served = self.server.take(self.path)
+        if served is None:
             self.send_response(404)
             self.send_header("Content-Length", "0")
             self.end_headers()
             return
+        if isinstance(served, Path):
+            self._send_file(served)
+            return
+        self._head(len(served), "text/html; charset=utf-8" if self.path.endswith("/") else "text/plain; charset=utf-8")
+        self.wfile.write(served)
+
+    def _head(self, length: int, kind: str) -> None:
         self.send_response(200)
-        self.send_header("Content-Type", "text/plain; charset=utf-8")
-        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(length))
         self.send_header("Cache-Control", "no-store")
         self.end_headers()
-        self.wfile.write(data)
+
+    def _send_file(self, path: Path) -> None:
+        try:
+            handle = path.open("rb")
+        except OSError:
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        with handle:
+            self._head(path.stat().st_size, "application/octet-stream")
+            try:
+                shutil.copyfileobj(handle, self.wfile, 1 << 20)
+            except (BrokenPipeError, ConnectionResetError):
+                return  # the build went away (interrupted): nothing to answer
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's signature
         return  # never log paths: they are the capability
@@ -51,6 +82,7 @@ class SecretServer(http.server.ThreadingHTTPServer):
     def __init__(self) -> None:
         super().__init__((LOCALHOST, 0), _Handler)
         self._secrets: dict[str, tuple[bytes, int]] = {}
+        self._folders: dict[str, dict[str, Path]] = {}  # "/<token>/" -> file name -> file
         self._lock = threading.Lock()
 
     @property
@@ -63,12 +95,27 @@ class SecretServer(http.server.ThreadingHTTPServer):
             self._secrets[path] = (data, uses)
         return f"http://{LOCALHOST}:{self.port}{path}"
 
+    def publish_files(self, files: Mapping[str, Path]) -> str:
+        """A find-links page listing `files` (name -> file) and the files under it, answered until
+        revoked (pip reads the page once and each file once per attempt)."""
+        folder = "/" + secrets.token_urlsafe(32) + "/"
+        with self._lock:
+            self._folders[folder] = dict(files)
+        return f"http://{LOCALHOST}:{self.port}{folder}"
+
     def revoke(self, url: str) -> None:
         with self._lock:
-            self._secrets.pop("/" + url.rsplit("/", 1)[-1], None)
+            if url.endswith("/"):
+                self._folders.pop("/" + url.rstrip("/").rsplit("/", 1)[-1] + "/", None)
+            else:
+                self._secrets.pop("/" + url.rsplit("/", 1)[-1], None)
 
-    def take(self, path: str) -> bytes | None:
+    def take(self, path: str) -> bytes | Path | None:
         with self._lock:
+            folder, _, name = path.rpartition("/")
+            files = self._folders.get(folder + "/")
+            if files is not None:
+                return _page(files) if not name else files.get(unquote(name))
             found = self._secrets.get(path)
             if found is None:
                 return None
@@ -92,3 +139,9 @@ def serving() -> Iterator[SecretServer]:
         server.server_close()
         with server._lock:
             server._secrets.clear()
+            server._folders.clear()
+
+
+def _page(files: Mapping[str, Path]) -> bytes:
+    links = "".join(f'<a href="{quote(name)}">{html.escape(name)}</a>\n' for name in sorted(files))
+    return f"<!DOCTYPE html>\n<html><body>\n{links}</body></html>\n".encode()

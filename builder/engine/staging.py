@@ -1,10 +1,12 @@
 """Stage a build context: the rendered files (from memory, never copied from images/, so a link or
-a hand edit there cannot reach the engine), the probe, and `.builder/` (CA bundle, pip.conf,
-pinned local wheels).
+a hand edit there cannot reach the engine), the probe, and `.builder/` (CA bundle, pip.conf).
 
 `.builder/` is read only by the build stage of the Dockerfile, so none of it reaches the final
-image. Only the wheels the image pins are copied, never a whole mirror. A pip.conf that carries
-credentials is not written at all: it is returned for the secret server (engine/secrets.py).
+image. The pinned local wheels are not copied at all: they are served to the build from
+127.0.0.1 (engine/secrets.py `publish_files`; only the wheels the image pins, never a whole
+mirror), and the pip.conf that names their URL is served with them, as is a pip.conf that carries
+credentials: neither is written into the context. `.builder/local.txt` names the requirements the
+local wheels satisfy (an unlocked image installs them first, from the served page alone).
 """
 
 from __future__ import annotations
@@ -29,15 +31,23 @@ from builder.errors import UserError
 from builder.records import ImageSpec
 from builder.spec import grammar
 
-WHEELS_IN_IMAGE = "/tmp/builder/wheels"
-
 
 @dataclass(frozen=True)
 class Staged:
     path: Path
-    wheels: tuple[str, ...]  # file names copied into the wheelhouse
+    wheels: tuple[str, ...]  # file names of the local wheels the build is served
     extra_index_urls: tuple[str, ...]  # what the build still needs to reach
-    secret_pip_conf: bytes | None = None  # pip.conf with credentials: served, never written
+    secret_pip_conf: bytes | None = None  # pip.conf served, never written: it has credentials, or local wheels to name
+    wheel_files: tuple[Path, ...] = ()  # the local wheels themselves, served by name
+
+    def served_pip_conf(self, wheels_url: str | None) -> bytes | None:
+        """The pip.conf to serve once the wheels are published at `wheels_url` (None: nothing to serve,
+        the context's .builder/pip.conf is the build's whole configuration)."""
+        if not self.wheel_files:
+            return self.secret_pip_conf
+        if wheels_url is None or self.secret_pip_conf is None:
+            raise RuntimeError("local wheels to serve but no URL or pip.conf for them")
+        return self.secret_pip_conf + f"find-links = {wheels_url}\n".encode()
 
 
 class _Links(html.parser.HTMLParser):
@@ -136,23 +146,15 @@ def needed_indexes(spec: ImageSpec, satisfied: set[str]) -> tuple[str, ...]:
     return tuple(keep)
 
 
-def pip_conf(settings: BuildSettings, has_wheels: bool, extra_index_urls: tuple[str, ...] = ()) -> str:
-    """The build's whole pip configuration: with it the build ignores the rendered index default."""
+def pip_conf(settings: BuildSettings, extra_index_urls: tuple[str, ...] = ()) -> str:
+    """The build's whole pip configuration: with it the build ignores the rendered index default.
+    The served wheels' `find-links` line is added when they are published (Staged.served_pip_conf)."""
     lines = ["[global]", "disable-pip-version-check = true"]
     if settings.pip.index_url:
         lines.append(f"index-url = {settings.pip.index_url}")
     if extra_index_urls:
         lines.append("extra-index-url =" + "".join(f"\n    {url}" for url in extra_index_urls))
-    if has_wheels:
-        lines.append(f"find-links = {WHEELS_IN_IMAGE}")
     return "\n".join(lines) + "\n"
-
-
-def _link_or_copy(src: Path, dst: Path) -> None:
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
 
 
 def stage(spec: ImageSpec, files: Mapping[str, bytes], staging_root: Path, settings: BuildSettings) -> Staged:
@@ -167,20 +169,25 @@ def stage(spec: ImageSpec, files: Mapping[str, bytes], staging_root: Path, setti
     extra = target / ".builder"
     extra.mkdir()
     wheels = local_wheels(spec, settings.pip.local_dirs)
+    served = {w.name: w for w in wheels.values()}  # `jax[cuda13]==X` and the lock's `jax==X` are one file
     if wheels:
-        (extra / "wheels").mkdir()
-        for wheel in {w.name: w for w in wheels.values()}.values():  # `jax[cuda13]==X` and the lock's `jax==X` are one file
-            _link_or_copy(wheel, extra / "wheels" / wheel.name)
+        (extra / "local.txt").write_text("".join(f"{line}\n" for line in sorted(wheels)), encoding="utf-8")
     if settings.ca_bundle is not None:
         shutil.copyfile(settings.ca_bundle, extra / "ca.pem")
     indexes = needed_indexes(spec, set(wheels)) + tuple(u for u in settings.pip.extra_index_urls if u not in spec.index_urls)
-    conf = pip_conf(settings, bool(wheels), indexes)
+    conf = pip_conf(settings, indexes)
     secret = None
-    if has_userinfo(conf):
+    if wheels or has_userinfo(conf):
         secret = conf.encode()
     else:
         (extra / "pip.conf").write_text(conf, encoding="utf-8")
-    return Staged(path=target, wheels=tuple(sorted({w.name for w in wheels.values()})), extra_index_urls=indexes, secret_pip_conf=secret)
+    return Staged(
+        path=target,
+        wheels=tuple(sorted(served)),
+        extra_index_urls=indexes,
+        secret_pip_conf=secret,
+        wheel_files=tuple(served[name] for name in sorted(served)),
+    )
 
 
 def has_userinfo(text: str) -> bool:
