@@ -59,9 +59,9 @@ def runs_on(record: KnownGood, compat: Compat) -> RunsOn:
 def _cuda_gpus(record: KnownGood, cuda: str | None, compat: Compat) -> str:
     rows = []
     for name, version in sorted(record.frameworks.items()):
-        if name not in names() or not framework(name).gpu_arch:
-            continue
-        row = framework_row(name, version, cuda or "")
+        if name not in names():
+            continue  # not a GPU framework of the registry (e.g. numpy)
+        row = framework_row(name, version, cuda or "") if framework(name).gpu_arch else None
         if row is None:
             return f"sm ? ({name} {version} not in the tables)"
         rows.append(row)
