@@ -272,6 +272,7 @@ def test_bad_doctor_image_options_are_one_line_exit_2(cli: RunCli, args: list[st
         ({"torch": "2.5.1"}, MeasuredAccelerator("cuda", "12.4.1", cuda="12.4"), "sm 5.0-9.0, driver >= 525.60.13, amd64 (table)"),
         ({"jax": "0.9.0"}, MeasuredAccelerator("cuda", "13.0", cuda="13.0"), "sm >= 7.5, driver >= 580.65.06, amd64 (table)"),
         ({"cupy": "14.0.0"}, MeasuredAccelerator("cuda", "13.0", cuda="13.0"), "sm ? (cupy 14.0.0 not in the tables), driver >= 580.65.06, amd64 (table)"),
+        ({"cupy": "14.0.0"}, MeasuredAccelerator("cuda", "13.0", cuda="13.0", cudnn="9.28.0.42"), "sm ? (cupy 14.0.0 not in the tables; its cuDNN needs >= 7.5), driver >= 580.65.06, amd64 (table)"),
         ({"torch": "2.14.1"}, MeasuredAccelerator("cpu", None), "any (CPU image), amd64 (table)"),
         ({"torch": "2.5.1"}, MeasuredAccelerator("rocm", "6.2", rocm="6.2"), "gfx targets not in the tables, amd64 (table)"),
         # a hand-edited catalog's odd values give a cell, never a crash

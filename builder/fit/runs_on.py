@@ -57,18 +57,19 @@ def runs_on(record: KnownGood, compat: Compat) -> RunsOn:
 
 
 def _cuda_gpus(record: KnownGood, cuda: str | None, compat: Compat) -> str:
+    cudnn = cudnn_floor(record.accelerator.cudnn or "", compat)
+    floor_note = f"; its cuDNN needs >= {cudnn}" if cudnn else ""
     rows = []
     for name, version in sorted(record.frameworks.items()):
         if name not in names():
             continue  # not a GPU framework of the registry (e.g. numpy)
         row = framework_row(name, version, cuda or "") if framework(name).gpu_arch else None
         if row is None:
-            return f"sm ? ({name} {version} not in the tables)"
+            return f"sm ? ({name} {version} not in the tables{floor_note})"
         rows.append(row)
     if not rows:
-        return "sm ? (no framework in the tables)"
+        return f"sm ? (no framework in the tables{floor_note})"
     floors = [row.cc_min for row in rows]
-    cudnn = cudnn_floor(record.accelerator.cudnn or "", compat)
     lowest = max([*floors, *([cudnn] if cudnn else [])], key=cc_tuple)
     capped = [row for row in rows if row.cc_max is not None]
     if not capped:
