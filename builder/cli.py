@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from rich.console import Console
@@ -25,6 +25,9 @@ from builder.sources import Sources
 from builder.text import redact
 from builder.ui.text import MAX_LINE, plain
 from builder.workspace import Workspace
+
+if TYPE_CHECKING:
+    from builder.fit.host import FitHost
 
 F = TypeVar("F", bound=Callable[..., Any])
 MAX_JOBS = 32  # parallel builds; more only thrash the engine and the disk
@@ -453,22 +456,73 @@ def publish(
     _exit_for(publish_ok(outcomes))
 
 
+# The host a fit is judged for (`builder fit`, `pull`, `doctor --image`): detected, or these in its place.
+FIT_HOST_OPTIONS = (
+    click.option(
+        "--gpu-cc",
+        "gpu_cc",
+        multiple=True,
+        metavar="X.Y",
+        help="a GPU's compute capability, e.g. 8.6 (repeat for each GPU; default: nvidia-smi's)",
+    ),
+    click.option("--driver", metavar="VERSION", help="the NVIDIA driver, e.g. 550.54.15 (default: nvidia-smi's)"),
+    click.option("--arch", "cpu", metavar="amd64|arm64", help="the host's CPU architecture (default: uname -m)"),
+    click.option("--vendor", type=click.Choice(["nvidia", "amd", "none"]), help="the host's GPU vendor (default: detected)"),
+)
+fit_host_options = _options(*FIT_HOST_OPTIONS)
+
+
+def _fit_host(gpu_cc: Sequence[str], driver: str | None, cpu: str | None, vendor: str | None) -> FitHost:
+    """FIT_HOST_OPTIONS as the host they describe (the detected one where they say nothing)."""
+    from builder.fit import host as hosts
+
+    return hosts.host_for(gpu_cc=gpu_cc, driver=driver, arch=cpu, vendor=vendor)
+
+
+def _given_host_options(gpu_cc: Sequence[str], driver: str | None, cpu: str | None, vendor: str | None) -> list[str]:
+    given = {"--gpu-cc": bool(gpu_cc), "--driver": driver is not None, "--arch": cpu is not None, "--vendor": vendor is not None}
+    return [name for name, present in given.items() if present]
+
+
 @main.command()
 @click.argument("query", nargs=-1, required=True)
+@fit_host_options
+@click.option("--no-fit-check", is_flag=True, help="pull even a record that does not fit this host (the output says so)")
 @catalog_option
 @click.pass_obj
 @user_errors
-def pull(ws: Workspace, query: tuple[str, ...], catalog_dir: str | None) -> None:
-    """Pull the newest known-good image matching QUERY (e.g. torch=2.14 cuda=13 python=3.11) by digest."""
+def pull(
+    ws: Workspace,
+    query: tuple[str, ...],
+    gpu_cc: tuple[str, ...],
+    driver: str | None,
+    cpu: str | None,
+    vendor: str | None,
+    no_fit_check: bool,
+    catalog_dir: str | None,
+) -> None:
+    """Pull the newest known-good image matching QUERY (e.g. torch=2.14 cuda=13 python=3.11) by digest.
+
+    First checks that it fits this host (or the one the options describe), as `builder fit` does:
+    a record that does not fit is refused (exit 1) naming the newest match that fits."""
     from builder.usecases import pull as pulling
 
+    given = _given_host_options(gpu_cc, driver, cpu, vendor)
+    if no_fit_check and given:
+        raise UserError(f"--no-fit-check checks nothing, so {', '.join(given)} would be ignored: drop one of them")
+    check = pulling.FitCheck(skip=True) if no_fit_check else pulling.FitCheck(_fit_host(gpu_cc, driver, cpu, vendor))
     try:
         build_repository: str | None = ws.matrix.registry  # builder build's names here: pull never moves them
     except UserError:
         build_repository = None  # no matrix beside the catalog: no build names to keep
     pulled = pulling.pull(
-        ws.store.catalog(catalog_dir, must_exist=True), " ".join(query), log=lambda line: None, build_repository=build_repository
+        ws.store.catalog(catalog_dir, must_exist=True),
+        " ".join(query),
+        log=lambda line: None,
+        build_repository=build_repository,
+        check=check,
     )
+    click.echo(plain(pulled.fit, limit=MAX_LINE), err=True)
     click.echo(plain(f"pulled {pulled.record.digest} ({pulled.record.id}, verified)"), err=True)
     if pulled.note:
         click.echo(pulled.note, err=True)
@@ -477,16 +531,7 @@ def pull(ws: Workspace, query: tuple[str, ...], catalog_dir: str | None) -> None
 
 @main.command()
 @click.argument("query", nargs=-1)
-@click.option(
-    "--gpu-cc",
-    "gpu_cc",
-    multiple=True,
-    metavar="X.Y",
-    help="a GPU's compute capability, e.g. 8.6 (repeat for each GPU; default: nvidia-smi's)",
-)
-@click.option("--driver", metavar="VERSION", help="the NVIDIA driver, e.g. 550.54.15 (default: nvidia-smi's)")
-@click.option("--arch", "cpu", metavar="amd64|arm64", help="the host's CPU architecture (default: uname -m)")
-@click.option("--vendor", type=click.Choice(["nvidia", "amd", "none"]), help="the host's GPU vendor (default: detected)")
+@fit_host_options
 @click.option(
     "--library",
     "libraries",
@@ -514,13 +559,12 @@ def fit(
     """Say whether each known-good image matching QUERY (or each --library) runs on this host, or the one described, and why.
 
     Exit 0 when an image fits (with --library: when every library does), else 1."""
-    from builder.fit import host as hosts
     from builder.ui.fit import print_fit
     from builder.usecases import fit as fitting
 
     if libraries and query:
         raise UserError("give QUERY (catalog records) or --library (files), not both")
-    host = hosts.host_for(gpu_cc=gpu_cc, driver=driver, arch=cpu, vendor=vendor)
+    host = _fit_host(gpu_cc, driver, cpu, vendor)
     if libraries:
         report = fitting.fit_libraries(libraries, host, "cuobjdump" if reader == "cuobjdump" else "fatbin")
     else:
@@ -547,13 +591,14 @@ def catalog(ws: Workspace, query: tuple[str, ...], fmt: str, verify: bool, catal
     store = ws.store.catalog(catalog_dir, must_exist=True)
     records = catalogs.find(store, " ".join(query))
     checked = catalogs.verify(store, records) if verify else []
+    runs_on = catalogs.runs_on_each(records)
     if fmt == "json":
-        data: dict[str, Any] = {"images": [r.to_json() for r in records]}
+        data: dict[str, Any] = {"images": [r.to_json() for r in records], "runs_on": {i: r.to_json() for i, r in runs_on.items()}}
         if verify:
             data["verify"] = {v.record.id: {"ok": v.ok, "detail": v.detail} for v in checked}
         emit_json(data)
     else:
-        print_catalog(out, records, checked)
+        print_catalog(out, records, checked, runs_on)
     if query and not records:
         click.echo(f"error: {plain(catalogs.no_match_message(store, ' '.join(query)), limit=MAX_LINE)}", err=True)
         sys.exit(1)
@@ -684,14 +729,36 @@ def nightly(
 
 @main.command()
 @select_option
+@click.option("--image", "image_ref", metavar="REF", help="judge this local image (a name, id or digest builder labelled) for this host")
+@fit_host_options
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.pass_obj
 @user_errors
-def doctor(ws: Workspace, select_expr: str | None, fmt: str) -> None:
-    """What this host can run: engine, GPU vendor, driver, runtime, a verdict per planned image."""
+def doctor(
+    ws: Workspace,
+    select_expr: str | None,
+    image_ref: str | None,
+    gpu_cc: tuple[str, ...],
+    driver: str | None,
+    cpu: str | None,
+    vendor: str | None,
+    fmt: str,
+) -> None:
+    """What this host can run: engine, GPU vendor, driver, runtime, a verdict per planned image.
+
+    With --image REF: whether that local image runs on this host (or the one the options describe),
+    judged from its io.builder.* labels as `builder fit` judges records; exit 1 when it does not fit."""
     from builder.host import doctor as doctor_mod
     from builder.host import facts
 
+    given = _given_host_options(gpu_cc, driver, cpu, vendor)
+    if image_ref is None and given:
+        raise UserError(f"{', '.join(given)} describe the host for --image: give --image REF too")
+    if image_ref is not None:
+        if select_expr is not None:
+            raise UserError("--select picks planned images, --image one local image: give one of them")
+        _doctor_image(image_ref, _fit_host(gpu_cc, driver, cpu, vendor), fmt)
+        return
     host = facts.gather()
     checks = doctor_mod.host_checks(host)
     images = ws.selected(select_expr, use_default=False) if ws.matrix_path.exists() else ()
@@ -703,6 +770,18 @@ def doctor(ws: Workspace, select_expr: str | None, fmt: str) -> None:
 
         render_table(out, host, checks, verdicts)
     _exit_for(not any(c.status == "fail" for c in checks) and not any(v.status == "fail" for v in verdicts))
+
+
+def _doctor_image(ref: str, host: FitHost, fmt: str) -> None:
+    from builder.ui.fit import print_image_fit
+    from builder.usecases.doctor import image_fit
+
+    result = image_fit(ref, host)
+    if fmt == "json":
+        emit_json(result.to_json())
+    else:
+        print_image_fit(out, result)
+    _exit_for(result.ok)
 
 
 if __name__ == "__main__":

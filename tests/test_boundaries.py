@@ -38,6 +38,8 @@ PURE = (
     "lock/claims.py",
     "fit/arch.py",
     "fit/driver.py",
+    "fit/runs_on.py",
+    "fit/labelled.py",
 )
 PURE_FOUNDATIONS = ("errors.py", "records.py", "frameworks.py", "yamlsrc.py", "query.py", "sources.py", "workspace.py")
 IMPURE_FOR_PURE = ("docker", "rich", "builder.engine", "builder.host", "builder.smoke", "builder.ui", "builder.usecases", "builder.cli")

@@ -29,6 +29,7 @@ PASSED = "numba0.68.0-cpu-py3.11-debian12"
 FAILED = "tensorflow2.21.0-cu128-py3.12-ubuntu24.04"
 GPU_SKIPPED = "numba0.68.0-cu130-py3.11-debian12"
 NOT_BUILT = "torch2.5.1-rocm6.2-py3.11-ubuntu22.04"
+RUNS_ON = "sm 5.0-9.0, driver >= 525.60.13, amd64 (table)"
 EXPECTED = {KNOWN_GOOD: "known-good", PASSED: "passed", FAILED: "failed", GPU_SKIPPED: "gpu-skipped", NOT_BUILT: "not-built"}
 
 
@@ -78,6 +79,8 @@ def test_the_known_good_row_carries_digest_and_host(report: Report) -> None:
     row = next(r for r in report.rows if r.id == KNOWN_GOOD)
     assert row.digest.endswith("@sha256:" + "0123456789abcdef" * 4)
     assert row.detail == "on NVIDIA H200, driver 580.159.04"
+    assert row.runs_on == RUNS_ON, "torch 2.5.1 cu124's kernels (gpu_arch.yaml), CUDA 12.4's driver floor"
+    assert all(r.runs_on == "" for r in report.rows if r.id != KNOWN_GOOD), "only a known-good record says what it runs on"
     failed = next(r for r in report.rows if r.id == FAILED)
     assert "cuDNN" in failed.detail
 
@@ -89,6 +92,8 @@ def test_markdown_has_the_grid_and_is_deterministic(report: Report) -> None:
     assert grid and "2.5.1 py3.11 (known-good)" in grid[0]
     assert "| tensorflow2.21.0-cu128-py3.12-ubuntu24.04 | tensorflow 2.21.0 | CUDA 12.8.1 | 3.12 | failed |" in text
     assert "## Skipped by the rules" in text
+    assert "| status | runs on | size MB |" in text
+    assert f"| known-good | {RUNS_ON.replace('>', '&gt;')} | 917 |" in text
 
 
 def test_html_escapes_what_it_shows(report: Report) -> None:
@@ -96,6 +101,7 @@ def test_html_escapes_what_it_shows(report: Report) -> None:
     assert "<script" not in page
     assert "the &lt;cuDNN&gt; library" in page and "<cuDNN>" not in page
     assert page.count('data-status="known-good" data-id=') == 1
+    assert "<th>runs on</th>" in page and f'<td class="runs-on">{RUNS_ON.replace(">", "&gt;")}</td>' in page
 
 
 @pytest.mark.parametrize(

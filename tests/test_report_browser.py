@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from builder.report.html import render_html
-from tests.test_report import EXPECTED, fixture_report
+from tests.test_report import EXPECTED, KNOWN_GOOD, RUNS_ON, fixture_report
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -94,3 +94,16 @@ def test_the_grid_shows_the_fixture_statuses(browser: Any, page_url: str) -> Non
     assert skipped and all(chip.get_attribute("title").startswith("skipped: excluded by") for chip in skipped)
     counts = browser.find_element(By.ID, "counts").text
     assert "1 known-good (published, passed)" in counts and "1 failed" in counts
+
+
+def test_the_images_table_shows_what_a_known_good_image_runs_on(browser: Any, page_url: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    browser.get(page_url)
+    headers = [th.text for th in browser.find_elements(By.CSS_SELECTOR, "#images thead th")]
+    assert "runs on" in headers
+    column = headers.index("runs on")
+    cells = browser.find_elements(By.CSS_SELECTOR, f'#images tr[data-id="{KNOWN_GOOD}"] td')
+    assert cells[column].text == RUNS_ON  # the rendered text, with its ">=" shown as such
+    others = browser.find_elements(By.CSS_SELECTOR, f'#images tbody tr:not([data-id="{KNOWN_GOOD}"]) td.runs-on')
+    assert others and all(cell.text == "" for cell in others), "only a known-good image says what it runs on"

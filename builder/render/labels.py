@@ -12,6 +12,21 @@ BUILT_BY_VALUE = "builder"
 HASH_LABEL = "io.builder.content-hash"  # what incremental builds, publish and the smoke checks compare
 REVISION_LABEL = "org.opencontainers.image.revision"
 
+# What the Dockerfile's LABEL step says of the image (templates.labels); `builder doctor --image`
+# reads them back (builder/fit/labelled.py).
+ID_LABEL = "io.builder.id"
+STACK_LABEL = "io.builder.stack"
+FRAMEWORKS_LABEL = "io.builder.frameworks"  # name=version,name=version
+PYTHON_LABEL = "io.builder.python"
+ACCELERATOR_LABEL = "io.builder.accelerator"  # cuda | rocm | cpu
+ACCELERATOR_VERSION_LABEL = "io.builder.accelerator-version"  # the base's CUDA / ROCm
+CC_MIN_LABEL = "io.builder.cc-min"  # the lowest compute capability its wheels and cuDNN run on
+
+
+def library_label(library: str) -> str:
+    """The label of a CUDA library the lock pins (builder.lock.files.LIBRARIES: cudnn, cuda-runtime, ...)."""
+    return f"io.builder.{library}"
+
 
 def build_labels(spec: ImageSpec, revision: str) -> dict[str, str]:
     return {HASH_LABEL: spec.content_hash, REVISION_LABEL: revision}

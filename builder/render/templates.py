@@ -17,6 +17,7 @@ from builder.compat.facts import table
 from builder.lock.claims import cc_floor
 from builder.lock.files import libraries
 from builder.records import ImageSpec
+from builder.render import labels as lb
 from builder.render import sandbox
 
 ENTRY = "Dockerfile.j2"
@@ -51,19 +52,19 @@ def labels(spec: ImageSpec, source: str) -> list[tuple[str, str]]:
         ("org.opencontainers.image.version", frameworks),
         ("org.opencontainers.image.source", source),
         ("org.opencontainers.image.base.name", spec.base.from_ref),
-        ("io.builder.id", spec.id),
-        ("io.builder.stack", spec.stack),
-        ("io.builder.frameworks", frameworks),
-        ("io.builder.python", spec.python),
-        ("io.builder.accelerator", spec.accelerator.kind),
+        (lb.ID_LABEL, spec.id),
+        (lb.STACK_LABEL, spec.stack),
+        (lb.FRAMEWORKS_LABEL, frameworks),
+        (lb.PYTHON_LABEL, spec.python),
+        (lb.ACCELERATOR_LABEL, spec.accelerator.kind),
     ]
     if spec.accelerator.version:
-        out.append(("io.builder.accelerator-version", spec.accelerator.version))
+        out.append((lb.ACCELERATOR_VERSION_LABEL, spec.accelerator.version))
     if spec.lock is not None:  # measured from the lock, not guessed from the rules
-        out += [(f"io.builder.{name}", version) for name, version in sorted(libraries(spec.lock).items())]
+        out += [(lb.library_label(name), version) for name, version in sorted(libraries(spec.lock).items())]
     floor = cc_floor(spec, table())
     if floor is not None:  # the wheels' kernels and the locked cuDNN, whichever needs the newer GPU
-        out.append(("io.builder.cc-min", floor))
+        out.append((lb.CC_MIN_LABEL, floor))
     return out
 
 

@@ -69,13 +69,13 @@ def render_markdown(report: Report) -> str:
         "",
         "## Images",
         "",
-        "| image | frameworks | accelerator | python | status | size MB | digest | date | detail |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| image | frameworks | accelerator | python | status | runs on | size MB | digest | date | detail |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in (r for r in report.rows if r.status != "skipped"):
         size = f"{r.size_mb:,.0f}" if r.size_mb else ""
         digest = code(r.digest) if r.digest else ""
-        cells = (r.id, r.frameworks, r.accelerator, r.python, r.status)
+        cells = (r.id, r.frameworks, r.accelerator, r.python, r.status, r.runs_on)
         lines.append("| " + " | ".join(text(c) for c in cells) + f" | {size} | {digest} | {text(r.date)} | {text(r.detail)} |")
     lines += ["", "## Skipped by the rules", "", "| base | stack | python | frameworks | reason |", "|---|---|---|---|---|"]
     for r in (r for r in report.rows if r.status == "skipped"):

@@ -6,6 +6,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from builder.catalog.records import KnownGood
+from builder.compat.facts import table
+from builder.fit.runs_on import runs_on
 from builder.records import ImageSpec, Plan
 from builder.results import SmokeResult, is_good
 
@@ -34,6 +36,7 @@ class Row:
     digest: str = ""
     size_mb: float | None = None
     date: str = ""
+    runs_on: str = ""  # known-good: compute capabilities, min driver, arch (builder/fit/runs_on.py)
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,7 @@ def build_report(
     """`specs`: the plan's images with content hashes; `results`: build/results/<id>.json by id;
     `sizes`: image MB by id (build.json)."""
     by_id = {r.id: r for r in records}
+    compat = table()
     rows = []
     for spec in specs:
         record = by_id.get(spec.id)
@@ -103,6 +107,7 @@ def build_report(
                 digest=record.digest if record else "",
                 size_mb=record.size_mb if record and record.size_mb else sizes.get(spec.id),
                 date=record.published if record else _tested(results.get(spec.id)),
+                runs_on=runs_on(record, compat).label if record else "",
             )
         )
     for skipped in plan.skipped:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from rich.console import Console
 from rich.table import Table
 
 from builder.catalog.records import KnownGood
+from builder.fit.runs_on import RunsOn
 from builder.ui.rows import RICH_ROWS, print_rows
 from builder.ui.status import styled
 from builder.ui.text import markup
@@ -37,11 +38,15 @@ def print_publish_summary(out: Console, outcomes: Sequence[Published]) -> None:
     out.print(table)
 
 
-def print_catalog(out: Console, records: Sequence[KnownGood], verified: Sequence[Verified] = ()) -> None:
-    """A rich table; beyond RICH_ROWS records plain aligned lines (2,001 records took rich 3.5 s)."""
+def print_catalog(
+    out: Console, records: Sequence[KnownGood], verified: Sequence[Verified] = (), runs_on: Mapping[str, RunsOn] | None = None
+) -> None:
+    """A rich table; beyond RICH_ROWS records plain aligned lines (2,001 records took rich 3.5 s).
+    `runs_on`: what each record runs on, by id (usecases/catalog.py runs_on_each)."""
     checks = {v.record.id: v for v in verified}
+    runs = runs_on or {}
     title = f"known-good ({len(records)})"
-    columns = ["image", "frameworks", "accelerator", "python", "verdict", "host", "published", "digest"]
+    columns = ["image", "frameworks", "accelerator", "python", "verdict", "runs on", "host", "published", "digest"]
     if verified:
         columns.append("in registry")
     rows = []
@@ -53,7 +58,8 @@ def print_catalog(out: Console, records: Sequence[KnownGood], verified: Sequence
         elif a.rocm:
             accel += f" {a.rocm}"
         frameworks = " ".join(f"{k} {v}" for k, v in sorted(r.frameworks.items()))
-        row = [r.id, frameworks, accel, r.python, r.verdict, r.host.gpu, r.published, r.digest]
+        where = runs.get(r.id)
+        row = [r.id, frameworks, accel, r.python, r.verdict, where.label if where else "", r.host.gpu, r.published, r.digest]
         if verified:
             check = checks.get(r.id)
             row.append("present" if check and check.ok else f"missing: {check.detail if check else ''}")

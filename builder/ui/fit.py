@@ -5,16 +5,21 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from builder.fit.host import FitHost
 from builder.ui.text import markup
+from builder.usecases.doctor import ImageFit
 from builder.usecases.fit import FitReport
 
 _STYLE = {"fits": "green", "does not fit": "red", "unknown": "yellow"}
 
 
-def print_fit(out: Console, report: FitReport) -> None:
-    host = report.host
+def _host_title(host: FitHost) -> str:
     gpus = ", ".join(host.gpus) or "none"
-    title = f"fit on {host.arch}, {host.vendor} GPUs: {gpus}, driver: {host.driver or 'unknown'}"
+    return f"fit on {host.arch}, {host.vendor} GPUs: {gpus}, driver: {host.driver or 'unknown'}"
+
+
+def print_fit(out: Console, report: FitReport) -> None:
+    title = _host_title(report.host)
     table = Table(title=markup(title), title_justify="left")
     for column in ("image" if report.catalog else "library", "fit", "reason"):
         table.add_column(column, overflow="fold")
@@ -28,3 +33,11 @@ def print_fit(out: Console, report: FitReport) -> None:
         out.print(markup(f"newest that fits: {report.newest_fit} (builder pull id={report.newest_fit})"))
     else:
         out.print("nothing matching fits this host")
+
+
+def print_image_fit(out: Console, result: ImageFit) -> None:
+    """`builder doctor --image`: the host, then the image's verdict and what it runs on."""
+    out.print(markup(_host_title(result.host)))
+    fit = result.fit
+    out.print(f"{markup(result.ref)} ({markup(result.image.id)}): [{_STYLE[fit.status]}]{fit.status}[/]: {markup(fit.reason)}")
+    out.print(markup(f"runs on: {result.runs_on.label}"))

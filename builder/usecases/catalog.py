@@ -9,9 +9,11 @@ from dataclasses import dataclass
 from builder.catalog.query import closest, known_keys, matching, parse_query, unknown_keys
 from builder.catalog.records import KnownGood
 from builder.catalog.store import Catalog
+from builder.compat.facts import table
 from builder.engine.client import open_engine
 from builder.engine.port import Connect, EngineFault, NotFound
 from builder.errors import UserError
+from builder.fit.runs_on import RunsOn, runs_on
 
 
 def find(catalog: Catalog, query: str) -> list[KnownGood]:
@@ -22,6 +24,12 @@ def find(catalog: Catalog, query: str) -> list[KnownGood]:
     if bad:
         raise UserError(f"query key {bad[0]!r} is in no record; keys: {known_keys(records)}")
     return matching(records, terms) if terms else list(records)
+
+
+def runs_on_each(records: Sequence[KnownGood]) -> dict[str, RunsOn]:
+    """What each record runs on (compute capabilities, min driver, arch: builder/fit/runs_on.py), by id."""
+    compat = table()
+    return {r.id: runs_on(r, compat) for r in records}
 
 
 def no_match_message(catalog: Catalog, query: str) -> str:

@@ -10,7 +10,6 @@ image's own binaries (fit/cuobjdump.py) and recording that with the smoke result
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,22 +17,21 @@ from typing import Literal
 
 from builder.catalog.records import KnownGood
 from builder.catalog.store import Catalog
-from builder.compat import gpu_arch
 from builder.compat.facts import Compat, table
 from builder.compat.rules import framework, names
-from builder.compat.versions import cc_tuple, mm, release_tuple
+from builder.compat.versions import cc_tuple
 from builder.errors import RunFailure, UserError
 from builder.fit import cuobjdump, fatbin
 from builder.fit import driver as drivers
 from builder.fit.arch import Arch, Embedded, decide
 from builder.fit.host import FitHost
+from builder.fit.runs_on import RECORD_ARCH, cudnn_floor
+from builder.fit.runs_on import framework_row as _row
 from builder.usecases.catalog import find, no_match_message
 
 Status = Literal["fits", "does not fit", "unknown"]
 Reader = Literal["fatbin", "cuobjdump"]
-RECORD_ARCH = "amd64"  # every lock resolves for x86_64 (builder/lock/target.py platform_for), so every image is amd64
 FROM_TABLE = "from the compat table, not measured"
-_CUDA_VARIANT = re.compile(r"^cu(?:da)?(\d{2,3})$")
 
 
 @dataclass(frozen=True)
@@ -142,34 +140,13 @@ def _cuda(record: KnownGood, host: FitHost, compat: Compat) -> RecordFit:
 
 def _cudnn_refusal(cudnn: str, host: FitHost, compat: Compat) -> str | None:
     """cuDNN releases drop GPU generations (9.11: Maxwell, Pascal, Volta; compat.yaml cuda.cudnn_cc)."""
-    floors = [cc for since, cc in compat.cudnn_cc if cudnn and release_tuple(cudnn) >= release_tuple(since)]
-    if not floors:
+    lowest = cudnn_floor(cudnn, compat)
+    if lowest is None:
         return None
-    lowest = max(floors, key=cc_tuple)
     old = [cc for cc in host.gpus if cc_tuple(cc) < cc_tuple(lowest)]
     if not old:
         return None
     return f"cuDNN {cudnn} needs compute capability >= {lowest}: {Arch.cc(old[0]).generation} {old[0]} cannot run it"
-
-
-def _row(name: str, version: str, cuda: str) -> gpu_arch.ArchRange | None:
-    """The gpu_arch row of this framework release built for this CUDA: the local version's variant
-    (2.14.1+cu130) when it has one, else the variant whose CUDA matches the record's (cuda13, cu13, cu130)."""
-    public, _, local = version.partition("+")
-    if local:
-        return gpu_arch.lookup(name, local, public)
-    if not cuda:
-        return None
-    major, minor = mm(cuda)
-    for row in gpu_arch.default_table():
-        for variant in row.variants:
-            match = _CUDA_VARIANT.fullmatch(variant)
-            if match is None or not row.covers(name, variant, public):
-                continue
-            digits = match.group(1)
-            if (len(digits) == 2 and int(digits) == major) or (len(digits) == 3 and (int(digits[:-1]), int(digits[-1])) == (major, minor)):
-                return row
-    return None
 
 
 MAX_LIBRARIES = 2000  # shared libraries under one --library folder; a whole filesystem is a mistake

@@ -3,21 +3,25 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from builder.catalog.query import parse_query
 from builder.catalog.records import KnownGood
 from builder.catalog.store import Catalog
+from builder.compat.facts import table
 from builder.engine.client import open_engine
 from builder.engine.failures import is_network_failure
 from builder.engine.port import Connect, Engine, EngineFault, NotFound
 from builder.engine.retry import GaveUp, reason_of, retry_network
 from builder.errors import RunFailure, UserError
+from builder.fit import host as fit_hosts
+from builder.fit.host import FitHost
 from builder.host import facts as hostinfo
 from builder.smoke.args import docker_run_line
 from builder.text import redact
 from builder.usecases.catalog import NO_MANIFEST, find, no_match_message
+from builder.usecases.fit import judge
 
 
 @dataclass(frozen=True)
@@ -25,6 +29,15 @@ class Pulled:
     record: KnownGood
     run_line: str
     note: str  # about this host, when it cannot use the image's GPU
+    fit: str = ""  # what the fit check said: fits, not checked (and what), or skipped
+
+
+@dataclass(frozen=True)
+class FitCheck:
+    """What pull checks before it pulls: the record's fit for `host` (None: this host, detected), or nothing (`skip`)."""
+
+    host: FitHost | None = None
+    skip: bool = False
 
 
 class PullFlake(Exception):
@@ -39,19 +52,22 @@ def pull(
     wait_s: float = 2.0,
     build_repository: str | None = None,
     connect: Connect = open_engine,
+    check: FitCheck = FitCheck(),
 ) -> Pulled:
     """Resolve the query to the newest known-good record, pull it by digest and verify the digest.
 
     The record's readable tag is given to the pulled image only where that moves nothing that is not
     ours: the tag must be in the digest's repository, a name of `builder build` (`build_repository`,
     the workspace's registry) is never touched, and a name that holds another image is moved only
-    when that image came from the same registry repository (an earlier pull); else one line."""
+    when that image came from the same registry repository (an earlier pull); else one line.
+    Before any of it, the record's fit for this host (`check`): one that does not fit is refused."""
     if not parse_query(query):
         raise UserError("give a query, e.g. `builder pull torch=2.14 cuda=13 python=3.11` (`builder catalog` lists the records)")
     hits = find(catalog, query)
     if not hits:
         raise RunFailure(no_match_message(catalog, query))
     record = hits[0]
+    fit = fit_first(hits, check)
     repository, tag = readable_name(record, str(catalog.file))
     engine = connect()
     try:
@@ -70,7 +86,30 @@ def pull(
     note = name_pulled(engine, info.id, repository, tag, build_repository)
     host = hostinfo.gather()
     notes = "\n".join(filter(None, (note, host_note(record, host))))
-    return Pulled(record, docker_run_line(record.accelerator.kind, record.digest, host), notes)
+    return Pulled(record, docker_run_line(record.accelerator.kind, record.digest, host), notes, fit)
+
+
+def fit_first(hits: Sequence[KnownGood], check: FitCheck) -> str:
+    """The fit check's line for hits[0] (the newest match); RunFailure naming the reason and the
+    newest match that fits when it does not fit the host. `unknown` pulls, saying what was not checked."""
+    if check.skip:
+        return f"fit not checked (--no-fit-check): {hits[0].id} may not run on this host"
+    host = check.host if check.host is not None else fit_hosts.detect()
+    compat = table()
+    verdict = judge(hits[0], host, compat)
+    if verdict.status == "does not fit":
+        raise RunFailure(f"{verdict.id} does not fit this host: {verdict.reason}; {_instead(hits[1:], host)}")
+    if verdict.status == "unknown":
+        return f"fit unknown, pulled anyway: {verdict.reason}"
+    return f"fits this host: {verdict.reason}"
+
+
+def _instead(others: Sequence[KnownGood], host: FitHost) -> str:
+    compat = table()
+    newest = next((r.id for r in others if judge(r, host, compat).status == "fits"), None)
+    if newest is None:
+        return "no record of the query fits (`builder fit QUERY` says why; --no-fit-check pulls it anyway)"
+    return f"the newest that fits is {newest} (`builder pull id={newest}`; --no-fit-check pulls this one anyway)"
 
 
 TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")

@@ -1,0 +1,124 @@
+"""A local image `builder build` made, read back from its io.builder.* labels, for `builder doctor --image`.
+
+The labels say what the catalog record of a published image says about its fit (accelerator and
+version, the CUDA runtime and cuDNN its lock pins, its frameworks), so the image is judged by the
+same `judge` as `builder fit` judges records. Label values come from an image, which anyone can
+build: each is checked against the grammar it was written with, and a bad one is one line.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from builder.catalog.records import BaseIdentity, KnownGood, MeasuredAccelerator
+from builder.errors import UserError
+from builder.records import VENDORS
+from builder.render import labels as lb
+from builder.results import TestedOn
+from builder.spec import grammar
+
+_CC = re.compile(r"^\d{1,2}\.\d$")
+MAX_FRAMEWORKS = 16
+
+
+@dataclass(frozen=True)
+class LabelledImage:
+    ref: str  # as the person named it
+    id: str
+    stack: str
+    python: str
+    frameworks: tuple[tuple[str, str], ...]  # (name, version), as the label lists them
+    accelerator: MeasuredAccelerator  # kind, the base's version, the locked CUDA runtime's major.minor and cuDNN
+    cc_min: str | None  # the lowest compute capability its wheels and cuDNN run on, as rendered
+    content_hash: str = ""
+
+
+def from_labels(ref: str, labels: Mapping[str, str]) -> LabelledImage:
+    """The image's builder labels as a typed view; UserError (one line) when it has none or one is malformed."""
+    if lb.ID_LABEL not in labels or lb.ACCELERATOR_LABEL not in labels:
+        raise UserError(
+            f"--image {ref} has no {lb.ID_LABEL} / {lb.ACCELERATOR_LABEL} labels: not an image `builder build` made; "
+            "give one it built or `builder pull` fetched"
+        )
+
+    def label(name: str, pattern: re.Pattern[str] | None = None, required: bool = True) -> str | None:
+        value = labels.get(name)
+        if value is None:
+            if required:
+                raise UserError(f"--image {ref}: label {name} is missing; rebuild it with this builder")
+            return None
+        if pattern is not None and not pattern.fullmatch(value):
+            raise UserError(f"--image {ref}: label {name}={value[:80]!r} is malformed; rebuild it with this builder")
+        return value
+
+    kind = label(lb.ACCELERATOR_LABEL) or ""
+    if kind not in VENDORS:
+        raise UserError(f"--image {ref}: label {lb.ACCELERATOR_LABEL}={kind[:80]!r} is not one of {', '.join(VENDORS)}")
+    version = label(lb.ACCELERATOR_VERSION_LABEL, grammar.ACCEL_VERSION, required=False)
+    runtime = _version(ref, labels, lb.library_label("cuda-runtime"))
+    cudnn = _version(ref, labels, lb.library_label("cudnn"))
+    cuda = None
+    if kind == "cuda":
+        found = runtime or version
+        cuda = ".".join(found.split(".")[:2]) if found else None  # the runtime the image loads, as major.minor
+    return LabelledImage(
+        ref=ref,
+        id=label(lb.ID_LABEL, grammar.DOCKER_TAG) or "",
+        stack=label(lb.STACK_LABEL, grammar.NAME) or "",
+        python=label(lb.PYTHON_LABEL, grammar.PYTHON) or "",
+        frameworks=_frameworks(ref, label(lb.FRAMEWORKS_LABEL) or ""),
+        accelerator=MeasuredAccelerator(kind, version, cuda=cuda, cudnn=cudnn, rocm=version if kind == "rocm" else None),
+        cc_min=label(lb.CC_MIN_LABEL, _CC, required=False),
+        content_hash=labels.get(lb.HASH_LABEL, "")[:80],
+    )
+
+
+def _version(ref: str, labels: Mapping[str, str], name: str) -> str | None:
+    value = labels.get(name)
+    if value is not None and not grammar.is_version(value):
+        raise UserError(f"--image {ref}: label {name}={value[:80]!r} is not a release like 9.3.0.75; rebuild it with this builder")
+    return value
+
+
+def _frameworks(ref: str, value: str) -> tuple[tuple[str, str], ...]:
+    """`torch=2.14.1,numpy=2.4.6` as pairs."""
+    pairs = []
+    for item in value.split(",")[: MAX_FRAMEWORKS + 1]:
+        name, eq, version = item.partition("=")
+        if not eq or not grammar.NAME.fullmatch(name) or not grammar.is_version(version):
+            raise UserError(
+                f"--image {ref}: label {lb.FRAMEWORKS_LABEL}={value[:80]!r} is not name=version,...; rebuild it with this builder"
+            )
+        pairs.append((name, version))
+    if len(pairs) > MAX_FRAMEWORKS:
+        raise UserError(f"--image {ref}: label {lb.FRAMEWORKS_LABEL} lists more than {MAX_FRAMEWORKS} frameworks")
+    return tuple(pairs)
+
+
+def as_record(image: LabelledImage) -> KnownGood:
+    """The view as the record `judge` and `runs_on` read (accelerator, frameworks, id). It was not
+    published: no digest, no base identity, no smoke verdict (`not-built` stands for "none recorded")."""
+    return KnownGood(
+        id=image.id,
+        tag=image.ref,
+        digest="",
+        floating=(),
+        content_hash=image.content_hash,
+        stack=image.stack,
+        os="",
+        base=BaseIdentity("", "", "", None),
+        lock_sha256=None,
+        frameworks=dict(image.frameworks),
+        accelerator=image.accelerator,
+        python=image.python,
+        libraries={},
+        verdict="not-built",
+        gpu_skipped_accepted=False,
+        tests={},
+        host=TestedOn("not recorded"),
+        tested="",
+        published="",
+        builder_version="",
+    )

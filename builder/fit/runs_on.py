@@ -1,0 +1,115 @@
+"""What a known-good image runs on, in one cell: the compute capabilities its kernels cover, the
+oldest driver its CUDA runtime accepts and the CPU architecture, so "which image for our V100s"
+is answered by looking at the report or `builder catalog`.
+
+Pure: from the record and the compat tables (gpu_arch.yaml, compat.yaml's driver floors and
+cuDNN's GPU floor), marked `table`; a fit measured from the image's own binaries will be marked
+`measured`. The same row lookup serves `builder fit` (usecases/fit.py), so the column and the
+verdict never disagree about a wheel's range.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from builder.catalog.records import KnownGood
+from builder.compat import gpu_arch
+from builder.compat.facts import Compat
+from builder.compat.rules import framework, names
+from builder.compat.versions import cc_tuple, release_tuple
+from builder.fit import driver as drivers
+
+Source = Literal["table", "measured"]
+RECORD_ARCH = "amd64"  # every lock resolves for x86_64 (builder/lock/target.py platform_for), so every image is amd64
+_CUDA_VARIANT = re.compile(r"^cu(?:da)?(\d{2,3})$")
+
+
+@dataclass(frozen=True)
+class RunsOn:
+    gpus: str  # "sm 7.5-12.0 (+PTX)", "sm >= 7.5", "any (CPU image)", or what is not known and why
+    driver: str | None  # the oldest NVIDIA driver its CUDA runtime accepts; None: no CUDA, or not in the tables
+    arch: str  # the CPU architecture, "amd64"
+    source: Source  # "table": from the compat tables; "measured": from the image's binaries
+
+    @property
+    def label(self) -> str:
+        """One cell: `sm 7.5-12.0 (+PTX), driver >= 580.65.06, amd64 (table)`."""
+        parts = [self.gpus, *([f"driver >= {self.driver}"] if self.driver else []), self.arch]
+        return f"{', '.join(parts)} ({self.source})"
+
+    def to_json(self) -> dict[str, object]:
+        return {"gpus": self.gpus, "driver": self.driver, "arch": self.arch, "source": self.source, "label": self.label}
+
+
+def runs_on(record: KnownGood, compat: Compat) -> RunsOn:
+    """The record's compute capabilities (every GPU framework's kernels and its cuDNN's floor, intersected),
+    its driver floor and architecture, from the tables. Lenient about odd versions: a cell, never a crash."""
+    kind = record.accelerator.kind
+    if kind == "cpu":
+        return RunsOn("any (CPU image)", None, RECORD_ARCH, "table")
+    if kind == "rocm":
+        return RunsOn("gfx targets not in the tables", None, RECORD_ARCH, "table")
+    cuda = cuda_mm(record.accelerator.cuda or record.accelerator.version or "")
+    floor = drivers.floor_for(cuda, compat) if cuda else None
+    return RunsOn(_cuda_gpus(record, cuda, compat), floor.floor if floor else None, RECORD_ARCH, "table")
+
+
+def _cuda_gpus(record: KnownGood, cuda: str | None, compat: Compat) -> str:
+    cudnn = cudnn_floor(record.accelerator.cudnn or "", compat)
+    floor_note = f"; its cuDNN needs >= {cudnn}" if cudnn else ""
+    rows = []
+    for name, version in sorted(record.frameworks.items()):
+        if name not in names():
+            continue  # not a GPU framework of the registry (e.g. numpy)
+        row = framework_row(name, version, cuda or "") if framework(name).gpu_arch else None
+        if row is None:
+            return f"sm ? ({name} {version} not in the tables{floor_note})"
+        rows.append(row)
+    if not rows:
+        return f"sm ? (no framework in the tables{floor_note})"
+    floors = [row.cc_min for row in rows]
+    lowest = max([*floors, *([cudnn] if cudnn else [])], key=cc_tuple)
+    capped = [row for row in rows if row.cc_max is not None]
+    if not capped:
+        return f"sm >= {lowest}"
+    highest = min((row.cc_max for row in capped if row.cc_max is not None), key=cc_tuple)
+    ptx = all(row.ptx for row in capped if row.cc_max == highest)
+    return f"sm {lowest}-{highest}" + (" (+PTX)" if ptx else "")
+
+
+def cuda_mm(value: str) -> str | None:
+    """A CUDA version as major.minor ("13.0.96" -> "13.0"), leniently; None when it holds no number."""
+    release = release_tuple(value)
+    if not release:
+        return None
+    return f"{release[0]}.{release[1] if len(release) > 1 else 0}"
+
+
+def cudnn_floor(cudnn: str, compat: Compat) -> str | None:
+    """The lowest compute capability a cuDNN release supports (9.11 dropped Maxwell, Pascal, Volta:
+    compat.yaml cuda.cudnn_cc); None when no floor applies."""
+    floors = [cc for since, cc in compat.cudnn_cc if cudnn and release_tuple(cudnn) >= release_tuple(since)]
+    return max(floors, key=cc_tuple) if floors else None
+
+
+def framework_row(name: str, version: str, cuda: str) -> gpu_arch.ArchRange | None:
+    """The gpu_arch row of this framework release built for this CUDA: the local version's variant
+    (2.14.1+cu130) when it has one, else the variant whose CUDA matches the record's (cuda13, cu13, cu130)."""
+    public, _, local = version.partition("+")
+    if local:
+        return gpu_arch.lookup(name, local, public)
+    release = release_tuple(cuda) if cuda else ()
+    if not release:
+        return None
+    major, minor = release[0], release[1] if len(release) > 1 else 0
+    for row in gpu_arch.default_table():
+        for variant in row.variants:
+            match = _CUDA_VARIANT.fullmatch(variant)
+            if match is None or not row.covers(name, variant, public):
+                continue
+            digits = match.group(1)
+            if (len(digits) == 2 and int(digits) == major) or (len(digits) == 3 and (int(digits[:-1]), int(digits[-1])) == (major, minor)):
+                return row
+    return None

@@ -1,0 +1,52 @@
+"""`builder doctor --image REF`: will a local image `builder build` labelled run on this host?
+
+The image's io.builder.* labels (builder/fit/labelled.py) are judged like a catalog record
+(usecases/fit.py `judge`), for the host detected or described by the same options as `builder fit`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from builder.compat.facts import table
+from builder.engine.client import open_engine
+from builder.engine.port import Connect
+from builder.errors import UserError
+from builder.fit import labelled
+from builder.fit.host import FitHost
+from builder.fit.runs_on import RunsOn, runs_on
+from builder.usecases.fit import RecordFit, judge
+
+
+@dataclass(frozen=True)
+class ImageFit:
+    ref: str
+    image: labelled.LabelledImage
+    host: FitHost
+    fit: RecordFit
+    runs_on: RunsOn
+
+    @property
+    def ok(self) -> bool:
+        """Only a refusal fails: `unknown` says what was not checked, as `builder pull` does."""
+        return self.fit.status != "does not fit"
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "image": self.ref,
+            "id": self.image.id,
+            "host": self.host.to_json(),
+            "fit": self.fit.to_json(),
+            "runs_on": self.runs_on.to_json(),
+        }
+
+
+def image_fit(ref: str, host: FitHost, connect: Connect = open_engine) -> ImageFit:
+    """The fit of the local image `ref` (a name, id or digest) for `host`; a missing or unlabelled image is a UserError."""
+    info = connect().inspect_image(ref)
+    if info is None:
+        raise UserError(f"--image {ref}: no such local image; build it (`builder build`) or pull it (`builder pull`) first")
+    image = labelled.from_labels(ref, info.labels)
+    record = labelled.as_record(image)
+    compat = table()
+    return ImageFit(ref, image, host, judge(record, host, compat), runs_on(record, compat))
