@@ -147,8 +147,13 @@ def _measured(record: KnownGood, fit: MeasuredFit, host: FitHost, compat: Compat
                 refused = _jit_refusal(fit, device, label)
                 if refused:
                     return no(refused)
-        where = f"{len(entry.libraries)} libraries" if entry.libraries else "no prebuilt device code"
-        said.append(f"{label}: {' '.join(host.gpus) or 'its GPUs'} through {where}" + (f" ({'; '.join(jitted)}: slow first start)" if jitted else ""))
+        how = [f"the device code of its {len(entry.libraries)} libraries"] if entry.libraries else []
+        if entry.jit and fit.jit is not None:
+            how.append(f"NVRTC {fit.jit.version} compiling its kernels")
+        said.append(
+            f"{label} runs on {' '.join(host.gpus) or 'its GPUs'} through {' and '.join(how) or 'no device code'}"
+            + (f" ({'; '.join(jitted)}: slow first start)" if jitted else "")
+        )
     if unknown:
         return RecordFit(record.id, "unknown", f"not checked: {', '.join(unknown)} ({MEASURED})", True)
     return RecordFit(record.id, "fits", f"{'; '.join(said)} ({MEASURED})", True)
