@@ -42,6 +42,8 @@ TORCH_ID = "torch2.14.1-cu130-py3.11-debian12"
 NUMBA_ID = "numba0.68.0-cu130-py3.11-debian12"
 TORCH_FIT = scanned(TORCH_ID, {"torch": False})
 NUMBA_FIT = scanned(NUMBA_ID, {"numba": True})
+CUPY_ID = "cupy14.0.0-cu130-py3.11-debian12"
+CUPY_FIT = scanned(CUPY_ID, {"cupy": True})
 
 
 def nvidia(*ccs: str, driver: str | None = "580.65.06") -> FitHost:
@@ -251,25 +253,27 @@ def test_a_malformed_fit_is_refused_in_one_line(doc: Any, says: str) -> None:
 
 TORCH = record(TORCH_ID, accelerator=CU130, frameworks={"torch": "2.14.1"}, fit=TORCH_FIT)
 NUMBA = record(NUMBA_ID, accelerator=replace(CU130, cudnn=None), frameworks={"numba": "0.68.0"}, fit=NUMBA_FIT)
+CUPY = record(CUPY_ID, accelerator=replace(CU130, cudnn=None), frameworks={"cupy": "14.0.0"}, fit=CUPY_FIT)
 MEASURED = "(measured from the image's binaries)"
 
 
 @pytest.mark.parametrize(
-    ("cc", "torch", "numba"),
+    ("cc", "torch", "numba", "cupy"),
     [
-        ("6.1", "no", "no"),  # Pascal: CUDA 13 dropped it (cuDNN/cuBLAS floors 7.5, NVRTC from sm_75)
-        ("7.0", "no", "no"),  # Volta: the same
-        ("7.5", "no", "fits"),  # Turing: torch's libtorch_cuda_linalg.so has no sm_75 cubin
-        ("8.0", "fits", "fits"),  # Ampere data center
-        ("8.6", "fits", "fits"),  # Ampere consumer
-        ("8.9", "fits", "fits"),  # Ada: through sm_86 cubins (and libtorch_cuda's one sm_89)
-        ("9.0", "fits", "fits"),  # Hopper
-        ("10.0", "fits", "fits"),  # Blackwell data center
-        ("12.0", "fits", "fits"),  # Blackwell consumer (RTX 50)
+        ("6.1", "no", "no", "no"),  # Pascal: CUDA 13 dropped it (cuDNN/cuBLAS floors 7.5, NVRTC from sm_75)
+        ("7.0", "no", "no", "no"),  # Volta: the same
+        ("7.5", "no", "fits", "fits"),  # Turing: torch's libtorch_cuda_linalg.so has no sm_75 cubin
+        ("8.0", "fits", "fits", "fits"),  # Ampere data center
+        ("8.6", "fits", "fits", "fits"),  # Ampere consumer
+        ("8.9", "fits", "fits", "fits"),  # Ada: through sm_86 cubins (and libtorch_cuda's one sm_89)
+        ("9.0", "fits", "fits", "fits"),  # Hopper
+        ("10.0", "fits", "fits", "fits"),  # Blackwell data center
+        ("12.0", "fits", "fits", "fits"),  # Blackwell consumer (RTX 50)
+        ("11.0", "no", "fits", "no"),  # Thor: no sm_110 cubin nor PTX it can JIT in torch's or cupy's own libraries
     ],
 )
-def test_every_generation_against_the_measured_images(cc: str, torch: str, numba: str) -> None:
-    for rec, want in ((TORCH, torch), (NUMBA, numba)):
+def test_every_generation_against_the_measured_images(cc: str, torch: str, numba: str, cupy: str) -> None:
+    for rec, want in ((TORCH, torch), (NUMBA, numba), (CUPY, cupy)):
         got = judge(rec, nvidia(cc), table())
         assert got.measured and got.reason.endswith(MEASURED), got.reason
         assert got.status == ("fits" if want == "fits" else "does not fit"), (rec.id, cc, got.reason)
@@ -303,7 +307,7 @@ def catalog_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     from builder.fit import host as hosts
 
     monkeypatch.setattr(hosts, "detect", lambda: FitHost("amd64", "none", (), None, ("arch", "vendor", "gpus")))
-    records: list[KnownGood] = [TORCH, NUMBA, record("torch2.14-cpu", frameworks={"torch": "2.14.1"})]
+    records: list[KnownGood] = [TORCH, NUMBA, CUPY, record("torch2.14-cpu", frameworks={"torch": "2.14.1"})]
     Catalog(tmp_path / "catalog").add(records, {})
     return str(tmp_path / "catalog")
 
@@ -312,7 +316,7 @@ def test_builder_fit_with_measured_records(cli: RunCli, catalog_dir: str) -> Non
     refused = cli("fit", "--catalog", catalog_dir, "cuda=13", "--gpu-cc", "6.1", "--format", "json")
     assert refused.exit_code == 1, refused.output
     rows = json.loads(refused.stdout)["records"]
-    assert [r["status"] for r in rows] == ["does not fit", "does not fit"] and all(r["measured"] for r in rows)
+    assert [r["status"] for r in rows] == ["does not fit"] * 3 and all(r["measured"] for r in rows)
     fits = cli("fit", "--catalog", catalog_dir, "torch=2.14", "cuda=13", "--gpu-cc", "12.0", "--driver", "580.65.06")
     assert fits.exit_code == 0, fits.output
     assert f"newest that fits: {TORCH_ID}" in fits.stdout
