@@ -44,6 +44,8 @@ TORCH_FIT = scanned(TORCH_ID, {"torch": False})
 NUMBA_FIT = scanned(NUMBA_ID, {"numba": True})
 CUPY_ID = "cupy14.0.0-cu130-py3.11-debian12"
 CUPY_FIT = scanned(CUPY_ID, {"cupy": True})
+TF_ID = "tensorflow2.21.0-cu125-py3.11-debian12"
+TF_FIT = scanned(TF_ID, {"tensorflow": False})
 
 
 def nvidia(*ccs: str, driver: str | None = "580.65.06") -> FitHost:
@@ -181,7 +183,7 @@ def fail(what: str) -> UserError:
 
 
 def test_the_record_round_trips() -> None:
-    for fit in (TORCH_FIT, NUMBA_FIT):
+    for fit in (TORCH_FIT, NUMBA_FIT, CUPY_FIT, TF_FIT):
         assert measured_fit.from_json(json.loads(json.dumps(fit.to_json())), "fit", fail) == fit
 
 
@@ -253,27 +255,29 @@ def test_a_malformed_fit_is_refused_in_one_line(doc: Any, says: str) -> None:
 
 TORCH = record(TORCH_ID, accelerator=CU130, frameworks={"torch": "2.14.1"}, fit=TORCH_FIT)
 NUMBA = record(NUMBA_ID, accelerator=replace(CU130, cudnn=None), frameworks={"numba": "0.68.0"}, fit=NUMBA_FIT)
+CU125 = MeasuredAccelerator("cuda", "12.5", cuda="12.5", cudnn="9.3.0")
+TF = record(TF_ID, accelerator=CU125, frameworks={"tensorflow": "2.21.0"}, fit=TF_FIT)
 CUPY = record(CUPY_ID, accelerator=replace(CU130, cudnn=None), frameworks={"cupy": "14.0.0"}, fit=CUPY_FIT)
 MEASURED = "(measured from the image's binaries)"
 
 
 @pytest.mark.parametrize(
-    ("cc", "torch", "numba", "cupy"),
+    ("cc", "torch", "numba", "cupy", "tf"),
     [
-        ("6.1", "no", "no", "no"),  # Pascal: CUDA 13 dropped it (cuDNN/cuBLAS floors 7.5, NVRTC from sm_75)
-        ("7.0", "no", "no", "no"),  # Volta: the same
-        ("7.5", "no", "fits", "fits"),  # Turing: torch's libtorch_cuda_linalg.so has no sm_75 cubin
-        ("8.0", "fits", "fits", "fits"),  # Ampere data center
-        ("8.6", "fits", "fits", "fits"),  # Ampere consumer
-        ("8.9", "fits", "fits", "fits"),  # Ada: through sm_86 cubins (and libtorch_cuda's one sm_89)
-        ("9.0", "fits", "fits", "fits"),  # Hopper
-        ("10.0", "fits", "fits", "fits"),  # Blackwell data center
-        ("12.0", "fits", "fits", "fits"),  # Blackwell consumer (RTX 50)
-        ("11.0", "no", "fits", "no"),  # Thor: no sm_110 cubin nor PTX it can JIT in torch's or cupy's own libraries
+        ("6.1", "no", "no", "no", "no"),  # Pascal: CUDA 13 dropped it (cuBLAS floor 7.5, NVRTC from sm_75); TF: cuDNN 9's 7.5
+        ("7.0", "no", "no", "no", "no"),  # Volta: the same
+        ("7.5", "no", "fits", "fits", "fits"),  # Turing: torch's libtorch_cuda_linalg.so has no sm_75 cubin
+        ("8.0", "fits", "fits", "fits", "fits"),  # Ampere data center
+        ("8.6", "fits", "fits", "fits", "fits"),  # Ampere consumer
+        ("8.9", "fits", "fits", "fits", "fits"),  # Ada: through sm_86 cubins (and libtorch_cuda's one sm_89)
+        ("9.0", "fits", "fits", "fits", "fits"),  # Hopper
+        ("10.0", "fits", "fits", "fits", "fits"),  # Blackwell data center (TF: through its compute_90 PTX)
+        ("12.0", "fits", "fits", "fits", "fits"),  # Blackwell consumer (RTX 50)
+        ("11.0", "no", "fits", "no", "fits"),  # Thor: no sm_110 cubin nor PTX it can JIT in torch's or cupy's own libraries
     ],
 )
-def test_every_generation_against_the_measured_images(cc: str, torch: str, numba: str, cupy: str) -> None:
-    for rec, want in ((TORCH, torch), (NUMBA, numba), (CUPY, cupy)):
+def test_every_generation_against_the_measured_images(cc: str, torch: str, numba: str, cupy: str, tf: str) -> None:
+    for rec, want in ((TORCH, torch), (NUMBA, numba), (CUPY, cupy), (TF, tf)):
         got = judge(rec, nvidia(cc), table())
         assert got.measured and got.reason.endswith(MEASURED), got.reason
         assert got.status == ("fits" if want == "fits" else "does not fit"), (rec.id, cc, got.reason)
@@ -298,6 +302,13 @@ def test_measured_reasons_name_the_library_and_the_generation() -> None:
     assert judge(TORCH, FitHost("arm64", "nvidia", ("9.0",), None), table()).status == "does not fit"
     both = judge(TORCH, nvidia("8.6", "7.5"), table())
     assert both.status == "does not fit" and "Turing" in both.reason  # every GPU of the host must run it
+    pascal_tf = judge(TF, nvidia("6.1"), table()).reason
+    assert pascal_tf.startswith("libcudnn_adv.so.9 (NVIDIA's) has no SASS below sm_75: Pascal 6.1 cannot run tensorflow 2.21.0"), pascal_tf
+    jit = judge(TF, nvidia("12.0"), table())
+    assert jit.status == "fits" and "the driver JIT-compiles the PTX of 12.0: libtensorflow_cc.so.2" in jit.reason, jit.reason
+    old_jit = judge(TF, nvidia("12.0", driver="535.104.05"), table())  # above CUDA 12.5's floor, below PTX ISA 8.3's
+    assert old_jit.status == "does not fit" and old_jit.reason.startswith("driver 535.104.05 < 545.23.06 needed to JIT PTX ISA 8.3 (CUDA 12.3)")
+    assert judge(TF, nvidia("9.0", driver="535.104.05"), table()).status == "fits"  # sm_90 SASS: no JIT, minor-version compatibility
     unmeasured = replace(TORCH, fit=None, frameworks={"torch": "2.14.1+cu130"})
     assert not judge(unmeasured, nvidia("9.0"), table()).measured  # no fit: the compat tables, as before
 

@@ -138,7 +138,7 @@ def _measured(record: KnownGood, fit: MeasuredFit, host: FitHost, compat: Compat
                 if not decision.fits:
                     return no(decision.reason)
                 if decision.how == "ptx":
-                    jitted.append(f"{cc} JIT-compiles {Path(path).name}'s {decision.via.compute if decision.via else 'PTX'}")
+                    jitted.append(f"{cc}: {Path(path).name}")
                     if host.driver is not None and library.ptx_isa:
                         ptx = drivers.check_ptx(host.driver, library.ptx_isa[-1], compat)
                         if not ptx.fits:
@@ -152,7 +152,7 @@ def _measured(record: KnownGood, fit: MeasuredFit, host: FitHost, compat: Compat
             how.append(f"NVRTC {fit.jit.version} compiling its kernels")
         said.append(
             f"{label} runs on {' '.join(host.gpus) or 'its GPUs'} through {' and '.join(how) or 'no device code'}"
-            + (f" ({'; '.join(jitted)}: slow first start)" if jitted else "")
+            + (f" (the driver JIT-compiles the PTX of {', '.join(jitted[:3])}{' ...' if len(jitted) > 3 else ''}: slow first start)" if jitted else "")
         )
     if unknown:
         return RecordFit(record.id, "unknown", f"not checked: {', '.join(unknown)} ({MEASURED})", True)
