@@ -176,9 +176,13 @@ def from_json(data: Any, where: str, fail: jf.Fail) -> MeasuredFit:
         return fail(f"{where}: {what}")
 
     doc = _keys(data, where, {"reader", "seconds", "libraries", "frameworks", "floors", "jit", "driver"}, bad)
-    libraries = tuple(_library(item, f"libraries[{i}]", bad) for i, item in enumerate(_list(doc["libraries"], "libraries", MAX_LIBRARIES, bad)))
+    libraries = tuple(
+        _library(item, f"libraries[{i}]", bad) for i, item in enumerate(_list(doc["libraries"], "libraries", MAX_LIBRARIES, bad))
+    )
     paths = {lib.path for lib in libraries}
-    frameworks = tuple(_framework(item, f"frameworks[{i}]", paths, bad) for i, item in enumerate(_list(doc["frameworks"], "frameworks", 64, bad)))
+    frameworks = tuple(
+        _framework(item, f"frameworks[{i}]", paths, bad) for i, item in enumerate(_list(doc["frameworks"], "frameworks", 64, bad))
+    )
     floors = tuple(_floor(item, f"floors[{i}]", bad) for i, item in enumerate(_list(doc["floors"], "floors", MAX_ITEMS, bad)))
     seconds = jf.number(doc["seconds"], "seconds", bad)
     if seconds < 0:
@@ -291,5 +295,9 @@ def _driver(value: Any, bad: jf.Fail) -> DriverNeed:
     if full is not None and not VERSION.fullmatch(full):
         raise bad(f"'driver.full' {full[:40]!r} is not a version like 580.65.06")
     return DriverNeed(
-        values["cuda"], values["floor"], full, _text(doc["forward_compat"], "driver.forward_compat", bad), jf.text(doc.get("library", ""), "driver.library", bad)
+        values["cuda"],
+        values["floor"],
+        full,
+        _text(doc["forward_compat"], "driver.forward_compat", bad),
+        jf.text(doc.get("library", ""), "driver.library", bad),
     )

@@ -46,6 +46,8 @@ CUPY_ID = "cupy14.0.0-cu130-py3.11-debian12"
 CUPY_FIT = scanned(CUPY_ID, {"cupy": True})
 TF_ID = "tensorflow2.21.0-cu125-py3.11-debian12"
 TF_FIT = scanned(TF_ID, {"tensorflow": False})
+JAX_ID = "jax0.10.2-cu130-py3.11-debian12"
+JAX_FIT = scanned(JAX_ID, {"jax": False})
 
 
 def nvidia(*ccs: str, driver: str | None = "580.65.06") -> FitHost:
@@ -73,7 +75,9 @@ def test_torch_cu130_as_measured_in_its_image() -> None:
     assert len(torch.libraries) == 22 and all(p.startswith(("torch/", "nvidia/")) for p in torch.libraries)
     assert TORCH_FIT.cc_label() == "8.0 8.6 8.7 8.9 9.0 10.0 10.3 12.0 12.1"
     assert TORCH_FIT.driver_floor() == "580.65.06"
-    assert TORCH_FIT.driver == measured_fit.DriverNeed("13.0", "580.65.06", "580.65.06", "cuda-compat-13-0", "nvidia/cu13/lib/libcudart.so.13")
+    assert TORCH_FIT.driver == measured_fit.DriverNeed(
+        "13.0", "580.65.06", "580.65.06", "cuda-compat-13-0", "nvidia/cu13/lib/libcudart.so.13"
+    )
     assert TORCH_FIT.jit is not None and TORCH_FIT.jit.version == "13.0" and TORCH_FIT.jit.lowest == "7.5"
     assert "sm_121" in TORCH_FIT.jit.archs and "sm_70" not in TORCH_FIT.jit.archs
     floors = {f.component: f.cc for f in TORCH_FIT.floors}
@@ -119,8 +123,14 @@ def test_a_framework_loads_its_own_and_the_shared_libraries_never_another_framew
     [
         ("not json", "not JSON"),
         ("[]", "the output"),
-        ('{"libraries": [{"path": "x.so", "entries": [[2, 80]]}], "frameworks": {}, "cudart": {}, "nvrtc": {}}', "[kind, sm, flags, code, count]"),
-        ('{"libraries": [], "frameworks": {}, "cudart": {}, "nvrtc": {"n.so": {"version": "13.0", "archs": ["75"]}}}', "archs must be numbers"),
+        (
+            '{"libraries": [{"path": "x.so", "entries": [[2, 80]]}], "frameworks": {}, "cudart": {}, "nvrtc": {}}',
+            "[kind, sm, flags, code, count]",
+        ),
+        (
+            '{"libraries": [], "frameworks": {}, "cudart": {}, "nvrtc": {"n.so": {"version": "13.0", "archs": ["75"]}}}',
+            "archs must be numbers",
+        ),
     ],
 )
 def test_a_scan_output_of_the_wrong_shape_is_one_line(output: str, says: str) -> None:
@@ -166,10 +176,13 @@ def test_the_scan_reads_a_venv_here(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     (site / "pkg" / "lib" / "libprobe.so").write_bytes(probe.read_bytes())
     (site / "pkg" / "__init__.py").write_text("")
     (site / "pkg" / "lib" / "libnot.so").write_bytes(b"not an elf")
-    monkeypatch.setattr(scan.sysconfig, "get_paths", lambda: {"purelib": str(site), "platlib": str(site)})
+    import sysconfig
+
+    monkeypatch.setattr(sysconfig, "get_paths", lambda: {"purelib": str(site), "platlib": str(site)})
     monkeypatch.syspath_prepend(str(site))
     found = scan.main(["pkg", "absent_framework_xyz"])
-    assert [lib["path"] for lib in found["libraries"]] == ["pkg/lib/libprobe.so"]  # type: ignore[index]
+    libraries = found["libraries"]
+    assert isinstance(libraries, list) and [lib["path"] for lib in libraries] == ["pkg/lib/libprobe.so"]
     assert found["frameworks"] == {"pkg": ["pkg"], "absent_framework_xyz": []}
     fit = measure.parse(json.dumps(found), {"pkg": False}, table(), 0.1)
     assert fit.libraries[0].ptx == ("compute_90",) and fit.framework("pkg") is not None
@@ -183,7 +196,7 @@ def fail(what: str) -> UserError:
 
 
 def test_the_record_round_trips() -> None:
-    for fit in (TORCH_FIT, NUMBA_FIT, CUPY_FIT, TF_FIT):
+    for fit in (TORCH_FIT, NUMBA_FIT, CUPY_FIT, TF_FIT, JAX_FIT):
         assert measured_fit.from_json(json.loads(json.dumps(fit.to_json())), "fit", fail) == fit
 
 
@@ -257,27 +270,28 @@ TORCH = record(TORCH_ID, accelerator=CU130, frameworks={"torch": "2.14.1"}, fit=
 NUMBA = record(NUMBA_ID, accelerator=replace(CU130, cudnn=None), frameworks={"numba": "0.68.0"}, fit=NUMBA_FIT)
 CU125 = MeasuredAccelerator("cuda", "12.5", cuda="12.5", cudnn="9.3.0")
 TF = record(TF_ID, accelerator=CU125, frameworks={"tensorflow": "2.21.0"}, fit=TF_FIT)
+JAX = record(JAX_ID, accelerator=CU130, frameworks={"jax": "0.10.2"}, fit=JAX_FIT)
 CUPY = record(CUPY_ID, accelerator=replace(CU130, cudnn=None), frameworks={"cupy": "14.0.0"}, fit=CUPY_FIT)
 MEASURED = "(measured from the image's binaries)"
 
 
 @pytest.mark.parametrize(
-    ("cc", "torch", "numba", "cupy", "tf"),
+    ("cc", "torch", "numba", "cupy", "tf", "jax"),
     [
-        ("6.1", "no", "no", "no", "no"),  # Pascal: CUDA 13 dropped it (cuBLAS floor 7.5, NVRTC from sm_75); TF: cuDNN 9's 7.5
-        ("7.0", "no", "no", "no", "no"),  # Volta: the same
-        ("7.5", "no", "fits", "fits", "fits"),  # Turing: torch's libtorch_cuda_linalg.so has no sm_75 cubin
-        ("8.0", "fits", "fits", "fits", "fits"),  # Ampere data center
-        ("8.6", "fits", "fits", "fits", "fits"),  # Ampere consumer
-        ("8.9", "fits", "fits", "fits", "fits"),  # Ada: through sm_86 cubins (and libtorch_cuda's one sm_89)
-        ("9.0", "fits", "fits", "fits", "fits"),  # Hopper
-        ("10.0", "fits", "fits", "fits", "fits"),  # Blackwell data center (TF: through its compute_90 PTX)
-        ("12.0", "fits", "fits", "fits", "fits"),  # Blackwell consumer (RTX 50)
-        ("11.0", "no", "fits", "no", "fits"),  # Thor: no sm_110 cubin nor PTX it can JIT in torch's or cupy's own libraries
+        ("6.1", "no", "no", "no", "no", "no"),  # Pascal: CUDA 13 dropped it (cuBLAS floor 7.5, NVRTC from sm_75); TF: cuDNN 9's 7.5
+        ("7.0", "no", "no", "no", "no", "no"),  # Volta: the same
+        ("7.5", "no", "fits", "fits", "fits", "fits"),  # Turing: torch's libtorch_cuda_linalg.so has no sm_75 cubin
+        ("8.0", "fits", "fits", "fits", "fits", "fits"),  # Ampere data center
+        ("8.6", "fits", "fits", "fits", "fits", "fits"),  # Ampere consumer
+        ("8.9", "fits", "fits", "fits", "fits", "fits"),  # Ada: through sm_86 cubins (and libtorch_cuda's one sm_89)
+        ("9.0", "fits", "fits", "fits", "fits", "fits"),  # Hopper
+        ("10.0", "fits", "fits", "fits", "fits", "fits"),  # Blackwell data center (TF: through its compute_90 PTX)
+        ("12.0", "fits", "fits", "fits", "fits", "fits"),  # Blackwell consumer (RTX 50)
+        ("11.0", "no", "fits", "no", "fits", "fits"),  # Thor: no sm_110 cubin nor PTX it can JIT in torch's or cupy's own libraries
     ],
 )
-def test_every_generation_against_the_measured_images(cc: str, torch: str, numba: str, cupy: str, tf: str) -> None:
-    for rec, want in ((TORCH, torch), (NUMBA, numba), (CUPY, cupy), (TF, tf)):
+def test_every_generation_against_the_measured_images(cc: str, torch: str, numba: str, cupy: str, tf: str, jax: str) -> None:
+    for rec, want in ((TORCH, torch), (NUMBA, numba), (CUPY, cupy), (TF, tf), (JAX, jax)):
         got = judge(rec, nvidia(cc), table())
         assert got.measured and got.reason.endswith(MEASURED), got.reason
         assert got.status == ("fits" if want == "fits" else "does not fit"), (rec.id, cc, got.reason)
@@ -289,12 +303,16 @@ def test_measured_reasons_name_the_library_and_the_generation() -> None:
     turing = judge(TORCH, nvidia("7.5"), table()).reason
     assert turing.startswith("no sm_75 SASS and no PTX: Turing cannot run torch 2.14.1 (libtorch_cuda_linalg.so)"), turing
     volta = judge(NUMBA, nvidia("7.0"), table()).reason
-    assert volta.startswith("numba 0.68.0 compiles its kernels with NVRTC 13.0, which targets 7.5 and newer: Volta 7.0 cannot run it"), volta
+    assert volta.startswith("numba 0.68.0 compiles its kernels with NVRTC 13.0, which targets 7.5 and newer: Volta 7.0 cannot run it"), (
+        volta
+    )
     old = judge(TORCH, nvidia("12.0", driver="575.51.03"), table())
     assert old.status == "does not fit" and old.reason.startswith("driver 575.51.03 < 580.65.06 needed by CUDA 13.0"), old.reason
     assert "cuda-compat-13-0" in old.reason
     fits = judge(TORCH, nvidia("12.0", driver="580.65.06"), table())
-    assert fits.reason.startswith("driver 580.65.06 >= 580.65.06 needed by CUDA 13.0; torch 2.14.1 runs on 12.0 through the device code of its 22 libraries")
+    assert fits.reason.startswith(
+        "driver 580.65.06 >= 580.65.06 needed by CUDA 13.0; torch 2.14.1 runs on 12.0 through the device code of its 22 libraries"
+    )
     numba = judge(NUMBA, nvidia("7.5"), table()).reason
     assert "numba 0.68.0 runs on 7.5 through NVRTC 13.0 compiling its kernels" in numba, numba
     assert judge(TORCH, nvidia("9.0", driver=None), table()).reason.startswith("driver not checked (CUDA 13.0 needs >= 580.65.06")
@@ -307,7 +325,9 @@ def test_measured_reasons_name_the_library_and_the_generation() -> None:
     jit = judge(TF, nvidia("12.0"), table())
     assert jit.status == "fits" and "the driver JIT-compiles the PTX of 12.0: libtensorflow_cc.so.2" in jit.reason, jit.reason
     old_jit = judge(TF, nvidia("12.0", driver="535.104.05"), table())  # above CUDA 12.5's floor, below PTX ISA 8.3's
-    assert old_jit.status == "does not fit" and old_jit.reason.startswith("driver 535.104.05 < 545.23.06 needed to JIT PTX ISA 8.3 (CUDA 12.3)")
+    assert old_jit.status == "does not fit" and old_jit.reason.startswith(
+        "driver 535.104.05 < 545.23.06 needed to JIT PTX ISA 8.3 (CUDA 12.3)"
+    )
     assert judge(TF, nvidia("9.0", driver="535.104.05"), table()).status == "fits"  # sm_90 SASS: no JIT, minor-version compatibility
     unmeasured = replace(TORCH, fit=None, frameworks={"torch": "2.14.1+cu130"})
     assert not judge(unmeasured, nvidia("9.0"), table()).measured  # no fit: the compat tables, as before
@@ -318,16 +338,16 @@ def catalog_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     from builder.fit import host as hosts
 
     monkeypatch.setattr(hosts, "detect", lambda: FitHost("amd64", "none", (), None, ("arch", "vendor", "gpus")))
-    records: list[KnownGood] = [TORCH, NUMBA, CUPY, record("torch2.14-cpu", frameworks={"torch": "2.14.1"})]
+    records: list[KnownGood] = [TORCH, NUMBA, CUPY, JAX, TF, record("torch2.14-cpu", frameworks={"torch": "2.14.1"})]
     Catalog(tmp_path / "catalog").add(records, {})
     return str(tmp_path / "catalog")
 
 
 def test_builder_fit_with_measured_records(cli: RunCli, catalog_dir: str) -> None:
-    refused = cli("fit", "--catalog", catalog_dir, "cuda=13", "--gpu-cc", "6.1", "--format", "json")
+    refused = cli("fit", "--catalog", catalog_dir, "vendor=cuda", "--gpu-cc", "6.1", "--format", "json")
     assert refused.exit_code == 1, refused.output
     rows = json.loads(refused.stdout)["records"]
-    assert [r["status"] for r in rows] == ["does not fit"] * 3 and all(r["measured"] for r in rows)
+    assert [r["status"] for r in rows] == ["does not fit"] * 5 and all(r["measured"] for r in rows)
     fits = cli("fit", "--catalog", catalog_dir, "torch=2.14", "cuda=13", "--gpu-cc", "12.0", "--driver", "580.65.06")
     assert fits.exit_code == 0, fits.output
     assert f"newest that fits: {TORCH_ID}" in fits.stdout

@@ -85,7 +85,9 @@ def parse(output: str, frameworks: Mapping[str, bool], compat: Compat, seconds: 
     except json.JSONDecodeError as exc:
         raise fail(f"not JSON ({exc.msg} at line {exc.lineno})") from None
     libraries = tuple(_library(item, fail) for item in jf.objs(doc.get("libraries"), "libraries", fail))
-    folders = {name: jf.texts(paths, f"frameworks.{name}", fail) for name, paths in jf.obj(doc.get("frameworks"), "frameworks", fail).items()}
+    folders = {
+        name: jf.texts(paths, f"frameworks.{name}", fail) for name, paths in jf.obj(doc.get("frameworks"), "frameworks", fail).items()
+    }
     jit = _compiler(jf.obj(doc.get("nvrtc"), "nvrtc", fail), fail)
     return MeasuredFit(
         reader=READER,

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from builder import probe_report, results
-from builder.engine.diagnose import diagnose_text
 from builder.compat.facts import table
+from builder.engine.diagnose import diagnose_text
 from builder.engine.port import Container, Engine, NotFound
 from builder.errors import RunFailure, UserError
 from builder.fit import measure

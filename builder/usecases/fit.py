@@ -132,7 +132,9 @@ def _measured(record: KnownGood, fit: MeasuredFit, host: FitHost, compat: Compat
                 lowest = library_floor(library)
                 if lowest is not None:
                     if cc_key(cc) < cc_key(lowest):
-                        return no(f"{Path(path).name} (NVIDIA's) has no SASS below sm_{lowest.replace('.', '')}: {device.generation} {cc} cannot run {label}")
+                        return no(
+                            f"{Path(path).name} (NVIDIA's) has no SASS below sm_{lowest.replace('.', '')}: {device.generation} {cc} cannot run {label}"
+                        )
                     continue
                 decision = decide(embedded_of(library), device, f"{label} ({Path(path).name})")
                 if not decision.fits:
@@ -152,7 +154,11 @@ def _measured(record: KnownGood, fit: MeasuredFit, host: FitHost, compat: Compat
             how.append(f"NVRTC {fit.jit.version} compiling its kernels")
         said.append(
             f"{label} runs on {' '.join(host.gpus) or 'its GPUs'} through {' and '.join(how) or 'no device code'}"
-            + (f" (the driver JIT-compiles the PTX of {', '.join(jitted[:3])}{' ...' if len(jitted) > 3 else ''}: slow first start)" if jitted else "")
+            + (
+                f" (the driver JIT-compiles the PTX of {', '.join(jitted[:3])}{' ...' if len(jitted) > 3 else ''}: slow first start)"
+                if jitted
+                else ""
+            )
         )
     if unknown:
         return RecordFit(record.id, "unknown", f"not checked: {', '.join(unknown)} ({MEASURED})", True)
