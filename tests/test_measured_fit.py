@@ -48,6 +48,8 @@ TF_ID = "tensorflow2.21.0-cu125-py3.11-debian12"
 TF_FIT = scanned(TF_ID, {"tensorflow": False})
 JAX_ID = "jax0.10.2-cu130-py3.11-debian12"
 JAX_FIT = scanned(JAX_ID, {"jax": False})
+TORCH215_ID = "torch2.15.0-cu132-py3.11-debian12"
+TORCH215_FIT = scanned(TORCH215_ID, {"torch": False})
 
 
 def nvidia(*ccs: str, driver: str | None = "580.65.06") -> FitHost:
@@ -196,7 +198,7 @@ def fail(what: str) -> UserError:
 
 
 def test_the_record_round_trips() -> None:
-    for fit in (TORCH_FIT, NUMBA_FIT, CUPY_FIT, TF_FIT, JAX_FIT):
+    for fit in (TORCH_FIT, NUMBA_FIT, CUPY_FIT, TF_FIT, JAX_FIT, TORCH215_FIT):
         assert measured_fit.from_json(json.loads(json.dumps(fit.to_json())), "fit", fail) == fit
 
 
@@ -270,28 +272,30 @@ TORCH = record(TORCH_ID, accelerator=CU130, frameworks={"torch": "2.14.1"}, fit=
 NUMBA = record(NUMBA_ID, accelerator=replace(CU130, cudnn=None), frameworks={"numba": "0.68.0"}, fit=NUMBA_FIT)
 CU125 = MeasuredAccelerator("cuda", "12.5", cuda="12.5", cudnn="9.3.0")
 TF = record(TF_ID, accelerator=CU125, frameworks={"tensorflow": "2.21.0"}, fit=TF_FIT)
+CU132 = MeasuredAccelerator("cuda", "13.2", cuda="13.2", cudnn="9.20.0")
+TORCH215 = record(TORCH215_ID, accelerator=CU132, frameworks={"torch": "2.15.0"}, fit=TORCH215_FIT)
 JAX = record(JAX_ID, accelerator=CU130, frameworks={"jax": "0.10.2"}, fit=JAX_FIT)
 CUPY = record(CUPY_ID, accelerator=replace(CU130, cudnn=None), frameworks={"cupy": "14.0.0"}, fit=CUPY_FIT)
 MEASURED = "(measured from the image's binaries)"
 
 
 @pytest.mark.parametrize(
-    ("cc", "torch", "numba", "cupy", "tf", "jax"),
+    ("cc", "torch", "numba", "cupy", "tf", "jax", "torch215"),
     [
-        ("6.1", "no", "no", "no", "no", "no"),  # Pascal: CUDA 13 dropped it (cuBLAS floor 7.5, NVRTC from sm_75); TF: cuDNN 9's 7.5
-        ("7.0", "no", "no", "no", "no", "no"),  # Volta: the same
-        ("7.5", "no", "fits", "fits", "fits", "fits"),  # Turing: torch's libtorch_cuda_linalg.so has no sm_75 cubin
-        ("8.0", "fits", "fits", "fits", "fits", "fits"),  # Ampere data center
-        ("8.6", "fits", "fits", "fits", "fits", "fits"),  # Ampere consumer
-        ("8.9", "fits", "fits", "fits", "fits", "fits"),  # Ada: through sm_86 cubins (and libtorch_cuda's one sm_89)
-        ("9.0", "fits", "fits", "fits", "fits", "fits"),  # Hopper
-        ("10.0", "fits", "fits", "fits", "fits", "fits"),  # Blackwell data center (TF: through its compute_90 PTX)
-        ("12.0", "fits", "fits", "fits", "fits", "fits"),  # Blackwell consumer (RTX 50)
-        ("11.0", "no", "fits", "no", "fits", "fits"),  # Thor: no sm_110 cubin nor PTX it can JIT in torch's or cupy's own libraries
+        ("6.1", "no", "no", "no", "no", "no", "no"),  # Pascal: CUDA 13 dropped it (cuBLAS floor 7.5, NVRTC from sm_75); TF: cuDNN 9's 7.5
+        ("7.0", "no", "no", "no", "no", "no", "no"),  # Volta: the same
+        ("7.5", "no", "fits", "fits", "fits", "fits", "fits"),  # Turing: torch 2.14.1's libtorch_cuda_linalg.so has no sm_75 cubin (2.15.0's has)
+        ("8.0", "fits", "fits", "fits", "fits", "fits", "fits"),  # Ampere data center
+        ("8.6", "fits", "fits", "fits", "fits", "fits", "fits"),  # Ampere consumer
+        ("8.9", "fits", "fits", "fits", "fits", "fits", "fits"),  # Ada: through sm_86 cubins (and libtorch_cuda's one sm_89)
+        ("9.0", "fits", "fits", "fits", "fits", "fits", "fits"),  # Hopper
+        ("10.0", "fits", "fits", "fits", "fits", "fits", "fits"),  # Blackwell data center (TF: through its compute_90 PTX)
+        ("12.0", "fits", "fits", "fits", "fits", "fits", "fits"),  # Blackwell consumer (RTX 50)
+        ("11.0", "no", "fits", "no", "fits", "fits", "no"),  # Thor: no sm_110 cubin nor PTX it can JIT in torch's or cupy's own libraries
     ],
 )
-def test_every_generation_against_the_measured_images(cc: str, torch: str, numba: str, cupy: str, tf: str, jax: str) -> None:
-    for rec, want in ((TORCH, torch), (NUMBA, numba), (CUPY, cupy), (TF, tf), (JAX, jax)):
+def test_every_generation_against_the_measured_images(cc: str, torch: str, numba: str, cupy: str, tf: str, jax: str, torch215: str) -> None:
+    for rec, want in ((TORCH, torch), (NUMBA, numba), (CUPY, cupy), (TF, tf), (JAX, jax), (TORCH215, torch215)):
         got = judge(rec, nvidia(cc), table())
         assert got.measured and got.reason.endswith(MEASURED), got.reason
         assert got.status == ("fits" if want == "fits" else "does not fit"), (rec.id, cc, got.reason)
@@ -388,3 +392,14 @@ def test_the_smoke_run_of_a_cuda_image_records_its_measured_fit(tmp_path: Path, 
     failed = smoke_one(fake, spec, HOST, "auto", 60, tmp_path)
     assert failed.fit is None and failed.fit_error.endswith("exited 1: python: not found")
     assert failed.verdict == "gpu-skipped", "a fit that cannot be measured does not fail the smoke test"
+
+
+def test_family_ptx_keeps_its_f_as_cuobjdump_lists_it_and_runs_within_its_major() -> None:
+    """cuDNN 9 for CUDA 12 (the tensorflow image) carries compute_120f PTX; cuobjdump says sm_120f.ptx."""
+    from builder.fit.arch import Arch, ptx_runs
+
+    cudnn = TF_FIT.library("nvidia/cudnn/lib/libcudnn_ops.so.9")
+    assert cudnn is not None and cudnn.ptx == ("compute_120f",)
+    family = Arch.parse("compute_100f")
+    assert ptx_runs(family, Arch.cc("10.3")) and not ptx_runs(family, Arch.cc("12.0"))
+    assert ptx_runs(Arch.parse("compute_100"), Arch.cc("12.0"))  # plain PTX: any newer GPU

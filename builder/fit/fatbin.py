@@ -20,6 +20,7 @@ MAGIC = scan.MAGIC
 KIND_PTX = scan.KIND_PTX
 KIND_ELF = scan.KIND_ELF
 ARCH_SPECIFIC = scan.ARCH_SPECIFIC
+FAMILY_SPECIFIC = scan.FAMILY_SPECIFIC
 
 
 def embedded(found: Iterable[tuple[scan.Entry, int]]) -> Embedded:
@@ -30,9 +31,10 @@ def embedded(found: Iterable[tuple[scan.Entry, int]]) -> Embedded:
     for (kind, sm, flags, code), count in found:
         arch = Arch(sm // 10, sm % 10, "a" if flags & ARCH_SPECIFIC else "")
         if kind == KIND_ELF:
-            sass.extend([arch] * count)
+            sass.extend([arch] * count)  # a family cubin (sm_100f) as the plain target, as cuobjdump lists it
         elif kind == KIND_PTX:
-            ptx.append(arch)
+            # family PTX keeps its `f` (cuobjdump: compute_120f; cuDNN 9's wheels for CUDA 12 carry it)
+            ptx.append(Arch(arch.major, arch.minor, "f") if flags & FAMILY_SPECIFIC and not arch.suffix else arch)
             isa.append(f"{code >> 16}.{code & 0xFFFF}")
     return Embedded.of(sass, ptx, isa)
 

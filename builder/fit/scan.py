@@ -11,7 +11,8 @@ The fatbin layout (little-endian), as NVIDIA's `fatbinary` writes it:
   a section holds blobs one after another (8-byte aligned);
 - an entry: u16 kind (1 PTX, 2 ELF), u16 version, u32 header size, u64 payload size, ..., u32 at
   24 the code version (major << 16 | minor: the PTX ISA for PTX), u32 at 28 the SM (90 for sm_90),
-  u32 at 40 flags (0x100000: arch-specific `a`).
+  u32 at 40 flags (0x100000: arch-specific `a`; 0x200000: family-specific `f`, which cuobjdump lists
+  for PTX, compute_120f, and for cubins as the plain target).
 
 Run as a script, it prints one JSON object: every shared library under the venv's site-packages
 that holds device code (its entries counted by kind, SM, flags and code version), each framework's
@@ -35,6 +36,7 @@ MAGIC = 0xBA55ED50
 KIND_PTX = 1
 KIND_ELF = 2
 ARCH_SPECIFIC = 0x100000
+FAMILY_SPECIFIC = 0x200000
 SECTION = b".nv_fatbin"
 _ENTRY = struct.Struct("<HHIQIIII8xI")  # kind, version, header size, payload size, -, -, code version, sm, flags
 MAX_FILES = 20000  # shared libraries walked under site-packages; a venv has a few hundred
@@ -87,7 +89,7 @@ def entries(f: BinaryIO, offset: int, size: int) -> list[Entry]:
         while entry + _ENTRY.size <= stop:
             kind, _, entry_header, payload, _, _, code, sm, flags = _ENTRY.unpack(_read(f, entry, _ENTRY.size))
             if kind in (KIND_ELF, KIND_PTX):
-                found.append((kind, sm, flags & ARCH_SPECIFIC, code))
+                found.append((kind, sm, flags & (ARCH_SPECIFIC | FAMILY_SPECIFIC), code))
             if entry_header == 0:
                 break
             entry += entry_header + payload
