@@ -29,6 +29,7 @@ from builder import results
 from builder.compat.facts import table
 from builder.engine import client as engine
 from builder.engine.image_build import STAGE_LABEL
+from builder.errors import RunFailure
 from builder.fit import cuobjdump
 from builder.fit import driver as drivers
 from builder.fit.measure import embedded_of
@@ -221,6 +222,12 @@ def extract(docker_client: Any, tag: str, paths: list[str], into: Path) -> Itera
         container.remove(force=True)
 
 
+# Libraries NVIDIA's cuobjdump refuses ("Invalid ELF"), so nothing to compare with: CUDA 13.2's
+# libcufile.so.0 (`file` says "too many notes (256)"; its .nv_fatbin section extracted alone is
+# refused too). fit/scan.py reads its fatbin: sm_75 ... sm_90 and compute_90.
+CUOBJDUMP_REFUSES = {"libcufile.so.0"}
+
+
 def assert_fit_equals_cuobjdump(docker_client: Any, spec: ImageSpec, fit: MeasuredFit, into: Path) -> None:
     """Every library the fit lists, read by NVIDIA's cuobjdump from the file taken out of the image."""
     binary = cuobjdump.find_binary()  # the nvidia-cuda-cuobjdump wheel is a dev dependency
@@ -228,7 +235,13 @@ def assert_fit_equals_cuobjdump(docker_client: Any, spec: ImageSpec, fit: Measur
     libraries = {f"{root}/{lib.path}": lib for lib in fit.libraries}
     differ = []
     for path, local in extract(docker_client, spec.tag, sorted(libraries), into):
-        theirs, ours = cuobjdump.measure(local, binary), embedded_of(libraries[path])
+        try:
+            theirs = cuobjdump.measure(local, binary)
+        except RunFailure as exc:
+            if local.name in CUOBJDUMP_REFUSES and "Invalid ELF" in str(exc):
+                continue
+            raise
+        ours = embedded_of(libraries[path])
         if theirs != ours:
             differ.append(f"{path}: cuobjdump {theirs.label} ({theirs.ptx_isa}), measured {ours.label} ({ours.ptx_isa})")
     assert differ == [], f"{spec.id}: " + "; ".join(differ)
