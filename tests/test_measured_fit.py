@@ -403,3 +403,18 @@ def test_family_ptx_keeps_its_f_as_cuobjdump_lists_it_and_runs_within_its_major(
     family = Arch.parse("compute_100f")
     assert ptx_runs(family, Arch.cc("10.3")) and not ptx_runs(family, Arch.cc("12.0"))
     assert ptx_runs(Arch.parse("compute_100"), Arch.cc("12.0"))  # plain PTX: any newer GPU
+
+
+def test_publish_carries_the_smoke_results_fit_into_the_record() -> None:
+    from builder.catalog.records import BaseIdentity
+    from builder.publish.publisher import Local, build_record
+    from builder.workspace import Workspace
+
+    root = Path(__file__).resolve().parents[1]
+    (spec,) = Workspace.locate(str(root / "matrix.yaml")).selected(f"id={TORCH_ID}", use_default=False)
+    local = Local("pip freeze ...", BaseIdentity("cuda13-debian12", "builder-base/debian12:latest", "sha256:" + "b" * 64), 5670.0)
+    result = replace(smoke(spec.id, "gpu-skipped", fit=TORCH_FIT), tag=spec.tag)
+    made = build_record(spec, local, result, "127.0.0.1:5000/gpu-images", "sha256:" + "0" * 64, accepted=True)
+    assert made.fit == TORCH_FIT and made.fit.cc_label() == TORCH_FIT.cc_label()
+    assert record_from_json(json.loads(json.dumps(made.to_json())), "known-good.json") == made
+    assert build_record(spec, local, replace(result, fit=None), "127.0.0.1:5000/gpu-images", "sha256:" + "0" * 64, True).fit is None
