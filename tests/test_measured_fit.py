@@ -284,7 +284,15 @@ MEASURED = "(measured from the image's binaries)"
     [
         ("6.1", "no", "no", "no", "no", "no", "no"),  # Pascal: CUDA 13 dropped it (cuBLAS floor 7.5, NVRTC from sm_75); TF: cuDNN 9's 7.5
         ("7.0", "no", "no", "no", "no", "no", "no"),  # Volta: the same
-        ("7.5", "no", "fits", "fits", "fits", "fits", "fits"),  # Turing: torch 2.14.1's libtorch_cuda_linalg.so has no sm_75 cubin (2.15.0's has)
+        (
+            "7.5",
+            "no",
+            "fits",
+            "fits",
+            "fits",
+            "fits",
+            "fits",
+        ),  # Turing: torch 2.14.1's libtorch_cuda_linalg.so has no sm_75 cubin (2.15.0's has)
         ("8.0", "fits", "fits", "fits", "fits", "fits", "fits"),  # Ampere data center
         ("8.6", "fits", "fits", "fits", "fits", "fits", "fits"),  # Ampere consumer
         ("8.9", "fits", "fits", "fits", "fits", "fits", "fits"),  # Ada: through sm_86 cubins (and libtorch_cuda's one sm_89)

@@ -1,6 +1,6 @@
 """The device code of an image's CUDA libraries, read inside the image by the image's own Python.
 
-Stdlib only and importing nothing of builder: fit/measure.py sends this file's text to `python -I -c`
+Stdlib only (Python 3.9+) and importing nothing of builder: fit/measure.py sends its text to `python -I -c`
 in the smoke test's locked-down container (read-only, no network, non-root), so the image's files
 are read where they are and nothing is copied out. builder/fit/fatbin.py reads libraries on this
 machine through the same functions, and tests/test_fit.py holds that reading equal to NVIDIA's
