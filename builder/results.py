@@ -20,9 +20,10 @@ from typing import Any, Literal, get_args
 import filelock
 
 from builder import jsonfields as jf
-from builder import probe_report
+from builder import measured_fit, probe_report
 from builder.errors import UserError
 from builder.fsio import MiB, dump_json, parse_json, read_bytes, read_json, write_atomic
+from builder.measured_fit import MeasuredFit
 from builder.probe_report import ProbeReport
 from builder.records import VENDORS, Vendor
 
@@ -123,6 +124,8 @@ class SmokeResult:
     host: TestedOn | None = None  # where it ran: GPU model and driver, or "no GPU"; None: it did not run
     returncode: int = -1  # pytest's exit code (124: timed out): with tests, gpu and vendor it gives the verdict
     vendor: Vendor | Literal[""] = ""  # the image's accelerator vendor ("": the run never started)
+    fit: MeasuredFit | None = None  # a CUDA image's measured fit (builder/measured_fit.py); None: not measured
+    fit_error: str = ""  # why measuring it failed, when it did
 
     @property
     def cuda_checks_passed(self) -> int:
@@ -147,6 +150,8 @@ class SmokeResult:
             "host": self.host.to_json() if self.host else {},
             "returncode": self.returncode,
             "vendor": self.vendor,
+            "fit": self.fit.to_json() if self.fit else None,
+            "fit_error": self.fit_error,
         }
 
 
@@ -250,10 +255,11 @@ def from_json(data: Any, where: str) -> SmokeResult:
     doc = jf.obj(data, "the file", fail)
     names = {"id", "tag", "verdict", "gpu", "seconds", "tests", "failures", "diagnoses", "probe", "date", "cuda_checks"}
     names |= {"content_hash", "image_id", "host", "returncode", "vendor"}
+    optional = {"fit", "fit_error"}  # results written before fits were measured lack them
     missing = sorted(names - set(doc))
     if missing:
         raise fail(f"it lacks {', '.join(missing)}")
-    unknown = sorted(set(doc) - names)
+    unknown = sorted(set(doc) - names - optional)
     if unknown:
         raise fail(f"unknown keys {', '.join(k[:40] for k in unknown[:5])}")
     verdict = jf.text(doc["verdict"], "verdict", fail)
@@ -297,6 +303,8 @@ def from_json(data: Any, where: str) -> SmokeResult:
         host=tested_on(doc["host"], "host", fail) if doc["host"] not in ({}, None) else None,
         returncode=jf.whole(doc["returncode"], "returncode", fail),
         vendor=vendor,  # checked against VENDORS above
+        fit=None if doc.get("fit") is None else measured_fit.from_json(doc["fit"], "fit", fail),
+        fit_error=jf.text(doc.get("fit_error", ""), "fit_error", fail),
     )
     recomputed = verdict_of(result.returncode, result.tests, result.gpu.attached, vendor)
     if verdict != "not-built" and verdict != recomputed:

@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi
-if ! .venv/bin/python -c 'import builder, hypothesis, dockerfile, selenium, jsonschema, xdist' 2>/dev/null || [ ! -x .venv/bin/actionlint ]; then
+if ! .venv/bin/python -c 'import builder, hypothesis, dockerfile, selenium, jsonschema, xdist; from builder.fit.cuobjdump import find_binary; find_binary()' 2>/dev/null || [ ! -x .venv/bin/actionlint ]; then
     .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 fi
 bash .ci/docker-up.sh

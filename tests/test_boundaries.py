@@ -122,6 +122,7 @@ FOUNDATIONS = (
     "sources",
     "results",
     "probe_report",
+    "measured_fit",
     "probes",
 )
 # Each stage may import the foundations and the stages before it, never one after it.

@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from builder import jsonfields as jf
+from builder import measured_fit
+from builder.measured_fit import MeasuredFit
 from builder.records import VENDORS, Accelerator, Vendor
 from builder.results import GOOD, TestedOn, Verdict, tested_on
 from builder.spec import grammar
@@ -73,6 +75,7 @@ class KnownGood:
     size_mb: float | None = None
     manifest: str = ""  # catalog-relative path of the package manifest
     notes: tuple[str, ...] = field(default_factory=tuple)
+    fit: MeasuredFit | None = None  # a CUDA image's measured fit (from its smoke result); None: not measured
 
     @property
     def repository(self) -> str:
@@ -82,6 +85,9 @@ class KnownGood:
         data = asdict(self)
         data["floating"] = list(self.floating)
         data["notes"] = list(self.notes)
+        del data["fit"]
+        if self.fit is not None:  # records without a measured fit keep their old form
+            data["fit"] = self.fit.to_json()
         return data
 
     def fields(self) -> dict[str, str]:
@@ -131,7 +137,7 @@ def from_json(data: Any, where: str) -> KnownGood:
     raw_id = data.get("id")
     name = repr(_short(raw_id)) if isinstance(raw_id, str) else "?"
     names = [f for f in KnownGood.__dataclass_fields__]
-    optional = {"size_mb", "manifest", "notes"}
+    optional = {"size_mb", "manifest", "notes", "fit"}
     missing = [n for n in names if n not in data and n not in optional]
     if missing:
         raise RecordError(f"{where}: record {name} lacks {', '.join(missing)}")
@@ -187,6 +193,7 @@ def from_json(data: Any, where: str) -> KnownGood:
     values["base"] = _base(data["base"], fail)
     values["accelerator"] = _accelerator(data["accelerator"], fail)
     values["host"] = tested_on(_capped(data["host"], "host", MAX_TEXT, fail), "host", fail)
+    values["fit"] = None if data.get("fit") is None else measured_fit.from_json(data["fit"], "fit", fail)
     return KnownGood(**values)
 
 

@@ -8,7 +8,7 @@ A library built for CUDA carries SASS (cubins, machine code for one architecture
 - Arch-specific cubins (sm_90a, sm_100a, sm_120a) run only on their exact target; family-specific
   ones (sm_100f) follow the same-major rule like plain cubins.
 - PTX for compute_XY is JIT-compiled for any device >= X.Y, by a driver that knows its PTX ISA
-  version (driver.py); arch-specific PTX only on its exact target.
+  version (driver.py); arch-specific PTX only on its exact target, family PTX (compute_120f) within its major.
 
 SASS is preferred over PTX: a device with usable SASS never JITs, so the decision names the SASS
 target that carries most of the cubins the device can run.
@@ -137,6 +137,8 @@ def sass_runs(cubin: Arch, device: Arch) -> bool:
 def ptx_runs(ptx: Arch, device: Arch) -> bool:
     if ptx.suffix == "a":
         return (ptx.major, ptx.minor) == (device.major, device.minor)
+    if ptx.suffix == "f":  # family PTX: JIT-compiled within its family only (compute_120f for 12.x, x >= 0)
+        return ptx.major == device.major and device.minor >= ptx.minor
     return (device.major, device.minor) >= (ptx.major, ptx.minor)
 
 

@@ -236,6 +236,7 @@ def build_record(spec: ImageSpec, local: Local, result: SmokeResult, repository:
         builder_version=builder_version(),
         size_mb=local.size_mb,
         manifest=f"manifests/{spec.id}.txt",
+        fit=result.fit,
         notes=tuple(note for i in spec.installs for note in i.notes)
         + (("published without a GPU run: its verdict is gpu-skipped",) if result.verdict == "gpu-skipped" else ()),
     )

@@ -12,18 +12,21 @@ import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from builder import probe_report, results
+from builder.compat.facts import table
 from builder.engine.diagnose import diagnose_text
 from builder.engine.port import Container, Engine, NotFound
-from builder.errors import UserError
+from builder.errors import RunFailure, UserError
+from builder.fit import measure
 from builder.fsio import read_json
 from builder.host.facts import HostInfo
+from builder.measured_fit import MeasuredFit
 from builder.probe_report import ProbeReport
 from builder.records import ImageSpec
 from builder.render.formats import image_entry
@@ -159,12 +162,39 @@ def checks_env(container_id: str, work: Workdir, attached: bool, timeout_s: int)
     )
 
 
-def run_checks(engine: Engine, spec: ImageSpec, access: GpuAccess, host: HostInfo, timeout_s: int, work: Workdir) -> tuple[int, str]:
-    """Start the container, the probe in it, and pytest against it; (pytest exit code, its output)."""
-    with ThreadPoolExecutor(1) as pool, engine.container(run_spec(spec, access, host, timeout_s)) as container:
+@dataclass(frozen=True)
+class Checked:
+    """What one container run gave: pytest's exit code and output, and a CUDA image's measured fit."""
+
+    returncode: int
+    output: str
+    fit: MeasuredFit | None = None
+    fit_error: str = ""
+
+
+def measure_fit(container: Container, spec: ImageSpec) -> MeasuredFit:
+    """The image's fit, read by its own Python in this locked-down container (fit/measure.py)."""
+    return measure.measure(container, sorted(spec.versions), table())
+
+
+def _fit_of(job: Future[MeasuredFit] | None) -> tuple[MeasuredFit | None, str]:
+    if job is None:
+        return None, ""
+    try:
+        return job.result(), ""
+    except (RunFailure, UserError) as exc:
+        return None, str(exc)
+    except Exception as exc:  # noqa: BLE001 - the container went away (timeout, Ctrl-C): say so in the result
+        return None, f"measuring the fit failed: {exc}"
+
+
+def run_checks(engine: Engine, spec: ImageSpec, access: GpuAccess, host: HostInfo, timeout_s: int, work: Workdir) -> Checked:
+    """Start the container, the probe and (CUDA images) the fit measurement in it, and pytest against it."""
+    with ThreadPoolExecutor(2) as pool, engine.container(run_spec(spec, access, host, timeout_s)) as container:
         container.start()
         # The probe is the long pole: start it now, while pytest is still starting up.
         pool.submit(run_probe, container, timeout_s, image_entry(spec)["libraries"], work.probe_raw)
+        fit = pool.submit(measure_fit, container, spec) if spec.base.vendor == "cuda" else None
         try:
             done = subprocess.run(
                 pytest_argv(spec, work),
@@ -174,9 +204,9 @@ def run_checks(engine: Engine, spec: ImageSpec, access: GpuAccess, host: HostInf
                 timeout=timeout_s + 120,
                 check=False,
             )
-            return done.returncode, done.stdout + done.stderr
+            return Checked(done.returncode, done.stdout + done.stderr, *_fit_of(fit))
         except subprocess.TimeoutExpired as exc:
-            return 124, f"smoke tests timed out after {timeout_s + 120} s: {exc}"
+            return Checked(124, f"smoke tests timed out after {timeout_s + 120} s: {exc}", *_fit_of(fit))
 
 
 def judge(spec: ImageSpec, access: GpuAccess, returncode: int, output: str, work: Workdir, started: float, stamp: str) -> SmokeResult:
@@ -229,13 +259,15 @@ def smoke_one(engine: Engine, spec: ImageSpec, host: HostInfo, mode: str, timeou
     tested = engine.inspect_image(spec.tag)  # before the run: what the verdict is about
     if tested is None:
         raise NotFound(f"No such image: {spec.tag}")
-    returncode, output = run_checks(engine, spec, access, host, timeout_s, work)
-    work.pytest_log.write_text(output, encoding="utf-8")
+    checked = run_checks(engine, spec, access, host, timeout_s, work)
+    work.pytest_log.write_text(checked.output, encoding="utf-8")
     result = replace(
-        judge(spec, access, returncode, output, work, started, stamp),
+        judge(spec, access, checked.returncode, checked.output, work, started, stamp),
         content_hash=tested.labels.get(HASH_LABEL, ""),
         image_id=tested.id,
         host=host_record(host),
+        fit=checked.fit,
+        fit_error=checked.fit_error,
     )
     results.write(results_dir, result)  # bound to this run: publish refuses a file edited after it
     return result

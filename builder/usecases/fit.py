@@ -1,11 +1,12 @@
 """`builder fit QUERY`: does each known-good record the query matches run on this host, and why;
 `builder fit --library FILE`: the same for libraries, measured from their device code.
 
-A record's fit is judged from what it already says (its CUDA version, cuDNN and framework
-releases) against the compat tables: the driver floor of its CUDA runtime (fit/driver.py), the
-compute capabilities its framework wheels ship kernels for (compat/data/gpu_arch.yaml) and the
-GPU floor of its cuDNN. Every such reason says "from the compat table, not measured": measuring the
-image's own binaries (fit/cuobjdump.py) and recording that with the smoke result comes next.
+A record with a measured fit (builder/measured_fit.py: read from the image's own libraries in its
+smoke container, fit/measure.py) is judged from it: the driver floor of the CUDA runtime it loads,
+and for every GPU each library of each framework through its SASS or PTX (fit/arch.py), a framework
+that compiles at run time through its NVRTC's targets. Those reasons say "measured". A record
+without one (published before fits were measured) is judged from what it says (its CUDA version,
+cuDNN and framework releases) against the compat tables, and says "from the compat table, not measured".
 """
 
 from __future__ import annotations
@@ -25,13 +26,16 @@ from builder.fit import cuobjdump, fatbin
 from builder.fit import driver as drivers
 from builder.fit.arch import Arch, Embedded, decide
 from builder.fit.host import FitHost
+from builder.fit.measure import embedded_of, library_floor
 from builder.fit.runs_on import RECORD_ARCH, cudnn_floor
 from builder.fit.runs_on import framework_row as _row
+from builder.measured_fit import MeasuredFit, cc_key
 from builder.usecases.catalog import find, no_match_message
 
 Status = Literal["fits", "does not fit", "unknown"]
 Reader = Literal["fatbin", "cuobjdump"]
 FROM_TABLE = "from the compat table, not measured"
+MEASURED = "measured from the image's binaries"
 
 
 @dataclass(frozen=True)
@@ -39,7 +43,7 @@ class RecordFit:
     id: str
     status: Status
     reason: str  # one line
-    measured: bool  # False: judged from the compat tables (no record carries a measured fit yet)
+    measured: bool  # True: judged from the record's measured fit; False: from the compat tables
 
     def to_json(self) -> dict[str, object]:
         return {"id": self.id, "status": self.status, "reason": self.reason, "measured": self.measured}
@@ -87,7 +91,88 @@ def judge(record: KnownGood, host: FitHost, compat: Compat) -> RecordFit:
         return RecordFit(record.id, "unknown", "a ROCm image: its gfx targets are not in the compat tables yet, not checked", False)
     if host.vendor != "nvidia":
         return _no(record, f"a CUDA image needs an NVIDIA GPU; this host has {_vendor_label(host)}")
+    if record.fit is not None:
+        return _measured(record, record.fit, host, compat)
     return _cuda(record, host, compat)
+
+
+def _measured(record: KnownGood, fit: MeasuredFit, host: FitHost, compat: Compat) -> RecordFit:
+    """The record's measured fit: driver floor of the runtime it loads, then every GPU against every
+    library each framework loads (a program needs them all) and, for a framework that compiles at
+    run time, its NVRTC's targets. The first refusal wins, naming the library."""
+
+    def no(reason: str) -> RecordFit:
+        return RecordFit(record.id, "does not fit", f"{reason} ({MEASURED})", True)
+
+    said: list[str] = []
+    unknown: list[str] = []
+    need = fit.driver
+    if need is None:
+        unknown.append("the driver floor (no CUDA runtime was read in the image)")
+    elif host.driver is None:
+        said.append(f"driver not checked (CUDA {need.cuda} needs >= {need.floor}; give --driver)")
+    else:
+        verdict = drivers.check(host.driver, drivers.DriverFloor(need.cuda, need.floor, need.full))
+        if not verdict.fits:
+            return no(verdict.reason)
+        said.append(verdict.reason)
+    if not host.gpus:
+        unknown.append("the GPUs (none detected or given; give --gpu-cc)")
+    for entry in fit.frameworks:
+        label = f"{entry.name} {record.frameworks.get(entry.name, '')}".strip()
+        jitted: list[str] = []
+        for cc in host.gpus:
+            device = Arch.cc(cc)
+            for path in entry.libraries:
+                library = fit.library(path)
+                if library is None:
+                    continue
+                lowest = library_floor(library)
+                if lowest is not None:
+                    if cc_key(cc) < cc_key(lowest):
+                        return no(
+                            f"{Path(path).name} (NVIDIA's) has no SASS below sm_{lowest.replace('.', '')}: {device.generation} {cc} cannot run {label}"
+                        )
+                    continue
+                decision = decide(embedded_of(library), device, f"{label} ({Path(path).name})")
+                if not decision.fits:
+                    return no(decision.reason)
+                if decision.how == "ptx":
+                    jitted.append(f"{cc}: {Path(path).name}")
+                    if host.driver is not None and library.ptx_isa:
+                        ptx = drivers.check_ptx(host.driver, library.ptx_isa[-1], compat)
+                        if not ptx.fits:
+                            return no(ptx.reason)
+            if entry.jit:
+                refused = _jit_refusal(fit, device, label)
+                if refused:
+                    return no(refused)
+        how = [f"the device code of its {len(entry.libraries)} libraries"] if entry.libraries else []
+        if entry.jit and fit.jit is not None:
+            how.append(f"NVRTC {fit.jit.version} compiling its kernels")
+        said.append(
+            f"{label} runs on {' '.join(host.gpus) or 'its GPUs'} through {' and '.join(how) or 'no device code'}"
+            + (
+                f" (the driver JIT-compiles the PTX of {', '.join(jitted[:3])}{' ...' if len(jitted) > 3 else ''}: slow first start)"
+                if jitted
+                else ""
+            )
+        )
+    if unknown:
+        return RecordFit(record.id, "unknown", f"not checked: {', '.join(unknown)} ({MEASURED})", True)
+    return RecordFit(record.id, "fits", f"{'; '.join(said)} ({MEASURED})", True)
+
+
+def _jit_refusal(fit: MeasuredFit, device: Arch, label: str) -> str | None:
+    """A framework that compiles its kernels at run time needs its NVRTC to target the device, or an
+    older target whose PTX the driver JIT-compiles for it: a device below the lowest target cannot."""
+    compiler = fit.jit
+    if compiler is None:
+        return f"{label} compiles its kernels at run time, but no NVRTC was found in the image"
+    lowest = compiler.lowest
+    if lowest is None or cc_key(device.number) < cc_key(lowest):
+        return f"{label} compiles its kernels with NVRTC {compiler.version}, which targets {lowest or 'nothing'} and newer: {device.generation} {device.number} cannot run it"
+    return None
 
 
 def _vendor_label(host: FitHost) -> str:

@@ -79,7 +79,9 @@ def slice_build(docker_client: Any, recorder: tuple[int, list[Any]]) -> subproce
     """`builder build --force -j 2` of the default selection, with the planted credentials.
 
     --force makes the build run even when the images exist, so the credentials always reach it
-    (the planted index URL changes with the port, so the install steps run again)."""
+    (the planted index URL changes with the port, so the install steps run again). The index is
+    named `localhost`: the build sends 127.0.0.1 (where builder serves it its local wheels) past any
+    proxy, so an index named by that address would never meet the planted proxy."""
     port, _ = recorder
     done = builder(
         "build",
@@ -87,7 +89,7 @@ def slice_build(docker_client: Any, recorder: tuple[int, list[Any]]) -> subproce
         "-j",
         "2",
         "--extra-index-url",
-        f"http://ci-user:{INDEX_SECRET}@127.0.0.1:{port}/simple/",
+        f"http://ci-user:{INDEX_SECRET}@localhost:{port}/simple/",
         env={"HTTP_PROXY": f"http://proxy-user:{PROXY_SECRET}@127.0.0.1:{port}"},
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

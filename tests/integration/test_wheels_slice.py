@@ -6,8 +6,9 @@ base, built and smoke-tested on this GPU-less host.
 Each must come out `gpu-skipped` (never `passed`) with its CPU-side CUDA checks passed: the CUDA
 each framework was built for, a kernel compiled where the framework can, and every CUDA library the
 lock pins loaded at the pinned version. A derived image with libcudnn deleted must come out
-`failed` with the cuDNN diagnosis. Sizes are measured and printed (build/results/sizes.txt, which
-.ci/run prints); the images are removed afterwards.
+`failed` with the cuDNN diagnosis. Each result holds the image's measured fit, every library of it
+equal to what NVIDIA's cuobjdump lists for the same file taken out of the image. Sizes are measured
+and printed (build/results/sizes.txt, which .ci/run prints); the images are removed afterwards.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -23,8 +25,15 @@ from typing import Any
 
 import pytest
 
+from builder import results
+from builder.compat.facts import table
 from builder.engine import client as engine
 from builder.engine.image_build import STAGE_LABEL
+from builder.errors import RunFailure
+from builder.fit import cuobjdump
+from builder.fit import driver as drivers
+from builder.fit.measure import embedded_of
+from builder.measured_fit import MeasuredFit
 from builder.records import ImageSpec
 from builder.results import SmokeResult
 from builder.usecases.test import TestOptions
@@ -185,3 +194,73 @@ def test_sizes_are_printed_with_the_cpu_difference_explained(wheels_build: Any) 
     for stack in ("torch", "tensorflow", "jax", "numba"):  # cupy has no CPU image
         line = next(row for row in text.splitlines() if row.strip().startswith(stack) and " - " in row)
         assert "CUDA wheels" in line, line
+
+
+def site_packages(spec: ImageSpec) -> str:
+    return f"/opt/venv/lib/python{spec.python}/site-packages"
+
+
+def extract(docker_client: Any, tag: str, paths: list[str], into: Path) -> Iterator[tuple[str, Path]]:
+    """Each file taken out of the image through the engine (a created, never started container), one
+    at a time: a library is written, yielded, and deleted before the next (libtorch_cuda.so is ~1 GB)."""
+    container = docker_client.containers.create(tag, command=["true"])
+    try:
+        for path in paths:
+            archive = into / "file.tar"
+            bits, _ = container.get_archive(path)
+            with archive.open("wb") as out:
+                for chunk in bits:
+                    out.write(chunk)
+            with tarfile.open(archive) as tar:
+                member = tar.getmembers()[0]
+                tar.extract(member, into, filter="data")
+            archive.unlink()
+            found = into / member.name
+            yield path, found
+            found.unlink()
+    finally:
+        container.remove(force=True)
+
+
+# Libraries NVIDIA's cuobjdump refuses ("Invalid ELF"), so nothing to compare with: CUDA 13.2's
+# libcufile.so.0 (`file` says "too many notes (256)"; its .nv_fatbin section extracted alone is
+# refused too). fit/scan.py reads its fatbin: sm_75 ... sm_90 and compute_90.
+CUOBJDUMP_REFUSES = {"libcufile.so.0"}
+
+
+def assert_fit_equals_cuobjdump(docker_client: Any, spec: ImageSpec, fit: MeasuredFit, into: Path) -> None:
+    """Every library the fit lists, read by NVIDIA's cuobjdump from the file taken out of the image."""
+    binary = cuobjdump.find_binary()  # the nvidia-cuda-cuobjdump wheel is a dev dependency
+    root = site_packages(spec)
+    libraries = {f"{root}/{lib.path}": lib for lib in fit.libraries}
+    differ = []
+    for path, local in extract(docker_client, spec.tag, sorted(libraries), into):
+        try:
+            theirs = cuobjdump.measure(local, binary)
+        except RunFailure as exc:
+            if local.name in CUOBJDUMP_REFUSES and "Invalid ELF" in str(exc):
+                continue
+            raise
+        ours = embedded_of(libraries[path])
+        if theirs != ours:
+            differ.append(f"{path}: cuobjdump {theirs.label} ({theirs.ptx_isa}), measured {ours.label} ({ours.ptx_isa})")
+    assert differ == [], f"{spec.id}: " + "; ".join(differ)
+
+
+def test_each_cuda_image_holds_its_measured_fit_equal_to_cuobjdump(
+    wheels_test: dict[str, dict[str, Any]], docker_client: Any, tmp_path: Path
+) -> None:
+    for spec in WHEELS:
+        result = results.from_json(wheels_test[spec.id], spec.id)
+        fit = result.fit
+        assert fit is not None, f"{spec.id}: no measured fit ({result.fit_error})"
+        assert [f.name for f in fit.frameworks] == sorted(spec.versions)
+        assert fit.runs_on, f"{spec.id}: runs on no known GPU?"
+        assert fit.driver is not None and fit.driver.cuda.split(".")[0] == str(spec.base.version).split(".")[0], fit.driver
+        floor = drivers.floor_for(fit.driver.cuda, table())
+        assert floor is not None and fit.driver_floor() == floor.floor
+        if any(f.jit for f in fit.frameworks):
+            assert fit.jit is not None and fit.jit.archs, f"{spec.id}: compiles at run time, but no NVRTC was read"
+        else:
+            assert fit.libraries, f"{spec.id}: a framework with prebuilt kernels and no library holding them"
+        assert_fit_equals_cuobjdump(docker_client, spec, fit, tmp_path)

@@ -73,6 +73,7 @@ class Framework(ABC):
     companion: str | None = None  # an index project a release needs published before it is placed (jax: jaxlib)
     local_variant: bool = False  # its wheel variant is a PEP 440 local version: torch 2.5.1+cu124
     facts_file: Path | None = None  # its section's file when not compat.yaml (a framework defined outside builder/)
+    jit: bool = False  # it compiles its kernels at run time (NVRTC/NVVM): its measured fit needs the compiler to know the GPU
 
     @property
     def facts_at(self) -> str:

@@ -139,4 +139,4 @@ class Cupy(Framework):
         return re.split(r"[\[=<>!~ ]", install.requirements[0], maxsplit=1)[0]
 
 
-FRAMEWORK = Cupy("cupy", SECTION_KEYS)
+FRAMEWORK = Cupy("cupy", SECTION_KEYS, jit=True)

@@ -168,4 +168,4 @@ class Numba(Framework):
         return f'a numba.releases row for "{version}" (python, numpy: its import-time ceiling, numba/__init__.py _ensure_critical_deps)'
 
 
-FRAMEWORK = Numba("numba", SECTION_KEYS, gpu_arch=True)
+FRAMEWORK = Numba("numba", SECTION_KEYS, gpu_arch=True, jit=True)

@@ -1,0 +1,199 @@
+"""A built CUDA image's measured fit, read in its own smoke container.
+
+fit/scan.py runs there with the image's Python (`python -I -c`, read-only root, no network,
+non-root): it lists the device code of every shared library under the venv, each framework's
+package folders, the CUDA runtime's version and NVRTC's architectures. `parse` applies the rules
+here (fit/arch.py, fit/driver.py) and returns the typed record (builder/measured_fit.py).
+
+Which libraries a framework loads: those in its own package folders and every shared one (the
+nvidia/* wheels, jaxlib, ...), never another framework's. A program needs every library it loads,
+so a framework runs on the compute capabilities ALL of them run on; one that compiles its kernels
+at run time (`Framework.jit`: NVRTC/NVVM) also needs its compiler to know the device, or an older
+target whose PTX the driver JIT-compiles.
+
+NVIDIA's own libraries (the nvidia/* wheels) impose a floor, their lowest SASS target, not the
+exact list: not all their device code is in the fatbin (cuFFT 12's `.nv_fatbin` holds a single
+sm_75 cubin, by cuobjdump too, for a 286 MB library whose kernels it loads by other means), and
+each supports every GPU of its CUDA release from that floor on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from builder import jsonfields as jf
+from builder.compat.facts import Compat
+from builder.compat.rules import framework
+from builder.compat.versions import release_tuple
+from builder.engine.port import Container
+from builder.errors import RunFailure
+from builder.fit import driver as drivers
+from builder.fit import fatbin, scan
+from builder.fit.arch import GENERATIONS, Arch, Embedded, decide
+from builder.measured_fit import (
+    ComponentFloor,
+    DriverNeed,
+    FrameworkFit,
+    JitCompiler,
+    LibraryCode,
+    MeasuredFit,
+    cc_key,
+    target_key,
+)
+
+SCRIPT = Path(scan.__file__).read_text(encoding="utf-8")
+TIMEOUT_S = 120  # a torch image's ~3 GB of libraries take about a second; a bound, not an estimate
+KNOWN: tuple[Arch, ...] = tuple(Arch(major, minor) for major, minor in sorted(GENERATIONS))
+READER = "fatbin"
+NVIDIA = "nvidia/"
+
+
+def command(frameworks: Sequence[str]) -> list[str]:
+    """The scan, run by the image's own Python (first on PATH: the venv), killed at the bound."""
+    return ["timeout", "-s", "KILL", str(TIMEOUT_S), "python", "-I", "-c", SCRIPT, *frameworks]
+
+
+def measure(container: Container, frameworks: Sequence[str], compat: Compat) -> MeasuredFit:
+    """Run the scan in a started container and read its answer; a RunFailure in one line when it fails."""
+    started = time.monotonic()
+    done = container.exec(command(frameworks))
+    seconds = round(time.monotonic() - started, 2)
+    if done.returncode != 0:
+        last = (done.stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
+        raise RunFailure(f"measuring the fit in the container exited {done.returncode}: {last[:300]}")
+    return parse(done.stdout.decode(errors="replace"), {name: framework(name).jit for name in frameworks}, compat, seconds)
+
+
+def runs_on(embedded: Embedded) -> tuple[str, ...]:
+    """The known compute capabilities a library's device code runs on (SASS or PTX; arch.py's rules)."""
+    return tuple(cc.number for cc in KNOWN if decide(embedded, cc, "").fits)
+
+
+def parse(output: str, frameworks: Mapping[str, bool], compat: Compat, seconds: float) -> MeasuredFit:
+    """The record from the scan's JSON; `frameworks` maps each framework to whether it JIT-compiles."""
+
+    def fail(what: str) -> RunFailure:
+        return RunFailure(f"the fit scan's output is not what fit/scan.py prints: {what}")
+
+    try:
+        doc = jf.obj(json.loads(output), "the output", fail)
+    except json.JSONDecodeError as exc:
+        raise fail(f"not JSON ({exc.msg} at line {exc.lineno})") from None
+    libraries = tuple(_library(item, fail) for item in jf.objs(doc.get("libraries"), "libraries", fail))
+    folders = {
+        name: jf.texts(paths, f"frameworks.{name}", fail) for name, paths in jf.obj(doc.get("frameworks"), "frameworks", fail).items()
+    }
+    jit = _compiler(jf.obj(doc.get("nvrtc"), "nvrtc", fail), fail)
+    return MeasuredFit(
+        reader=READER,
+        seconds=seconds,
+        libraries=libraries,
+        frameworks=tuple(_framework(name, frameworks[name], libraries, folders, jit) for name in sorted(frameworks)),
+        floors=floors(libraries),
+        jit=jit,
+        driver=_driver(jf.obj(doc.get("cudart"), "cudart", fail), compat, fail),
+    )
+
+
+def _library(item: dict[str, Any], fail: jf.Fail) -> LibraryCode:
+    path = jf.text(item.get("path"), "libraries.path", fail)
+    rows = item.get("entries")
+    if not isinstance(rows, list) or not all(isinstance(r, list) and len(r) == 5 and all(type(v) is int for v in r) for r in rows):
+        raise fail(f"the entries of {path[:80]} are not [kind, sm, flags, code, count] rows")
+    embedded = fatbin.embedded(((kind, sm, flags, code), count) for kind, sm, flags, code, count in rows)
+    return LibraryCode(
+        path=path,
+        sass=tuple(sorted(((a.sm, n) for a, n in embedded.cubins), key=lambda item: target_key(item[0]))),
+        ptx=tuple(a.compute for a in embedded.ptx),
+        ptx_isa=embedded.ptx_isa,
+        runs_on=runs_on(embedded),
+    )
+
+
+def embedded_of(library: LibraryCode) -> Embedded:
+    """The `Embedded` a record's library stands for (for arch.py's decisions on any device)."""
+    sass = [Arch.parse(target) for target, count in library.sass for _ in range(count)]
+    return Embedded.of(sass, (Arch.parse(p) for p in library.ptx), library.ptx_isa)
+
+
+def _owned(path: str, folders: Sequence[str]) -> bool:
+    return any(path == f or path.startswith(f.rstrip("/") + "/") for f in folders)
+
+
+def _framework(
+    name: str, jit: bool, libraries: Sequence[LibraryCode], folders: Mapping[str, Sequence[str]], compiler: JitCompiler | None
+) -> FrameworkFit:
+    others = [f for other, found in folders.items() if other != name for f in found]
+    loads = [lib for lib in libraries if _owned(lib.path, folders.get(name, ())) or not _owned(lib.path, others)]
+    ccs = {cc.number for cc in KNOWN}
+    for lib in loads:
+        lowest = library_floor(lib)
+        if lowest is None:
+            ccs &= set(lib.runs_on)
+        else:
+            ccs = {cc for cc in ccs if cc_key(cc) >= cc_key(lowest)}
+    if jit:
+        lowest = compiler.lowest if compiler else None
+        ccs = {cc for cc in ccs if lowest is not None and cc_key(cc) >= cc_key(lowest)}
+    return FrameworkFit(name, tuple(lib.path for lib in loads), tuple(sorted(ccs, key=cc_key)), jit)
+
+
+def component(path: str) -> str | None:
+    """The NVIDIA component a library of the nvidia/* wheels belongs to: libcudnn_adv.so.9 -> cudnn; None outside nvidia/."""
+    if not path.startswith(NVIDIA):
+        return None
+    name = os.path.basename(path).removeprefix("lib")
+    return name.split(".", 1)[0].split("_", 1)[0] or None
+
+
+def library_floor(library: LibraryCode) -> str | None:
+    """An NVIDIA component library's floor: the lowest compute capability it runs on. None for
+    any other library (and one that runs on no known GPU), which runs on exactly what its SASS and PTX allow."""
+    if component(library.path) is None or not library.runs_on:
+        return None
+    return min(library.runs_on, key=cc_key)
+
+
+def floors(libraries: Sequence[LibraryCode]) -> tuple[ComponentFloor, ...]:
+    """The lowest known compute capability every library of each bundled NVIDIA component runs on."""
+    groups: dict[str, list[LibraryCode]] = {}
+    for lib in libraries:
+        name = component(lib.path)
+        if name:
+            groups.setdefault(name, []).append(lib)
+    out = []
+    for name, libs in sorted(groups.items()):
+        common = set.intersection(*(set(lib.runs_on) for lib in libs))
+        if common:
+            out.append(ComponentFloor(name, min(common, key=cc_key), tuple(lib.path for lib in libs)))
+    return tuple(out)
+
+
+def _compiler(found: dict[str, Any], fail: jf.Fail) -> JitCompiler | None:
+    """The newest NVRTC the image bundles (nvrtcVersion, nvrtcGetSupportedArchs)."""
+    compilers = []
+    for path, value in sorted(found.items()):
+        entry = jf.obj(value, f"nvrtc.{path}", fail)
+        version = jf.text(entry.get("version"), "nvrtc.version", fail)
+        archs = entry.get("archs")
+        if not isinstance(archs, list) or not all(type(a) is int and 10 <= a < 10000 for a in archs):
+            raise fail(f"nvrtc {path[:80]}: archs must be numbers like 75")
+        compilers.append(JitCompiler(path, version, tuple(f"sm_{a}" for a in sorted(archs))))
+    return max(compilers, key=lambda c: release_tuple(c.version), default=None)
+
+
+def _driver(found: dict[str, Any], compat: Compat, fail: jf.Fail) -> DriverNeed | None:
+    """The driver floor of the newest CUDA runtime the image loads."""
+    runtimes = sorted(((jf.text(v, f"cudart.{p}", fail), p) for p, v in found.items()), key=lambda vp: release_tuple(vp[0]))
+    if not runtimes:
+        return None
+    cuda, library = runtimes[-1]
+    floor = drivers.floor_for(cuda, compat)
+    if floor is None:
+        return None
+    return DriverNeed(floor.cuda, floor.floor, floor.full, drivers.forward_compat(floor.cuda), library)
