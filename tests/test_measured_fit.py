@@ -25,6 +25,7 @@ from builder.engine.port import ExecResult
 from builder.errors import RunFailure, UserError
 from builder.fit import measure, scan
 from builder.fit.host import FitHost
+from builder.fit.runs_on import RunsOn, runs_on
 from builder.measured_fit import MeasuredFit
 from builder.usecases.fit import judge
 from tests.catalog_fixtures import record, smoke
@@ -426,3 +427,13 @@ def test_publish_carries_the_smoke_results_fit_into_the_record() -> None:
     assert made.fit == TORCH_FIT and made.fit.cc_label() == TORCH_FIT.cc_label()
     assert record_from_json(json.loads(json.dumps(made.to_json())), "known-good.json") == made
     assert build_record(spec, local, replace(result, fit=None), "127.0.0.1:5000/gpu-images", "sha256:" + "0" * 64, True).fit is None
+
+
+def test_the_runs_on_column_of_a_measured_record_is_its_measured_fit() -> None:
+    """The report's and `builder catalog`'s "runs on" cell says what the image's binaries say: torch
+    2.14.1 cu130 is refused on Turing by its linalg library, where the table claims sm 7.5 onward."""
+    measured = runs_on(TORCH, table())
+    assert measured == RunsOn("sm 8.0 8.6 8.7 8.9 9.0 10.0 10.3 12.0 12.1", "580.65.06", "amd64", "measured")
+    assert measured.label == "sm 8.0 8.6 8.7 8.9 9.0 10.0 10.3 12.0 12.1, driver >= 580.65.06, amd64 (measured)"
+    from_table = runs_on(replace(TORCH, fit=None), table())
+    assert from_table.source == "table" and "7.5" in from_table.gpus

@@ -45,12 +45,14 @@ class RunsOn:
 
 def runs_on(record: KnownGood, compat: Compat) -> RunsOn:
     """The record's compute capabilities (every GPU framework's kernels and its cuDNN's floor, intersected),
-    its driver floor and architecture, from the tables. Lenient about odd versions: a cell, never a crash."""
+    its driver floor and architecture: measured, when the record carries the image's fit, else from the tables. Lenient about odd versions: a cell, never a crash."""
     kind = record.accelerator.kind
     if kind == "cpu":
         return RunsOn("any (CPU image)", None, RECORD_ARCH, "table")
     if kind == "rocm":
         return RunsOn("gfx targets not in the tables", None, RECORD_ARCH, "table")
+    if record.fit is not None:  # measured from the image's own binaries when it was smoke-tested
+        return RunsOn(f"sm {record.fit.cc_label()}", record.fit.driver_floor(), RECORD_ARCH, "measured")
     cuda = cuda_mm(record.accelerator.cuda or record.accelerator.version or "")
     floor = drivers.floor_for(cuda, compat) if cuda else None
     return RunsOn(_cuda_gpus(record, cuda, compat), floor.floor if floor else None, RECORD_ARCH, "table")
