@@ -772,16 +772,18 @@ class _EnvLines:
 @env_group.command("build")
 @env_file_option
 @click.option("--force", is_flag=True, help="rebuild even when the image with this content hash exists")
+@click.option("--no-cache", is_flag=True, help="build every step again (with --force: a rebuild from clean)")
 @catalog_option
 @_options(*BUILD_SOURCE_OPTIONS)
 @click.pass_obj
 @user_errors
-def env_build(ws: Workspace, /, env_path: str, force: bool, catalog_dir: str | None, **kwargs: Any) -> None:
+def env_build(ws: Workspace, /, env_path: str, force: bool, no_cache: bool, catalog_dir: str | None, **kwargs: Any) -> None:
     """Build the derived image FROM the base's digest (skipped when its content hash is built)."""
     from builder.usecases import env as envs
 
     env = _env_file(env_path)
-    ready, result = envs.build_env(ws, ws.store.catalog(catalog_dir, must_exist=True), env, _EnvLines(), force, _sources(kwargs))
+    catalog = ws.store.catalog(catalog_dir, must_exist=True)
+    ready, result = envs.build_env(ws, catalog, env, _EnvLines(), force, _sources(kwargs), no_cache=no_cache)
     click.echo(plain(f"{result.status}: {ready.spec.tag} ({ready.spec.content_hash}) FROM {ready.base.record.digest}"))
     if result.status not in ("built", "up-to-date"):
         click.echo(plain(f"error: {result.error or ''} {result.cause or ''} {result.fix or ''} (log: {result.log})"), err=True)

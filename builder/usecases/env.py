@@ -275,13 +275,18 @@ def env_build_dir(ws: Workspace, env: EnvFile) -> Path:
 
 def build_env(
     ws: Workspace, catalog: Catalog, env: EnvFile, events: EnvEvents, force: bool = False,
-    chosen_sources: Sources = NO_SOURCES, connect: Connect = open_engine,
+    chosen_sources: Sources = NO_SOURCES, connect: Connect = open_engine, no_cache: bool = False,
 ) -> tuple[Prepared, BuildResult]:  # fmt: skip
     """Build the derived image unless an image with its content hash is already tagged."""
     ready = prepare(ws, catalog, env)
     settings = build_settings.for_sources(os.environ, chosen_sources, _ca_bundle(ws))
     run = Run(
-        settings=settings, build_dir=env_build_dir(ws, env), lock_dir=LOCK_DIR, revision=git_revision(env.folder), on_line=events.line
+        settings=settings,
+        build_dir=env_build_dir(ws, env),
+        lock_dir=LOCK_DIR,
+        revision=git_revision(env.folder),
+        on_line=events.line,
+        no_cache=no_cache,
     )
     engine = connect(timeout=3600)
     try:
