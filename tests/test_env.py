@@ -347,3 +347,53 @@ def test_shell_refuses_a_host_the_base_does_not_fit(team: tuple[Workspace, Catal
     with pytest.raises(RunFailure, match="does not fit this host"):
         envs.plan_shell(ws, catalog, env, folder, 1000, 1000, fit_host=FitHost("arm64", "none", (), None))
     assert not (folder / ".devcontainer").exists()
+
+
+# -- build and test through the in-memory engine -----------------------------------------------------------
+
+
+class NoLines:
+    def line(self, image: str, text: str) -> None: ...
+
+
+def test_build_then_test_through_the_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A workspace that plans the base (its lock in images/), an env on its record: built once (FROM
+    the digest, with the env's labels), up to date the second time, and tested with the base's checks."""
+    import subprocess
+
+    from builder.host import facts as hostinfo
+    from builder.render.tree import write_tree
+    from tests.fake_engine import FakeEngine, connect_to
+    from tests.usecase_fixtures import HOST, OFFLINE, Checks, Probe
+
+    (tmp_path / "matrix.yaml").write_text(MATRIX)
+    ws = Workspace(tmp_path / "matrix.yaml")
+    planned = next(s for s in ws.plan.images if s.id == IMAGE)
+    text = base_lock_text()
+    ws = ws.with_locks({IMAGE: files.load(text, "x")})
+    write_tree(ws.images_dir, ws.rendered_tree())
+    catalog = Catalog(tmp_path / "catalog")
+    sha = hashlib.sha256(text.encode()).hexdigest()
+    catalog.add([record(IMAGE, stack="numba", frameworks={"numba": "0.68.0"}, lock_sha256=sha, digest=DIGEST)], {})
+    monkeypatch.setattr(hostinfo, "gather", lambda **kwargs: HOST)
+    monkeypatch.setenv("BUILDER_LOCK_DIR", str(tmp_path / "locks"))
+    monkeypatch.setattr(envs, "resolve", lambda *a, **k: uv_output())
+    (tmp_path / "team").mkdir()
+    env = write_env(tmp_path / "team", GOOD)
+    envs.lock_env(ws, catalog, env, chosen_sources=OFFLINE)
+
+    fake = FakeEngine()
+    ready, built = envs.build_env(ws, catalog, env, NoLines(), chosen_sources=OFFLINE, connect=connect_to(fake))
+    assert built.status == "built" and ready.spec.packages == planned.packages
+    request = fake.builds[-1]
+    assert request.tag == "builder-env/vision:latest" and request.labels["io.builder.content-hash"] == ready.context.content_hash
+    _, again = envs.build_env(ws, catalog, env, NoLines(), chosen_sources=OFFLINE, connect=connect_to(fake))
+    assert again.status == "up-to-date" and len(fake.builds) == 1
+
+    checks = Checks(fake)
+    monkeypatch.setattr(subprocess, "run", checks)
+    _, tested = envs.test_env(ws, catalog, env, connect=connect_to(fake))
+    assert (tested.same, tested.smoke.verdict, checks.seen) == (True, "passed", ["env-vision"])
+    checks.broken["env-vision"] = Probe("numba", "numba refuses NumPy 2.5")
+    _, tested = envs.test_env(ws, catalog, env, connect=connect_to(fake))
+    assert (tested.same, tested.smoke.verdict) == (False, "failed") and "but the base was passed" in tested.note
