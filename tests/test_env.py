@@ -243,6 +243,27 @@ def test_a_query_base_stays_on_the_record_it_was_locked_on(team: tuple[Workspace
     assert (done.base, done.moved_from) == (NEWER, DIGEST)
 
 
+def test_an_edited_env_file_is_relocked_on_the_same_base(team: tuple[Workspace, Catalog, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    ws, catalog, folder = team
+    env = write_env(folder, GOOD.replace("numba=0.68.0", "numba=0.68"))
+    monkeypatch.setattr(envs, "resolve", lambda *a, **k: uv_output())
+    monkeypatch.setattr(envs, "candidates", lambda c, e: [catalog.load()[0]])
+    envs.lock_env(ws, catalog, env)
+    monkeypatch.undo()
+    asked: list[LockTarget] = []
+
+    def fake_resolve(target: LockTarget, *args: object, **kwargs: object) -> str:
+        asked.append(target)
+        return uv_output()
+
+    monkeypatch.setattr(envs, "resolve", fake_resolve)
+    edited = write_env(
+        folder, GOOD.replace("numba=0.68.0", "numba=0.68").replace("  - pandas\n", "  - pandas\n  - six\n").replace("  - six==1.17.0\n", "")
+    )
+    done = envs.lock_env(ws, catalog, edited)
+    assert (done.base, done.moved_from, asked[0].constraints[-1]) == (IMAGE, None, "numpy==2.4.6"), "not moved to the newer record"
+
+
 def test_a_stale_lock_is_refused_before_a_build(team: tuple[Workspace, Catalog, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     ws, catalog, folder = team
     env = write_env(folder, GOOD)

@@ -21,6 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
 from builder.catalog.records import KnownGood
 from builder.catalog.store import Catalog
 from builder.compat.facts import table
@@ -152,12 +155,7 @@ def lock_env(ws: Workspace, catalog: Catalog, env: EnvFile, upgrade: bool = Fals
     names) and write gpu-env.lock; nothing is written when it cannot be locked."""
     previous = _existing_lock(env)
     options = candidates(catalog, env)
-    old_base: EnvBase | None = None
-    if previous is not None:
-        try:
-            old_base, _ = locked_base(ws, catalog, env)
-        except UserError:
-            old_base = None
+    old_base = _previous_base(ws, catalog, env, options, previous) if previous is not None else None
     if upgrade and env.base_digest is not None:
         options = newer_in_line(catalog.load(), options[0]) or options
     base = old_base if old_base is not None and not upgrade else base_lock(ws, catalog, options[0])
@@ -188,6 +186,28 @@ def lock_env(ws: Workspace, catalog: Catalog, env: EnvFile, upgrade: bool = Fals
     )
 
 
+def _previous_base(ws: Workspace, catalog: Catalog, env: EnvFile, options: Sequence[KnownGood], previous: str) -> EnvBase | None:
+    """The record the existing lock was made on: the one whose inputs it has, else (the env file
+    changed since) the newest whose pins hold every base package the lock pinned; None if no lock
+    can be read or no record fits it."""
+    try:
+        return locked_base(ws, catalog, env)[0]
+    except UserError:
+        pass
+    old = _parsed(previous)
+    if old is None:
+        return None
+    for record in options:
+        try:
+            candidate = base_lock(ws, catalog, record)
+        except UserError:
+            continue
+        pins = dict(candidate.lock.pins)
+        if all(pins.get(name, version) == version for name, version in old.pins) and any(name in pins for name, _ in old.pins):
+            return candidate
+    return None
+
+
 def _ca_bundle(ws: Workspace) -> str | None:
     try:
         return ws.matrix.ca_bundle
@@ -205,7 +225,9 @@ def conflict(ws: Workspace, catalog: Catalog, env: EnvFile, base: EnvBase, reaso
     """The one line for a requirement the base cannot take: uv's reason, the base package it would
     move, and the records whose pins would take it."""
     asked = bases.conflicts(reason, base.lock)
-    line = next((n for r, n in zip(env.requirements, env.requirement_lines, strict=True) if any(name in r.lower() for name, _ in asked)), 0)
+    named = [(str(canonicalize_name(Requirement(r).name)), n) for r, n in zip(env.requirements, env.requirement_lines, strict=True)]
+    line = next((n for name, n in named if any(name == asked_name for asked_name, _ in asked)), 0)  # numpy>2 itself
+    line = line or next((n for name, n in named if name in reason.lower()), 0)  # the requirement the resolver names
     line = line or (env.requirement_lines[0] if env.requirement_lines else env.base_line)
     what = ", ".join(f"{name}{spec} (the base pins {base.lock.version_of(name)})" for name, spec in asked) or "a package the base pins"
     fits = []
