@@ -784,5 +784,131 @@ def _doctor_image(ref: str, host: FitHost, fmt: str) -> None:
     _exit_for(result.ok)
 
 
+# -- team environments (builder/env/, builder/usecases/env.py) -------------------------------------------
+
+env_file_option = click.option(
+    "--file", "env_path", default="gpu-env.yaml", show_default=True, metavar="PATH", help="the env file (its lock is written beside it)"
+)
+
+
+@main.group("env")
+def env_group() -> None:
+    """A team's environment on a known-good image: gpu-env.yaml -> gpu-env.lock -> a derived image.
+
+    \b
+    builder env lock    resolve the requirements on the base's own lock (nothing of the base moves)
+    builder env build   build FROM the base's digest, installing only the lock (hashes required)
+    builder env test    the base's smoke tests and pip check in the derived image
+    builder env shell   open it (GPU flags, the folder mounted, your uid); writes .devcontainer/
+    """
+
+
+def _env_file(env_path: str) -> Any:
+    from builder.env.envfile import load
+
+    return load(Path(env_path).expanduser().absolute())
+
+
+@env_group.command("lock")
+@env_file_option
+@click.option(
+    "--upgrade", is_flag=True, help="move to the newest record the base names (for a digest: of the same line) and report what moved"
+)
+@click.option("--check", is_flag=True, help="offline: exit 1 when the lock is missing or stale")
+@catalog_option
+@_options(*BUILD_SOURCE_OPTIONS)
+@click.pass_obj
+@user_errors
+def env_lock(ws: Workspace, /, env_path: str, upgrade: bool, check: bool, catalog_dir: str | None, **kwargs: Any) -> None:
+    """Lock the env file's requirements with uv on top of the base image's lock."""
+    from builder.usecases import env as envs
+
+    env = _env_file(env_path)
+    catalog = ws.store.catalog(catalog_dir, must_exist=True)
+    if check:
+        try:
+            base, _ = envs.locked_base(ws, catalog, env)
+        except UserError as exc:
+            click.echo(plain(f"stale: {exc}"), err=True)
+            sys.exit(1)
+        click.echo(plain(f"current: {env.lock_path.name} on {base.record.id} ({base.record.digest})"))
+        return
+    done = envs.lock_env(ws, catalog, env, upgrade=upgrade, chosen_sources=_sources(kwargs))
+    if done.moved_from:
+        click.echo(plain(f"base moved: {done.moved_from} -> {done.digest}"))
+    click.echo(plain(f"{done.status}: {env.lock_path.name} on {done.base} ({done.digest}); adds {len(done.added)} package(s)"))
+    for name, version in done.added:
+        click.echo(plain(f"  + {name}=={version}"))
+    for name, old, new in done.changes:
+        click.echo(plain(f"  moved {name}: {old or '-'} -> {new or '-'}"))
+
+
+class _EnvLines:
+    def line(self, image: str, text: str) -> None:
+        pass  # the whole log is in build/env/<name>/logs/
+
+
+@env_group.command("build")
+@env_file_option
+@click.option("--force", is_flag=True, help="rebuild even when the image with this content hash exists")
+@click.option("--no-cache", is_flag=True, help="build every step again (with --force: a rebuild from clean)")
+@catalog_option
+@_options(*BUILD_SOURCE_OPTIONS)
+@click.pass_obj
+@user_errors
+def env_build(ws: Workspace, /, env_path: str, force: bool, no_cache: bool, catalog_dir: str | None, **kwargs: Any) -> None:
+    """Build the derived image FROM the base's digest (skipped when its content hash is built)."""
+    from builder.usecases import env as envs
+
+    env = _env_file(env_path)
+    catalog = ws.store.catalog(catalog_dir, must_exist=True)
+    ready, result = envs.build_env(ws, catalog, env, _EnvLines(), force, _sources(kwargs), no_cache=no_cache)
+    click.echo(plain(f"{result.status}: {ready.spec.tag} ({ready.spec.content_hash}) FROM {ready.base.record.digest}"))
+    if result.status not in ("built", "up-to-date"):
+        click.echo(plain(f"error: {result.error or ''} {result.cause or ''} {result.fix or ''} (log: {result.log})"), err=True)
+    _exit_for(result.status in ("built", "up-to-date"))
+
+
+@env_group.command("test")
+@env_file_option
+@click.option("--gpu", type=click.Choice(["auto", "require", "off"]), default="auto", show_default=True)
+@click.option("--timeout", "timeout_s", default=600, show_default=True, type=click.IntRange(1, MAX_TIMEOUT_S))
+@catalog_option
+@click.pass_obj
+@user_errors
+def env_test(ws: Workspace, env_path: str, gpu: str, timeout_s: int, catalog_dir: str | None) -> None:
+    """The base's smoke tests (and pip check) in the derived image: its verdict must be the base's."""
+    from builder.usecases import env as envs
+
+    env = _env_file(env_path)
+    ready, tested = envs.test_env(ws, ws.store.catalog(catalog_dir, must_exist=True), env, gpu, timeout_s)
+    click.echo(plain(f"{'same' if tested.same else 'DIFFERENT'}: {ready.spec.id}: {tested.note} (base {ready.base.record.id})"))
+    for failure in tested.smoke.failures[:5]:
+        click.echo(plain(f"  {failure}"), err=True)
+    _exit_for(tested.same)
+
+
+@env_group.command("shell")
+@env_file_option
+@click.option("--print", "print_only", is_flag=True, help="only print the `docker run` line (and write .devcontainer/)")
+@catalog_option
+@click.pass_obj
+@user_errors
+def env_shell(ws: Workspace, env_path: str, print_only: bool, catalog_dir: str | None) -> None:
+    """Open the environment: fit check, GPU flags for this host, the folder mounted, your uid."""
+    import os
+
+    from builder.usecases import env as envs
+
+    env = _env_file(env_path)
+    catalog = ws.store.catalog(catalog_dir, must_exist=True)
+    plan = envs.plan_shell(ws, catalog, env, Path.cwd(), os.getuid(), os.getgid())
+    click.echo(plain(f"fit: {plan.fit.status}: {plan.fit.reason}"), err=True)
+    click.echo(plain(f"wrote {plan.devcontainer}"), err=True)
+    click.echo(plain(plan.line))
+    if not print_only:
+        sys.exit(envs.open_shell(plan))
+
+
 if __name__ == "__main__":
     main()

@@ -27,6 +27,7 @@ PURE = (
     "compat",
     "render",
     "catalog",
+    "env",
     "report",
     "publish/gate.py",
     "publish/tags.py",
@@ -132,6 +133,7 @@ STAGES = (
     "lock",  # what each image is resolved for, the lock format, what a lock claims; uv
     "render",  # images/, the plan JSON / GitHub matrix / bake file
     "catalog",  # known-good records (publish writes them; report and pull read them; the workspace's store opens them)
+    "env",  # a team's environment on a known-good record: gpu-env.yaml, its lock on the base's, the derived Dockerfile
     "workspace",  # a matrix file and the folders beside it: plan + locks + rendered tree
     "engine",  # Docker
     "host",  # what this host can run (asks the engine)

@@ -90,13 +90,17 @@ def run_spec(spec: ImageSpec, access: GpuAccess, host: HostInfo, timeout_s: int,
     )
 
 
-def docker_run_line(vendor: str, reference: str, host: HostInfo) -> str:
-    """The `docker run` a person types for an image of `vendor` on this host: the CLI twin of gpu_kwargs."""
-    flags: list[str] = []
+def gpu_flags(vendor: str, host: HostInfo) -> list[str]:
+    """The `docker run` options that give an image of `vendor` this host's GPUs (the CLI twin of gpu_devices)."""
     if vendor == "cuda":
-        flags = ["--gpus", "all"]
-    elif vendor == "rocm":
+        return ["--gpus", "all"]
+    if vendor == "rocm":
         nodes = [n for n in (host.amd.kfd, *host.amd.render_nodes) if n is not None]
         gids = sorted({str(n.gid) for n in nodes}) or ["video", "render"]
-        flags = ["--device", "/dev/kfd", "--device", "/dev/dri", *[arg for gid in gids for arg in ("--group-add", gid)]]
-    return " ".join(["docker", "run", "--rm", "-it", *flags, reference])
+        return ["--device", "/dev/kfd", "--device", "/dev/dri", *[arg for gid in gids for arg in ("--group-add", gid)]]
+    return []
+
+
+def docker_run_line(vendor: str, reference: str, host: HostInfo) -> str:
+    """The `docker run` a person types for an image of `vendor` on this host: the CLI twin of gpu_kwargs."""
+    return " ".join(["docker", "run", "--rm", "-it", *gpu_flags(vendor, host), reference])

@@ -1,0 +1,418 @@
+"""`builder env lock|build|test|shell`: a team's environment on top of a known-good image.
+
+lock: the env file's requirements resolved with uv on the base record's own lock as constraints
+(builder/env/), written to gpu-env.lock; a requirement that needs another version of a base package
+is refused in one line naming the conflict and the records where it would fit. build: the derived
+image through the engine, FROM the base's digest, skipped when its content hash is built. test: the
+base's smoke checks in the derived image, whose verdict must be the base's. shell: after the fit
+check, `docker run` with the host's GPU options, and .devcontainer/devcontainer.json.
+
+Which record an environment stands on: the one its lock was made on (found by the lock's inputs
+among the records the env file's `base:` matches), so a newer record does not move a locked
+environment; `lock --upgrade` moves it to the newest and reports what moved.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from builder.catalog.records import KnownGood
+from builder.catalog.store import Catalog
+from builder.compat.facts import table
+from builder.engine import leftovers
+from builder.engine import settings as build_settings
+from builder.engine.build import git_revision
+from builder.engine.client import open_engine
+from builder.engine.image_build import BuildResult, Run, build_image
+from builder.engine.port import Connect
+from builder.env import base as bases
+from builder.env import lock as envlock
+from builder.env import shell
+from builder.env.derive import derived_spec
+from builder.env.envfile import EnvFile
+from builder.env.render import Context, build_context
+from builder.errors import RunFailure, UserError
+from builder.fit import host as fithost
+from builder.fsio import read_text, write_atomic
+from builder.host import facts as hostinfo
+from builder.lock import children
+from builder.lock.files import LOCK_NAME, drift
+from builder.lock.resolve import LockFailed, resolve, sources, uv_binary
+from builder.records import ImageSpec, Lock
+from builder.render.tree import LOCK_DIR
+from builder.results import GpuUse, SmokeResult
+from builder.smoke.args import gpu_flags
+from builder.smoke.runner import smoke_one
+from builder.sources import Sources
+from builder.usecases.catalog import find, no_match_message
+from builder.usecases.fit import RecordFit, judge
+from builder.workspace import Workspace
+
+MAX_LOCK = 4 * 2**20
+NO_SOURCES = Sources()  # the build's defaults: pip's configuration, $PIP_INDEX_URL ...
+
+
+@dataclass(frozen=True)
+class EnvBase:
+    record: KnownGood
+    lock: bases.BaseLock
+    planned: ImageSpec | None  # the base in the workspace's plan, when the matrix still plans it
+
+    @property
+    def indexes(self) -> tuple[str, ...]:
+        return self.planned.index_urls if self.planned else ()
+
+
+@dataclass(frozen=True)
+class EnvLocked:
+    env: str
+    status: str  # locked | current
+    base: str  # the record's id
+    digest: str
+    added: tuple[tuple[str, str], ...]  # what the environment adds to the base
+    changes: tuple[tuple[str, str | None, str | None], ...] = ()  # pins that moved since the previous lock
+    moved_from: str | None = None  # the previous base's digest, when --upgrade moved it
+
+
+# -- the base ------------------------------------------------------------------------------------------
+
+
+def candidates(catalog: Catalog, env: EnvFile) -> list[KnownGood]:
+    """The records `base:` names, newest first: one for a digest, every match for a query."""
+    digest = env.base_digest
+    if digest is not None:
+        found = [r for r in catalog.load() if r.digest == digest or r.digest.endswith("@" + digest)]
+        if not found:
+            raise UserError(f"base: {digest} is no record of {catalog.file}; `builder catalog` lists them", str(env.path), env.base_line)
+        return found
+    found = find(catalog, env.base)
+    if not found:
+        raise UserError(f"base: {no_match_message(catalog, env.base)}", str(env.path), env.base_line)
+    return found
+
+
+def base_lock(ws: Workspace, catalog: Catalog, record: KnownGood) -> EnvBase:
+    """The record's packages: images/<id>/requirements.lock when it is the published one, else its manifest."""
+    planned = _planned(ws, record.id)
+    path = ws.images_dir / record.id / LOCK_NAME
+    if planned is not None and planned.lock is not None and bases.lock_sha256(planned.lock.text) == record.lock_sha256:
+        return EnvBase(record, bases.from_lock(record, planned.lock.text, str(path)), planned)
+    if path.is_file():
+        text = read_text(path, MAX_LOCK, "lock")
+        if bases.lock_sha256(text) == record.lock_sha256:
+            return EnvBase(record, bases.from_lock(record, text, str(path)), planned)
+    manifest = catalog.root / record.manifest if record.manifest else None
+    if manifest is not None and manifest.is_file():
+        return EnvBase(record, bases.from_manifest(record, read_text(manifest, MAX_LOCK, "manifest"), str(manifest)), planned)
+    raise UserError(
+        f"record {record.id}: neither its lock ({path}, sha256 {record.lock_sha256}) nor its manifest is here; "
+        "run from the repository that published it (--matrix)"
+    )
+
+
+def _planned(ws: Workspace, image: str) -> ImageSpec | None:
+    try:
+        return next((s for s in ws.decided.images if s.id == image), None)
+    except UserError:  # no matrix beside the catalog: the record alone says what the base is
+        return None
+
+
+def _existing_lock(env: EnvFile) -> str | None:
+    return read_text(env.lock_path, MAX_LOCK, "lock") if env.lock_path.is_file() else None
+
+
+def locked_base(ws: Workspace, catalog: Catalog, env: EnvFile) -> tuple[EnvBase, Lock]:
+    """The record the committed lock was made on, and the lock; UserError when there is none or it is stale."""
+    text = _existing_lock(env)
+    if text is None:
+        raise UserError(f"no {env.lock_path.name} beside it; run `builder env lock` first", str(env.path))
+    options = candidates(catalog, env)
+    for record in options:
+        base = base_lock(ws, catalog, record)
+        lock, current = envlock.read(env, base.lock, envlock.target(env, base.lock, base.indexes), text)
+        if current:
+            return base, lock
+    raise UserError(
+        f"is stale: {env.path.name} or its base changed since it was locked (no record `base:` names has its inputs); "
+        "run `builder env lock`",
+        str(env.lock_path),
+    )
+
+
+# -- lock ----------------------------------------------------------------------------------------------
+
+
+def lock_env(ws: Workspace, catalog: Catalog, env: EnvFile, upgrade: bool = False, chosen_sources: Sources = NO_SOURCES) -> EnvLocked:
+    """Resolve the environment on its base (the locked one, or with `upgrade` the newest `base:`
+    names) and write gpu-env.lock; nothing is written when it cannot be locked."""
+    previous = _existing_lock(env)
+    options = candidates(catalog, env)
+    old_base = _previous_base(ws, catalog, env, options, previous) if previous is not None else None
+    if upgrade and env.base_digest is not None:
+        options = newer_in_line(catalog.load(), options[0]) or options
+    base = old_base if old_base is not None and not upgrade else base_lock(ws, catalog, options[0])
+    goal = envlock.target(env, base.lock, base.indexes)
+    if previous is not None and not upgrade and old_base is not None:
+        lock, current = envlock.read(env, base.lock, goal, previous)
+        if current:
+            return EnvLocked(env.id, "current", base.record.id, base.record.digest, envlock.added(lock, base.lock))
+    settings = build_settings.for_sources(os.environ, chosen_sources, _ca_bundle(ws))
+    cache = ws.build_dir / "uv-cache"
+    cache.mkdir(parents=True, exist_ok=True)
+    keep = None if upgrade else previous
+    try:
+        with children.stopped_on_exit():
+            resolved = resolve(goal, sources(base.indexes, settings), settings, cache, previous=keep, uv=uv_binary())
+    except LockFailed as exc:
+        if exc.kind == "unresolvable":
+            raise conflict(ws, catalog, env, base, exc.message) from None
+        raise RunFailure(f"{env.lock_path.name}: {exc.message}") from None
+    lock = envlock.lock_text(env, base.lock, goal, resolved)
+    old = _parsed(previous)
+    write_atomic(env.lock_path, lock.text)
+    moved = old_base.record.digest if old_base is not None and old_base.record.digest != base.record.digest else None
+    if moved is not None and env.base_digest is not None:
+        _rewrite_base(env, base.record.digest)
+    return EnvLocked(
+        env.id, "locked", base.record.id, base.record.digest, envlock.added(lock, base.lock), tuple(drift(old, lock)) if old else (), moved
+    )
+
+
+def _previous_base(ws: Workspace, catalog: Catalog, env: EnvFile, options: Sequence[KnownGood], previous: str) -> EnvBase | None:
+    """The record the existing lock was made on: the one whose inputs it has, else (the env file
+    changed since) the newest whose pins hold every base package the lock pinned; None if no lock
+    can be read or no record fits it."""
+    try:
+        return locked_base(ws, catalog, env)[0]
+    except UserError:
+        pass
+    old = _parsed(previous)
+    if old is None:
+        return None
+    for record in options:
+        try:
+            candidate = base_lock(ws, catalog, record)
+        except UserError:
+            continue
+        pins = dict(candidate.lock.pins)
+        if all(pins.get(name, version) == version for name, version in old.pins) and any(name in pins for name, _ in old.pins):
+            return candidate
+    return None
+
+
+def _ca_bundle(ws: Workspace) -> str | None:
+    try:
+        return ws.matrix.ca_bundle
+    except UserError:
+        return None
+
+
+def _parsed(text: str | None) -> Lock | None:
+    from builder.lock.files import parse
+
+    return parse(text) if text else None
+
+
+def conflict(ws: Workspace, catalog: Catalog, env: EnvFile, base: EnvBase, reason: str) -> UserError:
+    """The one line for a requirement the base cannot take: uv's reason, the base package it would
+    move, and the records whose pins would take it."""
+    asked = bases.conflicts(reason, base.lock)
+    named = [(str(canonicalize_name(Requirement(r).name)), n) for r, n in zip(env.requirements, env.requirement_lines, strict=True)]
+    line = next((n for name, n in named if any(name == asked_name for asked_name, _ in asked)), 0)  # numpy>2 itself
+    line = line or next((n for name, n in named if name in reason.lower()), 0)  # the requirement the resolver names
+    line = line or (env.requirement_lines[0] if env.requirement_lines else env.base_line)
+    what = ", ".join(f"{name}{spec} (the base pins {base.lock.version_of(name)})" for name, spec in asked) or "a package the base pins"
+    fits = []
+    for record in catalog.load():
+        if record.id == base.record.id or not asked:
+            continue
+        try:
+            other = base_lock(ws, catalog, record)
+        except UserError:
+            continue
+        if bases.fits(other.lock, asked):
+            fits.append(record.id)
+    where = f"; records where it would fit: {', '.join(fits[:5])}" if fits else "; no record in the catalog would take it"
+    return UserError(
+        f"refused: it needs {what}, which would change {base.record.id} ({' '.join(reason.split())[:400]}){where}", str(env.path), line
+    )
+
+
+def newer_in_line(records: Sequence[KnownGood], record: KnownGood) -> list[KnownGood]:
+    """Records of the same line as `record`, newer first: the same stack, OS, Python, accelerator and
+    frameworks at the same major.minor (a patch release), published after it."""
+
+    def line(r: KnownGood) -> tuple[object, ...]:
+        return (
+            r.stack, r.os, r.python.split(".")[:2], r.accelerator.kind, r.accelerator.version,
+            tuple(sorted((n, v.split(".")[:2]) for n, v in r.frameworks.items())),
+        )  # fmt: skip
+
+    same = [r for r in records if line(r) == line(record) and r.published > record.published]
+    return sorted(same, key=lambda r: r.published, reverse=True)
+
+
+def _rewrite_base(env: EnvFile, digest: str) -> None:
+    """--upgrade on a digest base: the env file's base: line names the new digest (the rest untouched)."""
+    lines = read_text(env.path, MAX_LOCK, "env file").split("\n")
+    index = env.base_line - 1
+    if env.base not in lines[index]:
+        raise UserError(f"base: is not on one line; write the new base by hand: {digest}", str(env.path), env.base_line)
+    lines[index] = lines[index].replace(env.base, digest, 1)
+    write_atomic(env.path, "\n".join(lines))
+
+
+# -- build and test ------------------------------------------------------------------------------------
+
+
+class EnvEvents(Protocol):
+    def line(self, image: str, text: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class Prepared:
+    base: EnvBase
+    lock: Lock
+    context: Context
+    spec: ImageSpec
+
+
+def prepare(ws: Workspace, catalog: Catalog, env: EnvFile) -> Prepared:
+    base, lock = locked_base(ws, catalog, env)
+    context = build_context(env, base.record.digest, base.record.id, lock, [ws.templates])
+    return Prepared(base, lock, context, derived_spec(env, base.record, base.planned, context.content_hash))
+
+
+def env_build_dir(ws: Workspace, env: EnvFile) -> Path:
+    return ws.build_dir / "env" / env.name
+
+
+def build_env(
+    ws: Workspace, catalog: Catalog, env: EnvFile, events: EnvEvents, force: bool = False,
+    chosen_sources: Sources = NO_SOURCES, connect: Connect = open_engine, no_cache: bool = False,
+) -> tuple[Prepared, BuildResult]:  # fmt: skip
+    """Build the derived image unless an image with its content hash is already tagged."""
+    ready = prepare(ws, catalog, env)
+    settings = build_settings.for_sources(os.environ, chosen_sources, _ca_bundle(ws))
+    run = Run(
+        settings=settings,
+        build_dir=env_build_dir(ws, env),
+        lock_dir=LOCK_DIR,
+        revision=git_revision(env.folder),
+        on_line=events.line,
+        no_cache=no_cache,
+    )
+    engine = connect(timeout=3600)
+    try:
+        with leftovers.active_run():
+            result = build_image(run, engine, ready.spec, ready.context.files, force=force)
+    finally:
+        engine.close()
+    return ready, result
+
+
+@dataclass(frozen=True)
+class EnvTested:
+    smoke: SmokeResult
+    base_verdict: str
+    same: bool
+    note: str
+
+
+def test_env(
+    ws: Workspace, catalog: Catalog, env: EnvFile, gpu: str = "auto", timeout_s: int = 600, connect: Connect = open_engine
+) -> tuple[Prepared, EnvTested]:
+    """The base's smoke checks (probe verdicts, versions, NumPy pin, pip check, non-root, labels) in
+    the derived image; its verdict must be the one the base was published with."""
+    ready = prepare(ws, catalog, env)
+    engine = connect()
+    try:
+        built = engine.inspect_image(ready.spec.tag)
+        if built is None or built.labels.get("io.builder.content-hash") != ready.spec.content_hash:
+            smoke = SmokeResult(
+                ready.spec.id,
+                ready.spec.tag,
+                "not-built",
+                GpuUse(False, "image not built"),
+                0.0,
+                failures=("run `builder env build` first",),
+            )
+            return ready, EnvTested(smoke, ready.base.record.verdict, False, "run `builder env build` first")
+        host = hostinfo.gather(engine=lambda: hostinfo.EngineFacts(True, engine.version(), engine.gpu_runtimes()))
+        results_dir = env_build_dir(ws, env) / "results"
+        results_dir.mkdir(parents=True, exist_ok=True)
+        with leftovers.active_run():
+            smoke = smoke_one(engine, ready.spec, host, gpu, timeout_s, results_dir)
+    finally:
+        engine.close()
+    return ready, compare(smoke, ready.base.record)
+
+
+def compare(smoke: SmokeResult, record: KnownGood) -> EnvTested:
+    """Equal verdicts; a base that passed on a GPU may be gpu-skipped here only because this host has none."""
+    if smoke.verdict == record.verdict:
+        return EnvTested(smoke, record.verdict, True, f"{smoke.verdict}, as the base")
+    if record.verdict == "passed" and smoke.verdict == "gpu-skipped" and not smoke.gpu.attached:
+        return EnvTested(smoke, record.verdict, True, f"gpu-skipped: {smoke.gpu.reason} (the base passed on {record.host.gpu})")
+    return EnvTested(smoke, record.verdict, False, f"{smoke.verdict}, but the base was {record.verdict}")
+
+
+# -- shell ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ShellPlan:
+    image: str
+    argv: tuple[str, ...]
+    line: str
+    fit: RecordFit
+    devcontainer: Path
+
+
+def plan_shell(
+    ws: Workspace, catalog: Catalog, env: EnvFile, project: Path, uid: int, gid: int,
+    host: hostinfo.HostInfo | None = None, fit_host: fithost.FitHost | None = None,
+) -> ShellPlan:  # fmt: skip
+    """The fit check, the `docker run` argv and the devcontainer file (written, checked against the schema)."""
+    ready = prepare(ws, catalog, env)
+    record = ready.base.record
+    found = judge(record, fit_host or fithost.detect(), table())
+    if found.status == "does not fit":
+        raise RunFailure(f"{record.id} does not fit this host: {found.reason}; `builder fit` says more")
+    facts = host or hostinfo.gather()
+    flags = gpu_flags(record.accelerator.kind, facts)
+    argv = shell.run_argv(env, ready.spec.tag, flags, project, uid, gid)
+    doc = shell.devcontainer(env, ready.spec.tag, flags, record.accelerator.kind)
+    check_devcontainer(doc)
+    path = env.folder / shell.DEVCONTAINER
+    path.parent.mkdir(exist_ok=True)
+    write_atomic(path, shell.devcontainer_text(doc))
+    return ShellPlan(ready.spec.tag, tuple(argv), shell.run_line(argv), found, path)
+
+
+def check_devcontainer(doc: dict[str, object]) -> None:
+    """Against the Dev Container spec's schema (the subset builder writes, builder/env/data/)."""
+    import jsonschema  # type: ignore[import-untyped]
+
+    errors = sorted(jsonschema.Draft201909Validator(shell.schema()).iter_errors(doc), key=lambda e: list(e.path))
+    if errors:
+        raise RunFailure(f"the devcontainer.json builder made breaks the Dev Container schema: {errors[0].message}")
+
+
+def open_shell(plan: ShellPlan, connect: Connect = open_engine) -> int:
+    """Start the shell (the derived image must be built); its exit status."""
+    engine = connect()
+    try:
+        if engine.inspect_image(plan.image) is None:
+            raise UserError(f"{plan.image} is not built; run `builder env build`")
+    finally:
+        engine.close()
+    return subprocess.run(list(plan.argv), check=False).returncode
