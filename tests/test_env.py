@@ -1,7 +1,7 @@
 """Team environments offline (builder/env/, builder/usecases/env.py): the env file's validation, the
 lock on the base's lock as constraints (and its refusals), the derived Dockerfile's determinism,
 the shell line and the devcontainer file against the Dev Container schema. uv is replaced by
-what it would print; the real resolution and build are tests/integration/test_env.py's."""
+what it would print; the real resolution and build are tests/integration/test_team_env.py's."""
 
 from __future__ import annotations
 
