@@ -17,8 +17,8 @@ import json
 import os
 import subprocess
 import sys
-import tarfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -200,24 +200,29 @@ def site_packages(spec: ImageSpec) -> str:
     return f"/opt/venv/lib/python{spec.python}/site-packages"
 
 
-def extract(docker_client: Any, tag: str, paths: list[str], into: Path) -> Iterator[tuple[str, Path]]:
-    """Each file taken out of the image through the engine (a created, never started container), one
-    at a time: a library is written, yielded, and deleted before the next (libtorch_cuda.so is ~1 GB)."""
-    container = docker_client.containers.create(tag, command=["true"])
+@contextmanager
+def cuobjdump_in(docker_client: Any, tag: str, binary: Path) -> Iterator[cuobjdump.Runner]:
+    """NVIDIA's cuobjdump (the wheel's binary, mounted read-only) run inside a container of the image,
+    on the image's own files: nothing is copied out (libtorch_cuda.so alone is ~1 GB)."""
+    mounted = "/opt/cuobjdump/bin"
+    container = docker_client.containers.run(
+        tag,
+        command=["sleep", "1800"],
+        detach=True,
+        network_mode="none",
+        read_only=True,
+        volumes={str(binary.parent): {"bind": mounted, "mode": "ro"}},
+        labels={engine.SESSION_LABEL: engine.SESSION_ID},
+    )
+
+    def run(argv: Sequence[str]) -> tuple[int, str]:
+        program, *args = argv
+        assert Path(program) == binary, argv
+        done = container.exec_run([f"{mounted}/{binary.name}", *args], demux=False)
+        return int(done.exit_code), done.output.decode(errors="replace")
+
     try:
-        for path in paths:
-            archive = into / "file.tar"
-            bits, _ = container.get_archive(path)
-            with archive.open("wb") as out:
-                for chunk in bits:
-                    out.write(chunk)
-            with tarfile.open(archive) as tar:
-                member = tar.getmembers()[0]
-                tar.extract(member, into, filter="data")
-            archive.unlink()
-            found = into / member.name
-            yield path, found
-            found.unlink()
+        yield run
     finally:
         container.remove(force=True)
 
@@ -228,28 +233,27 @@ def extract(docker_client: Any, tag: str, paths: list[str], into: Path) -> Itera
 CUOBJDUMP_REFUSES = {"libcufile.so.0"}
 
 
-def assert_fit_equals_cuobjdump(docker_client: Any, spec: ImageSpec, fit: MeasuredFit, into: Path) -> None:
-    """Every library the fit lists, read by NVIDIA's cuobjdump from the file taken out of the image."""
+def assert_fit_equals_cuobjdump(docker_client: Any, spec: ImageSpec, fit: MeasuredFit) -> None:
+    """Every library the fit lists, read by NVIDIA's cuobjdump where the image holds it."""
     binary = cuobjdump.find_binary()  # the nvidia-cuda-cuobjdump wheel is a dev dependency
     root = site_packages(spec)
-    libraries = {f"{root}/{lib.path}": lib for lib in fit.libraries}
     differ = []
-    for path, local in extract(docker_client, spec.tag, sorted(libraries), into):
-        try:
-            theirs = cuobjdump.measure(local, binary)
-        except RunFailure as exc:
-            if local.name in CUOBJDUMP_REFUSES and "Invalid ELF" in str(exc):
-                continue
-            raise
-        ours = embedded_of(libraries[path])
-        if theirs != ours:
-            differ.append(f"{path}: cuobjdump {theirs.label} ({theirs.ptx_isa}), measured {ours.label} ({ours.ptx_isa})")
+    with cuobjdump_in(docker_client, spec.tag, binary) as run:
+        for lib in fit.libraries:
+            path = Path(f"{root}/{lib.path}")
+            try:
+                theirs = cuobjdump.measure(path, binary, run)
+            except RunFailure as exc:
+                if path.name in CUOBJDUMP_REFUSES and "Invalid ELF" in str(exc):
+                    continue
+                raise
+            ours = embedded_of(lib)
+            if theirs != ours:
+                differ.append(f"{path}: cuobjdump {theirs.label} ({theirs.ptx_isa}), measured {ours.label} ({ours.ptx_isa})")
     assert differ == [], f"{spec.id}: " + "; ".join(differ)
 
 
-def test_each_cuda_image_holds_its_measured_fit_equal_to_cuobjdump(
-    wheels_test: dict[str, dict[str, Any]], docker_client: Any, tmp_path: Path
-) -> None:
+def test_each_cuda_image_holds_its_measured_fit_equal_to_cuobjdump(wheels_test: dict[str, dict[str, Any]], docker_client: Any) -> None:
     for spec in WHEELS:
         result = results.from_json(wheels_test[spec.id], spec.id)
         fit = result.fit
@@ -263,4 +267,4 @@ def test_each_cuda_image_holds_its_measured_fit_equal_to_cuobjdump(
             assert fit.jit is not None and fit.jit.archs, f"{spec.id}: compiles at run time, but no NVRTC was read"
         else:
             assert fit.libraries, f"{spec.id}: a framework with prebuilt kernels and no library holding them"
-        assert_fit_equals_cuobjdump(docker_client, spec, fit, tmp_path)
+        assert_fit_equals_cuobjdump(docker_client, spec, fit)
