@@ -411,6 +411,13 @@ def clean(ws: Workspace, stale: bool, everything: bool, dry_run: bool) -> None:
 
 
 catalog_option = click.option("--catalog", "catalog_dir", metavar="DIR", help="the catalog folder (default: catalog/ beside matrix.yaml)")
+allowed_signers_option = click.option(
+    "--allowed-signers",
+    "allowed_signers",
+    type=click.Path(path_type=Path),
+    metavar="FILE",
+    help="OpenSSH allowed_signers the evidence is checked against (default: $BUILDER_ALLOWED_SIGNERS, else CATALOG/allowed_signers when it exists)",
+)
 
 
 @main.command()
@@ -425,6 +432,14 @@ catalog_option = click.option("--catalog", "catalog_dir", metavar="DIR", help="t
     metavar="SECONDS",
     help="a push that has not finished by then is cancelled (default: $BUILDER_PUSH_DEADLINE_S or 3600)",
 )
+@click.option(
+    "--sign-key",
+    "sign_key",
+    type=click.Path(path_type=Path),
+    envvar="BUILDER_SIGN_KEY",
+    metavar="KEY",
+    help="SSH private key: sign each attestation and record with ssh-keygen -Y sign (default: $BUILDER_SIGN_KEY; unsigned without)",
+)
 @catalog_option
 @click.pass_obj
 @user_errors
@@ -435,6 +450,7 @@ def publish(
     dry_run: bool,
     accept_gpu_skipped: bool,
     push_timeout: float | None,
+    sign_key: Path | None,
     catalog_dir: str | None,
 ) -> None:
     """Push images whose smoke tests passed for their current build; record them as known-good."""
@@ -442,7 +458,9 @@ def publish(
     from builder.usecases.publish import PublishOptions, publish, publish_ok
 
     catalog = ws.store.catalog(catalog_dir)
-    options = PublishOptions(registry=registry, dry_run=dry_run, accept_gpu_skipped=accept_gpu_skipped, push_deadline_s=push_timeout)
+    options = PublishOptions(
+        registry=registry, dry_run=dry_run, accept_gpu_skipped=accept_gpu_skipped, push_deadline_s=push_timeout, sign_key=sign_key
+    )
     outcomes = publish(ws, ws.selected(select_expr, use_default=True), options, catalog, PublishLines(err))
     print_publish_summary(out, outcomes)
     published = [o for o in outcomes if o.status == "published"]
@@ -456,9 +474,11 @@ def publish(
 @main.command()
 @click.argument("query", nargs=-1, required=True)
 @catalog_option
+@allowed_signers_option
+@click.option("--no-verify", "no_verify", is_flag=True, help="do not check the record's signatures against the allowed signers")
 @click.pass_obj
 @user_errors
-def pull(ws: Workspace, query: tuple[str, ...], catalog_dir: str | None) -> None:
+def pull(ws: Workspace, query: tuple[str, ...], catalog_dir: str | None, allowed_signers: Path | None, no_verify: bool) -> None:
     """Pull the newest known-good image matching QUERY (e.g. torch=2.14 cuda=13 python=3.11) by digest."""
     from builder.usecases import pull as pulling
 
@@ -467,7 +487,12 @@ def pull(ws: Workspace, query: tuple[str, ...], catalog_dir: str | None) -> None
     except UserError:
         build_repository = None  # no matrix beside the catalog: no build names to keep
     pulled = pulling.pull(
-        ws.store.catalog(catalog_dir, must_exist=True), " ".join(query), log=lambda line: None, build_repository=build_repository
+        ws.store.catalog(catalog_dir, must_exist=True),
+        " ".join(query),
+        log=lambda line: None,
+        build_repository=build_repository,
+        allowed_signers=allowed_signers,
+        verify_signatures=not no_verify,
     )
     click.echo(plain(f"pulled {pulled.record.digest} ({pulled.record.id}, verified)"), err=True)
     if pulled.note:
@@ -535,18 +560,23 @@ def fit(
 @main.command()
 @click.argument("query", nargs=-1)
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-@click.option("--verify", is_flag=True, help="check that every listed record's digest still exists in its registry")
+@click.option(
+    "--verify",
+    is_flag=True,
+    help="check each listed record's signatures (when allowed signers exist) and that its digest is in its registry",
+)
 @catalog_option
+@allowed_signers_option
 @click.pass_obj
 @user_errors
-def catalog(ws: Workspace, query: tuple[str, ...], fmt: str, verify: bool, catalog_dir: str | None) -> None:
+def catalog(ws: Workspace, query: tuple[str, ...], fmt: str, verify: bool, catalog_dir: str | None, allowed_signers: Path | None) -> None:
     """List the known-good records (matching QUERY, newest first)."""
     from builder.ui.catalog import print_catalog
     from builder.usecases import catalog as catalogs
 
     store = ws.store.catalog(catalog_dir, must_exist=True)
     records = catalogs.find(store, " ".join(query))
-    checked = catalogs.verify(store, records) if verify else []
+    checked = catalogs.verify(store, records, allowed_signers=allowed_signers) if verify else []
     if fmt == "json":
         data: dict[str, Any] = {"images": [r.to_json() for r in records]}
         if verify:

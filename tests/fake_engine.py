@@ -23,11 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from builder.engine import session
-from builder.publish.inventory import INVENTORY_SCRIPT
-from builder.lock import files as lockfiles
-from builder.records import Lock
-
-IMAGES = Path(__file__).resolve().parents[1] / "images"
 from builder.engine.port import (
     BuildRequest,
     Connect,
@@ -41,6 +36,11 @@ from builder.engine.port import (
     NotFound,
     Progress,
 )
+from builder.lock import files as lockfiles
+from builder.publish.inventory import INVENTORY_SCRIPT
+from builder.records import Lock
+
+IMAGES = Path(__file__).resolve().parents[1] / "images"
 
 
 def digest_of(image: str) -> str:

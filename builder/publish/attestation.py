@@ -104,3 +104,11 @@ def read(text: str, where: str) -> Subject:
     if not isinstance(doc.get("predicate"), dict):
         raise RunFailure(f"{where}: the Statement has no predicate object")
     return Subject(name, hexdigest)
+
+
+def sbom_sha256(text: str) -> str | None:
+    """The SBOM sha256 a Statement (already `read`) names, or None."""
+    doc = parse_json(text, "statement")
+    sbom = doc.get("predicate", {}).get("sbom") if isinstance(doc, dict) and isinstance(doc.get("predicate"), dict) else None
+    value = sbom.get("sha256") if isinstance(sbom, dict) else None
+    return value if isinstance(value, str) else None

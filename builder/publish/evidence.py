@@ -69,7 +69,13 @@ class Pushed:
 
 
 def push_files(
-    engine: Engine, names: PushNames, record: KnownGood, kind: str, files: Mapping[str, str], log: Callable[[str], None], deadline: float | None
+    engine: Engine,
+    names: PushNames,
+    record: KnownGood,
+    kind: str,
+    files: Mapping[str, str],
+    log: Callable[[str], None],
+    deadline: float | None,
 ) -> Pushed:
     """Build a FROM-scratch image of `files` and push it as REPO:sha256-<hex>.<kind> (checked)."""
     repository, _, digest = record.digest.partition("@")

@@ -22,7 +22,7 @@ DPKG_SECTION = "## dpkg"
 INVENTORY_SCRIPT = (
     f"set -e; echo '{PYTHON_SECTION}'; "
     "python -c 'import importlib.metadata as m\n"
-    "for d in m.distributions(): print(d.metadata[\"Name\"] or \"?\", d.version or \"?\", sep=\"\\t\")'; "
+    'for d in m.distributions(): print(d.metadata["Name"] or "?", d.version or "?", sep="\\t")\'; '
     f"echo '{DPKG_SECTION}'; (dpkg-query -W -f '${{Package}}\\t${{Version}}\\t${{Architecture}}\\n' 2>/dev/null || true)"
 )
 MAX_ITEMS = 20_000

@@ -211,7 +211,10 @@ def read_local(engine: Engine, spec: ImageSpec, image: str, host: HostInfo) -> L
     if info is None:
         raise RunFailure(f"the tested image {image[:19]} of {spec.id} is no longer in the engine; build and test it again")
     return Local(
-        read_manifest(engine, spec, image, host), base_identity(engine, spec), round(info.size / 1e6, 1), read_inventory(engine, spec, image, host)
+        read_manifest(engine, spec, image, host),
+        base_identity(engine, spec),
+        round(info.size / 1e6, 1),
+        read_inventory(engine, spec, image, host),
     )
 
 

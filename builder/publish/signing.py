@@ -58,7 +58,9 @@ def sign(data: bytes, key: Path, namespace: str) -> str:
     signature = done.stdout.decode(errors="replace")
     if done.returncode != 0 or "BEGIN SSH SIGNATURE" not in signature:
         reason = done.stderr.decode(errors="replace").strip().splitlines()
-        raise RunFailure(f"signing with {key} failed: {(reason[-1] if reason else 'no signature')[:200]} (a key with a passphrase needs ssh-agent)")
+        raise RunFailure(
+            f"signing with {key} failed: {(reason[-1] if reason else 'no signature')[:200]} (a key with a passphrase needs ssh-agent)"
+        )
     return signature
 
 
@@ -74,7 +76,9 @@ def verify(data: bytes, signature: Path, allowed: Path, namespace: str, what: st
     """The principal that signed `data` (the content of `what`); Unverified, one line, when it is
     unsigned, changed since it was signed, or signed by a key `allowed` does not list."""
     if not signature.is_file():
-        raise Unverified(f"{what} is unsigned (no {signature.name}); publish it again with --sign-key, or remove {allowed} to skip verification")
+        raise Unverified(
+            f"{what} is unsigned (no {signature.name}); publish it again with --sign-key, or remove {allowed} to skip verification"
+        )
     tool = ssh_keygen()
     found = subprocess.run(
         [tool, "-Y", "find-principals", "-s", str(signature), "-f", str(allowed)], capture_output=True, timeout=TIMEOUT_S, check=False

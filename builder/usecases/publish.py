@@ -136,7 +136,9 @@ def _push_and_record(
         pushed_evidence = push_evidence(engine, names, record, files, events.info, deadline)
     except RunFailure as exc:
         catalog.add([replace(record, notes=record.notes + (f"evidence not in the registry: {exc.message}",))], {})
-        return Published(spec.id, "failed", f"{record.tag} is published and recorded, but its evidence was not pushed: {exc.message}", record.digest)
+        return Published(
+            spec.id, "failed", f"{record.tag} is published and recorded, but its evidence was not pushed: {exc.message}", record.digest
+        )
     moved: list[str] = []
     try:
         move_floating(engine, names, approved, record, pending, events.info, moved, deadline)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from builder.catalog.query import parse_query
 from builder.catalog.records import KnownGood
@@ -15,6 +16,8 @@ from builder.engine.port import Connect, Engine, EngineFault, NotFound
 from builder.engine.retry import GaveUp, reason_of, retry_network
 from builder.errors import RunFailure, UserError
 from builder.host import facts as hostinfo
+from builder.publish import signing
+from builder.publish.verify import verify_record
 from builder.smoke.args import docker_run_line
 from builder.text import redact
 from builder.usecases.catalog import NO_MANIFEST, find, no_match_message
@@ -39,6 +42,8 @@ def pull(
     wait_s: float = 2.0,
     build_repository: str | None = None,
     connect: Connect = open_engine,
+    allowed_signers: Path | None = None,
+    verify_signatures: bool = True,
 ) -> Pulled:
     """Resolve the query to the newest known-good record, pull it by digest and verify the digest.
 
@@ -53,6 +58,8 @@ def pull(
         raise RunFailure(no_match_message(catalog, query))
     record = hits[0]
     repository, tag = readable_name(record, str(catalog.file))
+    if verify_signatures:
+        check_signed(catalog, record, allowed_signers)
     engine = connect()
     try:
         retry_network(
@@ -71,6 +78,19 @@ def pull(
     host = hostinfo.gather()
     notes = "\n".join(filter(None, (note, host_note(record, host))))
     return Pulled(record, docker_run_line(record.accelerator.kind, record.digest, host), notes)
+
+
+def check_signed(catalog: Catalog, record: KnownGood, allowed_signers: Path | None) -> str | None:
+    """When the allowed signers file exists (--allowed-signers, $BUILDER_ALLOWED_SIGNERS, or
+    catalog/allowed_signers): the principal that signed the record and its attestation, or
+    signing.Unverified (one line, exit 1) for one unsigned, changed, or signed by a key not allowed.
+    None when there is no such file (nothing to verify against)."""
+    allowed = signing.allowed_signers_path(catalog.root, allowed_signers)
+    if not allowed.is_file():
+        if allowed_signers is not None:
+            raise UserError("no such allowed signers file; give OpenSSH's allowed_signers (principal key-type key per line)", str(allowed))
+        return None
+    return verify_record(catalog.evidence, record, allowed)
 
 
 TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
