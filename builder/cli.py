@@ -571,14 +571,17 @@ def fit(
 @user_errors
 def catalog(ws: Workspace, query: tuple[str, ...], fmt: str, verify: bool, catalog_dir: str | None, allowed_signers: Path | None) -> None:
     """List the known-good records (matching QUERY, newest first)."""
+    from builder.compat import lifecycle
     from builder.ui.catalog import print_catalog
     from builder.usecases import catalog as catalogs
+    from builder.usecases import pull as pulling
 
     store = ws.store.catalog(catalog_dir, must_exist=True)
     records = catalogs.find(store, " ".join(query))
     checked = catalogs.verify(store, records, allowed_signers=allowed_signers) if verify else []
     if fmt == "json":
         data: dict[str, Any] = {"images": [r.to_json() for r in records]}
+        data["end_of_life"] = {r.id: lifecycle.to_json(pulling.record_end_of_life(r)) for r in records}
         if verify:
             data["verify"] = {v.record.id: {"ok": v.ok, "detail": v.detail} for v in checked}
         emit_json(data)
@@ -671,6 +674,12 @@ def updates(ws: Workspace, do_apply: bool, max_new: int, fmt: str, index_json_ur
     type=click.IntRange(1, MAX_TIMEOUT_S),
     help="seconds per image for the smoke tests",
 )
+@click.option(
+    "--rebuild-past-eol",
+    "rebuild_past_eol",
+    is_flag=True,
+    help="keep rebuilding images with a line (Python, OS, CUDA, framework) past its end of life (default: stop, and say so)",
+)
 @catalog_option
 @_options(*BUILD_SOURCE_OPTIONS)
 @click.pass_obj
@@ -697,6 +706,7 @@ def nightly(
         registry=kwargs["registry"],
         accept_gpu_skipped=kwargs["accept_gpu_skipped"],
         catalog_dir=kwargs["catalog_dir"],
+        rebuild_past_eol=kwargs["rebuild_past_eol"],
     )
     if options.publish:  # a bad repository is a usage error before anything runs
         from builder.publish.publisher import check_repository
@@ -709,7 +719,8 @@ def nightly(
     write_summary(target, summary.render(report), inputs)
     print_nightly(out, report)
     click.echo(plain(f"summary: {target}"), err=True)
-    _exit_for(not report.regressed and not report.notes)
+    failing_notes = [n for n in report.notes if not n.startswith(loop.LIFECYCLE_NOTE)]  # a line retired on its date is news, not a failure
+    _exit_for(not report.regressed and not failing_notes)
 
 
 @main.command()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -10,6 +11,7 @@ from pathlib import Path
 from builder.catalog.query import parse_query
 from builder.catalog.records import KnownGood
 from builder.catalog.store import Catalog
+from builder.compat import lifecycle
 from builder.engine.client import open_engine
 from builder.engine.failures import is_network_failure
 from builder.engine.port import Connect, Engine, EngineFault, NotFound
@@ -76,7 +78,7 @@ def pull(
         raise RunFailure(f"pulled {record.digest} but the engine reports {found}: the digest does not verify")
     note = name_pulled(engine, info.id, repository, tag, build_repository)
     host = hostinfo.gather()
-    notes = "\n".join(filter(None, (note, host_note(record, host))))
+    notes = "\n".join(filter(None, (note, host_note(record, host), end_of_life_note(record))))
     return Pulled(record, docker_run_line(record.accelerator.kind, record.digest, host), notes)
 
 
@@ -142,6 +144,19 @@ def _pull_once(engine: Engine, reference: str, log: Callable[[str], None]) -> No
         if isinstance(exc, NotFound) or NO_MANIFEST.search(message):
             raise RunFailure(f"pull of {reference} failed: the registry has no such manifest (deleted?): {message[:200]}") from None
         raise PullFlake(message) from None  # the engine went away or broke the stream: worth another try
+
+
+def end_of_life_note(record: KnownGood, today: dt.date | None = None) -> str:
+    """A warning when one of the image's lines is past its end of life (compat/data/lifecycle.yaml)."""
+    expired = lifecycle.past(record_end_of_life(record), today or dt.datetime.now(dt.UTC).date())
+    if not expired:
+        return ""
+    return f"warning: {', '.join(str(e) for e in expired)} is past: this image gets no more fixes for it; pick a newer line"
+
+
+def record_end_of_life(record: KnownGood) -> tuple[lifecycle.EndOfLife, ...]:
+    cuda = record.accelerator.cuda or record.accelerator.version if record.accelerator.kind == "cuda" else None
+    return lifecycle.for_image(record.python, record.os, cuda, record.frameworks)
 
 
 def host_note(record: KnownGood, host: hostinfo.HostInfo) -> str:
