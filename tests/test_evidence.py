@@ -7,6 +7,7 @@ line by `pull` and `catalog --verify`."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -30,7 +31,7 @@ from builder.usecases import publish as publishing
 from builder.usecases import pull as pulling
 from builder.workspace import Store, Workspace
 from tests.catalog_fixtures import SHA, record, smoke
-from tests.fake_engine import FakeEngine, connect_to
+from tests.fake_engine import FakeEngine, built, connect_to
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCH_CPU = "torch2.13.0-cpu-py3.11-debian12"
@@ -182,8 +183,15 @@ def test_publish_refuses_an_image_whose_venv_is_not_its_lock_before_any_push(tmp
 @needs_ssh_keygen
 def test_signed_evidence_verifies_and_every_tampering_is_refused(tmp_path: Path, spec: Any, fake: FakeEngine) -> None:
     key, allowed_line = make_key(tmp_path, "ci@example.org")
+    contexts: list[list[str]] = []
+    fake.build_output = lambda request: contexts.append(sorted(os.listdir(request.path))) or built(request)  # type: ignore[func-returns-value]
     outcome, catalog = publish(tmp_path, spec, fake, key)
     assert outcome.status == "published", outcome.reason
+    assert contexts == [
+        ["Dockerfile", "sbom.cdx.json"],
+        ["Dockerfile", "attestation.intoto.json", "attestation.intoto.json.sig"],
+    ], "the evidence images hold the evidence and nothing else: never the key"
+    assert key.name not in {p.name for p in catalog.root.rglob("*")}, "the key is not copied anywhere we write"
     allowed = catalog.root / signing.ALLOWED_SIGNERS
     allowed.write_text(allowed_line)
     (rec,) = catalog.load()
