@@ -55,3 +55,14 @@ def test_a_line_listed_twice_is_refused(tmp_path: Path) -> None:
     path.write_text(f"schema: 1\npython: []\nos:\n{row}\n{row}\ncuda: []\nframeworks: {{}}\n")
     with pytest.raises(UserError, match="os line debian12 appears twice"):
         lifecycle.load(path)
+
+
+def test_the_plan_json_shows_each_images_end_of_life_but_image_json_does_not() -> None:
+    from builder.render.formats import image_entry, plan_json
+    from builder.workspace import Workspace
+
+    ws = Workspace.locate(str(Path(__file__).resolve().parents[1] / "matrix.yaml"))
+    (spec,) = ws.selected("id=numba0.68.0-cpu-py3.11-debian12", use_default=False)
+    (entry,) = plan_json((spec,), ())["images"]
+    assert entry["end_of_life"] == {"python 3.11": "2027-10-31", "os debian12": "2028-06-30"}
+    assert "end_of_life" not in image_entry(spec), "a date passing never changes images/ or a content hash"
