@@ -66,3 +66,16 @@ def test_the_plan_json_shows_each_images_end_of_life_but_image_json_does_not() -
     (entry,) = plan_json((spec,), ())["images"]
     assert entry["end_of_life"] == {"python 3.11": "2027-10-31", "os debian12": "2028-06-30"}
     assert "end_of_life" not in image_entry(spec), "a date passing never changes images/ or a content hash"
+
+
+def test_the_report_lists_the_planned_lines_end_of_life_and_flags_a_past_one() -> None:
+    from builder.report.markdown import render_markdown
+    from builder.report.model import EndOfLifeRow, build_report
+    from builder.workspace import Workspace
+
+    ws = Workspace.locate(str(Path(__file__).resolve().parents[1] / "matrix.yaml"))
+    specs = ws.selected("id=numba0.68.0-cpu-py3.11-debian12", use_default=False)
+    report = build_report(ws.decided, specs, {}, [], {}, today=dt.date(2027, 11, 1))
+    assert report.end_of_life == (EndOfLifeRow("Python 3.11", "2027-10-31", 1, True), EndOfLifeRow("debian12", "2028-06-30", 1, False))
+    text = render_markdown(report)
+    assert "## End of life" in text and "| Python 3.11 | 2027-10-31 | 1 | past |" in text and "| debian12 | 2028-06-30 | 1 |  |" in text
