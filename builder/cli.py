@@ -414,6 +414,13 @@ def clean(ws: Workspace, stale: bool, everything: bool, dry_run: bool) -> None:
 
 
 catalog_option = click.option("--catalog", "catalog_dir", metavar="DIR", help="the catalog folder (default: catalog/ beside matrix.yaml)")
+allowed_signers_option = click.option(
+    "--allowed-signers",
+    "allowed_signers",
+    type=click.Path(path_type=Path),
+    metavar="FILE",
+    help="OpenSSH allowed_signers the evidence is checked against (default: $BUILDER_ALLOWED_SIGNERS, else CATALOG/allowed_signers when it exists)",
+)
 
 
 @main.command()
@@ -428,6 +435,14 @@ catalog_option = click.option("--catalog", "catalog_dir", metavar="DIR", help="t
     metavar="SECONDS",
     help="a push that has not finished by then is cancelled (default: $BUILDER_PUSH_DEADLINE_S or 3600)",
 )
+@click.option(
+    "--sign-key",
+    "sign_key",
+    type=click.Path(path_type=Path),
+    envvar="BUILDER_SIGN_KEY",
+    metavar="KEY",
+    help="SSH private key: sign each attestation and record with ssh-keygen -Y sign (default: $BUILDER_SIGN_KEY; unsigned without)",
+)
 @catalog_option
 @click.pass_obj
 @user_errors
@@ -438,6 +453,7 @@ def publish(
     dry_run: bool,
     accept_gpu_skipped: bool,
     push_timeout: float | None,
+    sign_key: Path | None,
     catalog_dir: str | None,
 ) -> None:
     """Push images whose smoke tests passed for their current build; record them as known-good."""
@@ -445,7 +461,9 @@ def publish(
     from builder.usecases.publish import PublishOptions, publish, publish_ok
 
     catalog = ws.store.catalog(catalog_dir)
-    options = PublishOptions(registry=registry, dry_run=dry_run, accept_gpu_skipped=accept_gpu_skipped, push_deadline_s=push_timeout)
+    options = PublishOptions(
+        registry=registry, dry_run=dry_run, accept_gpu_skipped=accept_gpu_skipped, push_deadline_s=push_timeout, sign_key=sign_key
+    )
     outcomes = publish(ws, ws.selected(select_expr, use_default=True), options, catalog, PublishLines(err))
     print_publish_summary(out, outcomes)
     published = [o for o in outcomes if o.status == "published"]
@@ -489,6 +507,8 @@ def _given_host_options(gpu_cc: Sequence[str], driver: str | None, cpu: str | No
 @fit_host_options
 @click.option("--no-fit-check", is_flag=True, help="pull even a record that does not fit this host (the output says so)")
 @catalog_option
+@allowed_signers_option
+@click.option("--no-verify", "no_verify", is_flag=True, help="do not check the record's signatures against the allowed signers")
 @click.pass_obj
 @user_errors
 def pull(
@@ -500,11 +520,14 @@ def pull(
     vendor: str | None,
     no_fit_check: bool,
     catalog_dir: str | None,
+    allowed_signers: Path | None,
+    no_verify: bool,
 ) -> None:
     """Pull the newest known-good image matching QUERY (e.g. torch=2.14 cuda=13 python=3.11) by digest.
 
     First checks that it fits this host (or the one the options describe), as `builder fit` does:
-    a record that does not fit is refused (exit 1) naming the newest match that fits."""
+    a record that does not fit is refused (exit 1) naming the newest match that fits. Where an
+    allowed_signers file exists, the record's signatures are checked too (--no-verify skips it)."""
     from builder.usecases import pull as pulling
 
     given = _given_host_options(gpu_cc, driver, cpu, vendor)
@@ -521,6 +544,8 @@ def pull(
         log=lambda line: None,
         build_repository=build_repository,
         check=check,
+        allowed_signers=allowed_signers,
+        verify_signatures=not no_verify,
     )
     click.echo(plain(pulled.fit, limit=MAX_LINE), err=True)
     click.echo(plain(f"pulled {pulled.record.digest} ({pulled.record.id}, verified)"), err=True)
@@ -579,21 +604,29 @@ def fit(
 @main.command()
 @click.argument("query", nargs=-1)
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-@click.option("--verify", is_flag=True, help="check that every listed record's digest still exists in its registry")
+@click.option(
+    "--verify",
+    is_flag=True,
+    help="check each listed record's signatures (when allowed signers exist) and that its digest is in its registry",
+)
 @catalog_option
+@allowed_signers_option
 @click.pass_obj
 @user_errors
-def catalog(ws: Workspace, query: tuple[str, ...], fmt: str, verify: bool, catalog_dir: str | None) -> None:
+def catalog(ws: Workspace, query: tuple[str, ...], fmt: str, verify: bool, catalog_dir: str | None, allowed_signers: Path | None) -> None:
     """List the known-good records (matching QUERY, newest first)."""
+    from builder.compat import lifecycle
     from builder.ui.catalog import print_catalog
     from builder.usecases import catalog as catalogs
+    from builder.usecases import pull as pulling
 
     store = ws.store.catalog(catalog_dir, must_exist=True)
     records = catalogs.find(store, " ".join(query))
-    checked = catalogs.verify(store, records) if verify else []
+    checked = catalogs.verify(store, records, allowed_signers=allowed_signers) if verify else []
     runs_on = catalogs.runs_on_each(records)
     if fmt == "json":
         data: dict[str, Any] = {"images": [r.to_json() for r in records], "runs_on": {i: r.to_json() for i, r in runs_on.items()}}
+        data["end_of_life"] = {r.id: lifecycle.to_json(pulling.record_end_of_life(r)) for r in records}
         if verify:
             data["verify"] = {v.record.id: {"ok": v.ok, "detail": v.detail} for v in checked}
         emit_json(data)
@@ -686,6 +719,12 @@ def updates(ws: Workspace, do_apply: bool, max_new: int, fmt: str, index_json_ur
     type=click.IntRange(1, MAX_TIMEOUT_S),
     help="seconds per image for the smoke tests",
 )
+@click.option(
+    "--rebuild-past-eol",
+    "rebuild_past_eol",
+    is_flag=True,
+    help="keep rebuilding images with a line (Python, OS, CUDA, framework) past its end of life (default: stop, and say so)",
+)
 @catalog_option
 @_options(*BUILD_SOURCE_OPTIONS)
 @click.pass_obj
@@ -712,6 +751,7 @@ def nightly(
         registry=kwargs["registry"],
         accept_gpu_skipped=kwargs["accept_gpu_skipped"],
         catalog_dir=kwargs["catalog_dir"],
+        rebuild_past_eol=kwargs["rebuild_past_eol"],
     )
     if options.publish:  # a bad repository is a usage error before anything runs
         from builder.publish.publisher import check_repository
@@ -724,7 +764,8 @@ def nightly(
     write_summary(target, summary.render(report), inputs)
     print_nightly(out, report)
     click.echo(plain(f"summary: {target}"), err=True)
-    _exit_for(not report.regressed and not report.notes)
+    failing_notes = [n for n in report.notes if not n.startswith(loop.LIFECYCLE_NOTE)]  # a line retired on its date is news, not a failure
+    _exit_for(not report.regressed and not failing_notes)
 
 
 @main.command()

@@ -6,7 +6,10 @@ cd "$(dirname "$0")/.."
 if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi
-if ! .venv/bin/python -c 'import builder, hypothesis, dockerfile, selenium, jsonschema, xdist; from builder.fit.cuobjdump import find_binary; find_binary()' 2>/dev/null || [ ! -x .venv/bin/actionlint ]; then
+if ! .venv/bin/python -c 'import builder, hypothesis, dockerfile, selenium, jsonschema, xdist, cyclonedx; from builder.fit.cuobjdump import find_binary; find_binary()' 2>/dev/null || [ ! -x .venv/bin/actionlint ]; then
     .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+fi
+if ! command -v ssh-keygen >/dev/null 2>&1; then  # OpenSSH signs and verifies the published evidence (ssh-keygen -Y)
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-client >/dev/null
 fi
 bash .ci/docker-up.sh

@@ -36,6 +36,11 @@ from builder.engine.port import (
     NotFound,
     Progress,
 )
+from builder.lock import files as lockfiles
+from builder.publish.inventory import INVENTORY_SCRIPT
+from builder.records import Lock
+
+IMAGES = Path(__file__).resolve().parents[1] / "images"
 
 
 def digest_of(image: str) -> str:
@@ -88,10 +93,19 @@ class FakeContainer:
 
 
 def manifest_output(container: FakeContainer) -> tuple[int, bytes]:
-    """What a manifest container prints: the package lists of the image it runs."""
+    """What a manifest container prints: the package lists of the image it runs (the SBOM's
+    inventory container: the lock's pins of `engine.lock_for(image id)`, pip, and two dpkg packages)."""
     image = container.engine.resolve(container.spec.image)
+    if container.spec.command[-1] == INVENTORY_SCRIPT:
+        return container.engine.manifest_status, container.engine.inventory(container).encode()
     text = f"## pip freeze\nbuilt-from=={image}\n## dpkg\npython3.11 3.11.2\n## environment\nPATH=/opt/venv/bin\nSECRET=x\n"
     return container.engine.manifest_status, text.encode()
+
+
+def lock_inventory(container: FakeContainer) -> str:
+    lock = container.engine.lock_for(container.spec.labels.get("io.builder.image-id", ""))
+    pins = "".join(f"{name}\t{version}\n" for name, version in (lock.pins if lock else ()))
+    return f"## python\npip\t24.0\n{pins}## dpkg\nlibc6\t2.36-9\tamd64\npython3.11\t3.11.2-6\tamd64\n"
 
 
 def built(request: BuildRequest) -> list[Progress]:
@@ -136,11 +150,21 @@ class FakeEngine:
         self.pull_fault: Exception | None = None
         self.registry_fault: Exception | None = None
         self.run_output: Callable[[FakeContainer], tuple[int, bytes]] = manifest_output
+        self.lock_dirs: list[Path] = [IMAGES]  # where lock_for finds <id>/requirements.lock (a test's workspace adds its images/)
+        self.lock_for: Callable[[str], Lock | None] = self._lock_in_dirs  # what an image's venv holds (the SBOM's inventory)
+        self.inventory: Callable[[FakeContainer], str] = lock_inventory
         self.exec_result: Callable[[FakeContainer, tuple[str, ...]], ExecResult] = lambda c, cmd: ExecResult(0, b"", b"")
         self.build_output: Callable[[BuildRequest], list[Progress]] = built
         self.runtimes: tuple[str, ...] = ()
         self.cut = 0
         self.closed = False
+
+    def _lock_in_dirs(self, image_id: str) -> Lock | None:
+        for folder in reversed(self.lock_dirs):
+            path = folder / image_id / "requirements.lock"
+            if image_id and path.is_file():
+                return lockfiles.parse(path.read_text(encoding="utf-8"))
+        return None
 
     # -- arranging
     def add_image(self, image: str, *names: str, labels: dict[str, str] | None = None, size: int = 5_000_000) -> str:

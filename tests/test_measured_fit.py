@@ -416,12 +416,14 @@ def test_family_ptx_keeps_its_f_as_cuobjdump_lists_it_and_runs_within_its_major(
 
 def test_publish_carries_the_smoke_results_fit_into_the_record() -> None:
     from builder.catalog.records import BaseIdentity
+    from builder.publish.inventory import Inventory
     from builder.publish.publisher import Local, build_record
     from builder.workspace import Workspace
 
     root = Path(__file__).resolve().parents[1]
     (spec,) = Workspace.locate(str(root / "matrix.yaml")).selected(f"id={TORCH_ID}", use_default=False)
-    local = Local("pip freeze ...", BaseIdentity("cuda13-debian12", "builder-base/debian12:latest", "sha256:" + "b" * 64), 5670.0)
+    base = BaseIdentity("cuda13-debian12", "builder-base/debian12:latest", "sha256:" + "b" * 64)
+    local = Local("pip freeze ...", base, 5670.0, Inventory((), ()))
     result = replace(smoke(spec.id, "gpu-skipped", fit=TORCH_FIT), tag=spec.tag)
     made = build_record(spec, local, result, "127.0.0.1:5000/gpu-images", "sha256:" + "0" * 64, accepted=True)
     assert made.fit == TORCH_FIT and made.fit.cc_label() == TORCH_FIT.cc_label()
@@ -437,3 +439,13 @@ def test_the_runs_on_column_of_a_measured_record_is_its_measured_fit() -> None:
     assert measured.label == "sm 8.0 8.6 8.7 8.9 9.0 10.0 10.3 12.0 12.1, driver >= 580.65.06, amd64 (measured)"
     from_table = runs_on(replace(TORCH, fit=None), table())
     assert from_table.source == "table" and "7.5" in from_table.gpus
+
+
+def test_the_attestation_carries_the_measured_fit() -> None:
+    from builder.publish import attestation
+
+    with_fit = json.loads(attestation.statement(TORCH, smoke(TORCH_ID, "gpu-skipped", fit=TORCH_FIT), "{}\n"))
+    assert with_fit["predicate"]["fit"] == TORCH_FIT.to_json()
+    assert measured_fit.from_json(with_fit["predicate"]["fit"], "fit", ValueError) == TORCH_FIT
+    without = json.loads(attestation.statement(TORCH, smoke(TORCH_ID, "gpu-skipped"), "{}\n"))
+    assert without["predicate"]["fit"] is None

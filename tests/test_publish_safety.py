@@ -113,7 +113,7 @@ def test_a_build_tag_moved_during_publish_never_reaches_the_floating_tags(tmp_pa
     good = digest_of(TESTED)
     assert fake.registry[f"{REPO}:{TORCH_CPU}"] == good
     assert {name: fake.registry[name] for name in floating_names(spec)} == dict.fromkeys(floating_names(spec), good)
-    assert [c.spec.image for c in fake.created] == [TESTED], "the manifest is read from the tested image"
+    assert [c.spec.image for c in fake.created] == [TESTED, TESTED], "the manifest and the SBOM's packages are read from the tested image"
     (stored,) = catalog.load()
     assert stored.digest == f"{REPO}@{good}" and set(stored.floating) == set(floating_names(spec))
     assert f"built-from=={TESTED}" in (catalog.manifests / f"{TORCH_CPU}.txt").read_text()

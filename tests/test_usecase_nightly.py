@@ -7,10 +7,11 @@ cannot be made, a registry or an engine that is gone, a report path that is not 
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import filelock
@@ -34,8 +35,10 @@ from tests.fake_engine import FakeEngine, connect_to
 from tests.fake_index import closed_port_url, serve_index
 from tests.usecase_fixtures import HOST, JAX, MATRIX, NUMBA, OFFLINE, REPO, Checks, NightlyEvents, Probe, Resolver, fake_with_base, planned
 
+TODAY = dt.date(2026, 12, 1)  # the day end of life is judged on: every line of the test matrix is supported then
+
 OLDER = NUMBA.replace("0.68.0", "0.60.0")
-OPTIONS = nightlies.NightlyOptions(updates=False, registry=REPO, build=BuildOptions(sources=OFFLINE))
+OPTIONS = nightlies.NightlyOptions(updates=False, registry=REPO, build=BuildOptions(sources=OFFLINE), today=TODAY)
 BROKEN = Probe("jax", "ImportError: numpy 2.4.99 is broken", cause="numpy 2.4.99 breaks jaxlib's extension", fix="hold numpy<2.4.99")
 
 
@@ -64,6 +67,7 @@ def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str = MATRI
     matrix = tmp_path / "matrix.yaml"
     matrix.write_text(text, encoding="utf-8")
     fake = fake_with_base(planned(Workspace(matrix)))
+    fake.lock_dirs.append(tmp_path / "images")  # the images' venvs hold what this workspace's locks pin (their SBOMs)
     checks, resolver = Checks(fake), Resolver()
     monkeypatch.setattr(hostinfo, "gather", lambda **kwargs: HOST)
     monkeypatch.setenv("BUILDER_LOCK_DIR", str(tmp_path / "locks"))
@@ -160,19 +164,19 @@ def test_a_failure_is_kept_until_its_image_changes(night: Night) -> None:
 def test_a_selected_nightly_touches_only_its_images_and_records_in_the_named_catalog(night: Night) -> None:
     elsewhere = night.matrix.parent / "published"
     options = nightlies.NightlyOptions(
-        updates=False, select="stack=numba", registry=REPO, catalog_dir=str(elsewhere), build=BuildOptions(sources=OFFLINE)
+        updates=False, select="stack=numba", registry=REPO, catalog_dir=str(elsewhere), build=BuildOptions(sources=OFFLINE), today=TODAY
     )
     events = NightlyEvents()
     report = night.run(options, events)
     assert [o.id for o in report.outcomes] == [NUMBA] and [r.id for r in events.locks] == [NUMBA]
     assert night.resolver.asked == [NUMBA] and night.checks.seen == [NUMBA]
-    assert [r.tag.rpartition(":")[2] for r in night.fake.builds] == [NUMBA]
+    assert [r.tag.rpartition(":")[2] for r in night.fake.builds if not r.tag.startswith("builder-evidence:")] == [NUMBA]
     assert {r.id for r in Catalog(elsewhere).load()} == {NUMBA} and night.records() == {}
 
 
 def test_without_publish_nothing_is_pushed_and_the_report_still_comes(night: Night) -> None:
     events = NightlyEvents()
-    report = night.run(nightlies.NightlyOptions(updates=False, publish=False, build=BuildOptions(sources=OFFLINE)), events)
+    report = night.run(nightlies.NightlyOptions(updates=False, publish=False, build=BuildOptions(sources=OFFLINE), today=TODAY), events)
     assert "publish" not in events.stages and events.stages[-1] == "report"
     assert night.fake.pushes == [] and night.records() == {} and not any(o.published or o.held for o in report.outcomes)
     assert {o.status for o in report.outcomes} == {"passed"}
@@ -200,7 +204,7 @@ def test_a_new_release_the_rules_place_is_added_to_the_matrix_and_built(tmp_path
     with serve_index(RELEASES) as index:
         events = NightlyEvents()
         report = night.run(
-            nightlies.NightlyOptions(registry=REPO, index_json_url=index.json_url, build=BuildOptions(sources=OFFLINE)), events
+            nightlies.NightlyOptions(registry=REPO, index_json_url=index.json_url, build=BuildOptions(sources=OFFLINE), today=TODAY), events
         )
     assert events.stages[0] == "updates" and report.updates == "checked"
     assert report.applied == (f"{night.matrix}: frameworks.numba += 0.68.0",)
@@ -213,7 +217,7 @@ def test_a_new_release_the_rules_place_is_added_to_the_matrix_and_built(tmp_path
 
 def test_an_unreachable_index_is_a_note_and_the_run_goes_on(night: Night, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("BUILDER_INDEX_DEADLINE_S", "1")  # no time for a second try: the note comes at once
-    options = nightlies.NightlyOptions(registry=REPO, index_json_url=closed_port_url(), build=BuildOptions(sources=OFFLINE))
+    options = nightlies.NightlyOptions(registry=REPO, index_json_url=closed_port_url(), build=BuildOptions(sources=OFFLINE), today=TODAY)
     before = night.matrix.read_bytes()
     report = night.run(options)
     assert report.updates == "failed" and report.releases == () and report.applied == ()
@@ -232,7 +236,7 @@ def test_the_updates_step_is_injectable_and_its_edits_are_planned(night: Night) 
         ws.matrix_path.write_text(MATRIX.replace('numba: ["0.68.0"]', 'numba: ["0.60.0", "0.68.0"]'), encoding="utf-8")
         return (release,), ("matrix.yaml: frameworks.numba += 0.60.0",)
 
-    report = night.run(nightlies.NightlyOptions(registry=REPO, build=BuildOptions(sources=OFFLINE)), updates=updates)
+    report = night.run(nightlies.NightlyOptions(registry=REPO, build=BuildOptions(sources=OFFLINE), today=TODAY), updates=updates)
     assert report.releases == (release,) and report.applied == ("matrix.yaml: frameworks.numba += 0.60.0",)
     assert {o.id for o in report.outcomes} == {JAX, NUMBA, OLDER}
     assert set(night.resolver.asked) == {o.id for o in report.outcomes}
@@ -242,7 +246,7 @@ def test_a_failing_updates_step_is_a_note(night: Night) -> None:
     def updates(ws: Workspace, options: nightlies.NightlyOptions) -> tuple[tuple[Release, ...], tuple[str, ...]]:
         raise RunFailure("the index answered 503 three times")
 
-    report = night.run(nightlies.NightlyOptions(registry=REPO, build=BuildOptions(sources=OFFLINE)), updates=updates)
+    report = night.run(nightlies.NightlyOptions(registry=REPO, build=BuildOptions(sources=OFFLINE), today=TODAY), updates=updates)
     assert report.updates == "failed" and report.notes == ("updates: the index answered 503 three times",)
     assert len(report.outcomes) == 2
 
@@ -319,7 +323,7 @@ def test_a_report_path_that_is_the_users_is_a_note_and_the_history_is_saved(nigh
     docs = night.matrix.parent / "docs" / "support-matrix.md"
     docs.parent.mkdir()
     docs.write_text("# my own notes\n", encoding="utf-8")
-    report = night.run(nightlies.NightlyOptions(updates=False, publish=False, build=BuildOptions(sources=OFFLINE)))
+    report = night.run(nightlies.NightlyOptions(updates=False, publish=False, build=BuildOptions(sources=OFFLINE), today=TODAY))
     assert len(report.notes) == 1 and report.notes[0].startswith("report: ") and str(docs.name) in report.notes[0]
     assert docs.read_text(encoding="utf-8") == "# my own notes\n"
     assert history.previous(Workspace(night.matrix).store.history, []) == {JAX: "passed", NUMBA: "passed"}
@@ -354,3 +358,19 @@ def test_a_broken_matrix_is_refused_before_the_engine_is_asked(tmp_path: Path) -
     with pytest.raises(UserError, match="YAML syntax error"):
         nightlies.nightly(matrix, OPTIONS, NightlyEvents(), connect=connect)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["matrix.yaml"]
+
+
+def test_a_line_past_its_end_of_life_is_not_rebuilt_and_the_run_says_so(night: Night) -> None:
+    first = night.run()  # published while every line was supported
+    assert night.records().keys() == {JAX, NUMBA} and not any(n.startswith(nightlies.LIFECYCLE_NOTE) for n in first.notes)
+    published = night.records()
+    builds = len(night.fake.builds)
+    later = nightlies.NightlyOptions(updates=False, registry=REPO, build=BuildOptions(sources=OFFLINE), today=dt.date(2027, 11, 1))
+    report = night.run(later)  # Python 3.11 ended on 2027-10-31
+    retired = [n for n in report.notes if n.startswith(nightlies.LIFECYCLE_NOTE)]
+    assert sorted(n.split(":")[1].strip() for n in retired) == [JAX, NUMBA]
+    assert all("Python 3.11 (end of life 2027-10-31) is past" in n and "--rebuild-past-eol" in n for n in retired)
+    assert report.outcomes == () and len(night.fake.builds) == builds, "nothing of a retired line is rebuilt"
+    assert night.records() == published, "its published digests and records stay"
+    again = night.run(replace(later, rebuild_past_eol=True))
+    assert {o.id for o in again.outcomes} == {JAX, NUMBA} and not any(n.startswith(nightlies.LIFECYCLE_NOTE) for n in again.notes)

@@ -9,7 +9,7 @@ fails before `add` leaves the catalog byte for byte as it was.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -21,6 +21,7 @@ from builder.fsio import MiB, dump_json, read_json, write_atomic
 
 CATALOG_FILE = "known-good.json"
 MANIFESTS = "manifests"
+EVIDENCE = "evidence"  # SBOMs, attestations, signed record exports and their signatures (builder/publish/evidence.py)
 LOCK_WAIT_S = 120
 MAX_BYTES = 32 * MiB  # ~2 KB a record: some 16,000 images; a file beyond this is not a catalog
 
@@ -37,6 +38,10 @@ class Catalog:
     @property
     def manifests(self) -> Path:
         return self.root / MANIFESTS
+
+    @property
+    def evidence(self) -> Path:
+        return self.root / EVIDENCE
 
     def _lock(self) -> filelock.FileLock:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -68,8 +73,12 @@ class Catalog:
             raise UserError(f"{where}: an image id appears twice; keep one record per id")
         return tuple(sorted(records, key=lambda r: r.id))
 
-    def add(self, records: Sequence[KnownGood], manifests: dict[str, str]) -> tuple[KnownGood, ...]:
-        """Upsert records by id (the new digest replaces the old) with their manifests; returns the catalog."""
+    def add(
+        self, records: Sequence[KnownGood], manifests: dict[str, str], evidence: Mapping[str, str | None] | None = None
+    ) -> tuple[KnownGood, ...]:
+        """Upsert records by id (the new digest replaces the old) with their manifests and evidence
+        files (name -> text; None removes an earlier digest's file of that name, e.g. its signature);
+        returns the catalog. The evidence is written before the records that it belongs to."""
         with self._lock():
             by_id = {r.id: r for r in self.load()}
             for record in records:
@@ -81,6 +90,14 @@ class Catalog:
             self.manifests.mkdir(parents=True, exist_ok=True)
             for image_id, text in sorted(manifests.items()):
                 write_atomic(self.manifests / f"{image_id}.txt", text)
+            for name, content in sorted((evidence or {}).items()):
+                if "/" in name or name.startswith("."):
+                    raise ValueError(f"evidence file name {name!r} must be a plain file name")
+                if content is None:
+                    (self.evidence / name).unlink(missing_ok=True)
+                else:
+                    self.evidence.mkdir(parents=True, exist_ok=True)
+                    write_atomic(self.evidence / name, content)
             merged = tuple(sorted(by_id.values(), key=lambda r: r.id))
             write_atomic(self.file, render(merged))
             return merged

@@ -23,6 +23,7 @@ from builder.engine import push
 from builder.engine.port import Engine, EngineFault
 from builder.errors import RunFailure, UserError
 from builder.host.facts import HostInfo
+from builder.publish.inventory import Inventory, read_inventory
 from builder.publish.tags import floating_tags, newest_of_line
 from builder.records import ImageSpec
 from builder.results import SmokeResult, TestedOn
@@ -202,13 +203,19 @@ class Local:
     manifest: str  # pip freeze, dpkg list, environment (without the digest header)
     base: BaseIdentity
     size_mb: float
+    inventory: Inventory  # the venv's distributions and dpkg's packages: the SBOM's content
 
 
 def read_local(engine: Engine, spec: ImageSpec, image: str, host: HostInfo) -> Local:
     info = engine.inspect_image(image)
     if info is None:
         raise RunFailure(f"the tested image {image[:19]} of {spec.id} is no longer in the engine; build and test it again")
-    return Local(read_manifest(engine, spec, image, host), base_identity(engine, spec), round(info.size / 1e6, 1))
+    return Local(
+        read_manifest(engine, spec, image, host),
+        base_identity(engine, spec),
+        round(info.size / 1e6, 1),
+        read_inventory(engine, spec, image, host),
+    )
 
 
 def build_record(spec: ImageSpec, local: Local, result: SmokeResult, repository: str, digest: str, accepted: bool) -> KnownGood:

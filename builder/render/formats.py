@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from builder.compat import lifecycle
 from builder.compat.facts import table
 from builder.errors import UserError
 from builder.lock.claims import cc_floor
@@ -25,7 +26,18 @@ MAX_MATRIX_JOBS = 256  # GitHub Actions refuses a larger strategy.matrix
 
 
 def plan_json(images: tuple[ImageSpec, ...], skipped: tuple[Skipped, ...]) -> dict[str, Any]:
-    return {"images": [image_entry(s) for s in images], "skipped": [skipped_entry(s) for s in skipped]}
+    """The plan: each image's entry (images/<id>/image.json) plus its lines' end-of-life dates,
+    which are not part of image.json: a date passing must not change an image's content hash."""
+    return {
+        "images": [{**image_entry(s), "end_of_life": end_of_life(s)} for s in images],
+        "skipped": [skipped_entry(s) for s in skipped],
+    }
+
+
+def end_of_life(spec: ImageSpec) -> dict[str, str]:
+    """`kind line` -> the ISO date that line's support ends (compat/data/lifecycle.yaml)."""
+    cuda = spec.accelerator.version if spec.base.vendor == "cuda" else None
+    return lifecycle.to_json(lifecycle.for_image(spec.python, spec.base.os, cuda, spec.versions))
 
 
 def github_matrix(images: tuple[ImageSpec, ...]) -> dict[str, Any]:

@@ -80,4 +80,7 @@ def render_markdown(report: Report) -> str:
     lines += ["", "## Skipped by the rules", "", "| base | stack | python | frameworks | reason |", "|---|---|---|---|---|"]
     for r in (r for r in report.rows if r.status == "skipped"):
         lines.append("| " + " | ".join(text(c) for c in (r.base, r.stack, r.python, r.frameworks, r.detail)) + " |")
+    lines += ["", "## End of life", "", "| line | support ends | images | |", "|---|---|---|---|"]
+    for e in report.end_of_life:
+        lines.append(f"| {text(e.line)} | {text(e.date)} | {e.images} | {'past' if e.past else ''} |")
     return "\n".join(lines) + "\n"

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from builder.catalog.records import KnownGood
+from builder.compat import lifecycle
 from builder.compat.facts import table
 from builder.fit.runs_on import runs_on
 from builder.records import ImageSpec, Plan
@@ -40,10 +42,21 @@ class Row:
 
 
 @dataclass(frozen=True)
+class EndOfLifeRow:
+    """One line (Python, OS, CUDA, a framework's) of the planned images and the day its support ends."""
+
+    line: str  # "Python 3.11", "debian12"
+    date: str  # ISO
+    images: int  # how many planned images use it
+    past: bool  # already past on the report's day
+
+
+@dataclass(frozen=True)
 class Report:
     rows: tuple[Row, ...]
     bases: tuple[str, ...]
     stacks: tuple[str, ...]
+    end_of_life: tuple[EndOfLifeRow, ...] = ()  # soonest first (compat/data/lifecycle.yaml)
 
     def cell(self, base: str, stack: str) -> tuple[Row, ...]:
         return tuple(r for r in self.rows if r.base == base and r.stack == stack)
@@ -85,6 +98,7 @@ def build_report(
     results: Mapping[str, SmokeResult],
     records: Sequence[KnownGood],
     sizes: Mapping[str, float],
+    today: dt.date | None = None,
 ) -> Report:
     """`specs`: the plan's images with content hashes; `results`: build/results/<id>.json by id;
     `sizes`: image MB by id (build.json)."""
@@ -119,4 +133,15 @@ def build_report(
     stacks = tuple(dict.fromkeys([*(s.stack for s in specs), *(s.stack for s in plan.skipped)]))
     order = {s: i for i, s in enumerate(STATUSES)}
     rows.sort(key=lambda r: (bases.index(r.base), stacks.index(r.stack), order[r.status], r.id))
-    return Report(tuple(rows), bases, stacks)
+    return Report(tuple(rows), bases, stacks, end_of_life_rows(specs, today or dt.datetime.now(dt.UTC).date()))
+
+
+def end_of_life_rows(specs: Sequence[ImageSpec], today: dt.date) -> tuple[EndOfLifeRow, ...]:
+    """Each line the planned images use that has a published end of life, soonest first."""
+    used: dict[lifecycle.EndOfLife, int] = {}
+    for spec in specs:
+        cuda = spec.accelerator.version if spec.base.vendor == "cuda" else None
+        for found in lifecycle.for_image(spec.python, spec.base.os, cuda, spec.versions):
+            used[found] = used.get(found, 0) + 1
+    ordered = sorted(used, key=lambda e: (e.date, e.kind, e.line))
+    return tuple(EndOfLifeRow(str(e).rsplit(" (", 1)[0], e.date.isoformat(), used[e], e.date < today) for e in ordered)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from builder.catalog.query import closest, known_keys, matching, parse_query, unknown_keys
 from builder.catalog.records import KnownGood
@@ -14,6 +15,8 @@ from builder.engine.client import open_engine
 from builder.engine.port import Connect, EngineFault, NotFound
 from builder.errors import UserError
 from builder.fit.runs_on import RunsOn, runs_on
+from builder.publish import signing
+from builder.publish.verify import verify_record
 
 
 def find(catalog: Catalog, query: str) -> list[KnownGood]:
@@ -58,11 +61,24 @@ class Verified:
     detail: str
 
 
-def verify(catalog: Catalog, records: Sequence[KnownGood], connect: Connect = open_engine) -> list[Verified]:
-    """Ask each record's registry (through the engine) whether its digest still exists."""
+def verify(
+    catalog: Catalog, records: Sequence[KnownGood], connect: Connect = open_engine, allowed_signers: Path | None = None
+) -> list[Verified]:
+    """Check each record's signatures (when the allowed signers file exists: --allowed-signers,
+    $BUILDER_ALLOWED_SIGNERS or catalog/allowed_signers), then ask its registry (through the
+    engine) whether its digest still exists."""
+    allowed = signing.allowed_signers_path(catalog.root, allowed_signers)
+    if allowed_signers is not None and not allowed.is_file():
+        raise UserError("no such allowed signers file; give OpenSSH's allowed_signers (principal key-type key per line)", str(allowed))
     engine = connect()
     out = []
     for record in records:
+        if allowed.is_file():
+            try:
+                verify_record(catalog.evidence, record, allowed)
+            except signing.Unverified as exc:
+                out.append(Verified(record, False, exc.message))
+                continue
         try:
             found = engine.registry_digest(record.digest)
         except EngineFault as exc:  # the finding, per record

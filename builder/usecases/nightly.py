@@ -19,6 +19,7 @@ from typing import Protocol
 import filelock
 
 from builder.catalog.records import KnownGood
+from builder.compat import lifecycle
 from builder.engine.build import BuildResult
 from builder.engine.client import open_engine
 from builder.engine.port import Connect
@@ -53,6 +54,8 @@ class NightlyOptions:
     registry: str | None = None
     accept_gpu_skipped: bool = False
     catalog_dir: str | None = None
+    rebuild_past_eol: bool = False  # keep rebuilding an image with a line past its end of life (compat/data/lifecycle.yaml)
+    today: dt.date | None = None  # the day end of life is judged on (None: today, UTC)
 
 
 class NightlyEvents(Protocol):
@@ -106,7 +109,8 @@ def _nightly(
 
     events.stage("plan")
     write_tree(ws.images_dir, ws.rendered_tree())  # new images get their folders; hand edits are refused
-    specs = ws.selected(options.select, use_default=True)
+    specs, retired = past_end_of_life(ws.selected(options.select, use_default=True), options)
+    notes += retired
 
     events.stage("lock")
     locked = locking.lock_images(ws, specs, _lock_options(options), events.lock)
@@ -114,7 +118,8 @@ def _nightly(
     lock_failed = {r.id: r.detail for r in locked if r.status in locking.FAILED and r.status != UNREACHABLE}
     notes += [f"lock: {r.id}: {r.detail} (built from its previous lock)" for r in locked if r.status == UNREACHABLE]
     ws = Workspace.locate(str(matrix_path))  # the new locks change content hashes
-    specs = ws.selected(options.select, use_default=True)
+    kept = {s.id for s in specs}
+    specs = [s for s in ws.selected(options.select, use_default=True) if s.id in kept]
 
     events.stage("build")
     buildable = tuple(s for s in specs if s.id not in lock_failed)
@@ -146,6 +151,29 @@ def _nightly(
         notes.append(f"report: {exc}")
     history.save(ws.store.history, date, outcomes)
     return NightlyReport(date, tuple(compare(before, outcomes)), tuple(outcomes), releases, applied, drift, tuple(notes), checked)
+
+
+LIFECYCLE_NOTE = "lifecycle: "
+
+
+def past_end_of_life(specs: Sequence[ImageSpec], options: NightlyOptions) -> tuple[list[ImageSpec], list[str]]:
+    """The images the nightly rebuilds, and a note for each it stops rebuilding because one of its
+    lines (Python, base OS, CUDA, a framework) is past its end of life; `rebuild_past_eol` keeps
+    them. Their published digests and records stay: nothing here deletes anything."""
+    today = options.today or dt.datetime.now(dt.UTC).date()
+    kept: list[ImageSpec] = []
+    notes: list[str] = []
+    for spec in specs:
+        cuda = spec.accelerator.version if spec.base.vendor == "cuda" else None
+        expired = lifecycle.past(lifecycle.for_image(spec.python, spec.base.os, cuda, spec.versions), today)
+        if expired and not options.rebuild_past_eol:
+            notes.append(
+                f"{LIFECYCLE_NOTE}{spec.id}: not rebuilt: {', '.join(str(e) for e in expired)} is past; its published digests stay "
+                "(--rebuild-past-eol rebuilds it)"
+            )
+        else:
+            kept.append(spec)
+    return kept, notes
 
 
 def check_updates(ws: Workspace, options: NightlyOptions) -> tuple[tuple[Release, ...], tuple[str, ...]]:

@@ -7,11 +7,13 @@ as soon as its immutable tag is in the registry. No printing: progress goes to a
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Protocol
 
 from builder import results
+from builder.catalog.records import KnownGood
 from builder.catalog.store import Catalog
 from builder.engine import push
 from builder.engine.client import open_engine
@@ -19,10 +21,11 @@ from builder.engine.port import Connect, Engine
 from builder.engine.session import remove_dead_runs_containers
 from builder.errors import RunFailure, UserError
 from builder.host import facts as hostinfo
-from builder.publish import gate
-from builder.publish.publisher import PushNames, check_repository, floating_to_move, move_floating, push_immutable, read_local
+from builder.publish import attestation, evidence, gate, sbom, signing
+from builder.publish.publisher import Local, PushNames, check_repository, floating_to_move, move_floating, push_immutable, read_local
 from builder.publish.tags import floating_tags
 from builder.records import ImageSpec
+from builder.results import SmokeResult
 from builder.workspace import Workspace
 
 
@@ -32,6 +35,7 @@ class PublishOptions:
     dry_run: bool = False
     accept_gpu_skipped: bool = False
     push_deadline_s: float | None = None  # a whole push; None: $BUILDER_PUSH_DEADLINE_S or an hour
+    sign_key: Path | None = None  # an SSH private key: sign each attestation and record (ssh-keygen -Y sign)
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,9 @@ def publish(
     repository = check_repository(options.registry or ws.matrix.registry)
     deadline = push.deadline_s(options.push_deadline_s)
     catalog.load()  # a corrupt catalog stops the run before anything is pushed
+    if options.sign_key is not None and not options.dry_run:
+        signing.check_key(options.sign_key)
+        signing.sign(b"probe", options.sign_key, signing.RECORD_NAMESPACE)  # a key that cannot sign stops the run before any push
     engine = connect()
     remove_dead_runs_containers(engine)  # manifest containers of a killed publish
     host = hostinfo.gather(engine=lambda: hostinfo.EngineFacts(True, engine.version(), engine.gpu_runtimes()))
@@ -109,6 +116,8 @@ def _push_and_record(
     assert decision.result is not None
     try:
         local = read_local(engine, spec, approved, host)  # before any push: nothing after it can fail but the catalog write
+        pins = sbom.lock_pins(spec.lock)
+        sbom.check_equal_to_lock(local.inventory, pins, spec.id)  # an SBOM that is not the lock: nothing is pushed
         record, manifest = push_immutable(
             engine, names, spec, approved, local, decision.result, repository, options.accept_gpu_skipped, events.info, deadline
         )
@@ -116,7 +125,20 @@ def _push_and_record(
         return Published(spec.id, "failed", exc.message)
     pending = floating_to_move(record, catalog.load())
     note = (f"floating tags pending: {', '.join(pending)} (the publish moving them did not finish)",) if pending else ()
-    catalog.add([replace(record, notes=record.notes + note)], {spec.id: manifest})
+    try:
+        files = evidence_files(spec, record, decision.result, local, pins, options.sign_key)
+    except RunFailure as exc:  # the digest is pushed: record it, say what is missing
+        failed = replace(record, notes=record.notes + note + (f"no evidence: {exc.message}",))
+        catalog.add([failed], {spec.id: manifest})
+        return Published(spec.id, "failed", f"{record.tag} is published and recorded without its evidence: {exc.message}", record.digest)
+    catalog.add([replace(record, notes=record.notes + note)], {spec.id: manifest}, files)
+    try:
+        pushed_evidence = push_evidence(engine, names, record, files, events.info, deadline)
+    except RunFailure as exc:
+        catalog.add([replace(record, notes=record.notes + (f"evidence not in the registry: {exc.message}",))], {})
+        return Published(
+            spec.id, "failed", f"{record.tag} is published and recorded, but its evidence was not pushed: {exc.message}", record.digest
+        )
     moved: list[str] = []
     try:
         move_floating(engine, names, approved, record, pending, events.info, moved, deadline)
@@ -137,7 +159,43 @@ def _push_and_record(
             catalog.add([interrupted], {})
         raise
     catalog.add([replace(record, floating=tuple(moved))], {})
-    return Published(spec.id, "published", decision.reason, record.digest, (record.tag, *moved))
+    return Published(spec.id, "published", decision.reason, record.digest, (record.tag, *moved, *pushed_evidence))
+
+
+def evidence_files(
+    spec: ImageSpec, record: KnownGood, result: SmokeResult, local: Local, pins: dict[str, sbom.LockPin], key: Path | None
+) -> dict[str, str | None]:
+    """catalog/evidence/'s files of this record: SBOM, Statement, the record's signed fields and,
+    with a key, their signatures (without one, an earlier digest's signatures are removed)."""
+    repository, _, digest = record.digest.partition("@")
+    sbom_text = sbom.make_sbom(spec.id, repository, digest, local.inventory, pins, record.published)
+    statement = attestation.statement(record, result, sbom_text)
+    signed = evidence.signed_fields(record)
+    files: dict[str, str | None] = {
+        evidence.sbom_name(spec.id): sbom_text,
+        evidence.statement_name(spec.id): statement,
+        evidence.record_name(spec.id): signed,
+    }
+    for name, text, namespace in (
+        (evidence.statement_name(spec.id), statement, signing.ATTESTATION_NAMESPACE),
+        (evidence.record_name(spec.id), signed, signing.RECORD_NAMESPACE),
+    ):
+        files[name + evidence.SIG] = None if key is None else signing.sign(text.encode(), key, namespace)
+    return files
+
+
+def push_evidence(
+    engine: Engine, names: PushNames, record: KnownGood, files: dict[str, str | None], log: Callable[[str], None], deadline: float
+) -> tuple[str, ...]:
+    """REPO:sha256-<hex>.sbom (the SBOM) and REPO:sha256-<hex>.att (the Statement and its signature)."""
+    statement = files[evidence.statement_name(record.id)] or ""
+    signature = files.get(evidence.statement_name(record.id) + evidence.SIG)
+    att = {evidence.STATEMENT_FILE: statement, **({evidence.STATEMENT_FILE + evidence.SIG: signature} if signature else {})}
+    sbom_files = {evidence.SBOM_FILE: files[evidence.sbom_name(record.id)] or ""}
+    return (
+        evidence.push_files(engine, names, record, "sbom", sbom_files, log, deadline).tag,
+        evidence.push_files(engine, names, record, "att", att, log, deadline).tag,
+    )
 
 
 def publish_ok(outcomes: Sequence[Published]) -> bool:

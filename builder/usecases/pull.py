@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from builder.catalog.query import parse_query
 from builder.catalog.records import KnownGood
 from builder.catalog.store import Catalog
+from builder.compat import lifecycle
 from builder.compat.facts import table
 from builder.engine.client import open_engine
 from builder.engine.failures import is_network_failure
@@ -18,6 +21,8 @@ from builder.errors import RunFailure, UserError
 from builder.fit import host as fit_hosts
 from builder.fit.host import FitHost
 from builder.host import facts as hostinfo
+from builder.publish import signing
+from builder.publish.verify import verify_record
 from builder.smoke.args import docker_run_line
 from builder.text import redact
 from builder.usecases.catalog import NO_MANIFEST, find, no_match_message
@@ -53,6 +58,8 @@ def pull(
     build_repository: str | None = None,
     connect: Connect = open_engine,
     check: FitCheck = FitCheck(),
+    allowed_signers: Path | None = None,
+    verify_signatures: bool = True,
 ) -> Pulled:
     """Resolve the query to the newest known-good record, pull it by digest and verify the digest.
 
@@ -69,6 +76,8 @@ def pull(
     record = hits[0]
     fit = fit_first(hits, check)
     repository, tag = readable_name(record, str(catalog.file))
+    if verify_signatures:
+        check_signed(catalog, record, allowed_signers)
     engine = connect()
     try:
         retry_network(
@@ -85,7 +94,7 @@ def pull(
         raise RunFailure(f"pulled {record.digest} but the engine reports {found}: the digest does not verify")
     note = name_pulled(engine, info.id, repository, tag, build_repository)
     host = hostinfo.gather()
-    notes = "\n".join(filter(None, (note, host_note(record, host))))
+    notes = "\n".join(filter(None, (note, host_note(record, host), end_of_life_note(record))))
     return Pulled(record, docker_run_line(record.accelerator.kind, record.digest, host), notes, fit)
 
 
@@ -110,6 +119,19 @@ def _instead(others: Sequence[KnownGood], host: FitHost) -> str:
     if newest is None:
         return "no record of the query fits (`builder fit QUERY` says why; --no-fit-check pulls it anyway)"
     return f"the newest that fits is {newest} (`builder pull id={newest}`; --no-fit-check pulls this one anyway)"
+
+
+def check_signed(catalog: Catalog, record: KnownGood, allowed_signers: Path | None) -> str | None:
+    """When the allowed signers file exists (--allowed-signers, $BUILDER_ALLOWED_SIGNERS, or
+    catalog/allowed_signers): the principal that signed the record and its attestation, or
+    signing.Unverified (one line, exit 1) for one unsigned, changed, or signed by a key not allowed.
+    None when there is no such file (nothing to verify against)."""
+    allowed = signing.allowed_signers_path(catalog.root, allowed_signers)
+    if not allowed.is_file():
+        if allowed_signers is not None:
+            raise UserError("no such allowed signers file; give OpenSSH's allowed_signers (principal key-type key per line)", str(allowed))
+        return None
+    return verify_record(catalog.evidence, record, allowed)
 
 
 TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
@@ -161,6 +183,19 @@ def _pull_once(engine: Engine, reference: str, log: Callable[[str], None]) -> No
         if isinstance(exc, NotFound) or NO_MANIFEST.search(message):
             raise RunFailure(f"pull of {reference} failed: the registry has no such manifest (deleted?): {message[:200]}") from None
         raise PullFlake(message) from None  # the engine went away or broke the stream: worth another try
+
+
+def end_of_life_note(record: KnownGood, today: dt.date | None = None) -> str:
+    """A warning when one of the image's lines is past its end of life (compat/data/lifecycle.yaml)."""
+    expired = lifecycle.past(record_end_of_life(record), today or dt.datetime.now(dt.UTC).date())
+    if not expired:
+        return ""
+    return f"warning: {', '.join(str(e) for e in expired)} is past: this image gets no more fixes for it; pick a newer line"
+
+
+def record_end_of_life(record: KnownGood) -> tuple[lifecycle.EndOfLife, ...]:
+    cuda = record.accelerator.cuda or record.accelerator.version if record.accelerator.kind == "cuda" else None
+    return lifecycle.for_image(record.python, record.os, cuda, record.frameworks)
 
 
 def host_note(record: KnownGood, host: hostinfo.HostInfo) -> str:

@@ -20,15 +20,16 @@ from typing import Any
 UPSTREAM = ("127.0.0.1", 5000)
 HOST_FILES = ("/usr/bin/dash", "/usr/bin/timeout", "/usr/bin/env", "/usr/bin/sort", "/usr/bin/sleep", "/usr/bin/cat")
 LIBS = ("/lib/x86_64-linux-gnu/libc.so.6", "/lib64/ld-linux-x86-64.so.2")
-SCRIPTS = {
-    "usr/bin/python": '#!/bin/sh\necho "h5a-mini==$(cat /etc/h5a-token)"\n',
-    "usr/bin/dpkg-query": "#!/bin/sh\necho 'dash 0.5.12-2'\n",
+SCRIPTS = {  # `python -c <the SBOM's listing>` prints /etc/h5a-dists; dpkg-query answers the manifest's format and the SBOM's
+    "usr/bin/python": '#!/bin/sh\ncase "$2" in *importlib.metadata*) cat /etc/h5a-dists; exit 0;; esac\necho "h5a-mini==$(cat /etc/h5a-token)"\n',
+    "usr/bin/dpkg-query": "#!/bin/sh\ncase \"$*\" in *Architecture*) printf 'dash\\t0.5.12-2\\tamd64\\n'; exit 0;; esac\necho 'dash 0.5.12-2'\n",
 }
 
 
-def mini_image(client: Any, repository: str, tag: str, token: str, padding: int = 3 * 2**20) -> str:
+def mini_image(client: Any, repository: str, tag: str, token: str, padding: int = 3 * 2**20, dists: str = "") -> str:
     """Import an image with sh, timeout, env, sort, fake python/dpkg-query and `padding` random bytes
-    (an upload worth stalling); `token` makes its id and digest its own. Returns the image id."""
+    (an upload worth stalling); `token` makes its id and digest its own; `dists` is what its venv
+    lists (`name<TAB>version` lines: the SBOM's Python set). Returns the image id."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
 
@@ -46,6 +47,7 @@ def mini_image(client: Any, repository: str, tag: str, token: str, padding: int 
         for name, text in SCRIPTS.items():
             add(name, text.encode())
         add("etc/h5a-token", token.encode(), 0o644)
+        add("etc/h5a-dists", dists.encode(), 0o644)
         add("padding", os.urandom(padding), 0o644)
         for folder in ("tmp",):
             info = tarfile.TarInfo(folder)

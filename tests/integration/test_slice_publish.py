@@ -7,10 +7,13 @@ two publishers at once. Each run pushes to its own repository and writes a catal
 from __future__ import annotations
 
 import http.server
+import io
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tarfile
 import threading
 import time
 import urllib.request
@@ -24,6 +27,7 @@ import pytest
 
 from builder import results as stored
 from builder.engine import client as engine
+from builder.publish import sbom
 from builder.workspace import Workspace
 
 pytestmark = pytest.mark.docker
@@ -32,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 REGISTRY = "127.0.0.1:5000"
 NAME = f"builder-test/publish-{uuid.uuid4().hex[:8]}"
 REPOSITORY = f"{REGISTRY}/{NAME}"
+SIGNER = "publish-test@example.org"
 SLICE = Workspace.locate(str(ROOT / "matrix.yaml")).selected(None, use_default=True)
 MANIFEST_TYPES = ", ".join(
     (
@@ -78,7 +83,10 @@ def published(
     tested: None, tmp_path_factory: pytest.TempPathFactory, docker_client: Any
 ) -> Iterator[tuple[Path, subprocess.CompletedProcess[str]]]:
     catalog = tmp_path_factory.mktemp("catalog")
-    done = builder("publish", "--registry", REPOSITORY, "--catalog", str(catalog))
+    keys = tmp_path_factory.mktemp("keys")  # the signing key lives outside the catalog and every build context
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", SIGNER, "-f", str(keys / "key")], check=True)
+    (catalog / "allowed_signers").write_text(f"{SIGNER} {' '.join((keys / 'key.pub').read_text().split()[:2])}\n")
+    done = builder("publish", "--registry", REPOSITORY, "--catalog", str(catalog), "--sign-key", str(keys / "key"))
     yield catalog, done
     for tag in {t for image in docker_client.api.images(name=REPOSITORY) for t in image.get("RepoTags") or []}:
         engine.remove_image_quietly(docker_client, tag)
@@ -111,6 +119,68 @@ def test_publish_pushes_the_slice_and_records_registry_digests(published: tuple[
         assert "## dpkg" in manifest and "\npython3.11 " in manifest and "VIRTUAL_ENV=/opt/venv" in manifest
     text = (catalog / "known-good.json").read_text()
     assert text == json.dumps(json.loads(text), indent=2, sort_keys=True) + "\n", "deterministic form"
+
+
+def registry_files(name: str, tag: str) -> dict[str, bytes]:
+    """The files of an evidence tag, read through the registry's HTTP API (manifest, then its one layer)."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    request = urllib.request.Request(f"http://{REGISTRY}/v2/{name}/manifests/{tag}", headers={"Accept": MANIFEST_TYPES})
+    with opener.open(request, timeout=30) as response:
+        layers = json.loads(response.read())["layers"]
+    assert len(layers) == 1, "an evidence image is one layer FROM scratch"
+    with opener.open(f"http://{REGISTRY}/v2/{name}/blobs/{layers[0]['digest']}", timeout=30) as response:
+        blob = response.read()
+    with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
+        return {m.name.lstrip("./"): tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
+
+
+def test_each_digest_has_its_sbom_and_signed_attestation_in_the_registry(published: tuple[Path, Any], tmp_path: Path) -> None:
+    catalog, done = published
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    for spec in SLICE:
+        digest = _records(catalog)[spec.id]["digest"].split("@")[1]
+        hexdigest = digest.removeprefix("sha256:")
+        sbom_files = registry_files(NAME, f"sha256-{hexdigest}.sbom")
+        assert sbom_files["sbom.cdx.json"] == (catalog / "evidence" / f"{spec.id}.sbom.cdx.json").read_bytes()
+        sbom.validate(sbom_files["sbom.cdx.json"].decode(), spec.id)
+        assert spec.lock is not None
+        found = sbom.python_set(sbom_files["sbom.cdx.json"].decode())
+        pins = dict(spec.lock.pins)  # the venv's own pip (and setuptools, unless the lock pins it) aside
+        assert {n: v for n, v in found.items() if n in pins or n not in sbom.VENV_TOOLS} == pins, "the SBOM read from the image == the lock"
+        text = sbom_files["sbom.cdx.json"].decode()
+        assert '"pkg:deb/debian/python3.11@' in text and '"SHA-256"' in text, "dpkg packages and the lock's hashes are in"
+        att = registry_files(NAME, f"sha256-{hexdigest}.att")
+        statement = json.loads(att["attestation.intoto.json"])
+        assert statement["subject"][0]["digest"] == {"sha256": hexdigest} and statement["predicate"]["gpu"]["model"] == "no GPU"
+        (tmp_path / "att.json").write_bytes(att["attestation.intoto.json"])
+        (tmp_path / "att.json.sig").write_bytes(att["attestation.intoto.json.sig"])
+        plain = subprocess.run(  # the README's command: OpenSSH alone, on the files the registry holds
+            ["ssh-keygen", "-Y", "verify", "-f", str(catalog / "allowed_signers"), "-I", SIGNER, "-n", "attestation@gpu-image-builder",
+             "-s", str(tmp_path / "att.json.sig")], input=att["attestation.intoto.json"], capture_output=True, check=False,
+        )  # fmt: skip
+        assert plain.returncode == 0, plain.stderr
+        record = catalog / "evidence" / f"{spec.id}.record.json"
+        plain = subprocess.run(
+            ["ssh-keygen", "-Y", "verify", "-f", str(catalog / "allowed_signers"), "-I", SIGNER, "-n", "record@gpu-image-builder",
+             "-s", f"{record}.sig"], input=record.read_bytes(), capture_output=True, check=False,
+        )  # fmt: skip
+        assert plain.returncode == 0, plain.stderr
+
+
+def test_pull_and_catalog_verify_refuse_a_tampered_record(published: tuple[Path, Any], tmp_path: Path) -> None:
+    catalog, _ = published
+    copy = tmp_path / "catalog"
+    shutil.copytree(catalog, copy)
+    numba = next(s for s in SLICE if s.stack == "numba")
+    doc = json.loads((copy / "known-good.json").read_text())
+    for item in doc["images"]:
+        if item["id"] == numba.id:
+            item["verdict"] = "gpu-skipped"  # a plausible edit: every field still valid, only the signature says no
+    (copy / "known-good.json").write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    for args in (("pull", f"id={numba.id}"), ("catalog", "--verify", "--format", "json")):
+        done = builder(*args, "--catalog", str(copy))
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert "it was changed after it was signed" in done.stdout + done.stderr
 
 
 def test_pull_by_query_gets_the_same_digest_back(published: tuple[Path, Any], docker_client: Any) -> None:
