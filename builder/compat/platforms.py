@@ -39,7 +39,9 @@ def load_platforms(t: Table, doc: LDict) -> tuple[PlatformWheels, ...]:
     for row in rows:
         platform, framework, kind = (str(row[k]) for k in ("platform", "framework", "kind"))
         if platform not in PLATFORMS or platform == AMD64:
-            raise t.fail(f"platform {platform!r}: rows are for {', '.join(p for p in PLATFORMS if p != AMD64)} (amd64 is every release's)", row.line)
+            raise t.fail(
+                f"platform {platform!r}: rows are for {', '.join(p for p in PLATFORMS if p != AMD64)} (amd64 is every release's)", row.line
+            )
         if kind not in VENDORS:
             raise t.fail(f"kind {kind!r} must be one of {', '.join(VENDORS)}", row.line)
         if ("from" in row) == ("none" in row):
@@ -52,7 +54,10 @@ def load_platforms(t: Table, doc: LDict) -> tuple[PlatformWheels, ...]:
     keys = [(p.platform, p.framework, p.kind) for p in out]
     for i, key in enumerate(keys[1:], 1):
         if key <= keys[i - 1]:
-            raise t.fail(f"rows must be sorted by platform, framework, kind and listed once ({'/'.join(key)} after {'/'.join(keys[i - 1])})", out[i].line)
+            raise t.fail(
+                f"rows must be sorted by platform, framework, kind and listed once ({'/'.join(key)} after {'/'.join(keys[i - 1])})",
+                out[i].line,
+            )
     return tuple(out)
 
 
@@ -63,7 +68,9 @@ def platform_reason(rows: tuple[PlatformWheels, ...], framework: str, version: s
     row = next((r for r in rows if (r.platform, r.framework, r.kind) == (base.platform, framework, base.vendor)), None)
     where = f"{facts_at} platforms"
     if row is None:
-        return f"no {base.platform} wheels of {framework} for a {base.vendor} base are known; add a {where} row for it if the index has them"
+        return (
+            f"no {base.platform} wheels of {framework} for a {base.vendor} base are known; add a {where} row for it if the index has them"
+        )
     if row.first is None:
         return f"{framework} publishes no {base.platform} wheels for a {base.vendor} base: {row.none} ({where}, line {row.line})"
     if Version(version) < Version(row.first):
