@@ -398,3 +398,13 @@ def test_the_platform_table_is_guarded(tmp_path: Path) -> None:
         path.write_text(broken, encoding="utf-8")
         with pytest.raises(UserError, match=r"line|sorted|exactly one|kind|amd64"):
             load_compat(path)
+
+
+def test_the_report_tells_an_arm64_skip_from_the_amd64_one(two: Plan) -> None:
+    from builder.report.model import build_report
+
+    report = build_report(two, two.images, {}, [], {})
+    skipped = [(r.base, r.stack, r.id) for r in report.rows if r.status == "skipped"]
+    assert len(skipped) == len(set(skipped)), "each skipped combination has its own row in its base x stack cell"
+    assert any(label.endswith("-arm64") for _, _, label in skipped)
+    assert {r.id for r in report.rows if r.status != "skipped"} == {s.id for s in two.images}
