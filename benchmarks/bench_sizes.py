@@ -25,7 +25,7 @@ from builder.records import ImageSpec  # noqa: E402
 from builder.workspace import Workspace  # noqa: E402
 
 TARGET = 1.05
-WHEELS_SLICE = "base=cuda1*-debian12"
+WHEELS_SLICE = "base=cuda1*-debian12,platform=linux/amd64"  # arm64 images need emulation: not in this slice yet
 
 
 def chosen(selects: list[str]) -> list[ImageSpec]:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PARTS = ("setup", "lint", "offline", "integration", "wheels")
-WHEELS_SLICE = "base=cuda1*-debian12"
+WHEELS_SLICE = "base=cuda1*-debian12,platform=linux/amd64"  # arm64 images need emulation: not in this slice yet
 LINT = (
     (".venv/bin/ruff", "check", "builder", "tests", "benchmarks"),
     (".venv/bin/ruff", "format", "--check", "builder", "tests", "benchmarks"),

@@ -11,6 +11,20 @@ from typing import Literal
 
 Vendor = Literal["cuda", "rocm", "cpu"]
 VENDORS: tuple[Vendor, ...] = ("cuda", "rocm", "cpu")
+AMD64 = "linux/amd64"
+ARM64 = "linux/arm64"
+PLATFORMS: tuple[str, ...] = (AMD64, ARM64)  # what a base may declare; amd64 is the default
+PLATFORM_ARCH = {AMD64: "amd64", ARM64: "arm64"}  # `uname -m` spelled as Docker and the fit host do
+
+
+def platform_suffix(platform: str) -> str:
+    """What an image id and a local base tag gain on a platform other than the default: "" or "-arm64"."""
+    return "" if platform == AMD64 else f"-{PLATFORM_ARCH[platform]}"
+
+
+def platform_of_id(image_id: str) -> str:
+    """The platform an image id names (builder/spec/plan.py image_id): its suffix, linux/amd64 without one."""
+    return next((p for p in PLATFORMS if p != AMD64 and image_id.endswith(platform_suffix(p))), AMD64)
 
 
 @dataclass(frozen=True)
@@ -26,12 +40,14 @@ class Base:
     bootstrap: str | None = None  # "debootstrap" for a locally built base
     line: int = 0  # where it was declared, for error messages
     local_repository: str = "builder-base"  # where bootstrapped bases are tagged; tests use their own
+    platforms: tuple[str, ...] = (AMD64,)  # the platforms it exists for (matrix.yaml `platforms:`)
+    platform: str = AMD64  # the one a combination of it is for: the expansion makes one copy per platform
 
     @property
     def local_tag(self) -> str:
-        """Tag of a bootstrapped base inside the local engine: one per OS, shared by every base
-        bootstrapped from it (a cpu base and a CUDA-from-wheels base of Debian 12 use the same)."""
-        return f"{self.local_repository}/{self.os}:latest"
+        """Tag of a bootstrapped base inside the local engine: one per OS and platform, shared by every
+        base bootstrapped from it (a cpu base and a CUDA-from-wheels base of Debian 12 use the same)."""
+        return f"{self.local_repository}/{self.os}{platform_suffix(self.platform)}:latest"
 
     @property
     def cuda_from_wheels(self) -> bool:
@@ -102,6 +118,10 @@ class Combination:
     frameworks: tuple[tuple[str, str], ...]  # (framework, version), in stack order
     origin: str = "expansion"  # "expansion" | "include"
     line: int = 0  # the include rule's line, when origin == "include"
+
+    @property
+    def platform(self) -> str:
+        return self.base.platform
 
     @property
     def versions(self) -> dict[str, str]:
@@ -184,6 +204,11 @@ class ImageSpec:
     def versions(self) -> dict[str, str]:
         return dict(self.frameworks)
 
+    @property
+    def platform(self) -> str:
+        """linux/amd64 or linux/arm64: what it is built, locked and run for."""
+        return self.base.platform
+
 
 @dataclass(frozen=True)
 class Skipped:
@@ -192,6 +217,7 @@ class Skipped:
     python: str
     frameworks: tuple[tuple[str, str], ...]
     reason: str
+    platform: str = AMD64
 
 
 @dataclass(frozen=True)

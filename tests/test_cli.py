@@ -92,7 +92,14 @@ def test_plan_json_reports_the_skip_reason(cli: RunCli, write_matrix: WriteMatri
     result = cli("--matrix", str(write_matrix(EXPLAIN_MATRIX)), "plan", "--format", "json")
     data = json.loads(result.stdout)
     assert data["skipped"] == [
-        {"base": "cuda12.4-ubuntu22.04", "stack": "torch", "python": "3.12", "frameworks": {"torch": "2.5.1"}, "reason": SKIP_REASON}
+        {
+            "base": "cuda12.4-ubuntu22.04",
+            "platform": "linux/amd64",
+            "stack": "torch",
+            "python": "3.12",
+            "frameworks": {"torch": "2.5.1"},
+            "reason": SKIP_REASON,
+        }
     ]
 
 

@@ -13,7 +13,7 @@ import pytest
 from click.testing import Result
 
 from builder.errors import UserError
-from builder.records import Plan
+from builder.records import Plan, platform_suffix
 from builder.spec import grammar
 from builder.spec.matrix import load_matrix
 from builder.spec.plan import make_plan
@@ -76,7 +76,7 @@ def test_ids_are_unique_valid_tags_and_readable(embedded_plan: Plan) -> None:
             assert f"{name}{version}" in spec.id
         accel = {"cuda": "cu" + "".join((spec.base.version or "").split(".")[:2]), "rocm": f"rocm{spec.base.version}", "cpu": "cpu"}
         assert f"-{accel[spec.base.vendor]}-" in spec.id
-        assert spec.id.endswith(f"-py{spec.python}-{spec.base.os}")
+        assert spec.id.endswith(f"-py{spec.python}-{spec.base.os}{platform_suffix(spec.platform)}")
 
 
 def test_plan_is_deterministic(embedded_matrix_path: Path) -> None:
@@ -111,9 +111,13 @@ def test_excluded_combinations_name_the_exclude_line(embedded_plan: Plan, embedd
     excluded = [s for s in embedded_plan.skipped if s.reason.startswith("excluded by")]
     assert excluded
     assert {int(s.reason.rsplit(":", 1)[1]) for s in excluded} == lines
-    # an include takes its combination back out of the skipped list
+    # an include takes its combination back out of the skipped list (on its platform: linux/amd64 unless it names one)
     assert not any(
-        s.base == "local-debian12" and s.stack == "numba" and dict(s.frameworks) == {"numba": "0.68.0"} and s.python == "3.11"
+        s.base == "local-debian12"
+        and s.stack == "numba"
+        and dict(s.frameworks) == {"numba": "0.68.0"}
+        and s.python == "3.11"
+        and s.platform == "linux/amd64"
         for s in excluded
     )
 
@@ -159,6 +163,7 @@ def test_torch_cpu_index_on_the_local_image(embedded_workspace: Workspace) -> No
                 "numba0.68.0-cu130-py3.12-ubuntu24.04",
                 "numba0.68.1-cu130-py3.12-ubuntu24.04",
                 "numba0.68.0-cu130-py3.11-debian12",
+                "numba0.68.0-cu130-py3.11-debian12-arm64",
             },
         ),
         ("tensorflow=*,os=debian12", {"tensorflow2.21.0-cpu-py3.11-debian12", "tensorflow2.21.0-cu125-py3.11-debian12"}),
@@ -219,7 +224,7 @@ def test_plan_json_shape(cli: RunCli, embedded_matrix_path: Path, embedded_plan:
         assert all(isinstance(u, str) for u in entry["index_urls"])
         assert HASH.match(entry["content_hash"])
     for skip in data["skipped"]:
-        assert set(skip) == {"base", "stack", "python", "frameworks", "reason"}
+        assert set(skip) == {"base", "platform", "stack", "python", "frameworks", "reason"}
         assert isinstance(skip["frameworks"], dict) and skip["reason"]
     assert len(data["skipped"]) == len(embedded_plan.skipped)
 

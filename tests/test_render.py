@@ -21,7 +21,7 @@ import pytest
 from click.testing import Result
 
 from builder.lock.files import parse
-from builder.records import ImageSpec
+from builder.records import ImageSpec, platform_suffix
 from builder.render import templates
 from builder.render.context import PROBE
 from builder.render.formats import image_entry
@@ -185,8 +185,11 @@ def test_parses_with_three_stages_in_the_expected_order(rendered: Rendered) -> N
 def test_from_is_the_base(rendered: Rendered) -> None:
     for spec, text in each_image(rendered):
         first_from = next(i for i in instructions(text) if i.cmd.upper() == "FROM")
-        expected = spec.base.image if spec.base.bootstrap is None else f"builder-base/{spec.base.os}:latest"
-        assert first_from.value[0] == expected, spec.id
+        expected = spec.base.image if spec.base.bootstrap is None else f"builder-base/{spec.base.os}{platform_suffix(spec.platform)}:latest"
+        values = list(first_from.value)
+        if spec.platform != "linux/amd64":  # FROM --platform=linux/arm64 <base>: the flag is the parser's, not a value
+            assert f"--platform={spec.platform}" in first_from.flags, spec.id
+        assert values[0] == expected, spec.id
 
 
 def test_every_step_after_the_base_carries_the_built_by_label(rendered: Rendered) -> None:

@@ -156,7 +156,10 @@ def test_runners_by_vendor(cli: RunCli, embedded_matrix_path: Path) -> None:
         "rocm": ["self-hosted", "linux", "x64", "amd"],
         "cpu": ["ubuntu-latest"],
     }
+    arm64 = {"cuda": ["self-hosted", "linux", "arm64", "nvidia"], "cpu": ["ubuntu-24.04-arm"]}
     assert {e["vendor"] for e in include} == set(expected)
+    assert {e["platform"] for e in include} == {"linux/amd64", "linux/arm64"}
     for entry in include:
-        assert entry["runs_on"] == expected[entry["vendor"]], entry["id"]
+        runners = expected if entry["platform"] == "linux/amd64" else arm64
+        assert entry["runs_on"] == runners[entry["vendor"]], entry["id"]
         assert entry["gpu"] is (entry["vendor"] != "cpu")

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from packaging.version import InvalidVersion, Version
 
+from builder.compat.platforms import PlatformWheels, load_platforms
 from builder.compat.tables import DATA_DIR, PyRange, Table
 from builder.yamlsrc import LDict
 
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 
 DEFAULT_PATH = DATA_DIR / "compat.yaml"
 CUDA_KEYS = ("toolkits", "mvc_floor", "require_branches", "brands", "cudnn_cc", "toolkit_components")
-SHARED_SECTIONS = ("schema", "os_python", "os_glibc", "numpy", "cuda")
+SHARED_SECTIONS = ("schema", "os_python", "os_glibc", "numpy", "cuda", "platforms")
 T = TypeVar("T")
 
 
@@ -50,6 +51,7 @@ class Compat:
     cudnn_cc: tuple[tuple[str, str], ...]  # cuDNN release -> lowest compute capability it supports from then on
     toolkit_components: tuple[tuple[str, tuple[tuple[str, str], ...]], ...]  # CUDA minor -> (component, version at X.Y.0)
     frameworks: tuple[tuple[str, object], ...]  # framework -> the facts its rule module loaded
+    platform_wheels: tuple[PlatformWheels, ...] = ()  # which releases publish wheels for a platform besides linux/amd64
 
     def facts(self, kind: type[T]) -> T:
         """A framework's facts by their type, e.g. `compat.facts(TorchFacts)`."""
@@ -107,6 +109,7 @@ def load_compat(path: Path = DEFAULT_PATH, frameworks: Sequence[Framework] | Non
             (str(row["from"]), str(row["cc_min"])) for row in t.rows(t.section(cuda, "cudnn_cc"), ("from", "cc_min"), "from", cuda.line)
         ),
         frameworks=tuple(loaded),
+        platform_wheels=load_platforms(t, doc),
     )
 
 

@@ -29,7 +29,7 @@ from builder.engine.failures import any_network
 from builder.engine.port import Engine, EngineFault
 from builder.engine.retry import GaveUp, retry_network
 from builder.errors import UserError
-from builder.records import Base
+from builder.records import PLATFORM_ARCH, Base
 from builder.text import redact
 
 Log = Callable[[str], None]
@@ -112,8 +112,9 @@ def lock_path(base: Base) -> Path:
 
 
 def recipe_for(base: Base, mirror: str, arch: str | None = None) -> dict[str, Any]:
+    """The base's platform decides the Debian architecture (amd64, arm64: the same names)."""
     return {
-        "arch": arch or host_arch(),
+        "arch": arch or PLATFORM_ARCH.get(base.platform) or host_arch(),
         "include": sorted(PACKAGES),
         "mirror": mirror,
         "release": release_for(base),

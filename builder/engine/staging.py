@@ -28,6 +28,7 @@ from packaging.version import Version
 
 from builder.engine.settings import BuildSettings
 from builder.errors import UserError
+from builder.lock.target import ARCH
 from builder.records import ImageSpec
 from builder.spec import grammar
 
@@ -82,13 +83,14 @@ def _project(filename: str) -> str | None:
         return None
 
 
-def fits(filename: str, version: Version, python: str) -> bool:
-    """Exact version, a tag this image's CPython and this machine's architecture accept."""
+def fits(filename: str, version: Version, python: str, arch: str | None = None) -> bool:
+    """Exact version, a tag this image's CPython and architecture accept (`arch`: x86_64, aarch64;
+    this machine's when not given)."""
     _, wheel_version, _, tags = parse_wheel_filename(filename)
     if wheel_version != version:
         return False
     cp = "cp" + python.replace(".", "")
-    arch = platform.machine()
+    arch = arch or platform.machine()
     for tag in tags:
         interp_ok = tag.interpreter in (cp, "py3", f"py{python.replace('.', '')}") or (
             tag.abi == "abi3" and tag.interpreter.startswith("cp3") and int(tag.interpreter[3:]) <= int(cp[3:])
@@ -116,7 +118,7 @@ def local_wheels(spec: ImageSpec, folders: tuple[Path, ...]) -> dict[str, Path]:
             continue
         project = str(canonicalize_name(req.name))
         for folder in folders:
-            match = next((p for p in _candidates(folder, project) if fits(p.name, Version(pinned), spec.python)), None)
+            match = next((p for p in _candidates(folder, project) if fits(p.name, Version(pinned), spec.python, ARCH[spec.platform])), None)
             if match is not None and (not spec.lock or project not in allowed or sha256_of(match) in allowed[project]):
                 out[line] = match
                 break

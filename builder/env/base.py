@@ -23,6 +23,7 @@ from builder.compat.facts import table
 from builder.errors import UserError
 from builder.lock import files
 from builder.lock.target import platform_for
+from builder.records import platform_of_id
 
 _FREEZE = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[A-Za-z0-9.!+_-]+)$")
 # `numpy>=2.1`, `numpy>=2,<3` in a resolver's message: a base package with a range it was asked for
@@ -90,7 +91,7 @@ def from_manifest(record: KnownGood, text: str, where: str) -> BaseLock:
     if not pins:
         raise UserError(f"has no `## pip freeze` section with pins; the manifest of {record.id} cannot be a base lock", where)
     python = ".".join(record.python.split(".")[:2])
-    return BaseLock(record.id, python, platform_for(record.os, table()), tuple(sorted(pins.items())), (), where)
+    return BaseLock(record.id, python, platform_for(record.os, table(), platform_of_id(record.id)), tuple(sorted(pins.items())), (), where)
 
 
 def untouched(packages: Sequence[files.Package], base: BaseLock, where: str) -> None:

@@ -20,9 +20,9 @@ from builder.compat.facts import Compat
 from builder.compat.rules import framework, names
 from builder.compat.versions import cc_tuple, release_tuple
 from builder.fit import driver as drivers
+from builder.records import PLATFORM_ARCH, platform_of_id
 
 Source = Literal["table", "measured"]
-RECORD_ARCH = "amd64"  # every lock resolves for x86_64 (builder/lock/target.py platform_for), so every image is amd64
 _CUDA_VARIANT = re.compile(r"^cu(?:da)?(\d{2,3})$")
 
 
@@ -30,7 +30,7 @@ _CUDA_VARIANT = re.compile(r"^cu(?:da)?(\d{2,3})$")
 class RunsOn:
     gpus: str  # "sm 7.5-12.0 (+PTX)", "sm >= 7.5", "any (CPU image)", or what is not known and why
     driver: str | None  # the oldest NVIDIA driver its CUDA runtime accepts; None: no CUDA, or not in the tables
-    arch: str  # the CPU architecture, "amd64"
+    arch: str  # the CPU architecture, "amd64" or "arm64"
     source: Source  # "table": from the compat tables; "measured": from the image's binaries
 
     @property
@@ -43,19 +43,25 @@ class RunsOn:
         return {"gpus": self.gpus, "driver": self.driver, "arch": self.arch, "source": self.source, "label": self.label}
 
 
+def record_arch(record: KnownGood) -> str:
+    """The CPU architecture a record's image is for: its lock's platform, which its id names (an arm64 image's ends in -arm64)."""
+    return PLATFORM_ARCH[platform_of_id(record.id)]
+
+
 def runs_on(record: KnownGood, compat: Compat) -> RunsOn:
     """The record's compute capabilities (every GPU framework's kernels and its cuDNN's floor, intersected),
     its driver floor and architecture: measured, when the record carries the image's fit, else from the tables. Lenient about odd versions: a cell, never a crash."""
     kind = record.accelerator.kind
+    arch = record_arch(record)
     if kind == "cpu":
-        return RunsOn("any (CPU image)", None, RECORD_ARCH, "table")
+        return RunsOn("any (CPU image)", None, arch, "table")
     if kind == "rocm":
-        return RunsOn("gfx targets not in the tables", None, RECORD_ARCH, "table")
+        return RunsOn("gfx targets not in the tables", None, arch, "table")
     if record.fit is not None:  # measured from the image's own binaries when it was smoke-tested
-        return RunsOn(f"sm {record.fit.cc_label()}", record.fit.driver_floor(), RECORD_ARCH, "measured")
+        return RunsOn(f"sm {record.fit.cc_label()}", record.fit.driver_floor(), arch, "measured")
     cuda = cuda_mm(record.accelerator.cuda or record.accelerator.version or "")
     floor = drivers.floor_for(cuda, compat) if cuda else None
-    return RunsOn(_cuda_gpus(record, cuda, compat), floor.floor if floor else None, RECORD_ARCH, "table")
+    return RunsOn(_cuda_gpus(record, cuda, compat), floor.floor if floor else None, arch, "table")
 
 
 def _cuda_gpus(record: KnownGood, cuda: str | None, compat: Compat) -> str:

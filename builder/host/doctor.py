@@ -18,15 +18,17 @@ from builder.compat import gpu_arch
 from builder.compat.facts import table
 from builder.compat.rules import framework
 from builder.compat.versions import release_tuple  # driver versions compare numerically: 580.159.03 > 580.65.06
-from builder.host.facts import AmdInfo, EngineFacts, HostInfo, NvidiaGpu, NvidiaInfo
+from builder.host.facts import AmdInfo, EmulationFacts, EngineFacts, HostInfo, NvidiaGpu, NvidiaInfo
 from builder.lock.files import libraries
-from builder.records import Accelerator, ImageSpec, Install
+from builder.records import ARM64, Accelerator, ImageSpec, Install
 
 Status = Literal["ok", "warn", "fail", "n/a"]
 _SEVERITY: dict[Status, int] = {"fail": 0, "warn": 1, "n/a": 2, "ok": 3}
 
 NO_NVIDIA = "no NVIDIA GPU on this host; the GPU checks will be skipped"
 NO_KFD = "no /dev/kfd on this host (no AMD GPU, or amdgpu not loaded); the GPU checks will be skipped"
+EMULATION_FIX = "apt-get install qemu-user-static (it registers qemu-aarch64 with the F flag)"
+MOUNT_FIX = "mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc, then " + EMULATION_FIX
 TOOLKIT_FIX = "install nvidia-container-toolkit and run nvidia-ctk runtime configure --runtime=docker, then restart docker"
 
 
@@ -190,12 +192,38 @@ def _amd_checks(amd: AmdInfo) -> list[Check]:
     return checks
 
 
+def emulation_check(emulation: EmulationFacts) -> Check:
+    """Whether linux/arm64 images can be built and smoke-tested here: natively, or under qemu-user
+    through binfmt_misc. A warning, not a failure: amd64 images do not need it."""
+    name = "arm64 emulation"
+    cannot = "linux/arm64 images cannot be built or tested here"
+    if emulation.state == "native":
+        return Check(name, "ok", f"an arm64 host ({emulation.machine}): arm64 images run natively")
+    if emulation.state == "unmounted":
+        return Check(name, "warn", f"/proc/sys/fs/binfmt_misc is not mounted: {cannot}", MOUNT_FIX)
+    if emulation.state == "absent":
+        return Check(name, "warn", f"no qemu-aarch64 binfmt handler is registered: {cannot}", EMULATION_FIX)
+    if emulation.state == "disabled":
+        return Check(
+            name, "warn", f"the qemu-aarch64 handler is registered but disabled: {cannot}", "echo 1 > /proc/sys/fs/binfmt_misc/qemu-aarch64"
+        )
+    if "F" not in emulation.flags:
+        return Check(
+            name,
+            "warn",
+            f"qemu-aarch64 is enabled without the F (fix-binary) flag ({emulation.flags or 'no flags'}): containers cannot find the interpreter",
+            "apt-get install --reinstall qemu-user-static (Debian's registers it with F), or re-register the handler with flags F",
+        )
+    return Check(name, "ok", f"qemu-aarch64 registered and enabled (flags {emulation.flags}): arm64 images run emulated")
+
+
 def host_checks(host: HostInfo) -> list[Check]:
-    """The host section of `builder doctor`: engine, NVIDIA driver and GPUs, AMD device nodes."""
+    """The host section of `builder doctor`: engine, NVIDIA driver and GPUs, AMD device nodes, arm64 emulation."""
     return [
         _engine_check(host.engine),
         *_nvidia_checks(host.nvidia, host.engine),
         *_amd_checks(host.amd),
+        *([emulation_check(host.emulation)] if host.emulation is not None else []),
     ]
 
 
@@ -369,6 +397,10 @@ def _combine(image: ImageSpec, vendor: str, findings: list[Check], unchecked: li
 
 
 def image_verdict(host: HostInfo, image: ImageSpec) -> ImageVerdict:
+    if image.platform == ARM64 and host.emulation is not None:
+        check = emulation_check(host.emulation)
+        if check.status != "ok":
+            return ImageVerdict(image.id, image.base.vendor, "fail", f"a linux/arm64 image; {check.detail}", check.fix, (check,))
     kind = image.accelerator.kind
     if kind == "cuda":
         return _cuda_verdict(host, image)

@@ -1,4 +1,4 @@
-"""What this host offers to GPU containers: the engine, NVIDIA GPUs, AMD device nodes.
+"""What this host offers to GPU containers: the engine, NVIDIA GPUs, AMD device nodes, arm64 emulation.
 
 Gathering is the only I/O `builder doctor` does; every source (commands, the /dev tree, the
 engine, the user's groups) is a parameter, so tests hand in fixtures and the verdicts in
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import grp
 import os
+import platform
 import re
 import subprocess
 from collections.abc import Callable
@@ -92,11 +93,27 @@ class AmdInfo:
         return self.kfd is not None
 
 
+BINFMT_DIR = Path("proc/sys/fs/binfmt_misc")  # under the root given to gather_emulation
+ARM64_HANDLER = "qemu-aarch64"  # the name Debian's qemu-user-static registers
+
+EmulationState = Literal["native", "unmounted", "absent", "disabled", "enabled"]
+
+
+@dataclass(frozen=True)
+class EmulationFacts:
+    """Whether this host runs linux/arm64 binaries: natively, or through a binfmt_misc handler."""
+
+    machine: str  # uname -m: x86_64, aarch64
+    state: EmulationState  # native: an arm64 host; unmounted: /proc/sys/fs/binfmt_misc is empty; absent: no handler
+    flags: str = ""  # the handler's flags (F: the interpreter is opened at registration, so it works inside containers)
+
+
 @dataclass(frozen=True)
 class HostInfo:
     engine: EngineFacts
     nvidia: NvidiaInfo
     amd: AmdInfo
+    emulation: EmulationFacts | None = None  # None: not looked at
 
 
 def run_command(argv: list[str]) -> tuple[int, str]:
@@ -237,6 +254,24 @@ def engine_facts() -> EngineFacts:
         engine.close()
 
 
+def gather_emulation(root: Path = Path("/"), machine: str | None = None) -> EmulationFacts:
+    """What /proc/sys/fs/binfmt_misc says of the arm64 handler (`root` and `machine`: tests give their own)."""
+    machine = (machine or platform.machine()).lower()
+    if machine in ("aarch64", "arm64"):
+        return EmulationFacts(machine, "native")
+    folder = root / BINFMT_DIR
+    if not (folder / "status").is_file():
+        return EmulationFacts(machine, "unmounted")
+    handler = folder / ARM64_HANDLER
+    try:
+        text = handler.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return EmulationFacts(machine, "absent")
+    lines = text.splitlines()
+    flags = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("flags:")), "")
+    return EmulationFacts(machine, "enabled" if lines[:1] == ["enabled"] else "disabled", flags)
+
+
 def gather(
     run: Runner = run_command,
     dev_root: Path = Path("/"),
@@ -250,4 +285,5 @@ def gather(
         engine=(engine or engine_facts)(),
         nvidia=gather_nvidia(run, dev_root),
         amd=gather_amd(dev_root, identity, name),
+        emulation=gather_emulation(dev_root),
     )

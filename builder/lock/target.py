@@ -14,10 +14,11 @@ from dataclasses import dataclass
 
 from builder.compat.facts import Compat
 from builder.errors import UserError
-from builder.records import ImageSpec
+from builder.records import AMD64, ARM64, ImageSpec
 
 SCHEMA = 1  # bump when the resolution procedure changes what a lock holds
-MAX_MANYLINUX = (2, 40)  # the newest manylinux tag uv knows for x86_64
+MAX_MANYLINUX = (2, 40)  # the newest manylinux tag uv knows (x86_64 and aarch64 alike)
+ARCH = {AMD64: "x86_64", ARM64: "aarch64"}  # an image's platform -> the wheel tags' architecture (uv's --python-platform)
 PYPI = "https://pypi.org/simple"
 
 
@@ -27,7 +28,7 @@ class LockTarget:
     requirements: tuple[str, ...]
     constraints: tuple[str, ...]
     python: str
-    platform: str  # uv's --python-platform, e.g. x86_64-manylinux_2_36
+    platform: str  # uv's --python-platform, e.g. x86_64-manylinux_2_36, aarch64-manylinux_2_36
     indexes: tuple[str, ...]  # the plan's framework indexes, besides the default index
 
     @property
@@ -43,7 +44,8 @@ class LockTarget:
         return "sha256:" + hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
 
-def platform_for(os_name: str, compat: Compat) -> str:
+def platform_for(os_name: str, compat: Compat, platform: str = AMD64) -> str:
+    """uv's --python-platform for an OS's glibc on an image platform: x86_64-manylinux_2_36."""
     glibc = dict(compat.os_glibc).get(os_name)
     if glibc is None:
         known = ", ".join(name for name, _ in compat.os_glibc)
@@ -52,7 +54,7 @@ def platform_for(os_name: str, compat: Compat) -> str:
         )
     major, minor = (int(part) for part in glibc.split(".")[:2])
     major, minor = min((major, minor), MAX_MANYLINUX)
-    return f"x86_64-manylinux_{major}_{minor}"
+    return f"{ARCH[platform]}-manylinux_{major}_{minor}"
 
 
 def target_for(spec: ImageSpec, compat: Compat) -> LockTarget:
@@ -61,7 +63,7 @@ def target_for(spec: ImageSpec, compat: Compat) -> LockTarget:
         requirements=spec.packages,
         constraints=spec.constraints,
         python=spec.python,
-        platform=platform_for(spec.base.os, compat),
+        platform=platform_for(spec.base.os, compat, spec.platform),
         indexes=spec.index_urls,
     )
 

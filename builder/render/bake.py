@@ -36,8 +36,8 @@ def target_name(name: str) -> str:
 
 def platform(spec: ImageSpec) -> str:
     """The platform the image's lock resolves for (builder/lock/target.py), so a builder of another
-    architecture does not build an image whose hashes cannot match."""
-    arch = platform_for(spec.base.os, table()).split("-", 1)[0]
+    architecture does not build an image whose hashes cannot match: the image's own platform."""
+    arch = platform_for(spec.base.os, table(), spec.platform).split("-", 1)[0]
     if arch not in PLATFORMS:
         raise ValueError(f"no OCI platform known for lock architecture {arch!r}; add it to builder/render/bake.py PLATFORMS")
     return PLATFORMS[arch]

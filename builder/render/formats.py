@@ -13,7 +13,7 @@ from builder.errors import UserError
 from builder.lock.claims import cc_floor
 from builder.lock.files import libraries
 from builder.lock.target import lock_state
-from builder.records import ImageSpec, Skipped, Vendor
+from builder.records import AMD64, ImageSpec, Skipped, Vendor
 
 # Where a leg of .github/workflows/images.yml runs: GPU images on self-hosted runners with that
 # vendor's GPU (the labels a runner is registered with), the rest on GitHub's hosted runners.
@@ -22,14 +22,21 @@ RUNNERS: dict[Vendor, tuple[str, ...]] = {
     "rocm": ("self-hosted", "linux", "x64", "amd"),
     "cpu": ("ubuntu-latest",),
 }
+# linux/arm64 legs: GPU images on arm64 self-hosted runners, CPU images on GitHub's hosted arm64 runners.
+ARM64_RUNNERS: dict[Vendor, tuple[str, ...]] = {
+    "cuda": ("self-hosted", "linux", "arm64", "nvidia"),
+    "rocm": ("self-hosted", "linux", "arm64", "amd"),
+    "cpu": ("ubuntu-24.04-arm",),
+}
 MAX_MATRIX_JOBS = 256  # GitHub Actions refuses a larger strategy.matrix
 
 
 def plan_json(images: tuple[ImageSpec, ...], skipped: tuple[Skipped, ...]) -> dict[str, Any]:
-    """The plan: each image's entry (images/<id>/image.json) plus its lines' end-of-life dates,
-    which are not part of image.json: a date passing must not change an image's content hash."""
+    """The plan: each image's entry (images/<id>/image.json) plus its platform (image.json names it
+    only when it is not linux/amd64) and its lines' end-of-life dates, which are not part of image.json:
+    a date passing must not change an image's content hash."""
     return {
-        "images": [{**image_entry(s), "end_of_life": end_of_life(s)} for s in images],
+        "images": [{**image_entry(s), "platform": s.platform, "end_of_life": end_of_life(s)} for s in images],
         "skipped": [skipped_entry(s) for s in skipped],
     }
 
@@ -60,7 +67,8 @@ def github_matrix(images: tuple[ImageSpec, ...]) -> dict[str, Any]:
                 "python": s.python,
                 "select": f"id={s.id}",
                 "gpu": s.base.vendor != "cpu",
-                "runs_on": list(RUNNERS[s.base.vendor]),
+                "platform": s.platform,
+                "runs_on": list((RUNNERS if s.platform == AMD64 else ARM64_RUNNERS)[s.base.vendor]),
             }
             for s in images
         ]
@@ -68,7 +76,8 @@ def github_matrix(images: tuple[ImageSpec, ...]) -> dict[str, Any]:
 
 
 def image_entry(spec: ImageSpec) -> dict[str, Any]:
-    """The plan JSON entry for an image (also written as images/<id>/image.json)."""
+    """The plan JSON entry for an image (also written as images/<id>/image.json). `platform` is
+    there only when it is not linux/amd64, so the amd64 images' image.json stay as they were."""
     base: dict[str, Any] = {"name": spec.base.name, "vendor": spec.base.vendor, "os": spec.base.os}
     for key in ("version", "image", "digest", "bootstrap"):
         value = getattr(spec.base, key)
@@ -94,6 +103,7 @@ def image_entry(spec: ImageSpec) -> dict[str, Any]:
         "lock": lock_state(spec, table()),
         "libraries": libraries(spec.lock) if spec.lock else {},
         **({"cc_min": floor} if (floor := cc_floor(spec, table())) else {}),
+        **({"platform": spec.platform} if spec.platform != AMD64 else {}),
     }
 
 
@@ -103,5 +113,6 @@ def skipped_entry(skip: Skipped) -> dict[str, Any]:
         "stack": skip.stack,
         "python": skip.python,
         "frameworks": dict(skip.frameworks),
+        "platform": skip.platform,
         "reason": skip.reason,
     }

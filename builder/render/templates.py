@@ -16,7 +16,7 @@ import jinja2
 from builder.compat.facts import table
 from builder.lock.claims import cc_floor
 from builder.lock.files import libraries
-from builder.records import ImageSpec
+from builder.records import AMD64, ImageSpec
 from builder.render import labels as lb
 from builder.render import sandbox
 
@@ -73,6 +73,7 @@ def dockerfile(spec: ImageSpec, env: jinja2.Environment, source: str, matrix_nam
         "spec": spec,
         "matrix_name": matrix_name,
         "base_ref": spec.base.from_ref,
+        "from_platform": "" if spec.platform == AMD64 else f"--platform={spec.platform} ",
         "vendor": spec.base.vendor,
         "accelerator": spec.accelerator,
         "python_packages": spec.python_packages,

@@ -10,7 +10,7 @@ from builder.catalog.records import KnownGood
 from builder.compat import lifecycle
 from builder.compat.facts import table
 from builder.fit.runs_on import runs_on
-from builder.records import ImageSpec, Plan
+from builder.records import ImageSpec, Plan, platform_suffix
 from builder.results import SmokeResult, is_good
 
 # In the order a reader cares: what can be pulled first. `passed`: tested, not published yet.
@@ -127,7 +127,16 @@ def build_report(
     for skipped in plan.skipped:
         frameworks = " ".join(f"{n} {v}" for n, v in skipped.frameworks)
         rows.append(
-            Row(f"{frameworks} py{skipped.python}", skipped.base, skipped.stack, skipped.python, frameworks, "", "skipped", skipped.reason)
+            Row(
+                f"{frameworks} py{skipped.python}{platform_suffix(skipped.platform)}",
+                skipped.base,
+                skipped.stack,
+                skipped.python,
+                frameworks,
+                "",
+                "skipped",
+                skipped.reason,
+            )
         )
     bases = tuple(dict.fromkeys([*(s.base.name for s in specs), *(s.base for s in plan.skipped)]))
     stacks = tuple(dict.fromkeys([*(s.stack for s in specs), *(s.stack for s in plan.skipped)]))

@@ -16,7 +16,7 @@ from packaging.version import Version
 from builder.compat.rules import names as framework_names
 from builder.errors import UserError
 from builder.query import is_glob, value_matches
-from builder.records import VENDORS, Base, Matrix, Rule
+from builder.records import AMD64, PLATFORMS, VENDORS, Base, Matrix, Rule
 from builder.spec import grammar
 from builder.yamlsrc import LDict, LList, load
 
@@ -25,9 +25,9 @@ TOP_KEYS = (
     "cuda_exceptions", "keep_older_gpus",
 )  # fmt: skip
 REQUIRED_TOP = ("registry", "bases", "python", "frameworks", "stacks")
-BASE_KEYS = ("vendor", "version", "os", "image", "digest", "bootstrap")
+BASE_KEYS = ("vendor", "version", "os", "image", "digest", "bootstrap", "platforms")
 BOOTSTRAPS = ("debootstrap",)
-RULE_FIELDS = ("base", "stack", "python", "vendor")  # and every framework of the registry in force
+RULE_FIELDS = ("base", "stack", "python", "vendor", "platform")  # and every framework of the registry in force
 BUILD_KEYS = ("ca_bundle",)
 MAX_COMBINATIONS = 100_000  # planning more is a mistake: every combination is decided and listed
 
@@ -94,11 +94,11 @@ def load_matrix(path: Path) -> Matrix:
     pythons = _pythons(ctx, ctx.seq(top["python"], "python", top.line_of("python")))
     frameworks = _frameworks(ctx, ctx.mapping(top["frameworks"], "frameworks", top.line_of("frameworks")))
     stacks = _stacks(ctx, ctx.mapping(top["stacks"], "stacks", top.line_of("stacks")), dict(frameworks))
-    names = {"base": {b.name for b in bases}, "stack": {s for s, _ in stacks}}
+    names = {"base": {b.name for b in bases}, "stack": {s for s, _ in stacks}, "platform": set(PLATFORMS)}
     exclude = _rules(ctx, top.get("exclude"), top.line_of("exclude"), "exclude", names)
     include = _rules(ctx, top.get("include"), top.line_of("include"), "include", names)
     for rule in include:
-        _check_include(ctx, rule, dict(stacks), dict(frameworks))
+        _check_include(ctx, rule, dict(stacks), dict(frameworks), {b.name: b for b in bases})
     default_select = _defaults(ctx, top)
     indexes = _indexes(ctx, top.get("indexes"), top.line_of("indexes"))
     ca_bundle = _build(ctx, top.get("build"), top.line_of("build"), path.parent)
@@ -229,8 +229,39 @@ def _bases(ctx: _Ctx, bases: LDict) -> tuple[Base, ...]:
                 raise ctx.fail(
                     f"base '{name}' is bootstrapped locally; a digest pin applies to registry images only", spec.line_of("digest")
                 )
-        out.append(Base(name=name, vendor=vendor, os=os_, version=version, image=image, digest=digest, bootstrap=bootstrap, line=line))
+        platforms = _platforms(ctx, spec, name)
+        out.append(
+            Base(
+                name=name,
+                vendor=vendor,
+                os=os_,
+                version=version,
+                image=image,
+                digest=digest,
+                bootstrap=bootstrap,
+                line=line,
+                platforms=platforms,
+            )
+        )
     return tuple(out)
+
+
+def _platforms(ctx: _Ctx, spec: LDict, name: str) -> tuple[str, ...]:
+    """`platforms: [linux/amd64, linux/arm64]`: the platforms a base exists for; linux/amd64 alone when absent."""
+    if "platforms" not in spec:
+        return (AMD64,)
+    items = ctx.seq(spec["platforms"], f"base '{name}' platforms", spec.line_of("platforms"))
+    if not items:
+        raise ctx.fail(f"base '{name}' platforms is empty; list at least one of {', '.join(PLATFORMS)}", items.line)
+    out = []
+    for i, value in enumerate(items):
+        if not isinstance(value, str) or value not in PLATFORMS:
+            close = difflib.get_close_matches(str(value), PLATFORMS, n=1)
+            hint = f"did you mean '{close[0]}'?" if close else f"supported: {', '.join(PLATFORMS)}"
+            raise ctx.fail(f"base '{name}': unknown platform {value!r}; {hint}", items.line_of(i))
+        out.append(value)
+    _no_repeats(ctx, out, items, f"base '{name}' platforms")
+    return tuple(sorted(out, key=PLATFORMS.index))
 
 
 def _pythons(ctx: _Ctx, items: LList) -> tuple[str, ...]:
@@ -331,11 +362,20 @@ def _rules(ctx: _Ctx, value: Any, line: int, what: str, names: dict[str, set[str
     return tuple(out)
 
 
-def _check_include(ctx: _Ctx, rule: Rule, stacks: dict[str, tuple[str, ...]], frameworks: dict[str, tuple[str, ...]]) -> None:
+def _check_include(
+    ctx: _Ctx, rule: Rule, stacks: dict[str, tuple[str, ...]], frameworks: dict[str, tuple[str, ...]], bases: dict[str, Base]
+) -> None:
     keys = dict(rule.fields)
     for key in ("base", "stack", "python"):
         if key not in keys or any(c in keys[key] for c in "*?["):
             raise ctx.fail(f"an include entry needs an exact '{key}:' (it adds one combination)", rule.line_of(key))
+    platform = keys.get("platform", AMD64)
+    if platform not in bases[keys["base"]].platforms:
+        raise ctx.fail(
+            f"include is for {platform}, which base '{keys['base']}' does not declare (platforms: "
+            f"{', '.join(bases[keys['base']].platforms)}); add it to the base's platforms or name one it has",
+            rule.line_of("platform"),
+        )
     if not grammar.PYTHON.fullmatch(keys["python"]):
         raise ctx.fail(f'include python {keys["python"]!r} is not valid; expected like "3.11"', rule.line_of("python"))
     for member in stacks[keys["stack"]]:
@@ -349,7 +389,7 @@ def _check_include(ctx: _Ctx, rule: Rule, stacks: dict[str, tuple[str, ...]], fr
                 f"include {member} {keys[member]!r} is frameworks.{member}'s {listed!r} spelled another way; write {listed!r}",
                 rule.line_of(member),
             )
-    extra = sorted(set(keys) - {"base", "stack", "python", *stacks[keys["stack"]]})
+    extra = sorted(set(keys) - {"base", "stack", "python", "platform", *stacks[keys["stack"]]})
     if extra:
         raise ctx.fail(f"include names {', '.join(extra)}, which stack '{keys['stack']}' does not have; remove it", rule.line_of(extra[0]))
 

@@ -11,13 +11,14 @@ from fnmatch import fnmatchcase
 
 from builder.compat import cuda_components
 from builder.compat.facts import Compat, table
-from builder.compat.rules import decide
+from builder.compat.platforms import platform_reason
+from builder.compat.rules import decide, framework
 from builder.compat.rules.cuda import accelerator
 from builder.compat.rules.numpy import pick_numpy
 from builder.compat.rules.python import decide_python
 from builder.compat.versions import mm
 from builder.errors import UserError
-from builder.records import Combination, ImageSpec, Install, Matrix, Plan, Skipped
+from builder.records import Combination, ImageSpec, Install, Matrix, Plan, Skipped, platform_suffix
 from builder.spec import grammar
 from builder.spec.expand import Excluder, expand, included
 
@@ -26,7 +27,8 @@ WHEEL_VARIANT = re.compile(r"cu\d{3}|rocm\d+(?:\.\d+)*")  # a wheel built for on
 
 def image_id(combo: Combination, installs: tuple[Install, ...] = ()) -> str:
     """Readable, deterministic, a valid Docker tag: torch2.5.1-cu124-py3.11-ubuntu22.04. When a
-    wheel is built for another CUDA/ROCm than the base, both show: torch2.13.0-cu126-on-cu128-..."""
+    wheel is built for another CUDA/ROCm than the base, both show: torch2.13.0-cu126-on-cu128-...
+    An image for a platform other than linux/amd64 ends in it: ...-py3.11-debian12-arm64."""
     base = combo.base
     if base.vendor == "cuda" and base.version:
         major, minor = base.version.split(".")[:2]
@@ -39,7 +41,7 @@ def image_id(combo: Combination, installs: tuple[Install, ...] = ()) -> str:
     if wheel is not None:
         accel = f"{wheel}-on-{accel}"
     frameworks = "-".join(f"{name}{version}" for name, version in combo.frameworks)
-    return f"{frameworks}-{accel}-py{combo.python}-{base.os}"
+    return f"{frameworks}-{accel}-py{combo.python}-{base.os}{platform_suffix(combo.platform)}"
 
 
 def _indexes(install: Install, overrides: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
@@ -63,6 +65,9 @@ def decide_combination(combo: Combination, matrix: Matrix, compat: Compat) -> Im
         verdict = decide(name, combo.base, combo.python, version, compat)
         if not verdict.ok or verdict.install is None:
             return verdict.reason
+        missing = platform_reason(compat.platform_wheels, name, version, combo.base, framework(name).facts_at)
+        if missing is not None:
+            return missing
         installs.append(verdict.install)
         warnings.extend(verdict.warnings)
     try:
@@ -114,7 +119,9 @@ def _cuda_constraints(combo: Combination, compat: Compat) -> tuple[str, ...] | s
 
 
 def _skipped(combo: Combination, reason: str) -> Skipped:
-    return Skipped(base=combo.base.name, stack=combo.stack, python=combo.python, frameworks=combo.frameworks, reason=reason)
+    return Skipped(
+        base=combo.base.name, stack=combo.stack, python=combo.python, frameworks=combo.frameworks, reason=reason, platform=combo.platform
+    )
 
 
 def _collect(matrix: Matrix, compat: Compat) -> tuple[dict[str, ImageSpec], list[Skipped]]:
@@ -142,7 +149,7 @@ def _collect(matrix: Matrix, compat: Compat) -> tuple[dict[str, ImageSpec], list
 
 
 def _key(combo: Combination) -> tuple[object, ...]:
-    return (combo.base.name, combo.stack, combo.python, combo.frameworks)
+    return (combo.base.name, combo.platform, combo.stack, combo.python, combo.frameworks)
 
 
 def _add(images: dict[str, ImageSpec], spec: ImageSpec, matrix: Matrix, line: int = 0) -> None:

@@ -13,7 +13,7 @@ from builder.compat.rules import names as framework_names
 from builder.query import matches
 from builder.records import Combination, ImageSpec
 
-SELECT_FIELDS = ("id", "base", "stack", "python", "vendor", "os", "index")  # and every framework of the registry in force
+SELECT_FIELDS = ("id", "base", "stack", "python", "vendor", "os", "index", "platform")  # and every framework of the registry in force
 Selector = tuple[tuple[str, str], ...]
 
 
@@ -32,6 +32,7 @@ def combination_fields(combo: Combination) -> dict[str, str]:
         "stack": combo.stack,
         "python": combo.python,
         "vendor": combo.base.vendor,
+        "platform": combo.platform,
     }
     fields.update(combo.frameworks)
     return fields
@@ -46,6 +47,7 @@ def fields_of(spec: ImageSpec) -> dict[str, str | tuple[str, ...]]:
         "python": spec.python,
         "vendor": spec.base.vendor,
         "os": spec.base.os,
+        "platform": spec.platform,
     }
     fields.update(spec.frameworks)
     return fields

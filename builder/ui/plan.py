@@ -20,8 +20,10 @@ def print_table(console: Console, plan: Plan, images: tuple[ImageSpec, ...], exp
     ]
     print_rows(console, f"{len(images)} images", ("id", "frameworks", "variant", "python", "base"), rows)
     if explain:
-        skipped = [(s.base, s.stack, s.python, _frameworks(s.frameworks), s.reason) for s in plan.skipped]
-        print_rows(console, f"{len(plan.skipped)} skipped combinations", ("base", "stack", "python", "frameworks", "reason"), skipped)
+        skipped = [(s.base, s.platform, s.stack, s.python, _frameworks(s.frameworks), s.reason) for s in plan.skipped]
+        print_rows(
+            console, f"{len(plan.skipped)} skipped combinations", ("base", "platform", "stack", "python", "frameworks", "reason"), skipped
+        )
     elif plan.skipped:
         console.print(f"{len(plan.skipped)} combinations skipped; --explain lists them with reasons")
     for warning in plan.warnings:

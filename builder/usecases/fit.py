@@ -27,7 +27,7 @@ from builder.fit import driver as drivers
 from builder.fit.arch import Arch, Embedded, decide
 from builder.fit.host import FitHost
 from builder.fit.measure import embedded_of, library_floor
-from builder.fit.runs_on import RECORD_ARCH, cudnn_floor
+from builder.fit.runs_on import cudnn_floor, record_arch
 from builder.fit.runs_on import framework_row as _row
 from builder.measured_fit import MeasuredFit, cc_key
 from builder.usecases.catalog import find, no_match_message
@@ -81,10 +81,11 @@ def fit(catalog: Catalog, query: str, host: FitHost) -> FitReport:
 
 def judge(record: KnownGood, host: FitHost, compat: Compat) -> RecordFit:
     kind = record.accelerator.kind
-    if host.arch != RECORD_ARCH:
-        return _no(record, f"an {RECORD_ARCH} image; this host is {host.arch}")
+    arch = record_arch(record)
+    if host.arch != arch:
+        return _no(record, f"an {arch} image; this host is {host.arch}")
     if kind == "cpu":
-        return RecordFit(record.id, "fits", f"a CPU image: runs on any {RECORD_ARCH} host", False)
+        return RecordFit(record.id, "fits", f"a CPU image: runs on any {arch} host", False)
     if kind == "rocm":
         if host.vendor != "amd":
             return _no(record, f"a ROCm image needs an AMD GPU; this host has {_vendor_label(host)}")
