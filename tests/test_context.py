@@ -415,3 +415,16 @@ def test_a_fifo_or_device_named_like_a_wheel_is_no_wheel(tmp_path: Path) -> None
     assert local_wheels(_spec(), (folder,)) == {}
     with pytest.raises(UserError, match="not a regular file"):
         context.sha256_of(folder / EXPECTED["3.11"]["numba==0.68.0"])
+
+
+def test_a_single_stage_build_gets_every_setting_served_and_none_in_its_context(
+    tmp_path: Path, source: dict[str, bytes], find_links: Path, ca: Path
+) -> None:
+    """A team environment's Dockerfile has no build stage: a CA bundle or pip.conf in its context
+    would be a layer of the image itself, so both are served like the local wheels."""
+    staged = stage(_spec(), source, tmp_path / "contexts", _settings(find_links, ca=ca, index_url=MIRROR), serve_all=True)
+    assert staged.served_ca == ca.read_bytes()
+    assert staged.secret_pip_conf is not None and MIRROR.encode() in staged.secret_pip_conf
+    assert not (staged.path / ".builder" / "ca.pem").exists() and not (staged.path / ".builder" / "pip.conf").exists()
+    plain = stage(_spec(), source, tmp_path / "plain", _settings(ca=ca, index_url=MIRROR), serve_all=True)
+    assert plain.wheel_files == () and plain.secret_pip_conf is not None and plain.served_pip_conf(None) == plain.secret_pip_conf

@@ -19,7 +19,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TextIO
 
@@ -30,7 +30,7 @@ from builder.engine.diagnose import diagnose_text
 from builder.engine.failures import diagnose_build, is_network_build_failure, is_tls_failure
 from builder.engine.port import BuildRequest, Engine
 from builder.engine.retry import GaveUp, retry_network
-from builder.engine.secrets import SecretServer, redact
+from builder.engine.secrets import SecretServer, redact, serving
 from builder.engine.session import SESSION_ID
 from builder.engine.settings import BuildSettings
 from builder.records import ImageSpec
@@ -82,6 +82,7 @@ class Run:
     retries: int = 3
     backoff_s: float = 5.0
     no_cache: bool = False
+    serve_all: bool = False  # single-stage Dockerfiles (team environments): CA and pip.conf served too (staging.stage)
     on_line: Log | None = None
     secrets: SecretServer | None = None
     stop: threading.Event = field(default_factory=threading.Event)
@@ -120,6 +121,9 @@ def tag_lock(lock_dir: Path, tag: str, stop: threading.Event | None = None) -> I
 
 def build_image(run: Run, engine: Engine, spec: ImageSpec, files: Mapping[str, bytes], *, force: bool) -> BuildResult:
     """Build one image from its rendered context `files`; never raises for a failed build."""
+    if run.secrets is None:  # a build outside a BuildRun's pool (a team environment's): a server of its own
+        with serving() as server:
+            return build_image(replace(run, secrets=server), engine, spec, files, force=force)
     started = time.monotonic()
     with tag_lock(run.lock_dir, spec.tag, run.stop):
         current = engine.inspect_image(spec.tag)
@@ -133,21 +137,24 @@ def _build_locked(
 ) -> BuildResult:
     run.log_dir.mkdir(parents=True, exist_ok=True)
     log_path = run.log_dir / f"{spec.id}.log"
-    staged = staging.stage(spec, files, run.staging_root, run.settings)
-    secret_url = wheels_url = None
-    if staged.secret_pip_conf is not None:
+    staged = staging.stage(spec, files, run.staging_root, run.settings, serve_all=run.serve_all)
+    secret_url = wheels_url = ca_url = None
+    if staged.secret_pip_conf is not None or staged.served_ca is not None:
         if run.secrets is None:
             raise RuntimeError("credentials or wheels to serve but no secret server")
         if staged.wheel_files:
             wheels_url = run.secrets.publish_files({path.name: path for path in staged.wheel_files})
-        secret_url = run.secrets.publish(staged.served_pip_conf(wheels_url) or b"", uses=run.retries)
+        if staged.secret_pip_conf is not None:
+            secret_url = run.secrets.publish(staged.served_pip_conf(wheels_url) or b"", uses=run.retries)
+        if staged.served_ca is not None:
+            ca_url = run.secrets.publish(staged.served_ca, uses=run.retries)
     steps: set[str] = set()
     attempts = 0
 
     def attempt(number: int) -> None:
         nonlocal attempts
         attempts = number
-        _attempt(run, engine, spec, staged, secret_url, log_path, number, steps)
+        _attempt(run, engine, spec, staged, secret_url, log_path, number, steps, ca_url)
 
     try:
         retry_network(attempt, flake=lambda exc: isinstance(exc, NetworkFlake), attempts=run.retries, wait_s=run.backoff_s, max_wait_s=60)
@@ -161,7 +168,7 @@ def _build_locked(
     finally:
         run.step_containers.pop(spec.id, None)
         if run.secrets is not None:
-            for url in (secret_url, wheels_url):
+            for url in (secret_url, wheels_url, ca_url):
                 if url is not None:
                     run.secrets.revoke(url)
         shutil.rmtree(staged.path, ignore_errors=True)
@@ -224,7 +231,15 @@ def _failed(
 
 
 def _attempt(
-    run: Run, engine: Engine, spec: ImageSpec, staged: staging.Staged, secret_url: str | None, log_path: Path, attempt: int, steps: set[str]
+    run: Run,
+    engine: Engine,
+    spec: ImageSpec,
+    staged: staging.Staged,
+    secret_url: str | None,
+    log_path: Path,
+    attempt: int,
+    steps: set[str],
+    ca_url: str | None = None,
 ) -> None:
     if run.stop.is_set():
         raise BuildFailed("interrupted before the build started")
@@ -232,6 +247,8 @@ def _attempt(
     buildargs["BUILDER_STAGE_OF"] = spec.tag
     if secret_url is not None:
         buildargs["BUILDER_PIP_CONF_URL"] = secret_url
+    if ca_url is not None:
+        buildargs["BUILDER_CA_URL"] = ca_url
     labels = build_labels(spec, run.revision)
     with log_path.open("w" if attempt == 1 else "a", encoding="utf-8", buffering=1) as log:  # line-buffered: `tail -f` works
         log.write(f"# build {spec.id} attempt {attempt} -> {spec.tag}\n")

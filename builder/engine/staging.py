@@ -40,6 +40,7 @@ class Staged:
     extra_index_urls: tuple[str, ...]  # what the build still needs to reach
     secret_pip_conf: bytes | None = None  # pip.conf served, never written: it has credentials, or local wheels to name
     wheel_files: tuple[Path, ...] = ()  # the local wheels themselves, served by name
+    served_ca: bytes | None = None  # the CA bundle, served instead of written (a single-stage Dockerfile: a team environment's)
 
     def served_pip_conf(self, wheels_url: str | None) -> bytes | None:
         """The pip.conf to serve once the wheels are published at `wheels_url` (None: nothing to serve,
@@ -159,9 +160,11 @@ def pip_conf(settings: BuildSettings, extra_index_urls: tuple[str, ...] = ()) ->
     return "\n".join(lines) + "\n"
 
 
-def stage(spec: ImageSpec, files: Mapping[str, bytes], staging_root: Path, settings: BuildSettings) -> Staged:
+def stage(spec: ImageSpec, files: Mapping[str, bytes], staging_root: Path, settings: BuildSettings, serve_all: bool = False) -> Staged:
     """Write the rendered context `files` (Dockerfile, requirements.txt, the probe) to
-    staging_root/<id>/ and add .builder/; returns what the build needs."""
+    staging_root/<id>/ and add .builder/; returns what the build needs. `serve_all`: the
+    Dockerfile has no build stage (a team environment's), so nothing of the settings may be
+    in the context: the CA bundle and the pip.conf are served too."""
     target = staging_root / spec.id
     shutil.rmtree(target, ignore_errors=True)
     target.mkdir(parents=True)
@@ -174,12 +177,16 @@ def stage(spec: ImageSpec, files: Mapping[str, bytes], staging_root: Path, setti
     served = {w.name: w for w in wheels.values()}  # `jax[cuda13]==X` and the lock's `jax==X` are one file
     if wheels:
         (extra / "local.txt").write_text("".join(f"{line}\n" for line in sorted(wheels)), encoding="utf-8")
+    served_ca = None
     if settings.ca_bundle is not None:
-        shutil.copyfile(settings.ca_bundle, extra / "ca.pem")
+        if serve_all:
+            served_ca = settings.ca_bundle.read_bytes()
+        else:
+            shutil.copyfile(settings.ca_bundle, extra / "ca.pem")
     indexes = needed_indexes(spec, set(wheels)) + tuple(u for u in settings.pip.extra_index_urls if u not in spec.index_urls)
     conf = pip_conf(settings, indexes)
     secret = None
-    if wheels or has_userinfo(conf):
+    if wheels or serve_all or has_userinfo(conf):
         secret = conf.encode()
     else:
         (extra / "pip.conf").write_text(conf, encoding="utf-8")
@@ -189,6 +196,7 @@ def stage(spec: ImageSpec, files: Mapping[str, bytes], staging_root: Path, setti
         extra_index_urls=indexes,
         secret_pip_conf=secret,
         wheel_files=tuple(served[name] for name in sorted(served)),
+        served_ca=served_ca,
     )
 
 
