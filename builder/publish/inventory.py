@@ -73,7 +73,14 @@ def parse(text: str, where: str) -> Inventory:
 
 def read_inventory(engine: Engine, spec: ImageSpec, image: str, host: HostInfo) -> Inventory:
     """The inventory of the image id `image`, read in a locked-down, tool-labelled container."""
-    command = ("timeout", "-s", "KILL", "120", "sh", "-c", INVENTORY_SCRIPT)
+    return parse(run_script(engine, spec, image, host, INVENTORY_SCRIPT, f"the packages of {spec.id} for its SBOM"), spec.id)
+
+
+def run_script(engine: Engine, spec: ImageSpec, image: str, host: HostInfo, script: str, what: str) -> str:
+    """What `sh -c script` prints in a locked-down container of the image id `image` (the smoke
+    container's settings, no GPU, a tool label so a killed run's container is swept later, killed
+    after 120 s); RunFailure "reading <what> failed ..." when it cannot run or exits non-zero."""
+    command = ("timeout", "-s", "KILL", "120", "sh", "-c", script)
     locked_down = replace(run_spec(spec, gpu_access(spec, "off", host), host, 120), image=image, command=command)
     try:
         with engine.container(locked_down) as container:
@@ -81,7 +88,7 @@ def read_inventory(engine: Engine, spec: ImageSpec, image: str, host: HostInfo) 
             status = container.wait(timeout=180)
             output = container.logs().decode(errors="replace")
     except EngineFault as exc:
-        raise RunFailure(f"reading the packages of {spec.id} for its SBOM failed: {exc.message}") from None
+        raise RunFailure(f"reading {what} failed: {exc.message}") from None
     if status != 0:
-        raise RunFailure(f"reading the packages of {spec.id} for its SBOM failed (exit {status})")
-    return parse(output, spec.id)
+        raise RunFailure(f"reading {what} failed (exit {status})")
+    return output

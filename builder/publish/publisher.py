@@ -14,7 +14,7 @@ import hashlib
 import importlib.metadata
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from builder.catalog.records import BaseIdentity, KnownGood, MeasuredAccelerator
@@ -23,11 +23,10 @@ from builder.engine import push
 from builder.engine.port import Engine, EngineFault
 from builder.errors import RunFailure, UserError
 from builder.host.facts import HostInfo
-from builder.publish.inventory import Inventory, read_inventory
+from builder.publish.inventory import Inventory, read_inventory, run_script
 from builder.publish.tags import floating_tags, newest_of_line
 from builder.records import ImageSpec
 from builder.results import SmokeResult, TestedOn
-from builder.smoke.args import gpu_access, run_spec
 
 REPOSITORY = re.compile(r"^(?:[a-z0-9.-]+(?::\d{1,5})?/)?[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$")
 MANIFEST_ENV = re.compile(r"^(PATH|VIRTUAL_ENV|LD_LIBRARY_PATH|NVIDIA_[A-Z_]+|CUDA_[A-Z_]+|PYTHON[A-Z_]*|NUMBA_[A-Z_]+|HSA_[A-Z_]+)=")
@@ -98,17 +97,7 @@ def lock_sha256(spec: ImageSpec) -> str | None:
 def read_manifest(engine: Engine, spec: ImageSpec, image: str, host: HostInfo) -> str:
     """pip freeze, the dpkg list and the key environment, read in a locked-down container of the
     approved image id (a tool-labelled container, so a killed run's one is swept later)."""
-    command = ("timeout", "-s", "KILL", "120", "sh", "-c", MANIFEST_SCRIPT)
-    locked_down = replace(run_spec(spec, gpu_access(spec, "off", host), host, 120), image=image, command=command)
-    try:
-        with engine.container(locked_down) as container:
-            container.start()
-            status = container.wait(timeout=180)
-            output = container.logs().decode(errors="replace")
-    except EngineFault as exc:
-        raise RunFailure(f"reading the package manifest of {spec.id} failed: {exc.message}") from None
-    if status != 0:
-        raise RunFailure(f"reading the package manifest of {spec.id} failed (exit {status})")
+    output = run_script(engine, spec, image, host, MANIFEST_SCRIPT, f"the package manifest of {spec.id}")
     lines, section = [], ""
     for line in output.splitlines():
         section = line if line.startswith("## ") else section
