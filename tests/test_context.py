@@ -305,7 +305,7 @@ def test_stage_serves_the_pinned_wheels_instead_of_copying_them(
     assert tree[".builder/ca.pem"] == ca.read_bytes()
     assert tree[".builder/local.txt"].decode().splitlines() == sorted(EXPECTED["3.11"])
     # the pip.conf is served, with the wheels' page once it is published
-    assert staged.secret_pip_conf == conf.encode()
+    assert staged.pip_conf_to_serve == conf.encode()
     assert staged.served_pip_conf("http://127.0.0.1:1/w/") == (conf + "find-links = http://127.0.0.1:1/w/\n").encode()
     with pytest.raises(RuntimeError):
         staged.served_pip_conf(None)
@@ -314,7 +314,7 @@ def test_stage_serves_the_pinned_wheels_instead_of_copying_them(
 
 def test_stage_without_local_wheels_writes_its_pip_conf(tmp_path: Path, source: dict[str, bytes]) -> None:
     staged = stage(_spec(), source, tmp_path / "contexts", _settings(index_url=MIRROR))
-    assert staged.wheel_files == () and staged.secret_pip_conf is None and staged.served_pip_conf(None) is None
+    assert staged.wheel_files == () and staged.pip_conf_to_serve is None and staged.served_pip_conf(None) is None
     assert (staged.path / ".builder" / "pip.conf").read_text(encoding="utf-8") == (
         f"[global]\ndisable-pip-version-check = true\nindex-url = {MIRROR}\nextra-index-url =\n    {TORCH_CPU_INDEX}\n"
     )
@@ -336,7 +336,7 @@ def test_stage_serves_a_pip_conf_with_credentials_instead_of_writing_it(tmp_path
     secret_index = "https://ci:s3cret@mirror.corp/simple"
     staged = stage(_spec(), source, tmp_path / "contexts", _settings(index_url=secret_index))
     assert not (staged.path / ".builder" / "pip.conf").exists()
-    assert staged.secret_pip_conf is not None and secret_index.encode() in staged.secret_pip_conf
+    assert staged.pip_conf_to_serve is not None and secret_index.encode() in staged.pip_conf_to_serve
     assert not [p for p in staged.path.rglob("*") if p.is_file() and b"s3cret" in p.read_bytes()]
 
 
@@ -424,7 +424,7 @@ def test_a_single_stage_build_gets_every_setting_served_and_none_in_its_context(
     would be a layer of the image itself, so both are served like the local wheels."""
     staged = stage(_spec(), source, tmp_path / "contexts", _settings(find_links, ca=ca, index_url=MIRROR), serve_all=True)
     assert staged.served_ca == ca.read_bytes()
-    assert staged.secret_pip_conf is not None and MIRROR.encode() in staged.secret_pip_conf
+    assert staged.pip_conf_to_serve is not None and MIRROR.encode() in staged.pip_conf_to_serve
     assert not (staged.path / ".builder" / "ca.pem").exists() and not (staged.path / ".builder" / "pip.conf").exists()
     plain = stage(_spec(), source, tmp_path / "plain", _settings(ca=ca, index_url=MIRROR), serve_all=True)
-    assert plain.wheel_files == () and plain.secret_pip_conf is not None and plain.served_pip_conf(None) == plain.secret_pip_conf
+    assert plain.wheel_files == () and plain.pip_conf_to_serve is not None and plain.served_pip_conf(None) == plain.pip_conf_to_serve

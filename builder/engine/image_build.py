@@ -139,12 +139,12 @@ def _build_locked(
     log_path = run.log_dir / f"{spec.id}.log"
     staged = staging.stage(spec, files, run.staging_root, run.settings, serve_all=run.serve_all)
     secret_url = wheels_url = ca_url = None
-    if staged.secret_pip_conf is not None or staged.served_ca is not None:
+    if staged.pip_conf_to_serve is not None or staged.served_ca is not None:
         if run.secrets is None:
             raise RuntimeError("credentials or wheels to serve but no secret server")
         if staged.wheel_files:
             wheels_url = run.secrets.publish_files({path.name: path for path in staged.wheel_files})
-        if staged.secret_pip_conf is not None:
+        if staged.pip_conf_to_serve is not None:
             secret_url = run.secrets.publish(staged.served_pip_conf(wheels_url) or b"", uses=run.retries)
         if staged.served_ca is not None:
             ca_url = run.secrets.publish(staged.served_ca, uses=run.retries)

@@ -38,7 +38,7 @@ class Staged:
     path: Path
     wheels: tuple[str, ...]  # file names of the local wheels the build is served
     extra_index_urls: tuple[str, ...]  # what the build still needs to reach
-    secret_pip_conf: bytes | None = None  # pip.conf served, never written: it has credentials, or local wheels to name
+    pip_conf_to_serve: bytes | None = None  # pip.conf served, never written: it has credentials, local wheels to name, or serve_all
     wheel_files: tuple[Path, ...] = ()  # the local wheels themselves, served by name
     served_ca: bytes | None = None  # the CA bundle, served instead of written (a single-stage Dockerfile: a team environment's)
 
@@ -46,10 +46,10 @@ class Staged:
         """The pip.conf to serve once the wheels are published at `wheels_url` (None: nothing to serve,
         the context's .builder/pip.conf is the build's whole configuration)."""
         if not self.wheel_files:
-            return self.secret_pip_conf
-        if wheels_url is None or self.secret_pip_conf is None:
+            return self.pip_conf_to_serve
+        if wheels_url is None or self.pip_conf_to_serve is None:
             raise RuntimeError("local wheels to serve but no URL or pip.conf for them")
-        return self.secret_pip_conf + f"find-links = {wheels_url}\n".encode()
+        return self.pip_conf_to_serve + f"find-links = {wheels_url}\n".encode()
 
 
 class _Links(html.parser.HTMLParser):
@@ -194,7 +194,7 @@ def stage(spec: ImageSpec, files: Mapping[str, bytes], staging_root: Path, setti
         path=target,
         wheels=tuple(sorted(served)),
         extra_index_urls=indexes,
-        secret_pip_conf=secret,
+        pip_conf_to_serve=secret,
         wheel_files=tuple(served[name] for name in sorted(served)),
         served_ca=served_ca,
     )
