@@ -3,7 +3,9 @@ release line, each from its project's published support policy (data/sources.yam
 
 Pure: the table in, the dates an image's lines have and which of them are past a given day out.
 The table is refused in one line (file:line) when a row lacks a source, a date is not YYYY-MM-DD,
-or a line appears twice."""
+a line appears twice, or a date derived by a policy disagrees with what it derives from: a CUDA
+row's `eol` must be the last day of the sixth month after its driver branch's `branch_eol`
+(NVIDIA's image-tag policy), a framework row's `eol` its `released` day plus 24 months (SPEC 0)."""
 
 from __future__ import annotations
 
@@ -15,10 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from builder.compat.tables import DATA_DIR, Table
+from builder.frameworks import NAMES
 from builder.yamlsrc import LList
 
 LIFECYCLE_PATH = DATA_DIR / "lifecycle.yaml"
 SECTIONS = ("python", "os", "cuda", "frameworks")
+CUDA_TAGS_KEPT_MONTHS = 6  # NVIDIA deletes a CUDA minor's image tags ~6 months after its driver branch ends (S5)
+SPEC0_MONTHS = 24  # SPEC 0: a core package's release is supported for 24 months after it came out
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,28 @@ class Lifecycle:
         return None if line is None else self.rows.get((kind, line))
 
 
+def add_months(day: dt.date, months: int) -> dt.date:
+    """`day` moved by whole months, clamped to the target month's last day (2024-02-29 + 12 -> 2025-02-28)."""
+    month0 = day.month - 1 + months
+    year, month = day.year + month0 // 12, month0 % 12 + 1
+    return dt.date(year, month, min(day.day, _month_end(year, month).day))
+
+
+def _month_end(year: int, month: int) -> dt.date:
+    return (dt.date(year + month // 12, month % 12 + 1, 1)) - dt.timedelta(days=1)
+
+
+def derived_eol(kind: str, row: Mapping[str, Any]) -> dt.date | None:
+    """The end of life a row's policy column implies (None when the row states its date directly)."""
+    if kind == "cuda" and "branch_eol" in row:
+        year, month = (int(part) for part in str(row["branch_eol"]).split("-"))
+        target = add_months(dt.date(year, month, 1), CUDA_TAGS_KEPT_MONTHS)
+        return _month_end(target.year, target.month)
+    if kind not in ("python", "os", "cuda") and "released" in row:
+        return add_months(dt.date.fromisoformat(str(row["released"])), SPEC0_MONTHS)
+    return None
+
+
 def line_of(version: str | None) -> str | None:
     """A release line, X.Y, of a version ("2.14.1+cu130" -> "2.14"); None for None."""
     if not version:
@@ -58,7 +85,8 @@ def load(path: Path = LIFECYCLE_PATH) -> Lifecycle:
     def add(kind: str, value: Any, line: int) -> None:
         if isinstance(value, LList) and not value:
             return
-        for row in table.rows(value, ("line", "eol"), None, line):
+        optional = {"cuda": ("branch", "branch_eol"), "python": (), "os": ()}.get(kind, ("released",))
+        for row in table.rows(value, ("line", "eol"), None, line, optional):
             key = (kind, str(row["line"]))
             if key in rows:
                 raise table.fail(f"{kind} line {row['line']} appears twice", row.line)
@@ -66,12 +94,23 @@ def load(path: Path = LIFECYCLE_PATH) -> Lifecycle:
                 date = dt.date.fromisoformat(str(row["eol"]))
             except ValueError:
                 raise table.fail(f"eol {row['eol']!r} is not a date like 2027-10-31", row.line_of("eol")) from None
+            try:
+                implied = derived_eol(kind, row)
+            except ValueError:
+                column = "branch_eol" if "branch_eol" in row else "released"
+                raise table.fail(f"{column} {row[column]!r} is not a date like 2026-02 / 2026-02-17", row.line_of(column)) from None
+            if implied is not None and implied != date:
+                raise table.fail(
+                    f"{kind} line {row['line']}: eol {date} disagrees with its policy, which gives {implied}", row.line_of("eol")
+                )
             rows[key] = EndOfLife(kind, key[1], date, table.source(row))
 
     for section in ("python", "os", "cuda"):
         add(section, table.section(table.doc, section), table.doc.line_of(section))
     frameworks = table.mapping(table.doc, "frameworks")
     for name, value in frameworks.items():
+        if name not in NAMES:
+            raise table.fail(f"unknown framework {name!r}; the frameworks are {', '.join(NAMES)}", frameworks.line_of(name))
         add(str(name), value, frameworks.line_of(name))
     return Lifecycle(rows)
 

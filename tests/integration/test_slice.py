@@ -74,8 +74,28 @@ def recorder() -> Iterator[tuple[int, list[tuple[str, dict[str, str]]]]]:
     server.shutdown()
 
 
+def _loose_images(docker_client: Any) -> set[str]:
+    """Untagged images a build made (content-hash label) that are neither a kept build stage nor an
+    image pulled from a registry (`builder pull` and team environments pull by digest, which leaves
+    the image untagged with a RepoDigest: the user's, not a build's garbage)."""
+    return {
+        image["Id"]
+        for image in docker_client.api.images(filters={"dangling": True})
+        if "io.builder.stage-of" not in (image.get("Labels") or {})
+        and "io.builder.content-hash" in (image.get("Labels") or {})
+        and not image.get("RepoDigests")
+    }
+
+
 @pytest.fixture(scope="module")
-def slice_build(docker_client: Any, recorder: tuple[int, list[Any]]) -> subprocess.CompletedProcess[str]:
+def loose_before(docker_client: Any) -> set[str]:
+    """What was loose before this module built anything: an engine that has been used before (a
+    developer's, or a CI machine started from one) may hold some, and they are not this module's."""
+    return _loose_images(docker_client)
+
+
+@pytest.fixture(scope="module")
+def slice_build(docker_client: Any, recorder: tuple[int, list[Any]], loose_before: set[str]) -> subprocess.CompletedProcess[str]:
     """`builder build --force -j 2` of the default selection, with the planted credentials.
 
     --force makes the build run even when the images exist, so the credentials always reach it
@@ -284,15 +304,12 @@ def test_push_to_the_local_registry_returns_its_digest(slice_build: Any, docker_
         docker_client.api.remove_image(target)
 
 
-def test_the_builds_left_no_dangling_image_but_one_build_stage_per_tag(slice_build: Any, docker_client: Any) -> None:
+def test_the_builds_left_no_dangling_image_but_one_build_stage_per_tag(
+    slice_build: Any, docker_client: Any, loose_before: set[str]
+) -> None:
     """Forced rebuilds (this module runs several) leave nothing untagged except the one kept build-stage
     cache of each tag (`io.builder.stage-of`), which `builder clean` removes on request."""
-    loose = [
-        image["Id"][:19]
-        for image in docker_client.api.images(filters={"dangling": True})
-        if "io.builder.stage-of" not in (image.get("Labels") or {}) and "io.builder.content-hash" in (image.get("Labels") or {})
-    ]
-    assert loose == []
+    assert sorted(image[:19] for image in _loose_images(docker_client) - loose_before) == []
     stages: dict[str, int] = {}
     for image in docker_client.api.images(filters={"dangling": True}):
         owner = (image.get("Labels") or {}).get("io.builder.stage-of")
