@@ -615,6 +615,7 @@ def fit(
 @user_errors
 def catalog(ws: Workspace, query: tuple[str, ...], fmt: str, verify: bool, catalog_dir: str | None, allowed_signers: Path | None) -> None:
     """List the known-good records (matching QUERY, newest first)."""
+    from builder.catalog.indexes import image_name
     from builder.compat import lifecycle
     from builder.ui.catalog import print_catalog
     from builder.usecases import catalog as catalogs
@@ -627,6 +628,8 @@ def catalog(ws: Workspace, query: tuple[str, ...], fmt: str, verify: bool, catal
     if fmt == "json":
         data: dict[str, Any] = {"images": [r.to_json() for r in records], "runs_on": {i: r.to_json() for i, r in runs_on.items()}}
         data["end_of_life"] = {r.id: lifecycle.to_json(pulling.record_end_of_life(r)) for r in records}
+        names = {image_name(r.id) for r in records}
+        data["indexes"] = {name: index.to_json() for name, index in store.indexes().items() if name in names}
         if verify:
             data["verify"] = {v.record.id: {"ok": v.ok, "detail": v.detail} for v in checked}
         emit_json(data)

@@ -104,7 +104,7 @@ def test_markdown_cells_cannot_add_rows_headings_or_html(cli: RunCli, write_matr
     assert headings == ["# Support matrix", "## Base x stack", "## Images", "## Skipped by the rules", "## End of life"]
     images = page.split("## Images")[1].split("## Skipped")[0].strip().splitlines()
     assert len(images) == 3  # header, rule, the one image
-    assert len(re.findall(r"(?<!\\)\|", images[2])) == 11  # ten cells, no more
+    assert len(re.findall(r"(?<!\\)\|", images[2])) == 12  # eleven cells, no more
     assert "<img" not in page and "&lt;img" in page
     assert not re.search(r"(?<!\\)\]\(http", page)  # no live link
 

@@ -92,8 +92,8 @@ def test_markdown_has_the_grid_and_is_deterministic(report: Report) -> None:
     assert grid and "2.5.1 py3.11 (known-good)" in grid[0]
     assert "| tensorflow2.21.0-cu128-py3.12-ubuntu24.04 | tensorflow 2.21.0 | CUDA 12.8.1 | 3.12 | failed |" in text
     assert "## Skipped by the rules" in text
-    assert "| status | runs on | size MB |" in text
-    assert f"| known-good | {RUNS_ON.replace('>', '&gt;')} | 917 |" in text
+    assert "| status | runs on | platform | size MB |" in text
+    assert f"| known-good | {RUNS_ON.replace('>', '&gt;')} | linux/amd64 | 917 |" in text
 
 
 def test_html_escapes_what_it_shows(report: Report) -> None:

@@ -104,7 +104,8 @@ def test_the_report_shows_each_verdict_its_diagnosis_and_the_build_size(site: Si
     assert numba[4] == "passed" and jax[4] == "failed"
     build = json.loads((site.ws.build_dir / "results" / "build.json").read_text(encoding="utf-8"))
     mb = {e["id"]: e["sizes"]["image_mb"] for e in build}
-    assert numba[6] == f"{mb[NUMBA]:,.0f}" and numba[6] != "", "the size column comes from build.json"
+    assert numba[5:7] == ["", "linux/amd64"], "runs on (not published), then the platform"
+    assert numba[7] == f"{mb[NUMBA]:,.0f}" and numba[7] != "", "the size column comes from build.json"
     assert numba[5] == "", "runs on: only a published record says"
 
 
@@ -117,7 +118,7 @@ def test_a_published_image_is_known_good_with_its_digest(site: Site) -> None:
     assert outcome.status == "published" and outcome.digest
     files = site.report()
     assert (files.counts["known-good"], files.counts["passed"], files.counts["failed"]) == (1, 0, 1)
-    assert site.row(NUMBA)[4] == "known-good" and outcome.digest in site.row(NUMBA)[7]
+    assert site.row(NUMBA)[4] == "known-good" and outcome.digest in site.row(NUMBA)[8]
     assert site.row(NUMBA)[5] == "any (CPU image), amd64 (table)", "the runs-on column of a known-good CPU image"
 
 
@@ -145,7 +146,7 @@ def test_a_malformed_build_json_loses_the_sizes_and_nothing_else(site: Site, tex
     (site.ws.build_dir / "results" / "build.json").write_text(text, encoding="utf-8")
     again = site.report()
     assert again.counts == good.counts
-    assert site.row(NUMBA)[4] == "passed" and site.row(NUMBA)[6] == ""
+    assert site.row(NUMBA)[4] == "passed" and site.row(NUMBA)[7] == ""
 
 
 def test_a_result_the_tool_cannot_vouch_for_counts_as_not_tested(site: Site) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 from builder import jsonfields as jf
 from builder import measured_fit
 from builder.measured_fit import MeasuredFit
-from builder.records import VENDORS, Accelerator, Vendor
+from builder.records import VENDORS, Accelerator, Vendor, platform_of_id
 from builder.results import GOOD, TestedOn, Verdict, tested_on
 from builder.spec import grammar
 
@@ -109,6 +109,7 @@ class KnownGood:
             "digest": self.digest,
             "repository": self.repository,
             "tag": self.tag,
+            "platform": platform_of_id(self.id),
         }
         for key, value in (("cuda", self.accelerator.cuda), ("cudnn", self.accelerator.cudnn), ("rocm", self.accelerator.rocm)):
             if value:

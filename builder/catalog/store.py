@@ -15,6 +15,7 @@ from pathlib import Path
 
 import filelock
 
+from builder.catalog.indexes import INDEX_FILE, IndexError_, IndexRecord, index_from_json, render_indexes
 from builder.catalog.records import SCHEMA, KnownGood, RecordError, from_json
 from builder.errors import UserError
 from builder.fsio import MiB, dump_json, read_json, write_atomic
@@ -42,6 +43,10 @@ class Catalog:
     @property
     def evidence(self) -> Path:
         return self.root / EVIDENCE
+
+    @property
+    def index_file(self) -> Path:
+        return self.root / INDEX_FILE
 
     def _lock(self) -> filelock.FileLock:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -101,6 +106,27 @@ class Catalog:
             merged = tuple(sorted(by_id.values(), key=lambda r: r.id))
             write_atomic(self.file, render(merged))
             return merged
+
+    def indexes(self) -> dict[str, IndexRecord]:
+        """name -> the multi-platform index last pushed for it (catalog/indexes.json; absent: none)."""
+        if not os.path.isfile(self.index_file):
+            return {}
+        where = str(self.index_file)
+        data = read_json(self.index_file, MAX_BYTES, "index file")
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA or not isinstance(data.get("indexes"), list):
+            raise UserError(f'{where}: expected {{"schema": {SCHEMA}, "indexes": [...]}}; restore it from git')
+        try:
+            found = [index_from_json(item, where) for item in data["indexes"]]
+        except IndexError_ as exc:
+            raise UserError(f"{exc}; restore the file from git or remove that index") from None
+        return {index.name: index for index in found}
+
+    def add_index(self, index: IndexRecord) -> None:
+        """Upsert the index of `index.name` (read-modify-write under the catalog's lock)."""
+        with self._lock():
+            known = self.indexes()
+            known[index.name] = index
+            write_atomic(self.index_file, dump_json(render_indexes(known)))
 
 
 def render(records: Sequence[KnownGood]) -> str:

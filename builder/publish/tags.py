@@ -1,7 +1,8 @@
 """The tags a published image gets: its immutable full tag (repository:<id>) and floating tags
 that point at the newest known-good image of their line:
 
-    torch2.14.1-cu130-py3.11-debian12  ->  torch2.14-cu130-py3.11-debian12, torch2.14-cu130
+    torch2.14.1-cu130-py3.11-debian12        ->  torch2.14-cu130-py3.11-debian12, torch2.14-cu130
+    torch2.14.1-cu130-py3.11-debian12-arm64  ->  torch2.14-cu130-py3.11-debian12-arm64, torch2.14-cu130-arm64
 
 A floating tag moves only to the newest version of its line, so publishing an older release
 after a newer one never moves it back.
@@ -15,6 +16,7 @@ from collections.abc import Sequence
 from packaging.version import InvalidVersion, Version
 
 from builder.catalog.records import KnownGood
+from builder.records import platform_of_id, platform_suffix
 
 ID = re.compile(
     r"^(?P<name>[a-z][a-z_-]*?)(?P<version>\d+\.\d+)(?:\.[0-9a-z.]+)?-(?P<accel>[a-z]+[0-9.]*)(?P<rest>(?:-on-[a-z0-9.]+)?-py\d+\.\d+-.+)$"
@@ -22,12 +24,15 @@ ID = re.compile(
 
 
 def floating_tags(image_id: str) -> tuple[str, ...]:
-    """The line names of an image id (none for ids of more than one framework or odd shapes)."""
-    found = ID.match(image_id)
+    """The line names of an image id (none for ids of more than one framework or odd shapes). An
+    image for another platform than linux/amd64 keeps its suffix on both (torch2.14-cu130-arm64):
+    a line's short tag never moves to another platform's image."""
+    suffix = platform_suffix(platform_of_id(image_id))
+    found = ID.match(image_id.removesuffix(suffix))
     if not found or "+" in image_id:
         return ()
     line = f"{found['name']}{found['version']}-{found['accel']}"
-    return (f"{line}{found['rest']}", line)
+    return (f"{line}{found['rest']}{suffix}", f"{line}{suffix}")
 
 
 def newest_of_line(line: str, records: Sequence[KnownGood]) -> KnownGood | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+from builder.records import AMD64
 from builder.report.model import LABELS, STATUSES, Report, Row
 from builder.report.output import MARKDOWN_MARKER
 
@@ -33,6 +34,11 @@ def code(value: object) -> str:
     return text(value)
 
 
+def _arch(row: Row) -> str:
+    """What a grid cell adds for an image of another platform than linux/amd64: " arm64"."""
+    return "" if row.platform == AMD64 else f" {row.platform.partition('/')[2]}"
+
+
 def _cell(rows: tuple[Row, ...]) -> str:
     if not rows:
         return "-"
@@ -44,7 +50,7 @@ def _cell(rows: tuple[Row, ...]) -> str:
         if status == "skipped":
             parts.append(f"{len(chosen)} skipped")
         else:
-            parts.append(", ".join(f"{text(r.frameworks.split(' ', 1)[-1])} py{text(r.python)}" for r in chosen) + f" ({status})")
+            parts.append(", ".join(f"{text(r.frameworks.split(' ', 1)[-1])} py{text(r.python)}{_arch(r)}" for r in chosen) + f" ({status})")
     return "<br>".join(parts)
 
 
@@ -69,13 +75,13 @@ def render_markdown(report: Report) -> str:
         "",
         "## Images",
         "",
-        "| image | frameworks | accelerator | python | status | runs on | size MB | digest | date | detail |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| image | frameworks | accelerator | python | status | runs on | platform | size MB | digest | date | detail |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in (r for r in report.rows if r.status != "skipped"):
         size = f"{r.size_mb:,.0f}" if r.size_mb else ""
         digest = code(r.digest) if r.digest else ""
-        cells = (r.id, r.frameworks, r.accelerator, r.python, r.status, r.runs_on)
+        cells = (r.id, r.frameworks, r.accelerator, r.python, r.status, r.runs_on, r.platform)
         lines.append("| " + " | ".join(text(c) for c in cells) + f" | {size} | {digest} | {text(r.date)} | {text(r.detail)} |")
     lines += ["", "## Skipped by the rules", "", "| base | stack | python | frameworks | reason |", "|---|---|---|---|---|"]
     for r in (r for r in report.rows if r.status == "skipped"):

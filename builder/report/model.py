@@ -10,7 +10,7 @@ from builder.catalog.records import KnownGood
 from builder.compat import lifecycle
 from builder.compat.facts import table
 from builder.fit.runs_on import runs_on
-from builder.records import ImageSpec, Plan, platform_suffix
+from builder.records import AMD64, ImageSpec, Plan, platform_suffix
 from builder.results import SmokeResult, is_good
 
 # In the order a reader cares: what can be pulled first. `passed`: tested, not published yet.
@@ -39,6 +39,7 @@ class Row:
     size_mb: float | None = None
     date: str = ""
     runs_on: str = ""  # known-good: compute capabilities, min driver, arch (builder/fit/runs_on.py)
+    platform: str = AMD64  # linux/amd64, linux/arm64: what it is built, locked and run for
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,7 @@ def build_report(
                 size_mb=record.size_mb if record and record.size_mb else sizes.get(spec.id),
                 date=record.published if record else _tested(results.get(spec.id)),
                 runs_on=runs_on(record, compat).label if record else "",
+                platform=spec.platform,
             )
         )
     for skipped in plan.skipped:

@@ -7,22 +7,26 @@ as soon as its immutable tag is in the registry. No printing: progress goes to a
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
 from builder import results
+from builder.catalog import indexes
 from builder.catalog.records import KnownGood
 from builder.catalog.store import Catalog
 from builder.engine import push
 from builder.engine.client import open_engine
-from builder.engine.port import Connect, Engine
+from builder.engine.port import Connect, Engine, EngineFault
+from builder.engine.registry import HttpRegistry, Registry
 from builder.engine.session import remove_dead_runs_containers
+from builder.engine.settings import host_ca_bundle
 from builder.errors import RunFailure, UserError
 from builder.host import facts as hostinfo
 from builder.publish import attestation, evidence, gate, sbom, signing
-from builder.publish.publisher import Local, PushNames, check_repository, floating_to_move, move_floating, push_immutable, read_local
+from builder.publish.publisher import Local, PushNames, check_repository, floating_to_move, move_floating, now, push_immutable, read_local
 from builder.publish.tags import floating_tags
 from builder.records import ImageSpec
 from builder.results import SmokeResult
@@ -59,6 +63,7 @@ def publish(
     catalog: Catalog,
     events: PublishEvents,
     connect: Connect = open_engine,
+    registry: Registry | None = None,
 ) -> list[Published]:
     """Push each image the gate allows, acting only on the image id the gate approved.
 
@@ -94,7 +99,43 @@ def publish(
             outcome = _publish_one(engine, spec, approved, decision, repository, catalog, host, options, deadline, events)
         events.done(outcome)
         outcomes.append(outcome)
+    touched = sorted({indexes.image_name(o.id) for o in outcomes if o.status == "published"})
+    if touched:
+        talk = registry or HttpRegistry(ca_bundle=host_ca_bundle(os.environ))
+        for name in touched:
+            failed = put_index(talk, catalog, repository, name, events)
+            if failed is not None:
+                events.done(failed)
+                outcomes.append(failed)
     return outcomes
+
+
+def put_index(registry: Registry, catalog: Catalog, repository: str, name: str, events: PublishEvents) -> Published | None:
+    """When `name` has known-good records in `repository` for two or more platforms: the image index
+    at repository:<name> naming the newest of each, read back from the registry and recorded in
+    catalog/indexes.json. None when done or not needed; a failed outcome (the images stay published)."""
+    found = {p: r for p, r in indexes.members(catalog.load(), name).items() if r.repository == repository}
+    if len(found) < 2:
+        return None
+    tag = f"{repository}:{name}"
+    try:
+        entries = []
+        for platform, record in sorted(found.items()):
+            manifest = registry.manifest(repository, record.digest.partition("@")[2])
+            if manifest.digest != record.digest.partition("@")[2]:
+                raise EngineFault(f"the registry's {record.digest} reads back as {manifest.digest}")
+            entries.append(indexes.Entry(platform, manifest.digest, len(manifest.body), manifest.media_type))
+        media_type, body = indexes.index_body(entries)
+        digest = registry.put_manifest(repository, name, media_type, body)
+        back = registry.manifest(repository, name)
+        if back.digest != digest:
+            raise EngineFault(f"{tag} reads back as {back.digest}, not the index {digest} just put (a concurrent push?)")
+    except EngineFault as exc:
+        return Published(name, "failed", f"the platforms of {name} are published, but their index {tag} is not: {exc.message}")
+    platforms = {platform: record.digest for platform, record in sorted(found.items())}
+    catalog.add_index(indexes.IndexRecord(name, tag, f"{repository}@{digest}", platforms, now()))
+    events.info(f"index {tag} -> {digest}: " + ", ".join(f"{p} {d.partition('@')[2][:19]}" for p, d in platforms.items()))
+    return None
 
 
 def _publish_one(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import platform
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from builder.fit.host import FitHost
 from builder.host import facts as hostinfo
 from builder.publish import signing
 from builder.publish.verify import verify_record
+from builder.records import PLATFORM_ARCH, platform_of_id
 from builder.smoke.args import docker_run_line
 from builder.text import redact
 from builder.usecases.catalog import NO_MANIFEST, find, no_match_message
@@ -73,6 +75,7 @@ def pull(
     hits = find(catalog, query)
     if not hits:
         raise RunFailure(no_match_message(catalog, query))
+    hits = host_platform_first(hits, query, check)
     record = hits[0]
     fit = fit_first(hits, check)
     repository, tag = readable_name(record, str(catalog.file))
@@ -96,6 +99,15 @@ def pull(
     host = hostinfo.gather()
     notes = "\n".join(filter(None, (note, host_note(record, host), end_of_life_note(record))))
     return Pulled(record, docker_run_line(record.accelerator.kind, record.digest, host), notes, fit)
+
+
+def host_platform_first(hits: Sequence[KnownGood], query: str, check: FitCheck) -> list[KnownGood]:
+    """The matches of this host's platform (or of --arch's) first, each group newest first, unless
+    the query names a platform: an image name published for amd64 and arm64 pulls the one that runs here."""
+    if any(term.key == "platform" for term in parse_query(query)):
+        return list(hits)
+    arch = check.host.arch if check.host is not None else fit_hosts.cpu_arch(platform.machine())
+    return sorted(hits, key=lambda r: PLATFORM_ARCH[platform_of_id(r.id)] != arch)
 
 
 def fit_first(hits: Sequence[KnownGood], check: FitCheck) -> str:
