@@ -1,17 +1,16 @@
 """The registry's own API against the real local registry (127.0.0.1:5000, from .ci/docker-up.sh):
 builder/engine/registry.py reads two platforms' manifests the engine pushed and puts the index
-that names them, and the engine then sees one name with two platforms. Two tiny images, imported
-with their platform set (no emulation needed: nothing runs), stand in for an image's amd64 and
+that names them, and the engine then sees one name with two platforms. Two tiny images, built FROM
+scratch for each platform (no emulation needed: nothing runs), stand in for an image's amd64 and
 arm64 builds; publish's whole path with real arm64 builds is tests/integration/test_arm64.py's."""
 
 from __future__ import annotations
 
 import contextlib
-import io
 import json
-import tarfile
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,36 +21,23 @@ from builder.engine.registry import HttpRegistry
 REGISTRY = "127.0.0.1:5000"
 
 
-def _tiny(text: str) -> bytes:
-    data = io.BytesIO()
-    with tarfile.open(fileobj=data, mode="w") as tar:
-        payload = text.encode()
-        info = tarfile.TarInfo("hello.txt")
-        info.size = len(payload)
-        tar.addfile(info, io.BytesIO(payload))
-    return data.getvalue()
-
-
-def _import(docker_client: Any, repository: str, tag: str, platform: str) -> None:
-    api = docker_client.api
-    answer = api._post(  # the SDK's import_image has no platform; the engine's API does (1.32+)
-        api._url("/images/create"),
-        params={"fromSrc": "-", "repo": repository, "tag": tag, "platform": platform},
-        data=_tiny(f"{platform} {uuid.uuid4()}"),
-        headers={"Content-Type": "application/x-tar"},
-    )
-    api._raise_for_status(answer)
+def _build(docker_client: Any, folder: Path, repository: str, tag: str, platform: str) -> None:
+    """FROM scratch + one file, for `platform`: nothing runs, so no emulation is needed."""
+    (folder / "hello.txt").write_text(f"{platform} {uuid.uuid4()}\n", encoding="utf-8")
+    (folder / "Dockerfile").write_text("FROM scratch\nCOPY hello.txt /\n", encoding="utf-8")
+    for line in docker_client.api.build(path=str(folder), tag=f"{repository}:{tag}", platform=platform, rm=True, decode=True):
+        assert "error" not in line, line
 
 
 @pytest.fixture
-def two_platforms(docker_client: Any) -> Iterator[tuple[str, dict[str, str]]]:
+def two_platforms(docker_client: Any, tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
     """repository, {platform: pushed digest}; local names removed afterwards."""
     repository = f"{REGISTRY}/builder-test/index-{uuid.uuid4().hex[:8]}"
     pushed: dict[str, str] = {}
     try:
         for platform in ("linux/amd64", "linux/arm64"):
             tag = platform.replace("/", "-")
-            _import(docker_client, repository, tag, platform)
+            _build(docker_client, tmp_path, repository, tag, platform)
             assert docker_client.api.inspect_image(f"{repository}:{tag}")["Architecture"] == platform.split("/")[1]
             for line in docker_client.api.push(repository, tag, stream=True, decode=True):
                 assert "error" not in line, line
