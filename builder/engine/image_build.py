@@ -141,7 +141,7 @@ def _build_locked(
         raise RuntimeError("build settings to serve but no secret server")
     staged = staging.stage(spec, files, run.staging_root, run.settings)
     wheels_url = run.secrets.publish_files({path.name: path for path in staged.wheel_files}) if staged.wheel_files else None
-    served = _Served(
+    served = Served(
         pip_conf=_publish(run, staged.served_pip_conf(wheels_url)),
         ca=_publish(run, staged.served_ca),
         local=_publish(run, staged.served_local),
@@ -187,12 +187,12 @@ def up_to_date(engine: Engine, spec: ImageSpec, seconds: float = 0.0) -> BuildRe
 
 
 @dataclass(frozen=True)
-class _Served:
+class Served:
     """The one-time URLs a build reads its settings from (None: nothing of that kind to serve)."""
 
-    pip_conf: str | None
-    ca: str | None
-    local: str | None
+    pip_conf: str | None = None
+    ca: str | None = None
+    local: str | None = None
 
 
 def _publish(run: Run, data: bytes | None) -> str | None:
@@ -235,7 +235,7 @@ def _attempt(
     engine: Engine,
     spec: ImageSpec,
     staged: staging.Staged,
-    served: _Served,
+    served: Served,
     log_path: Path,
     attempt: int,
 ) -> None:
