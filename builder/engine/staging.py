@@ -42,7 +42,7 @@ class Staged:
     pip_conf_to_serve: bytes | None = None  # the build's pip.conf, served, never written
     wheel_files: tuple[Path, ...] = ()  # the local wheels themselves, served by name
     served_ca: bytes | None = None  # the CA bundle, served instead of written
-    served_local: bytes | None = None  # local.txt: the requirement lines the local wheels satisfy
+    served_local: bytes | None = None  # local.txt: the requirement lines the local wheels satisfy (an unlocked image's)
 
     def served_pip_conf(self, wheels_url: str | None) -> bytes | None:
         """The pip.conf to serve once the wheels are published at `wheels_url` (None: nothing to serve,
@@ -191,5 +191,5 @@ def stage(spec: ImageSpec, files: Mapping[str, bytes], staging_root: Path, setti
         pip_conf_to_serve=pip_conf(settings, indexes).encode(),
         wheel_files=tuple(served[name] for name in sorted(served)),
         served_ca=served_ca,
-        served_local="".join(f"{line}\n" for line in sorted(wheels)).encode() if wheels else None,
+        served_local="".join(f"{line}\n" for line in sorted(wheels)).encode() if wheels and spec.lock is None else None,
     )
