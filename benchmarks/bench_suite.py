@@ -103,7 +103,7 @@ def cold_wheels_build(side: Path) -> dict[str, str]:
 
 
 def remove(tags: list[str]) -> None:
-    """The images and the kept build stages of these tags (only those: the engine may be shared)."""
+    """The images of these tags, and build stages older versions kept of them (only those: the engine may be shared)."""
     for tag in tags:
         stages = subprocess.run(
             ["docker", "images", "-aq", "--filter", f"label=io.builder.stage-of={tag}"], capture_output=True, text=True, check=False

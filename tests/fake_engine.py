@@ -219,7 +219,10 @@ class FakeEngine:
         if image in self.histories:
             return list(self.histories[image])
         labels = " ".join(f"{k}={v}" for k, v in sorted(self.labels.get(image, {}).items()))
-        return [Layer(f"LABEL {labels}", 0), Layer("COPY /opt/venv /opt/venv # buildkit", 1_000_000)]
+        return [
+            Layer(f"LABEL {labels}", 0),
+            Layer("RUN /bin/sh -c set -eu; python3 -m venv /opt/venv; pip install -r /tmp/builder/requirements.lock # buildkit", 1_000_000),
+        ]
 
     def tag(self, image: str, repository: str, tag: str) -> None:
         self.names[f"{repository}:{tag}"] = self.resolve(image)

@@ -133,7 +133,7 @@ def test_labels_are_the_ones_the_engine_build_adds(embedded_plan: Plan, tmp_path
     fake = FakeEngine()
     spec = embedded_plan.images[0]
     run = Run(settings=BuildSettings(), build_dir=tmp_path, lock_dir=tmp_path, revision="0" * 40)
-    image_build._attempt(run, fake, spec, Staged(tmp_path, (), ()), None, tmp_path / "build.log", 1, set())
+    image_build._attempt(run, fake, spec, Staged(tmp_path, (), ()), image_build.Served(), tmp_path / "build.log", 1)
     (seen,) = fake.builds
     assert seen.tag == bake.target(spec, "images", run.revision)["tags"][0]
     assert seen.labels == build_labels(spec, run.revision)

@@ -103,7 +103,7 @@ def _attempt(tmp_path: Path, chunks: list[dict[str, str]]) -> None:
     fake = FakeEngine()
     fake.build_output = lambda request: [Progress(text=c.get("stream", ""), error=c.get("error", "")) for c in chunks]
     run = Run(settings=BuildSettings(), build_dir=tmp_path, lock_dir=tmp_path)
-    image_build._attempt(run, fake, A, Staged(tmp_path, (), ()), None, tmp_path / "build.log", 1, set())
+    image_build._attempt(run, fake, A, Staged(tmp_path, (), ()), image_build.Served(), tmp_path / "build.log", 1)
 
 
 def test_attempt_failing_on_a_network_error_is_a_flake(tmp_path: Path) -> None:
@@ -451,6 +451,43 @@ def test_clean_removes_unfinished_images_of_our_builds_and_nothing_built_on_ours
     removed = leftovers.clean(fake, tmp_path, repository="repo", planned=None, everything=False, dry_run=False)
     assert "sha256:unfinished" not in fake.removed_images, "a live build's newest step is an untagged leaf too"
     assert removed.skipped and "other run(s) are building now" in removed.skipped[0]
+
+
+def test_clean_removes_the_build_stage_images_older_versions_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 16: the Dockerfile has one stage, so builds make no build-stage image; an upgrading
+    user's engine still holds the one generation per tag older versions kept, and `clean` removes
+    them (never while another run is building)."""
+    from builder.engine import leftovers
+    from builder.render.labels import BUILT_BY_LABEL
+
+    def engine() -> FakeEngine:
+        fake = FakeEngine()
+        fake.add_image("sha256:oldstage", labels={BUILT_BY_LABEL: "builder", HASH_LABEL: "h", leftovers.STAGE_LABEL: "repo:tag"})
+        fake.add_image("sha256:current", "repo:tag", labels={BUILT_BY_LABEL: "builder", HASH_LABEL: "h"})
+        for image in fake.image_ids:
+            fake.histories[image] = [Layer('/bin/sh -c #(nop)  CMD ["x"]', 0)]
+        return fake
+
+    assert leftovers.STAGE_LABEL == "io.builder.stage-of"  # what older versions' templates set: never renamed
+    fake = engine()
+    monkeypatch.setattr(leftovers, "other_active_runs", lambda: [])
+    removed = leftovers.clean(fake, tmp_path, repository="repo", planned=None, everything=False, dry_run=False)
+    assert fake.removed_images == ["sha256:oldstage"] and removed.images == ["oldstage"]
+    fake = engine()
+    monkeypatch.setattr(leftovers, "other_active_runs", lambda: ["host:1:2:abc"])
+    leftovers.clean(fake, tmp_path, repository="repo", planned=None, everything=False, dry_run=False)
+    assert fake.removed_images == []
+
+
+def test_a_build_makes_no_build_stage_and_lists_none(tmp_path: Path) -> None:
+    """A build (one stage) looks for no build-stage image to tidy and passes no BUILDER_STAGE_OF."""
+    fake = FakeEngine()
+    run = Run(settings=BuildSettings(), build_dir=tmp_path, lock_dir=tmp_path, revision="0" * 40)
+    result = image_build.build_image(run, fake, A, {"Dockerfile": b"FROM x\n"}, force=True)
+    assert result.status == "built", result.error
+    (request,) = fake.builds
+    assert "BUILDER_STAGE_OF" not in request.buildargs
+    assert not [label for label, _, _ in fake.listings if "stage-of" in label]
 
 
 def test_waiting_for_another_build_of_the_tag_gives_up_on_an_interrupt(tmp_path: Path) -> None:

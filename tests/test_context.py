@@ -298,12 +298,12 @@ def test_stage_serves_the_pinned_wheels_instead_of_copying_them(
     assert staged.wheels == expected_wheels and staged.extra_index_urls == (HOST_EXTRA,)
     assert [p.name for p in staged.wheel_files] == list(expected_wheels)
     assert all(p.read_bytes() == b"PK\x03\x04 fake wheel " + p.name.encode() for p in staged.wheel_files)
-    # the rendered context, plus .builder/ with the CA bundle and the requirements the wheels satisfy: no wheel, no pip.conf
-    tree = _tree(target)
-    assert {k: v for k, v in tree.items() if not k.startswith(".builder/")} == source
-    assert sorted(tree) == sorted([*source, ".builder/ca.pem", ".builder/local.txt"])
-    assert tree[".builder/ca.pem"] == ca.read_bytes()
-    assert tree[".builder/local.txt"].decode().splitlines() == sorted(EXPECTED["3.11"])
+    # the rendered context alone: no wheel, no pip.conf, no CA bundle, no local.txt (the Dockerfile has
+    # one stage, so whatever is copied in is a layer of the image); the CA bundle and the requirements
+    # the wheels satisfy are served
+    assert _tree(target) == source
+    assert staged.served_ca == ca.read_bytes()
+    assert staged.served_local is not None and staged.served_local.decode().splitlines() == sorted(EXPECTED["3.11"])
     # the pip.conf is served, with the wheels' page once it is published
     assert staged.pip_conf_to_serve == conf.encode()
     assert staged.served_pip_conf("http://127.0.0.1:1/w/") == (conf + "find-links = http://127.0.0.1:1/w/\n").encode()
@@ -312,13 +312,15 @@ def test_stage_serves_the_pinned_wheels_instead_of_copying_them(
     assert (target.stat().st_mode & 0o777) == 0o700
 
 
-def test_stage_without_local_wheels_writes_its_pip_conf(tmp_path: Path, source: dict[str, bytes]) -> None:
+def test_stage_without_local_wheels_serves_its_pip_conf(tmp_path: Path, source: dict[str, bytes]) -> None:
     staged = stage(_spec(), source, tmp_path / "contexts", _settings(index_url=MIRROR))
-    assert staged.wheel_files == () and staged.pip_conf_to_serve is None and staged.served_pip_conf(None) is None
-    assert (staged.path / ".builder" / "pip.conf").read_text(encoding="utf-8") == (
-        f"[global]\ndisable-pip-version-check = true\nindex-url = {MIRROR}\nextra-index-url =\n    {TORCH_CPU_INDEX}\n"
+    assert staged.wheel_files == () and staged.served_pip_conf(None) == staged.pip_conf_to_serve
+    assert (
+        staged.pip_conf_to_serve
+        == (f"[global]\ndisable-pip-version-check = true\nindex-url = {MIRROR}\nextra-index-url =\n    {TORCH_CPU_INDEX}\n").encode()
     )
-    assert not (staged.path / ".builder" / "local.txt").exists()
+    assert staged.served_local is None and staged.served_ca is None
+    assert _tree(staged.path) == source
 
 
 def test_stage_serves_a_wheel_two_requirements_share_once(
@@ -368,11 +370,8 @@ def test_stage_without_local_sources(tmp_path: Path, source: dict[str, bytes]) -
         (),
         (TORCH_CPU_INDEX,),
     )
-    builder_dir = staged.path / ".builder"
-    assert sorted(p.name for p in builder_dir.iterdir()) == ["pip.conf"]
-    assert (builder_dir / "pip.conf").read_text(encoding="utf-8") == (
-        f"[global]\ndisable-pip-version-check = true\nextra-index-url =\n    {TORCH_CPU_INDEX}\n"
-    )
+    assert not (staged.path / ".builder").exists()
+    assert staged.pip_conf_to_serve == (f"[global]\ndisable-pip-version-check = true\nextra-index-url =\n    {TORCH_CPU_INDEX}\n").encode()
 
 
 def test_stage_for_python_312_takes_cp312_wheels(tmp_path: Path, find_links: Path, simple_index: Path) -> None:
@@ -420,11 +419,24 @@ def test_a_fifo_or_device_named_like_a_wheel_is_no_wheel(tmp_path: Path) -> None
 def test_a_single_stage_build_gets_every_setting_served_and_none_in_its_context(
     tmp_path: Path, source: dict[str, bytes], find_links: Path, ca: Path
 ) -> None:
-    """A team environment's Dockerfile has no build stage: a CA bundle or pip.conf in its context
-    would be a layer of the image itself, so both are served like the local wheels."""
-    staged = stage(_spec(), source, tmp_path / "contexts", _settings(find_links, ca=ca, index_url=MIRROR), serve_all=True)
+    """Every Dockerfile (an image's, a team environment's) has one stage: a CA bundle or pip.conf in
+    its context would be a layer of the image itself, so both are served like the local wheels."""
+    staged = stage(_spec(), source, tmp_path / "contexts", _settings(find_links, ca=ca, index_url=MIRROR))
     assert staged.served_ca == ca.read_bytes()
     assert staged.pip_conf_to_serve is not None and MIRROR.encode() in staged.pip_conf_to_serve
     assert not (staged.path / ".builder" / "ca.pem").exists() and not (staged.path / ".builder" / "pip.conf").exists()
-    plain = stage(_spec(), source, tmp_path / "plain", _settings(ca=ca, index_url=MIRROR), serve_all=True)
+    plain = stage(_spec(), source, tmp_path / "plain", _settings(ca=ca, index_url=MIRROR))
     assert plain.wheel_files == () and plain.pip_conf_to_serve is not None and plain.served_pip_conf(None) == plain.pip_conf_to_serve
+
+
+def test_only_a_dockerfile_whose_apt_step_copies_the_ca_bundle_gets_it_in_its_context(
+    tmp_path: Path, source: dict[str, bytes], ca: Path
+) -> None:
+    """An apt step (templates/partials/python.j2) runs before there is a Python to fetch the bundle
+    with: that Dockerfile, and only it, finds the public CA bundle in its context; nothing else."""
+    apt = {**source, "Dockerfile": b"FROM ubuntu:24.04\nCOPY requirements.txt " + context.APT_CA_COPY + b" /tmp/builder-ca/\n"}
+    staged = stage(_spec(), apt, tmp_path / "apt", _settings(ca=ca, index_url=MIRROR))
+    assert _tree(staged.path) == {**apt, ".builder/ca.pem": ca.read_bytes()}
+    assert staged.served_ca == ca.read_bytes()  # the venv step still fetches it
+    no_ca = stage(_spec(), apt, tmp_path / "no-ca", _settings(index_url=MIRROR))
+    assert _tree(no_ca.path) == apt and no_ca.served_ca is None

@@ -234,8 +234,8 @@ def test_the_dockerfile_names_the_platform_and_its_own_base(two: Plan, write_mat
     files = ws.contexts(ws.plan.images)
     arm = files["torch2.14.1-cu130-py3.11-debian12-arm64"]["Dockerfile"].decode()
     amd = files["torch2.14.1-cu130-py3.11-debian12"]["Dockerfile"].decode()
-    assert "FROM --platform=linux/arm64 builder-base/debian12-arm64:latest AS runtime" in arm
-    assert "FROM builder-base/debian12:latest AS runtime" in amd and "--platform" not in amd
+    assert "FROM --platform=linux/arm64 builder-base/debian12-arm64:latest" in arm
+    assert "FROM builder-base/debian12:latest" in amd and "--platform" not in amd
 
 
 # --- amd64 stays as it was -------------------------------------------------------------------

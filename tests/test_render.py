@@ -20,6 +20,7 @@ import dockerfile
 import pytest
 from click.testing import Result
 
+from builder.engine.staging import APT_CA_COPY
 from builder.lock.files import parse
 from builder.records import ImageSpec, platform_suffix
 from builder.render import templates
@@ -123,10 +124,10 @@ def expected_sequence(spec: ImageSpec) -> list[str]:
         + (["COPY", "RUN"] if spec.python_packages else [])
         + ["RUN"]
     )
-    build = ["FROM", "ARG", "LABEL", "ARG", "ARG", "COPY", "RUN"]
+    venv = ["COPY", "ARG", "ARG", "ARG"] + ([] if spec.lock else ["ARG"]) + ["RUN"]  # an unlocked image reads local.txt too
     nvvm = ["RUN"] if any(r.startswith("nvidia-cuda-nvcc-cu") for r in spec.packages) else []  # numba's built-in CUDA target
-    final = ["FROM", "COPY", "COPY", "RUN", "ENV"] + ["ENV"] * len(spec.frameworks) + nvvm + ["LABEL", "USER", "WORKDIR", "CMD"]
-    return runtime + build + final
+    final = ["COPY", "RUN", "ENV"] + ["ENV"] * len(spec.frameworks) + nvvm + ["LABEL", "USER", "WORKDIR", "CMD"]
+    return runtime + venv + final
 
 
 def test_numba_on_cuda_11_links_the_nvvm_of_its_wheel_where_numba_looks(rendered: Rendered) -> None:
@@ -172,14 +173,24 @@ def test_header_says_generated(rendered: Rendered) -> None:
         assert rendered.text(spec.id, "requirements.txt").startswith("# GENERATED"), spec.id
 
 
-def test_parses_with_three_stages_in_the_expected_order(rendered: Rendered) -> None:
+def test_parses_as_one_stage_in_the_expected_order(rendered: Rendered) -> None:
+    """One stage: the venv is written by one RUN step of the image itself, never copied from a build
+    stage (which committed the multi-GB venv twice), and no build setting is copied in: the CA
+    bundle, pip.conf and local.txt are served (only an apt step copies the public CA, python.j2)."""
     for spec, text in each_image(rendered):
         parsed = instructions(text)
         assert [i.cmd.upper() for i in parsed] == expected_sequence(spec), spec.id
         froms = [i.value for i in parsed if i.cmd.upper() == "FROM"]
-        assert froms == [(spec.base.from_ref, "AS", "runtime"), ("runtime", "AS", "build"), ("runtime",)], spec.id
-        copy_venv = next(i for i in parsed if i.cmd.upper() == "COPY" and i.flags)
-        assert copy_venv.flags == ("--from=build",) and copy_venv.value == ("/opt/venv", "/opt/venv")
+        assert froms == [(spec.base.from_ref,)], spec.id
+        assert not any(i.flags for i in parsed if i.cmd.upper() == "COPY"), spec.id
+        copied = [source for i in parsed if i.cmd.upper() == "COPY" for source in i.value[:-1]]
+        assert [s for s in copied if s.startswith(".builder")] == ([APT_CA_COPY.decode()] if spec.python_packages else []), spec.id
+        writes = [i.original for i in parsed if i.cmd.upper() == "RUN" and "/opt/venv" in i.original and "-m venv" in i.original]
+        assert len(writes) == 1, spec.id
+        for fetched in ("BUILDER_CA_URL", "BUILDER_PIP_CONF_URL", *([] if spec.lock else ["BUILDER_LOCAL_URL"])):
+            assert f'fetch "${fetched}"' in writes[0], (spec.id, fetched)
+        assert writes[0].index("rm -rf /tmp/builder") > writes[0].index("pip check"), spec.id  # read and deleted in one layer
+        assert "stage-of" not in text and "BUILDER_STAGE_OF" not in text, spec.id
 
 
 def test_from_is_the_base(rendered: Rendered) -> None:
@@ -322,7 +333,7 @@ def test_digest_pins_the_from_line(write_matrix: WriteMatrix) -> None:
     (spec,) = make_plan(load_matrix(path)).images
     text = templates.dockerfile(spec, templates.environment(), "https://example.com/src")
     first_from = next(i for i in instructions(text) if i.cmd.upper() == "FROM")
-    assert first_from.value == (f"nvidia/cuda:12.4.1-cudnn-runtime-ubuntu22.04@{digest}", "AS", "runtime")
+    assert first_from.value == (f"nvidia/cuda:12.4.1-cudnn-runtime-ubuntu22.04@{digest}",)
     assert f'org.opencontainers.image.base.name="nvidia/cuda:12.4.1-cudnn-runtime-ubuntu22.04@{digest}"' in text
 
 

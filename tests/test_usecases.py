@@ -191,7 +191,8 @@ def test_build_builds_what_is_stale_and_then_nothing(ws: Workspace, specs: tuple
     assert [r.status for r in results] == ["built", "built"] and events.total == 2 and building.build_ok(results)
     for spec, request in zip(specs, sorted(fake.builds, key=lambda r: [s.tag for s in specs].index(r.tag)), strict=True):
         assert request.tag == spec.tag and request.labels[HASH_LABEL] == spec.content_hash
-        assert request.buildargs["BUILDER_STAGE_OF"] == spec.tag and request.network_mode == "host"
+        assert request.buildargs["BUILDER_PIP_CONF_URL"].startswith("http://127.0.0.1:") and request.network_mode == "host"
+        assert "BUILDER_STAGE_OF" not in request.buildargs and "BUILDER_CA_URL" not in request.buildargs  # one stage; no CA given
         assert fake.inspect_image(spec.tag) is not None
     assert {image for image, _ in events.lines} == {s.id for s in specs}, "each build's lines reach the events, by image"
     stored = json.loads((ws.build_dir / "results" / "build.json").read_text())

@@ -1,13 +1,15 @@
 """One image through the engine: lock its tag, stage its context, build it (retrying only network
-flakes), then keep exactly one generation of what the build left behind.
+flakes), then remove the image it replaced.
 
 - Two processes building the same tag take turns (a file lock per tag); the second re-checks
   the content hash and skips what the first just built, so no loser's image is left dangling.
 - The context is staged from the rendered bytes, never from images/ (see staging.py).
-- A pip.conf with credentials, and the pinned local wheels with the pip.conf that names them, are
-  published on the secret server for this build only (never copied into the context).
-- Afterwards the image the tag pointed to before is removed, and so are older build-stage images
-  of this tag (the build stage carries `io.builder.stage-of=<tag>`): forced rebuilds don't grow the disk.
+- The build's settings (CA bundle, pip.conf, local.txt) and the pinned local wheels are published
+  on the secret server for this build only (never copied into the context: every Dockerfile is
+  one stage, so what it copies is in the image).
+- Afterwards the image the tag pointed to before is removed: forced rebuilds don't grow the disk.
+  The Dockerfile has one stage, so a build leaves no build-stage image behind (older versions
+  kept one per tag, labelled `io.builder.stage-of`; `builder clean` removes those).
 """
 
 from __future__ import annotations
@@ -36,7 +38,6 @@ from builder.engine.settings import BuildSettings
 from builder.records import ImageSpec
 from builder.render.labels import HASH_LABEL, build_labels
 
-STAGE_LABEL = "io.builder.stage-of"  # set on build-stage images by the template (ARG BUILDER_STAGE_OF)
 _STEP_ID = re.compile(r"^ ---> ([0-9a-f]{12})\s*$|^Successfully built ([0-9a-f]{12})\s*$")
 _RUNNING_IN = re.compile(r"^ ---> Running in ([0-9a-f]{12,64})\s*$")  # the classic builder's container for a RUN step
 ENGINE_FAILED = "engine connection failed"
@@ -82,7 +83,6 @@ class Run:
     retries: int = 3
     backoff_s: float = 5.0
     no_cache: bool = False
-    serve_all: bool = False  # single-stage Dockerfiles (team environments): CA and pip.conf served too (staging.stage)
     on_line: Log | None = None
     secrets: SecretServer | None = None
     stop: threading.Event = field(default_factory=threading.Event)
@@ -137,24 +137,21 @@ def _build_locked(
 ) -> BuildResult:
     run.log_dir.mkdir(parents=True, exist_ok=True)
     log_path = run.log_dir / f"{spec.id}.log"
-    staged = staging.stage(spec, files, run.staging_root, run.settings, serve_all=run.serve_all)
-    secret_url = wheels_url = ca_url = None
-    if staged.pip_conf_to_serve is not None or staged.served_ca is not None:
-        if run.secrets is None:
-            raise RuntimeError("credentials or wheels to serve but no secret server")
-        if staged.wheel_files:
-            wheels_url = run.secrets.publish_files({path.name: path for path in staged.wheel_files})
-        if staged.pip_conf_to_serve is not None:
-            secret_url = run.secrets.publish(staged.served_pip_conf(wheels_url) or b"", uses=run.retries)
-        if staged.served_ca is not None:
-            ca_url = run.secrets.publish(staged.served_ca, uses=run.retries)
-    steps: set[str] = set()
+    if run.secrets is None:
+        raise RuntimeError("build settings to serve but no secret server")
+    staged = staging.stage(spec, files, run.staging_root, run.settings)
+    wheels_url = run.secrets.publish_files({path.name: path for path in staged.wheel_files}) if staged.wheel_files else None
+    served = Served(
+        pip_conf=_publish(run, staged.served_pip_conf(wheels_url)),
+        ca=_publish(run, staged.served_ca),
+        local=_publish(run, staged.served_local),
+    )
     attempts = 0
 
     def attempt(number: int) -> None:
         nonlocal attempts
         attempts = number
-        _attempt(run, engine, spec, staged, secret_url, log_path, number, steps, ca_url)
+        _attempt(run, engine, spec, staged, served, log_path, number)
 
     try:
         retry_network(attempt, flake=lambda exc: isinstance(exc, NetworkFlake), attempts=run.retries, wait_s=run.backoff_s, max_wait_s=60)
@@ -168,12 +165,10 @@ def _build_locked(
     finally:
         run.step_containers.pop(spec.id, None)
         if run.secrets is not None:
-            for url in (secret_url, wheels_url, ca_url):
+            for url in (served.pip_conf, served.ca, served.local, wheels_url):
                 if url is not None:
                     run.secrets.revoke(url)
         shutil.rmtree(staged.path, ignore_errors=True)
-        with contextlib.suppress(Exception):  # tidying must not turn a result into a crash
-            remove_superseded_stages(engine, spec.tag, steps)
     built = engine.inspect_image(spec.tag)
     if built is None:
         return _failed(run, spec, started, attempts, log_path, f"the build finished but the engine has no image {spec.tag}")
@@ -191,15 +186,20 @@ def up_to_date(engine: Engine, spec: ImageSpec, seconds: float = 0.0) -> BuildRe
     return BuildResult(spec.id, "up-to-date", seconds, measured(engine, spec))
 
 
-def remove_superseded_stages(engine: Engine, tag: str, keep: set[str]) -> list[str]:
-    """Build-stage images of this tag that are not from the build that just ran (`keep`: its step ids)."""
-    removed = []
-    for image in engine.images(f"{STAGE_LABEL}={tag}", intermediate=True):
-        short = image.id.removeprefix("sha256:")[:12]
-        if short not in keep:
-            engine.remove_image(image.id)
-            removed.append(short)
-    return removed
+@dataclass(frozen=True)
+class Served:
+    """The one-time URLs a build reads its settings from (None: nothing of that kind to serve)."""
+
+    pip_conf: str | None = None
+    ca: str | None = None
+    local: str | None = None
+
+
+def _publish(run: Run, data: bytes | None) -> str | None:
+    """`data` on the secret server for every attempt of this build (each attempt reads it once)."""
+    if data is None or run.secrets is None:
+        return None
+    return run.secrets.publish(data, uses=run.retries)
 
 
 def _failed(
@@ -235,26 +235,22 @@ def _attempt(
     engine: Engine,
     spec: ImageSpec,
     staged: staging.Staged,
-    secret_url: str | None,
+    served: Served,
     log_path: Path,
     attempt: int,
-    steps: set[str],
-    ca_url: str | None = None,
 ) -> None:
     if run.stop.is_set():
         raise BuildFailed("interrupted before the build started")
     buildargs = dict(run.settings.build_args)  # only Docker's predefined proxy args: kept out of the history
-    buildargs["BUILDER_STAGE_OF"] = spec.tag
-    if secret_url is not None:
-        buildargs["BUILDER_PIP_CONF_URL"] = secret_url
-    if ca_url is not None:
-        buildargs["BUILDER_CA_URL"] = ca_url
+    for name, url in (("BUILDER_PIP_CONF_URL", served.pip_conf), ("BUILDER_CA_URL", served.ca), ("BUILDER_LOCAL_URL", served.local)):
+        if url is not None:
+            buildargs[name] = url
     labels = build_labels(spec, run.revision)
     with log_path.open("w" if attempt == 1 else "a", encoding="utf-8", buffering=1) as log:  # line-buffered: `tail -f` works
         log.write(f"# build {spec.id} attempt {attempt} -> {spec.tag}\n")
         log.write(f"# local wheels: {', '.join(staged.wheels) or 'none'}\n")
         log.write(f"# extra indexes: {redact(' '.join(staged.extra_index_urls)) or 'none'}\n")
-        error = _stream_into(run, engine, BuildRequest(staged.path, spec.tag, buildargs, labels, run.no_cache), spec.id, log, steps)
+        error = _stream_into(run, engine, BuildRequest(staged.path, spec.tag, buildargs, labels, run.no_cache), spec.id, log)
     if error is None:
         return
     tail = log_path.read_text(encoding="utf-8", errors="replace")
@@ -265,17 +261,15 @@ def _attempt(
     raise BuildFailed(error, "engine" if error.startswith(ENGINE_FAILED) else None)
 
 
-def _stream_into(run: Run, engine: Engine, request: BuildRequest, image: str, log: TextIO, steps: set[str]) -> str | None:
-    """Run the build, writing its output to `log` (redacted) and collecting its step image ids; the error, if any."""
+def _stream_into(run: Run, engine: Engine, request: BuildRequest, image: str, log: TextIO) -> str | None:
+    """Run the build, writing its output to `log` (redacted) and following its step containers; the error, if any."""
     error = None
     try:
         for event in engine.build(request):
             text = event.text
             if text:
                 log.write(redact(text))
-                found = _STEP_ID.match(text.rstrip("\n"))
-                if found:
-                    steps.add(found.group(1) or found.group(2))
+                if _STEP_ID.match(text.rstrip("\n")):
                     run.step_containers.pop(image, None)  # the step is done; the engine removed its container
                 running = _RUNNING_IN.match(text.rstrip("\n"))
                 if running:

@@ -1,9 +1,10 @@
 """What this tool left in the engine and on disk, and removing it: only ever what it made itself.
 
 Everything it makes carries its labels: containers `io.builder.owner=builder` plus the run's
-session (host, pid, pid start time), build-stage images `io.builder.stage-of=<tag>`, built images
-`io.builder.content-hash`, bootstrapped bases `io.builder.recipe-hash`; staged build contexts
-live in build/contexts/<session>/. A run sweeps what dead runs left; `builder clean` removes the rest.
+session (host, pid, pid start time), built images `io.builder.content-hash`, bootstrapped bases
+`io.builder.recipe-hash`; staged build contexts live in build/contexts/<session>/. A run sweeps
+what dead runs left; `builder clean` removes the rest, also the build-stage images older versions
+kept, one per tag (`io.builder.stage-of=<tag>`): the Dockerfile has one stage now and makes none.
 
 Every image a build commits carries `io.builder.built-by=builder` from its first step on (the
 Dockerfile sets it right after the base), so the untagged leaf a failed or interrupted build leaves
@@ -27,17 +28,17 @@ import filelock
 
 from builder.engine import session
 from builder.engine.bootstrap import HASH_LABEL as RECIPE_LABEL
-from builder.engine.image_build import STAGE_LABEL
 from builder.engine.port import Engine, EngineFault
 from builder.render.labels import BUILT_BY_LABEL, BUILT_BY_VALUE, HASH_LABEL
 
+STAGE_LABEL = "io.builder.stage-of"  # build-stage images of older versions' two-stage Dockerfiles
 RUNS_DIR = Path(os.environ.get("BUILDER_LOCK_DIR", tempfile.gettempdir())) / "builder-runs"
 
 
 @contextlib.contextmanager
 def active_run() -> Iterator[None]:
     """Mark this process as a running build/test for as long as the block lasts (a held file lock),
-    so `builder clean` leaves the build-stage images a live build may still need."""
+    so `builder clean` leaves the intermediate images a live build may still need."""
     RUNS_DIR.mkdir(parents=True, exist_ok=True)
     path = RUNS_DIR / f"{session.SESSION_ID.replace(':', '_')}.lock"
     lock = filelock.FileLock(str(path))
@@ -138,8 +139,8 @@ def _remove(engine: Engine, ref: str, dry_run: bool) -> bool:
 
 
 def clean(engine: Engine, build_dir: Path, *, repository: str, planned: Collection[str] | None, everything: bool, dry_run: bool) -> Removed:
-    """Remove this tool's leftovers: dead runs' containers and contexts, build-stage images and
-    untagged images it built. With `planned` (the plan's tags) also its images of `repository`
+    """Remove this tool's leftovers: dead runs' containers and contexts, older versions' build-stage
+    images and untagged images it built. With `planned` (the plan's tags) also its images of `repository`
     that the plan no longer lists; with `everything` all its images of `repository` and its
     bootstrapped bases too."""
     removed = Removed()

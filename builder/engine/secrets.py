@@ -2,15 +2,15 @@
 the engine keeps.
 
 The classic builder (no BuildKit, so no `RUN --mount=type=secret`) records build arguments in the
-image history and every COPY in a layer, and keeps the build stage as an untagged image. So a
-pip.conf whose index URLs carry `user:password@` never goes into the build context or a build
-argument: this server holds it in memory on 127.0.0.1 (builds use host networking), under a
-random one-time path, for the length of one build. The build step fetches it, uses it and
-deletes it inside the same RUN, so no layer holds it; the history holds only the dead URL.
+image history and every COPY in a layer of the image (the Dockerfiles have one stage). So a
+pip.conf (whose index URLs may carry `user:password@`), the CA bundle and the list of requirements
+the local wheels satisfy never go into the build context or a build argument: this server holds them in memory on 127.0.0.1 (builds use host networking), under a
+random one-time path each, for the length of one build. The install step fetches them, uses them
+and deletes them inside the same RUN, so no layer holds them; the history holds only dead URLs.
 
 The pinned local wheels are served the same way, as a find-links page under another random path
 (`publish_files`), instead of being copied into the build context: a CUDA image's wheels are GBs,
-and copying them meant a context tarball, a COPY layer in the build stage and its commit, each
+and copying them meant a context tarball, a COPY layer and its commit, each
 of them GBs of disk traffic per build.
 """
 

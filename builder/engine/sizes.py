@@ -1,7 +1,8 @@
 """What an image weighs, and whether anything in it is there twice.
 
-An image is its base, its venv (the one `COPY --from=build /opt/venv` layer) and a few kilobytes
-of glue (the user, the probe). `ratio` = image / (venv + base): 1.0 means nothing is duplicated,
+An image is its base, its venv (the layer of the one RUN step that creates /opt/venv and installs
+into it; `COPY --from=build /opt/venv` in images of older versions' two-stage Dockerfiles) and a
+few kilobytes of glue (the user, the probe, the requirements files). `ratio` = image / (venv + base): 1.0 means nothing is duplicated,
 such as a second copy of CUDA next to the one the wheels bring. Read from the engine's layer
 history, so measuring costs one API call and runs no container.
 """
@@ -15,7 +16,10 @@ from dataclasses import dataclass
 
 from builder.engine.port import ContainerSpec, Engine, EngineFault, Layer
 
-VENV_LAYER = re.compile(r"COPY .*(?: in |\s)/opt/venv\s*(?:# buildkit)?\s*$")  # classic builder and BuildKit
+VENV_LAYER = re.compile(
+    r"-m venv /opt/venv(?=[;\s]|$)"  # the install step (templates/Dockerfile.j2)
+    r"|COPY .*(?: in |\s)/opt/venv\s*(?:# buildkit)?\s*$"  # older versions' final COPY, classic builder and BuildKit
+)
 MB = 1e6
 
 
@@ -41,7 +45,7 @@ class Sizes:
 
 
 def venv_bytes(history: Sequence[Layer]) -> int:
-    """The size of the layer that copied /opt/venv in (0 when the image has none)."""
+    """The size of the layer that wrote /opt/venv (0 when the image has none)."""
     return sum(layer.size for layer in history if VENV_LAYER.search(layer.created_by))
 
 

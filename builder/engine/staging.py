@@ -1,12 +1,14 @@
 """Stage a build context: the rendered files (from memory, never copied from images/, so a link or
-a hand edit there cannot reach the engine), the probe, and `.builder/` (CA bundle, pip.conf).
+a hand edit there cannot reach the engine), the probe, and, for an apt step, `.builder/ca.pem`.
 
-`.builder/` is read only by the build stage of the Dockerfile, so none of it reaches the final
-image. The pinned local wheels are not copied at all: they are served to the build from
-127.0.0.1 (engine/secrets.py `publish_files`; only the wheels the image pins, never a whole
-mirror), and the pip.conf that names their URL is served with them, as is a pip.conf that carries
-credentials: neither is written into the context. `.builder/local.txt` names the requirements the
-local wheels satisfy (an unlocked image installs them first, from the served page alone).
+Every Dockerfile is one stage, so whatever a build copies in is in a layer of the image: none of
+the host's build settings is written into the context. The CA bundle, the pip.conf (index URLs,
+maybe credentials, the local wheels' find-links page) and local.txt (the requirements the local
+wheels satisfy: an unlocked image installs them first, from the served page alone) are served to
+the build from 127.0.0.1 (engine/secrets.py), as are the pinned local wheels themselves (only the
+wheels the image pins, never a whole mirror). The one exception is the public CA bundle of an
+image whose Python comes from apt: that step runs before there is a Python to fetch it with, so
+the context keeps `.builder/ca.pem` when the Dockerfile copies it (templates/partials/python.j2).
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ from builder.engine.settings import BuildSettings
 from builder.errors import UserError
 from builder.lock.target import ARCH
 from builder.records import ImageSpec
-from builder.spec import grammar
 
 
 @dataclass(frozen=True)
@@ -38,9 +39,10 @@ class Staged:
     path: Path
     wheels: tuple[str, ...]  # file names of the local wheels the build is served
     extra_index_urls: tuple[str, ...]  # what the build still needs to reach
-    pip_conf_to_serve: bytes | None = None  # pip.conf served, never written: it has credentials, local wheels to name, or serve_all
+    pip_conf_to_serve: bytes | None = None  # the build's pip.conf, served, never written
     wheel_files: tuple[Path, ...] = ()  # the local wheels themselves, served by name
-    served_ca: bytes | None = None  # the CA bundle, served instead of written (a single-stage Dockerfile: a team environment's)
+    served_ca: bytes | None = None  # the CA bundle, served instead of written
+    served_local: bytes | None = None  # local.txt: the requirement lines the local wheels satisfy (an unlocked image's)
 
     def served_pip_conf(self, wheels_url: str | None) -> bytes | None:
         """The pip.conf to serve once the wheels are published at `wheels_url` (None: nothing to serve,
@@ -160,46 +162,34 @@ def pip_conf(settings: BuildSettings, extra_index_urls: tuple[str, ...] = ()) ->
     return "\n".join(lines) + "\n"
 
 
-def stage(spec: ImageSpec, files: Mapping[str, bytes], staging_root: Path, settings: BuildSettings, serve_all: bool = False) -> Staged:
-    """Write the rendered context `files` (Dockerfile, requirements.txt, the probe) to
-    staging_root/<id>/ and add .builder/; returns what the build needs. `serve_all`: the
-    Dockerfile has no build stage (a team environment's), so nothing of the settings may be
-    in the context: the CA bundle and the pip.conf are served too."""
+APT_CA_COPY = b".builder/ca.pe[m]"  # how templates/partials/python.j2 copies the CA bundle for apt
+
+
+def stage(spec: ImageSpec, files: Mapping[str, bytes], staging_root: Path, settings: BuildSettings) -> Staged:
+    """Write the rendered context `files` (Dockerfile, requirements, the probe) to
+    staging_root/<id>/; returns what the build needs served. Nothing of the build settings is
+    written but the CA bundle for a Dockerfile's apt step (APT_CA_COPY)."""
     target = staging_root / spec.id
     shutil.rmtree(target, ignore_errors=True)
     target.mkdir(parents=True)
-    target.chmod(0o700)  # a CA bundle and wheels live here for the length of the build
+    target.chmod(0o700)  # a CA bundle may live here for the length of the build
     for name, data in files.items():
         (target / name).write_bytes(data)
-    extra = target / ".builder"
-    extra.mkdir()
     wheels = local_wheels(spec, settings.pip.local_dirs)
     served = {w.name: w for w in wheels.values()}  # `jax[cuda13]==X` and the lock's `jax==X` are one file
-    if wheels:
-        (extra / "local.txt").write_text("".join(f"{line}\n" for line in sorted(wheels)), encoding="utf-8")
     served_ca = None
     if settings.ca_bundle is not None:
-        if serve_all:
-            served_ca = settings.ca_bundle.read_bytes()
-        else:
-            shutil.copyfile(settings.ca_bundle, extra / "ca.pem")
+        served_ca = settings.ca_bundle.read_bytes()
+        if APT_CA_COPY in files.get("Dockerfile", b""):
+            (target / ".builder").mkdir()
+            shutil.copyfile(settings.ca_bundle, target / ".builder" / "ca.pem")
     indexes = needed_indexes(spec, set(wheels)) + tuple(u for u in settings.pip.extra_index_urls if u not in spec.index_urls)
-    conf = pip_conf(settings, indexes)
-    secret = None
-    if wheels or serve_all or has_userinfo(conf):
-        secret = conf.encode()
-    else:
-        (extra / "pip.conf").write_text(conf, encoding="utf-8")
     return Staged(
         path=target,
         wheels=tuple(sorted(served)),
         extra_index_urls=indexes,
-        pip_conf_to_serve=secret,
+        pip_conf_to_serve=pip_conf(settings, indexes).encode(),
         wheel_files=tuple(served[name] for name in sorted(served)),
         served_ca=served_ca,
+        served_local="".join(f"{line}\n" for line in sorted(wheels)).encode() if wheels and spec.lock is None else None,
     )
-
-
-def has_userinfo(text: str) -> bool:
-    """Any URL in text with `user[:password]@`."""
-    return any(grammar.has_userinfo(word) for word in text.split() if "://" in word)

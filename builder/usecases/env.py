@@ -309,7 +309,6 @@ def build_env(
         revision=git_revision(env.folder),
         on_line=events.line,
         no_cache=no_cache,
-        serve_all=True,  # the env Dockerfile is one stage: nothing of the build settings may be in its layers
     )
     engine = connect(timeout=3600)
     try:

@@ -28,7 +28,7 @@ import pytest
 from builder import results
 from builder.compat.facts import table
 from builder.engine import client as engine
-from builder.engine.image_build import STAGE_LABEL
+from builder.engine.leftovers import STAGE_LABEL
 from builder.errors import RunFailure
 from builder.fit import cuobjdump
 from builder.fit import driver as drivers
@@ -64,7 +64,7 @@ def builder(*args: str, timeout: int = 3600) -> subprocess.CompletedProcess[str]
 
 
 def _remove(client: Any, tag: str) -> None:
-    """The image and the build-stage images of its tag (what `builder build` left for it)."""
+    """The image, and build-stage images older versions left of its tag."""
     for stage in client.api.images(all=True, filters={"label": f"{STAGE_LABEL}={tag}"}):
         engine.remove_image_quietly(client, str(stage["Id"]))
     engine.remove_image_quietly(client, tag)
