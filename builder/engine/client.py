@@ -313,6 +313,8 @@ def create_kwargs(spec: port.ContainerSpec) -> dict[str, Any]:
         kwargs["devices"] = list(spec.devices)
     if spec.group_add:
         kwargs["group_add"] = list(spec.group_add)
+    if spec.platform is not None:  # API 1.41: the engine checks the image is of this platform
+        kwargs["platform"] = spec.platform
     return kwargs
 
 
@@ -403,7 +405,22 @@ def _image_info(attrs: Mapping[str, Any]) -> port.ImageInfo:
         repo_tags=tuple(str(t) for t in attrs.get("RepoTags") or () if t != "<none>:<none>"),
         repo_digests=tuple(str(d) for d in attrs.get("RepoDigests") or () if d != "<none>@<none>"),
         size=int(attrs.get("Size") or 0),
+        architecture=str(attrs.get("Architecture") or ""),
     )
+
+
+def _import_tarball(api: Any, tarball: Path, repository: str, tag: str, changes: list[str], platform: str | None) -> Any:
+    """`docker import --platform`: the SDK's import_image has no platform, so the same request with
+    it (POST /images/create?fromSrc=-, API 1.32+); without one the engine stamps its own
+    architecture on an arm64 root filesystem, and `FROM --platform=linux/arm64` refuses it."""
+    params: dict[str, Any] = {"repo": repository, "tag": tag, "fromSrc": "-", "changes": changes}
+    if platform is not None:
+        params["platform"] = platform
+    with tarball.open("rb") as data:
+        response = api._post(
+            api._url("/images/create"), data=data, params=params, headers={"Content-Type": "application/tar"}, timeout=None
+        )
+    return api._result(response)
 
 
 class DockerEngine:
@@ -463,13 +480,14 @@ class DockerEngine:
                 network_mode=request.network_mode,
                 buildargs=dict(request.buildargs),
                 labels=dict(request.labels),
+                platform=request.platform,
                 decode=True,
             ),
         )
 
-    def import_image(self, tarball: Path, repository: str, tag: str, changes: Sequence[str]) -> None:
+    def import_image(self, tarball: Path, repository: str, tag: str, changes: Sequence[str], platform: str | None = None) -> None:
         with _faults():
-            output = self._sdk.api.import_image(src=str(tarball), repository=repository, tag=tag, changes=list(changes))
+            output = _import_tarball(self._sdk.api, tarball, repository, tag, list(changes), platform)
         for line in str(output).splitlines():
             message = json.loads(line) if line.strip().startswith("{") else {}
             if "error" in message:
