@@ -1,0 +1,120 @@
+"""arm64 images on this amd64 host, for real (issue 19): the numba CPU image and the numba
+CUDA-from-wheels image for linux/arm64, built through `builder build` on the bootstrapped arm64
+Debian base (one base, debootstrapped under qemu-user once for both) and smoke-tested through
+`builder test` under emulation.
+
+Each image's config says arm64, and so does the base's; RUN steps and the smoke checks ran under
+qemu (the probe reports an aarch64 machine); the results say `platform: linux/arm64` and
+`emulated: true`; the CPU image passes and the CUDA image is `gpu-skipped` (never passed) with its
+CPU-side CUDA checks passed. In CI (BUILDER_REQUIRE_DOCKER=1) a host without emulation fails
+here with the one-line fix instead of skipping. Each image is built once; both are removed afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from builder.engine import client as engine
+from builder.engine.image_build import STAGE_LABEL
+from builder.host import doctor
+from builder.host.facts import gather_emulation
+from builder.records import ARM64
+from builder.workspace import Workspace
+
+pytestmark = pytest.mark.docker
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "build" / "results"
+SELECT = "platform=linux/arm64,stack=numba"
+WS = Workspace.locate(str(ROOT / "matrix.yaml"))
+ARM = WS.selected(SELECT, use_default=False)
+CPU = next(s for s in ARM if s.base.vendor == "cpu")
+CUDA = next(s for s in ARM if s.base.vendor == "cuda")
+
+
+def builder(*args: str, timeout: int = 3600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "builder", *args],
+        cwd=ROOT,
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def emulation() -> None:
+    """qemu-aarch64 registered with the F flag (scripts/setup.sh does it): in CI its absence fails."""
+    refusal = doctor.emulation_refusal([ARM64], gather_emulation())
+    if refusal is None:
+        return
+    if os.environ.get("BUILDER_REQUIRE_DOCKER") == "1":
+        pytest.fail(refusal)
+    pytest.skip(refusal)
+
+
+@pytest.fixture(scope="module")
+def arm_build(docker_client: Any, emulation: None) -> Iterator[dict[str, dict[str, Any]]]:
+    """`builder build -j 2` of both arm64 images (the arm64 base bootstrapped once, for both)."""
+    try:
+        done = builder("build", "-j", "2", "--select", SELECT)
+        assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-3000:]
+        yield {r["id"]: r for r in json.loads((RESULTS / "build.json").read_text())}
+    finally:
+        for spec in ARM:
+            for stage in docker_client.api.images(all=True, filters={"label": f"{STAGE_LABEL}={spec.tag}"}):
+                engine.remove_image_quietly(docker_client, str(stage["Id"]))
+            engine.remove_image_quietly(docker_client, spec.tag)
+
+
+@pytest.fixture(scope="module")
+def arm_test(arm_build: Any) -> dict[str, dict[str, Any]]:
+    done = builder("test", "--select", SELECT)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    return {spec.id: json.loads((RESULTS / f"{spec.id}.json").read_text()) for spec in ARM}
+
+
+def test_the_selection_is_one_cpu_and_one_cuda_from_wheels_image() -> None:
+    assert sorted(s.id for s in ARM) == ["numba0.68.0-cpu-py3.11-debian12-arm64", "numba0.68.0-cu130-py3.11-debian12-arm64"]
+    assert CUDA.base.cuda_from_wheels and CPU.base.local_tag == CUDA.base.local_tag == "builder-base/debian12-arm64:latest"
+    for spec in ARM:
+        assert spec.lock is not None and "aarch64-manylinux_" in spec.lock.text
+
+
+def test_the_images_and_their_base_are_arm64(arm_build: dict[str, dict[str, Any]], docker_client: Any) -> None:
+    assert {arm_build[s.id]["status"] for s in ARM} <= {"built", "up-to-date"}
+    for ref in (CPU.base.local_tag, *(s.tag for s in ARM)):
+        config = docker_client.api.inspect_image(ref)
+        assert (config["Os"], config["Architecture"]) == ("linux", "arm64"), ref
+
+
+def test_the_smoke_tests_ran_emulated_and_say_so(arm_test: dict[str, dict[str, Any]]) -> None:
+    for spec in ARM:
+        result = arm_test[spec.id]
+        assert (result["platform"], result["emulated"]) == (ARM64, True), spec.id
+        assert result["tests"]["failures"] == 0 and result["tests"]["errors"] == 0, (spec.id, result["failures"])
+        framework = result["probe"]["frameworks"]["numba"]
+        assert framework["version"] == "0.68.0", framework
+        assert "aarch64" in result["probe"]["host"]["platform"], "the probe ran as an arm64 process (under qemu)"
+    assert arm_test[CPU.id]["verdict"] == "passed", arm_test[CPU.id]["failures"]
+    assert arm_test[CPU.id]["probe"]["frameworks"]["numba"]["status"] == "ok"
+
+
+def test_the_cuda_image_is_gpu_skipped_never_passed_with_its_cpu_side_checks_passed(arm_test: dict[str, dict[str, Any]]) -> None:
+    result = arm_test[CUDA.id]
+    assert result["verdict"] == "gpu-skipped", (result["failures"], result["diagnoses"])
+    assert result["gpu"]["attached"] is False
+    framework = result["probe"]["frameworks"]["numba"]
+    assert framework["status"] == "skipped", "no GPU here: nothing may claim passed"
+    checks = result["cuda_checks"]
+    assert checks and all(c["ok"] for c in checks), checks
