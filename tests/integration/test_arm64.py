@@ -16,17 +16,19 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from builder.engine import bootstrap
 from builder.engine import client as engine
 from builder.engine.image_build import STAGE_LABEL
 from builder.host import doctor
 from builder.host.facts import gather_emulation
-from builder.records import ARM64
+from builder.records import ARM64, Base
 from builder.workspace import Workspace
 
 pytestmark = pytest.mark.docker
@@ -89,6 +91,32 @@ def test_the_selection_is_one_cpu_and_one_cuda_from_wheels_image() -> None:
     assert CUDA.base.cuda_from_wheels and CPU.base.local_tag == CUDA.base.local_tag == "builder-base/debian12-arm64:latest"
     for spec in ARM:
         assert spec.lock is not None and "aarch64-manylinux_" in spec.lock.text
+
+
+@pytest.mark.parametrize("platform", ["linux/amd64", "linux/arm64"])
+def test_a_bootstrapped_tree_is_imported_for_its_platform(
+    docker_client: Any, platform: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The import names the base's platform (the SDK's import_image cannot): a one-file tree stands
+    in for debootstrap's, imported under a tag of this test's own."""
+    monkeypatch.setattr(bootstrap, "SCRATCH_DIR", tmp_path / "scratch")
+    monkeypatch.setattr(bootstrap, "LOCK_DIR", tmp_path / "locks")
+    monkeypatch.setattr(bootstrap, "_check_tools", lambda: None)
+    monkeypatch.setattr(bootstrap, "run_debootstrap", lambda recipe, rootfs, log: (rootfs / "etc").mkdir())
+    base = Base(
+        "itest-arch",
+        "cpu",
+        "debian12",
+        bootstrap="debootstrap",
+        local_repository=f"builder-test-arch-{uuid.uuid4().hex[:8]}",
+        platform=platform,
+    )
+    try:
+        bootstrap.ensure_base(engine.DockerEngine(docker_client), base, log=lambda line: None)
+        config = docker_client.api.inspect_image(base.local_tag)
+        assert (config["Os"], config["Architecture"]) == ("linux", platform.split("/")[1])
+    finally:
+        engine.remove_image_quietly(docker_client, base.local_tag)
 
 
 def test_the_images_and_their_base_are_arm64(arm_build: dict[str, dict[str, Any]], docker_client: Any) -> None:
