@@ -148,7 +148,8 @@ def ensure_base(
 
     def current() -> bool:
         info = engine.inspect_image(tag)
-        return not force and info is not None and info.labels.get(HASH_LABEL) == digest
+        arch_ok = info is not None and info.architecture in ("", recipe["arch"])  # "": an engine that does not say
+        return not force and info is not None and info.labels.get(HASH_LABEL) == digest and arch_ok
 
     if current():
         return BootstrapResult(tag, built=False, seconds=time.monotonic() - start, recipe_hash=digest)
