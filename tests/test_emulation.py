@@ -240,3 +240,15 @@ def test_a_record_says_its_platform_and_an_amd64_record_keeps_its_signed_form() 
     for key, value, want in (("platform", "linux/riscv64", "one of linux/amd64, linux/arm64"), ("emulated", 1, "true or false")):
         with pytest.raises(catalog_records.RecordError, match=f"field '{key}' must be {want}"):
             catalog_records.from_json({**doc, key: value}, "known-good.json")
+
+
+def test_a_base_of_the_wrong_architecture_is_bootstrapped_again(
+    specs: tuple[ImageSpec, ...], fake: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its recipe label current, its config amd64 (an engine that ignored the import's platform): not current."""
+    monkeypatch.setattr(bootstrap, "_debootstrap_binary", lambda: None)
+    arm = specs[1].base
+    assert not bootstrap.ensure_base(fake, arm, log=lambda line: None).built, "the arm64 base of arm64 architecture is current"
+    fake.architectures[fake.resolve(arm.local_tag)] = "amd64"
+    with pytest.raises(UserError, match="debootstrap is not installed"):
+        bootstrap.ensure_base(fake, arm, log=lambda line: None)
