@@ -25,7 +25,7 @@ from builder.errors import UserError
 from builder.fsio import MiB, dump_json, parse_json, read_bytes, read_json, write_atomic
 from builder.measured_fit import MeasuredFit
 from builder.probe_report import ProbeReport
-from builder.records import VENDORS, Vendor
+from builder.records import AMD64, PLATFORMS, VENDORS, Vendor
 
 Verdict = Literal["passed", "gpu-skipped", "failed", "not-built"]
 VERDICTS: tuple[Verdict, ...] = get_args(Verdict)
@@ -126,6 +126,8 @@ class SmokeResult:
     vendor: Vendor | Literal[""] = ""  # the image's accelerator vendor ("": the run never started)
     fit: MeasuredFit | None = None  # a CUDA image's measured fit (builder/measured_fit.py); None: not measured
     fit_error: str = ""  # why measuring it failed, when it did
+    platform: str = AMD64  # the image's platform (linux/arm64): what its checks ran on
+    emulated: bool = False  # its platform is not the host's: the checks ran under qemu-user emulation
 
     @property
     def cuda_checks_passed(self) -> int:
@@ -152,6 +154,8 @@ class SmokeResult:
             "vendor": self.vendor,
             "fit": self.fit.to_json() if self.fit else None,
             "fit_error": self.fit_error,
+            "platform": self.platform,
+            "emulated": self.emulated,
         }
 
 
@@ -255,7 +259,7 @@ def from_json(data: Any, where: str) -> SmokeResult:
     doc = jf.obj(data, "the file", fail)
     names = {"id", "tag", "verdict", "gpu", "seconds", "tests", "failures", "diagnoses", "probe", "date", "cuda_checks"}
     names |= {"content_hash", "image_id", "host", "returncode", "vendor"}
-    optional = {"fit", "fit_error"}  # results written before fits were measured lack them
+    optional = {"fit", "fit_error", "platform", "emulated"}  # results written before fits were measured (and platforms) lack them
     missing = sorted(names - set(doc))
     if missing:
         raise fail(f"it lacks {', '.join(missing)}")
@@ -266,6 +270,9 @@ def from_json(data: Any, where: str) -> SmokeResult:
     vendor = jf.text(doc["vendor"], "vendor", fail)
     if verdict not in VERDICTS or vendor not in VENDORS:
         raise fail(f"verdict {verdict[:40]!r} / vendor {vendor[:40]!r} unknown")
+    platform = jf.text(doc.get("platform", AMD64), "platform", fail)
+    if platform not in PLATFORMS:
+        raise fail(f"platform {platform[:40]!r} is not one of {', '.join(PLATFORMS)}")
     gpu = jf.obj(doc["gpu"], "gpu", fail)
     if not isinstance(gpu.get("attached"), bool) or not isinstance(gpu.get("reason", ""), str):
         raise fail("'gpu' must hold attached (true/false) and reason")
@@ -305,6 +312,8 @@ def from_json(data: Any, where: str) -> SmokeResult:
         vendor=vendor,  # checked against VENDORS above
         fit=None if doc.get("fit") is None else measured_fit.from_json(doc["fit"], "fit", fail),
         fit_error=jf.text(doc.get("fit_error", ""), "fit_error", fail),
+        platform=platform,
+        emulated=jf.flag(doc.get("emulated", False), "emulated", fail),
     )
     recomputed = verdict_of(result.returncode, result.tests, result.gpu.attached, vendor)
     if verdict != "not-built" and verdict != recomputed:

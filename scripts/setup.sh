@@ -12,4 +12,26 @@ fi
 if ! command -v ssh-keygen >/dev/null 2>&1; then  # OpenSSH signs and verifies the published evidence (ssh-keygen -Y)
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-client >/dev/null
 fi
+# linux/arm64 images are built and smoke-tested here under qemu-user emulation: Debian's static
+# qemu and its aarch64 binfmt_misc handler, registered with the F flag (the interpreter is opened at
+# registration, so it works inside containers). The package registers it only through binfmt-support
+# outside a container, so this registers the one handler itself. Nothing to do on an arm64 host.
+# Where this cannot be done (no root), `builder build` of an arm64 image says so in one line.
+case "$(uname -m)" in
+aarch64 | arm64) ;;
+*)
+    binfmt=/proc/sys/fs/binfmt_misc
+    if [ "$(id -u)" -eq 0 ]; then SUDO=(); else SUDO=(sudo); fi
+    if [ ! -x /usr/bin/qemu-aarch64-static ]; then
+        "${SUDO[@]}" apt-get update -qq && "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends qemu-user-static >/dev/null
+    fi
+    if [ ! -e "$binfmt/status" ]; then
+        "${SUDO[@]}" mount -t binfmt_misc binfmt_misc "$binfmt" || echo "setup: cannot mount $binfmt: arm64 images cannot be built here" >&2
+    fi
+    if [ -e "$binfmt/register" ] && [ ! -e "$binfmt/qemu-aarch64" ]; then
+        "${SUDO[@]}" sh -c "cat /usr/lib/binfmt.d/qemu-aarch64.conf > $binfmt/register" ||
+            echo "setup: cannot register qemu-aarch64 in $binfmt: arm64 images cannot be built here" >&2
+    fi
+    ;;
+esac
 bash .ci/docker-up.sh

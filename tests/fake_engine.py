@@ -140,6 +140,8 @@ class FakeEngine:
         self.removed_images: list[str] = []  # every ref remove_image removed
         self.listings: list[tuple[str, bool, bool]] = []  # (label, dangling, intermediate) of every images() call
         self.histories: dict[str, list[Layer]] = {}  # image id -> its history, when a test scripts one
+        self.architectures: dict[str, str] = {}  # image id -> its config's architecture (a build's or an import's platform)
+        self.imports: list[tuple[str, str | None]] = []  # (name, platform) of every import
         self.before_push: Callable[[str], None] = lambda name: None
         self.fail_push: Callable[[str], str | None] = lambda name: None
         self.fail_pull: Callable[[str], str | None] = lambda reference: None
@@ -191,6 +193,7 @@ class FakeEngine:
             repo_tags=tuple(n for n, i in self.names.items() if i == image),
             repo_digests=tuple(self.repo_digests.get(image, [])),
             size=self.sizes.get(image, 5_000_000),
+            architecture=self.architectures.get(image, ""),
         )
 
     # -- the port
@@ -249,17 +252,20 @@ class FakeEngine:
                 failed |= bool(event.error)
                 yield event
             if not failed:
-                self.add_image(image_id_of(request.tag, dict(request.labels)), request.tag, labels=dict(request.labels))
+                made = self.add_image(image_id_of(request.tag, dict(request.labels)), request.tag, labels=dict(request.labels))
+                self.architectures[made] = architecture_of(request.platform)
 
         return self._opened(FakeStream(events))
 
-    def import_image(self, tarball: Path, repository: str, tag: str, changes: Sequence[str]) -> None:
+    def import_image(self, tarball: Path, repository: str, tag: str, changes: Sequence[str], platform: str | None = None) -> None:
         labels = {}
         for change in changes:
             if change.startswith("LABEL "):
                 key, _, value = change.removeprefix("LABEL ").partition("=")
                 labels[key] = value.strip('"').replace('\\"', '"').replace("\\$", "$").replace("\\\\", "\\")
-        self.add_image(image_id_of(f"{repository}:{tag}", labels), f"{repository}:{tag}", labels=labels)
+        made = self.add_image(image_id_of(f"{repository}:{tag}", labels), f"{repository}:{tag}", labels=labels)
+        self.architectures[made] = architecture_of(platform)
+        self.imports.append((f"{repository}:{tag}", platform))
 
     def push(self, repository: str, tag: str) -> FakeStream:
         name = f"{repository}:{tag}"
@@ -322,7 +328,12 @@ class FakeEngine:
     @contextlib.contextmanager
     def container(self, spec: ContainerSpec) -> Iterator[FakeContainer]:
         made = FakeContainer(self, spec, session.owner_labels(spec.labels), id=f"c{len(self.created)}")
-        self.resolve(spec.image)  # the engine refuses a container of an image it does not have
+        image = self.resolve(spec.image)  # the engine refuses a container of an image it does not have
+        have = self.architectures.get(image)
+        if spec.platform is not None and have and have != architecture_of(spec.platform):  # and one of another platform (API 1.41)
+            raise EngineFault(
+                f"image with reference {spec.image} was found but does not match the specified platform: wanted {spec.platform}"
+            )
         self.created.append(made)
         self.live[made.id] = made
         try:
@@ -353,6 +364,11 @@ class FakeEngine:
     def _opened(self, stream: FakeStream) -> FakeStream:
         self.responses.append(stream)
         return stream
+
+
+def architecture_of(platform: str | None) -> str:
+    """The architecture an engine on an amd64 host stamps on what it builds or imports for `platform`."""
+    return (platform or "linux/amd64").split("/")[1]
 
 
 def connect_to(engine: FakeEngine) -> Connect:

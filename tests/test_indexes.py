@@ -16,6 +16,7 @@ from builder.catalog.store import Catalog
 from builder.errors import UserError
 from builder.fit.host import FitHost
 from builder.publish.tags import floating_tags
+from builder.records import ARM64
 from builder.usecases import publish as publishing
 from builder.usecases.pull import FitCheck, host_platform_first
 from tests.catalog_fixtures import record
@@ -69,7 +70,9 @@ def _two_platforms(tmp_path: Path, registry: FakeRegistry) -> Catalog:
     catalog = Catalog(tmp_path / "catalog")
     amd = registry.image(REPO, NAME, "sha256:" + "1" * 64)
     arm = registry.image(REPO, ARM, "sha256:" + "2" * 64)
-    catalog.add([record(NAME, digest=f"{REPO}@{amd}"), record(ARM, tag=f"{REPO}:{ARM}", digest=f"{REPO}@{arm}")], {})
+    catalog.add(
+        [record(NAME, digest=f"{REPO}@{amd}"), record(ARM, tag=f"{REPO}:{ARM}", digest=f"{REPO}@{arm}", platform=ARM64, emulated=True)], {}
+    )
     return catalog
 
 
@@ -77,7 +80,9 @@ def test_publish_puts_the_index_of_a_name_with_two_platforms_and_records_it(tmp_
     registry = FakeRegistry()
     catalog = _two_platforms(tmp_path, registry)
     events = Events()
-    assert publishing.put_index(registry, catalog, REPO, NAME, events) is None
+    indexed = publishing.put_index(registry, catalog, REPO, NAME, events)
+    assert indexed is not None and indexed.status == "indexed" and indexed.tags == (f"{REPO}:{NAME}",)
+    assert publishing.publish_ok([indexed])
     assert registry.puts == [(REPO, NAME, indexes.DOCKER_LIST)]
     put = registry.manifest(REPO, NAME)
     listed = {m["platform"]["architecture"]: m["digest"] for m in json.loads(put.body)["manifests"]}
@@ -86,9 +91,9 @@ def test_publish_puts_the_index_of_a_name_with_two_platforms_and_records_it(tmp_
     (index,) = catalog.indexes().values()
     assert index.name == NAME and index.tag == f"{REPO}:{NAME}" and index.digest == f"{REPO}@{put.digest}"
     assert index.platforms == {"linux/amd64": records[NAME].digest, "linux/arm64": records[ARM].digest}
-    assert any(line.startswith(f"index {REPO}:{NAME} -> {put.digest}") for line in events.lines)
+    assert indexed.digest == index.digest and indexed.reason == "index of linux/amd64, linux/arm64"
     again = publishing.put_index(registry, catalog, REPO, NAME, events)
-    assert again is None and registry.manifest(REPO, NAME).digest == put.digest, "the same records give the same index"
+    assert again == indexed and registry.manifest(REPO, NAME).digest == put.digest, "the same records give the same index"
 
 
 def test_one_platform_or_another_repository_puts_no_index(tmp_path: Path) -> None:
@@ -131,10 +136,10 @@ def test_a_damaged_indexes_file_is_one_line_naming_it(tmp_path: Path) -> None:
 
 
 def test_pull_prefers_the_hosts_platform_unless_the_query_names_one() -> None:
-    arm, amd = record(ARM, published="2026-12-02T00:00:00Z"), record(NAME)
+    arm, amd = record(ARM, published="2026-12-02T00:00:00Z", platform=ARM64), record(NAME)
     on_arm = FitCheck(FitHost("arm64", "none", (), None))
     on_amd = FitCheck(FitHost("amd64", "none", (), None))
     assert [r.id for r in host_platform_first([arm, amd], "numba=0.68", on_amd)] == [NAME, ARM]
     assert [r.id for r in host_platform_first([amd, arm], "numba=0.68", on_arm)] == [ARM, NAME]
     assert [r.id for r in host_platform_first([arm, amd], "platform=linux/arm64", on_amd)] == [ARM, NAME]
-    assert record(ARM).fields()["platform"] == "linux/arm64" and amd.fields()["platform"] == "linux/amd64"
+    assert arm.fields()["platform"] == "linux/arm64" and amd.fields()["platform"] == "linux/amd64"

@@ -315,7 +315,7 @@ def test_small_matrix_loads_into_records(tmp_path: Path) -> None:
 
 def test_embedded_matrix_loads(root: Path) -> None:
     matrix = load_matrix(root / "matrix.yaml")
-    assert matrix.default_select == "base=local-debian12"
+    assert matrix.default_select == "base=local-debian12,platform=linux/amd64"
     assert {b.name for b in matrix.bases} >= {"cuda12.4-ubuntu22.04", "rocm6.2-ubuntu22.04", "local-debian12"}
     local = matrix.base("local-debian12")
     assert (local.vendor, local.bootstrap, local.image) == ("cpu", "debootstrap", None)

@@ -259,7 +259,9 @@ def test_plan_github_matrix(cli: RunCli, embedded_matrix_path: Path, embedded_pl
         assert entry["select"] == f"id={spec.id}"
         assert entry["gpu"] is (spec.base.vendor != "cpu")
     selected = json.loads(
-        cli("--matrix", str(embedded_matrix_path), "plan", "--format", "github", "--select", "base=local-debian12").stdout
+        cli(
+            "--matrix", str(embedded_matrix_path), "plan", "--format", "github", "--select", "base=local-debian12,platform=linux/amd64"
+        ).stdout
     )
     assert {e["id"] for e in selected["include"]} == set(LOCAL_IMAGES)
 

@@ -271,11 +271,12 @@ def test_the_embedded_default_selection_has_no_arm64_image(embedded_workspace: W
 
 def test_the_embedded_arm64_images_are_locked_for_aarch64(embedded_plan: Plan) -> None:
     arm = [s for s in embedded_plan.images if s.platform == ARM64]
-    assert arm, "matrix.yaml plans the arm64 CUDA-from-wheels slice"
+    assert {s.base.vendor for s in arm} == {"cpu", "cuda"}, "matrix.yaml plans the arm64 CUDA-from-wheels slice and a CPU image"
     for spec in arm:
         assert spec.lock is not None, f"{spec.id} is not locked"
         assert "target: python 3.11, aarch64-manylinux_" in spec.lock.text
-        assert spec.constraints, "CUDA-from-wheels: the constraints hold the CUDA wheels on the base's CUDA"
+        if spec.base.vendor == "cuda":
+            assert spec.constraints, "CUDA-from-wheels: the constraints hold the CUDA wheels on the base's CUDA"
 
 
 # --- locks, build staging, fit ---------------------------------------------------------------
@@ -310,11 +311,11 @@ def test_bootstrap_recipe_follows_the_base_platform() -> None:
     assert base.local_tag == "builder-base/debian12:latest"
 
 
-def test_a_record_arch_follows_its_id() -> None:
+def test_a_record_arch_follows_its_recorded_platform() -> None:
     from tests.catalog_fixtures import record
 
     assert record_arch(record("torch2.14.1-cu130-py3.11-debian12")) == "amd64"
-    assert record_arch(record("torch2.14.1-cu130-py3.11-debian12-arm64")) == "arm64"
+    assert record_arch(record("torch2.14.1-cu130-py3.11-debian12-arm64", platform=ARM64, emulated=True)) == "arm64"
 
 
 # --- doctor: arm64 emulation -----------------------------------------------------------------

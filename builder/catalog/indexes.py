@@ -37,13 +37,9 @@ def image_name(image_id: str) -> str:
     return image_id.removesuffix(platform_suffix(platform_of_id(image_id)))
 
 
-def platform_of(record: KnownGood) -> str:
-    return platform_of_id(record.id)
-
-
 def members(records: Sequence[KnownGood], name: str) -> dict[str, KnownGood]:
     """platform -> the record of `name` on it (one record per id, so one per platform)."""
-    return {platform_of(r): r for r in sorted(records, key=lambda r: r.id) if image_name(r.id) == name}
+    return {r.platform: r for r in sorted(records, key=lambda r: r.id) if image_name(r.id) == name}
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import Any
 from builder import jsonfields as jf
 from builder import measured_fit
 from builder.measured_fit import MeasuredFit
-from builder.records import VENDORS, Accelerator, Vendor, platform_of_id
+from builder.records import AMD64, PLATFORMS, VENDORS, Accelerator, Vendor
 from builder.results import GOOD, TestedOn, Verdict, tested_on
 from builder.spec import grammar
 
@@ -76,6 +76,8 @@ class KnownGood:
     manifest: str = ""  # catalog-relative path of the package manifest
     notes: tuple[str, ...] = field(default_factory=tuple)
     fit: MeasuredFit | None = None  # a CUDA image's measured fit (from its smoke result); None: not measured
+    platform: str = AMD64  # the image's platform (linux/arm64)
+    emulated: bool = False  # its smoke tests ran under qemu-user emulation (an arm64 image tested on an amd64 host)
 
     @property
     def repository(self) -> str:
@@ -88,6 +90,8 @@ class KnownGood:
         del data["fit"]
         if self.fit is not None:  # records without a measured fit keep their old form
             data["fit"] = self.fit.to_json()
+        if self.platform == AMD64 and not self.emulated:  # and amd64 records theirs (their signatures cover this form)
+            del data["platform"], data["emulated"]
         return data
 
     def fields(self) -> dict[str, str]:
@@ -109,7 +113,7 @@ class KnownGood:
             "digest": self.digest,
             "repository": self.repository,
             "tag": self.tag,
-            "platform": platform_of_id(self.id),
+            "platform": self.platform,
         }
         for key, value in (("cuda", self.accelerator.cuda), ("cudnn", self.accelerator.cudnn), ("rocm", self.accelerator.rocm)):
             if value:
@@ -138,7 +142,7 @@ def from_json(data: Any, where: str) -> KnownGood:
     raw_id = data.get("id")
     name = repr(_short(raw_id)) if isinstance(raw_id, str) else "?"
     names = [f for f in KnownGood.__dataclass_fields__]
-    optional = {"size_mb", "manifest", "notes", "fit"}
+    optional = {"size_mb", "manifest", "notes", "fit", "platform", "emulated"}
     missing = [n for n in names if n not in data and n not in optional]
     if missing:
         raise RecordError(f"{where}: record {name} lacks {', '.join(missing)}")
@@ -182,6 +186,10 @@ def from_json(data: Any, where: str) -> KnownGood:
         raise RecordError(
             f"{where}: record {name} tag {_reference(data['tag'])!r} is not {data['digest'].split('@', 1)[0]}:<tag> (the repository of its digest)"
         )
+    if data.get("platform", AMD64) not in PLATFORMS:
+        raise bad("platform", f"one of {', '.join(PLATFORMS)}")
+    if type(data.get("emulated", False)) is not bool:
+        raise bad("emulated", "true or false")
     if data["verdict"] not in VERDICTS:
         raise RecordError(f"{where}: record {name} verdict {data['verdict']!r} is not one of {', '.join(VERDICTS)}")
     values = {n: data[n] for n in names if n in data}

@@ -148,7 +148,8 @@ def ensure_base(
 
     def current() -> bool:
         info = engine.inspect_image(tag)
-        return not force and info is not None and info.labels.get(HASH_LABEL) == digest
+        arch_ok = info is not None and info.architecture in ("", recipe["arch"])  # "": an engine that does not say
+        return not force and info is not None and info.labels.get(HASH_LABEL) == digest and arch_ok
 
     if current():
         return BootstrapResult(tag, built=False, seconds=time.monotonic() - start, recipe_hash=digest)
@@ -165,7 +166,7 @@ def ensure_base(
             return BootstrapResult(tag, built=False, seconds=time.monotonic() - start, recipe_hash=digest)
         _check_tools()
         log(f"bootstrapping {tag}: debian {recipe['release']} ({VARIANT}) from {mirror}")
-        _build(engine, tag, recipe, digest, log)
+        _build(engine, tag, recipe, digest, log, base.platform)
     finally:
         lock.release()
     seconds = time.monotonic() - start
@@ -193,7 +194,7 @@ def _image_id(engine: Engine, ref: str) -> str | None:
     return None if info is None else info.id
 
 
-def _build(engine: Engine, tag: str, recipe: dict[str, Any], digest: str, log: Log) -> None:
+def _build(engine: Engine, tag: str, recipe: dict[str, Any], digest: str, log: Log, platform: str) -> None:
     SCRATCH_DIR.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="builder-bootstrap-", dir=SCRATCH_DIR))
     repository = tag.rsplit(":", 1)[0]
@@ -207,7 +208,7 @@ def _build(engine: Engine, tag: str, recipe: dict[str, Any], digest: str, log: L
         _remove_tree(rootfs)  # free the disk before the engine copies the tarball
         log(f"importing {tarball.stat().st_size / 1e6:.0f} MB into the engine as {temp_ref}")
         old = _image_id(engine, tag)
-        _import(engine, tarball, temp_ref, recipe, digest)
+        _import(engine, tarball, temp_ref, recipe, digest, platform)
         engine.tag(temp_ref, repository, tag.rsplit(":", 1)[1])
         if old and old != _image_id(engine, tag):
             engine.remove_image(old)
@@ -315,7 +316,7 @@ def _label_change(key: str, value: str) -> str:
     return f'LABEL {key}="{escaped}"'
 
 
-def _import(engine: Engine, tarball: Path, ref: str, recipe: dict[str, Any], digest: str) -> None:
+def _import(engine: Engine, tarball: Path, ref: str, recipe: dict[str, Any], digest: str, platform: str) -> None:
     repository, tag = ref.rsplit(":", 1)
     changes = [
         _label_change(HASH_LABEL, digest),
@@ -326,7 +327,7 @@ def _import(engine: Engine, tarball: Path, ref: str, recipe: dict[str, Any], dig
         'CMD ["/bin/bash"]',
     ]
     try:
-        engine.import_image(tarball, repository, tag, changes)
+        engine.import_image(tarball, repository, tag, changes, platform)  # an arm64 tree is an arm64 image
     except EngineFault as exc:
         raise UserError(f"importing the base into the engine failed: {exc.message}") from None
     info = engine.inspect_image(ref)

@@ -28,7 +28,7 @@ from builder.engine.failures import is_network_failure
 from builder.engine.image_build import BuildResult, Run, build_image, up_to_date
 from builder.engine.port import Engine, EngineFault
 from builder.errors import UserError
-from builder.records import Base, ImageSpec
+from builder.records import Base, ImageSpec, platform_suffix
 from builder.render.context import Files
 from builder.render.labels import HASH_LABEL
 
@@ -106,7 +106,7 @@ class Builder:
         engine = self.engine()
         self.run.log_dir.mkdir(parents=True, exist_ok=True)
         for base in bases.values():
-            log_path = self.run.log_dir / f"base-{base.os}.log"
+            log_path = self.run.log_dir / f"base-{base.os}{platform_suffix(base.platform)}.log"
             with log_path.open("w", encoding="utf-8") as log:
 
                 def write(line: str, log: Any = log, name: str = base.name) -> None:

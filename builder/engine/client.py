@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import io
 import json
 import os
 import signal
 import socket
+import tarfile
+import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -313,6 +316,8 @@ def create_kwargs(spec: port.ContainerSpec) -> dict[str, Any]:
         kwargs["devices"] = list(spec.devices)
     if spec.group_add:
         kwargs["group_add"] = list(spec.group_add)
+    if spec.platform is not None:  # API 1.41: the engine checks the image is of this platform
+        kwargs["platform"] = spec.platform
     return kwargs
 
 
@@ -403,7 +408,67 @@ def _image_info(attrs: Mapping[str, Any]) -> port.ImageInfo:
         repo_tags=tuple(str(t) for t in attrs.get("RepoTags") or () if t != "<none>:<none>"),
         repo_digests=tuple(str(d) for d in attrs.get("RepoDigests") or () if d != "<none>@<none>"),
         size=int(attrs.get("Size") or 0),
+        architecture=str(attrs.get("Architecture") or ""),
     )
+
+
+def _import_tarball(api: Any, tarball: Path, repository: str, tag: str, changes: list[str], platform: str | None) -> Any:
+    """`docker import --platform`: the SDK's import_image has no platform, so the same request with
+    it (POST /images/create?fromSrc=-, API 1.32+); without it the engine stamps its own architecture
+    on an arm64 root filesystem, and `FROM --platform=linux/arm64` refuses the image. Engine 20.10
+    ignores the parameter too: then the image's config is rewritten for the platform (`_set_platform`)."""
+    params: dict[str, Any] = {"repo": repository, "tag": tag, "fromSrc": "-", "changes": changes}
+    if platform is not None:
+        params["platform"] = platform
+    with tarball.open("rb") as data:
+        response = api._post(
+            api._url("/images/create"), data=data, params=params, headers={"Content-Type": "application/tar"}, timeout=None
+        )
+    output = api._result(response)
+    ref = f"{repository}:{tag}"
+    if platform is not None and _platform_of(api.inspect_image(ref)) != platform:
+        _set_platform(api, ref, platform, tarball.parent)
+    return output
+
+
+def _platform_of(attrs: Mapping[str, Any]) -> str:
+    return f"{attrs.get('Os') or 'linux'}/{attrs.get('Architecture') or ''}"
+
+
+def _set_platform(api: Any, ref: str, platform: str, scratch: Path) -> None:
+    """The image `ref` with its config saying `platform`: saved, its config patched (os, architecture),
+    loaded back under the same tag; the image it replaces is removed. The layers are unchanged."""
+    os_name, _, arch = platform.partition("/")
+    old = str(api.inspect_image(ref)["Id"])
+    with tempfile.TemporaryDirectory(prefix="builder-platform-", dir=scratch) as tmp:
+        saved, patched = Path(tmp) / "saved.tar", Path(tmp) / "patched.tar"
+        with saved.open("wb") as out:
+            for chunk in api.get_image(ref):
+                out.write(chunk)
+        with tarfile.open(saved) as src, tarfile.open(patched, "w") as dst:
+            manifest_file = src.extractfile("manifest.json")
+            if manifest_file is None:
+                raise port.EngineFault(f"the engine saved {ref} without a manifest.json")
+            config_name = json.loads(manifest_file.read())[0]["Config"]
+            for member in src:
+                data = src.extractfile(member) if member.isfile() else None
+                if member.name == config_name and data is not None:
+                    config = json.loads(data.read())
+                    config["os"], config["architecture"] = os_name, arch
+                    body = json.dumps(config).encode()
+                    member.size = len(body)
+                    dst.addfile(member, io.BytesIO(body))
+                else:
+                    dst.addfile(member, data)
+        with patched.open("rb") as data:
+            for message in api.load_image(data):
+                if isinstance(message, dict) and "error" in message:
+                    raise port.EngineFault(" ".join(str(message["error"]).split()))
+    if _platform_of(api.inspect_image(ref)) != platform:
+        raise port.EngineFault(f"the engine did not take {ref} as a {platform} image")
+    if str(api.inspect_image(ref)["Id"]) != old:
+        with contextlib.suppress(NotFound, APIError):
+            api.remove_image(old)
 
 
 class DockerEngine:
@@ -463,13 +528,14 @@ class DockerEngine:
                 network_mode=request.network_mode,
                 buildargs=dict(request.buildargs),
                 labels=dict(request.labels),
+                platform=request.platform,
                 decode=True,
             ),
         )
 
-    def import_image(self, tarball: Path, repository: str, tag: str, changes: Sequence[str]) -> None:
+    def import_image(self, tarball: Path, repository: str, tag: str, changes: Sequence[str], platform: str | None = None) -> None:
         with _faults():
-            output = self._sdk.api.import_image(src=str(tarball), repository=repository, tag=tag, changes=list(changes))
+            output = _import_tarball(self._sdk.api, tarball, repository, tag, list(changes), platform)
         for line in str(output).splitlines():
             message = json.loads(line) if line.strip().startswith("{") else {}
             if "error" in message:

@@ -250,7 +250,9 @@ def _attempt(
         log.write(f"# build {spec.id} attempt {attempt} -> {spec.tag}\n")
         log.write(f"# local wheels: {', '.join(staged.wheels) or 'none'}\n")
         log.write(f"# extra indexes: {redact(' '.join(staged.extra_index_urls)) or 'none'}\n")
-        error = _stream_into(run, engine, BuildRequest(staged.path, spec.tag, buildargs, labels, run.no_cache), spec.id, log)
+        error = _stream_into(
+            run, engine, BuildRequest(staged.path, spec.tag, buildargs, labels, run.no_cache, platform=spec.platform), spec.id, log
+        )
     if error is None:
         return
     tail = log_path.read_text(encoding="utf-8", errors="replace")

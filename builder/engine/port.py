@@ -44,6 +44,7 @@ class ImageInfo:
     repo_tags: tuple[str, ...] = ()
     repo_digests: tuple[str, ...] = ()  # repository@sha256:... of each registry the image was pushed to or pulled from
     size: int = 0  # bytes
+    architecture: str = ""  # the image config's (amd64, arm64); "" when the engine did not say (a listing)
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,7 @@ class BuildRequest:
     labels: Mapping[str, str] = field(default_factory=dict)
     no_cache: bool = False
     network_mode: str = "host"
+    platform: str | None = None  # linux/arm64: RUN steps of another architecture's image run emulated; None: the engine's own
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,7 @@ class ContainerSpec:
     gpus: bool = False  # every NVIDIA GPU (`--gpus all`)
     devices: tuple[str, ...] = ()  # host:container:permissions, e.g. /dev/kfd:/dev/kfd:rwm
     group_add: tuple[str, ...] = ()
+    platform: str | None = None  # the image's platform (linux/arm64 on an amd64 host: it runs emulated); None: the engine's own
 
 
 @dataclass(frozen=True)
@@ -163,8 +166,9 @@ class Engine(Protocol):
         ...
 
     def build(self, request: BuildRequest) -> Stream: ...
-    def import_image(self, tarball: Path, repository: str, tag: str, changes: Sequence[str]) -> None:
-        """A root filesystem tarball as an image, with Dockerfile `changes` (LABEL, ENV, CMD); EngineFault on an error."""
+    def import_image(self, tarball: Path, repository: str, tag: str, changes: Sequence[str], platform: str | None = None) -> None:
+        """A root filesystem tarball as an image, with Dockerfile `changes` (LABEL, ENV, CMD), its config
+        saying `platform` (linux/arm64; None: the engine's own); EngineFault on an error."""
         ...
 
     # -- registries

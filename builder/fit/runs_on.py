@@ -20,7 +20,7 @@ from builder.compat.facts import Compat
 from builder.compat.rules import framework, names
 from builder.compat.versions import cc_tuple, release_tuple
 from builder.fit import driver as drivers
-from builder.records import PLATFORM_ARCH, platform_of_id
+from builder.records import PLATFORM_ARCH
 
 Source = Literal["table", "measured"]
 _CUDA_VARIANT = re.compile(r"^cu(?:da)?(\d{2,3})$")
@@ -44,8 +44,8 @@ class RunsOn:
 
 
 def record_arch(record: KnownGood) -> str:
-    """The CPU architecture a record's image is for: its lock's platform, which its id names (an arm64 image's ends in -arm64)."""
-    return PLATFORM_ARCH[platform_of_id(record.id)]
+    """The CPU architecture a record's image is for: its platform, as publish recorded it (its lock's)."""
+    return PLATFORM_ARCH.get(record.platform, record.platform.partition("/")[2])
 
 
 def runs_on(record: KnownGood, compat: Compat) -> RunsOn:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -18,7 +18,7 @@ from builder.compat import gpu_arch
 from builder.compat.facts import table
 from builder.compat.rules import framework
 from builder.compat.versions import release_tuple  # driver versions compare numerically: 580.159.03 > 580.65.06
-from builder.host.facts import AmdInfo, EmulationFacts, EngineFacts, HostInfo, NvidiaGpu, NvidiaInfo
+from builder.host.facts import AmdInfo, EmulationFacts, EngineFacts, HostInfo, NvidiaGpu, NvidiaInfo, runs_emulated
 from builder.lock.files import libraries
 from builder.records import ARM64, Accelerator, ImageSpec, Install
 
@@ -215,6 +215,17 @@ def emulation_check(emulation: EmulationFacts) -> Check:
             "apt-get install --reinstall qemu-user-static (Debian's registers it with F), or re-register the handler with flags F",
         )
     return Check(name, "ok", f"qemu-aarch64 registered and enabled (flags {emulation.flags}): arm64 images run emulated")
+
+
+def emulation_refusal(platforms: Iterable[str], emulation: EmulationFacts) -> str | None:
+    """Why `builder build`/`test` cannot take an arm64 image on this host (one line, the fix in it), or
+    None: no arm64 image, an arm64 host, or a qemu-aarch64 handler containers can use (doctor's check ok)."""
+    if ARM64 not in set(platforms) or not runs_emulated(ARM64, emulation.machine):
+        return None
+    check = emulation_check(emulation)
+    if check.status == "ok":
+        return None
+    return f"arm64 image needs emulation: install qemu-user-static (scripts/setup.sh does); here {check.detail.split(':')[0]}"
 
 
 def host_checks(host: HostInfo) -> list[Check]:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Literal
 
 from builder.errors import UserError
+from builder.records import PLATFORM_ARCH
 from builder.text import redact
 
 Runner = Callable[[list[str]], tuple[int, str]]
@@ -270,6 +271,20 @@ def gather_emulation(root: Path = Path("/"), machine: str | None = None) -> Emul
     lines = text.splitlines()
     flags = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("flags:")), "")
     return EmulationFacts(machine, "enabled" if lines[:1] == ["enabled"] else "disabled", flags)
+
+
+_MACHINE_ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}  # uname -m -> Docker's name
+
+
+def runs_emulated(platform_: str, machine: str) -> bool:
+    """Whether an image of `platform_` (linux/arm64) runs under emulation on a host whose `uname -m`
+    is `machine`: its architecture is not the host's."""
+    return PLATFORM_ARCH.get(platform_, platform_) != _MACHINE_ARCH.get(machine.lower(), machine.lower())
+
+
+def host_machine(host: HostInfo) -> str:
+    """The host's `uname -m`, as gathered (or this process's machine when emulation was not looked at)."""
+    return host.emulation.machine if host.emulation is not None else platform.machine()
 
 
 def gather(

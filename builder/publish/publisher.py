@@ -233,6 +233,8 @@ def build_record(spec: ImageSpec, local: Local, result: SmokeResult, repository:
         size_mb=local.size_mb,
         manifest=f"manifests/{spec.id}.txt",
         fit=result.fit,
+        platform=spec.platform,
+        emulated=result.emulated,
         notes=tuple(note for i in spec.installs for note in i.notes)
         + (("published without a GPU run: its verdict is gpu-skipped",) if result.verdict == "gpu-skipped" else ()),
     )

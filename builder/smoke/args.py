@@ -87,6 +87,7 @@ def run_spec(spec: ImageSpec, access: GpuAccess, host: HostInfo, timeout_s: int,
         gpus=gpu.gpus,
         devices=gpu.devices,
         group_add=gpu.group_add,
+        platform=spec.platform,
     )
 
 

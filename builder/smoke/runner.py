@@ -25,7 +25,7 @@ from builder.engine.port import Container, Engine, NotFound
 from builder.errors import RunFailure, UserError
 from builder.fit import measure
 from builder.fsio import read_json
-from builder.host.facts import HostInfo
+from builder.host.facts import HostInfo, host_machine, runs_emulated
 from builder.measured_fit import MeasuredFit
 from builder.probe_report import ProbeReport
 from builder.records import ImageSpec
@@ -233,6 +233,7 @@ def judge(spec: ImageSpec, access: GpuAccess, returncode: int, output: str, work
         cuda_checks=tuple(cuda_checks(probe)),
         returncode=returncode,
         vendor=spec.base.vendor,
+        platform=spec.platform,
     )
 
 
@@ -253,7 +254,9 @@ def smoke_one(engine: Engine, spec: ImageSpec, host: HostInfo, mode: str, timeou
     stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     if access.failure:
         gpu = GpuUse(access.attach, access.reason)
-        return SmokeResult(spec.id, spec.tag, "failed", gpu, 0.0, failures=(access.failure,), date=stamp, host=host_record(host))
+        return SmokeResult(
+            spec.id, spec.tag, "failed", gpu, 0.0, failures=(access.failure,), date=stamp, host=host_record(host), platform=spec.platform
+        )
     work = Workdir(results_dir / spec.id)
     work.prepare(spec)
     tested = engine.inspect_image(spec.tag)  # before the run: what the verdict is about
@@ -268,6 +271,7 @@ def smoke_one(engine: Engine, spec: ImageSpec, host: HostInfo, mode: str, timeou
         host=host_record(host),
         fit=checked.fit,
         fit_error=checked.fit_error,
+        emulated=runs_emulated(spec.platform, host_machine(host)),
     )
     results.write(results_dir, result)  # bound to this run: publish refuses a file edited after it
     return result

@@ -21,6 +21,7 @@ STYLE = {
     "unresolvable": "red",
     "not-locked": "yellow",
     "published": "green",
+    "indexed": "green",
     "would-publish": "green",
     "refused": "yellow",
     "present": "green",

@@ -20,6 +20,8 @@ from builder.engine.image_build import Run
 from builder.engine.port import Connect
 from builder.engine.settings import BuildSettings
 from builder.errors import UserError
+from builder.host import doctor
+from builder.host import facts as hostinfo
 from builder.lock.target import lock_state
 from builder.records import ImageSpec
 from builder.render.tree import LOCK_DIR, expected_tree, stale_images
@@ -73,6 +75,9 @@ def build_images(
     """Build what is stale; results in build/results/build.json, also when interrupted. Nothing is
     pushed here: `builder publish` pushes only tested images (builder/usecases/publish.py)."""
     check_rendered(ws, specs)
+    refusal = doctor.emulation_refusal((s.platform for s in specs), hostinfo.gather_emulation())
+    if refusal:  # the engine's own error comes minutes later, from the first RUN step: exec format error
+        raise UserError(refusal)
     chosen = build_settings(ws, options)
     connect().close()  # fail with the one-line fix before any progress is drawn
     run = Run(

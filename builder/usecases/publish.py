@@ -45,7 +45,7 @@ class PublishOptions:
 @dataclass(frozen=True)
 class Published:
     id: str
-    status: str  # published | would-publish | refused | failed
+    status: str  # published | would-publish | indexed (a multi-platform index of `id`, an image name) | refused | failed
     reason: str
     digest: str | None = None
     tags: tuple[str, ...] = ()
@@ -103,17 +103,18 @@ def publish(
     if touched:
         talk = registry or HttpRegistry(ca_bundle=host_ca_bundle(os.environ))
         for name in touched:
-            failed = put_index(talk, catalog, repository, name, events)
-            if failed is not None:
-                events.done(failed)
-                outcomes.append(failed)
+            indexed = put_index(talk, catalog, repository, name, events)
+            if indexed is not None:
+                events.done(indexed)
+                outcomes.append(indexed)
     return outcomes
 
 
 def put_index(registry: Registry, catalog: Catalog, repository: str, name: str, events: PublishEvents) -> Published | None:
     """When `name` has known-good records in `repository` for two or more platforms: the image index
     at repository:<name> naming the newest of each, read back from the registry and recorded in
-    catalog/indexes.json. None when done or not needed; a failed outcome (the images stay published)."""
+    catalog/indexes.json: an `indexed` outcome, or a `failed` one (the images stay published). None
+    when the name has one platform there."""
     found = {p: r for p, r in indexes.members(catalog.load(), name).items() if r.repository == repository}
     if len(found) < 2:
         return None
@@ -134,8 +135,7 @@ def put_index(registry: Registry, catalog: Catalog, repository: str, name: str, 
         return Published(name, "failed", f"the platforms of {name} are published, but their index {tag} is not: {exc.message}")
     platforms = {platform: record.digest for platform, record in sorted(found.items())}
     catalog.add_index(indexes.IndexRecord(name, tag, f"{repository}@{digest}", platforms, now()))
-    events.info(f"index {tag} -> {digest}: " + ", ".join(f"{p} {d.partition('@')[2][:19]}" for p, d in platforms.items()))
-    return None
+    return Published(name, "indexed", f"index of {', '.join(platforms)}", f"{repository}@{digest}", (tag,))
 
 
 def _publish_one(
@@ -240,4 +240,4 @@ def push_evidence(
 
 
 def publish_ok(outcomes: Sequence[Published]) -> bool:
-    return all(o.status in ("published", "would-publish") for o in outcomes)
+    return all(o.status in ("published", "would-publish", "indexed") for o in outcomes)

@@ -24,7 +24,7 @@ from builder.fit.host import FitHost
 from builder.host import facts as hostinfo
 from builder.publish import signing
 from builder.publish.verify import verify_record
-from builder.records import PLATFORM_ARCH, platform_of_id
+from builder.records import PLATFORM_ARCH
 from builder.smoke.args import docker_run_line
 from builder.text import redact
 from builder.usecases.catalog import NO_MANIFEST, find, no_match_message
@@ -107,7 +107,7 @@ def host_platform_first(hits: Sequence[KnownGood], query: str, check: FitCheck) 
     if any(term.key == "platform" for term in parse_query(query)):
         return list(hits)
     arch = check.host.arch if check.host is not None else fit_hosts.cpu_arch(platform.machine())
-    return sorted(hits, key=lambda r: PLATFORM_ARCH[platform_of_id(r.id)] != arch)
+    return sorted(hits, key=lambda r: PLATFORM_ARCH.get(r.platform) != arch)
 
 
 def fit_first(hits: Sequence[KnownGood], check: FitCheck) -> str:

@@ -12,6 +12,8 @@ from builder.engine import leftovers
 from builder.engine.client import open_engine
 from builder.engine.port import Connect, Engine, EngineFault
 from builder.engine.session import remove_dead_runs_containers
+from builder.errors import UserError
+from builder.host import doctor
 from builder.host import facts as hostinfo
 from builder.records import ImageSpec
 from builder.results import GpuUse, SmokeResult
@@ -38,6 +40,10 @@ def test_images(
     engine = connect()
     remove_dead_runs_containers(engine)  # a killed run's smoke containers
     host = hostinfo.gather(engine=lambda: hostinfo.EngineFacts(True, engine.version(), engine.gpu_runtimes()))
+    refusal = None if host.emulation is None else doctor.emulation_refusal((s.platform for s in specs), host.emulation)
+    if refusal:
+        engine.close()
+        raise UserError(refusal)
     results_dir = ws.store.results
     results_dir.mkdir(parents=True, exist_ok=True)
     results = []
