@@ -120,7 +120,7 @@ def test_keep_going_locks_the_rest_and_lists_what_failed(repo: Path, serve_index
             repo,
             "lock",
             "--select",
-            "base=local-debian12,stack=[jn]*",
+            "base=local-debian12,stack=[jn]*,platform=linux/amd64",
             "--upgrade",
             "--keep-going",
             "--no-host-settings",
