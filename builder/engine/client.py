@@ -464,9 +464,10 @@ def _set_platform(api: Any, ref: str, platform: str, scratch: Path) -> None:
             for message in api.load_image(data):
                 if isinstance(message, dict) and "error" in message:
                     raise port.EngineFault(" ".join(str(message["error"]).split()))
-    if _platform_of(api.inspect_image(ref)) != platform:
+    loaded = api.inspect_image(ref)
+    if _platform_of(loaded) != platform:
         raise port.EngineFault(f"the engine did not take {ref} as a {platform} image")
-    if str(api.inspect_image(ref)["Id"]) != old:
+    if str(loaded["Id"]) != old:
         with contextlib.suppress(NotFound, APIError):
             api.remove_image(old)
 

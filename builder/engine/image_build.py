@@ -137,15 +137,16 @@ def _build_locked(
 ) -> BuildResult:
     run.log_dir.mkdir(parents=True, exist_ok=True)
     log_path = run.log_dir / f"{spec.id}.log"
-    if run.secrets is None:
+    secrets = run.secrets
+    if secrets is None:
         raise RuntimeError("build settings to serve but no secret server")
     staged = staging.stage(spec, files, run.staging_root, run.settings)
-    wheels_url = run.secrets.publish_files({path.name: path for path in staged.wheel_files}) if staged.wheel_files else None
-    served = Served(
-        pip_conf=_publish(run, staged.served_pip_conf(wheels_url)),
-        ca=_publish(run, staged.served_ca),
-        local=_publish(run, staged.served_local),
-    )
+    wheels_url = secrets.publish_files({path.name: path for path in staged.wheel_files}) if staged.wheel_files else None
+
+    def publish(data: bytes | None) -> str | None:  # read once by each attempt of this build
+        return None if data is None else secrets.publish(data, uses=run.retries)
+
+    served = Served(pip_conf=publish(staged.served_pip_conf(wheels_url)), ca=publish(staged.served_ca), local=publish(staged.served_local))
     attempts = 0
 
     def attempt(number: int) -> None:
@@ -164,10 +165,9 @@ def _build_locked(
         )
     finally:
         run.step_containers.pop(spec.id, None)
-        if run.secrets is not None:
-            for url in (served.pip_conf, served.ca, served.local, wheels_url):
-                if url is not None:
-                    run.secrets.revoke(url)
+        for url in (served.pip_conf, served.ca, served.local, wheels_url):
+            if url is not None:
+                secrets.revoke(url)
         shutil.rmtree(staged.path, ignore_errors=True)
     built = engine.inspect_image(spec.tag)
     if built is None:
@@ -193,13 +193,6 @@ class Served:
     pip_conf: str | None = None
     ca: str | None = None
     local: str | None = None
-
-
-def _publish(run: Run, data: bytes | None) -> str | None:
-    """`data` on the secret server for every attempt of this build (each attempt reads it once)."""
-    if data is None or run.secrets is None:
-        return None
-    return run.secrets.publish(data, uses=run.retries)
 
 
 def _failed(

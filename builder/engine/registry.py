@@ -96,17 +96,17 @@ class HttpRegistry:
     ) -> tuple[int, dict[str, str], bytes]:
         scope = f"repository:{path}:{actions}"
         base = f"{'http' if LOOPBACK.match(host) else 'https'}://{host}"
-        for attempt in range(2):
-            sent = dict(headers)
-            if (host, scope) in self._tokens:
-                sent["Authorization"] = self._tokens[host, scope]
-            status, answer, text = self._open(method, base + url_path, sent, body)
-            if status != 401 or attempt == 1:
-                if status == 401:
-                    raise EngineFault(f"{host}: the registry refused the credentials for {path} (log in with `docker login {host}`)", 401)
-                return status, answer, text
+        status, answer, text = self._open(method, base + url_path, self._with_auth(headers, host, scope), body)
+        if status == 401:  # asked to log in: once, as the challenge says, then the same request again
             self._tokens[host, scope] = self._authorize(host, answer.get("www-authenticate", ""), scope)
-        raise AssertionError("unreachable")
+            status, answer, text = self._open(method, base + url_path, self._with_auth(headers, host, scope), body)
+            if status == 401:
+                raise EngineFault(f"{host}: the registry refused the credentials for {path} (log in with `docker login {host}`)", 401)
+        return status, answer, text
+
+    def _with_auth(self, headers: Mapping[str, str], host: str, scope: str) -> dict[str, str]:
+        token = self._tokens.get((host, scope))
+        return {**headers, **({"Authorization": token} if token else {})}
 
     def _open(self, method: str, url: str, headers: Mapping[str, str], body: bytes | None) -> tuple[int, dict[str, str], bytes]:
         request = urllib.request.Request(url, data=body, method=method, headers=dict(headers))
@@ -138,7 +138,8 @@ class HttpRegistry:
         status, _, text = self._open("GET", f"{fields.get('realm', '')}?{query}", {"Authorization": "Basic " + user} if user else {}, None)
         if status != 200:
             raise EngineFault(f"{host}: its token service answered {status} (log in with `docker login {host}`)", status)
-        token = json.loads(text).get("token") or json.loads(text).get("access_token")
+        answer = json.loads(text)
+        token = answer.get("token") or answer.get("access_token")
         if not token:
             raise EngineFault(f"{host}: its token service gave no token")
         return f"Bearer {token}"

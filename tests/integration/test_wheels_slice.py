@@ -217,12 +217,11 @@ def cuobjdump_in(docker_client: Any, tag: str, binary: Path) -> Iterator[cuobjdu
     )
 
     def run(argv: Sequence[str]) -> tuple[int, str]:
+        """cuobjdump (the mounted binary), or the image's own sha256sum (which libraries are the same file)."""
         program, *args = argv
-        if program == "sha256sum":  # the image's own coreutils: which libraries are the same file
-            done = container.exec_run([program, *args], demux=False)
-            return int(done.exit_code), done.output.decode(errors="replace")
-        assert Path(program) == binary, argv
-        done = container.exec_run([f"{mounted}/{binary.name}", *args], demux=False)
+        assert program == "sha256sum" or Path(program) == binary, argv
+        command = [program if program == "sha256sum" else f"{mounted}/{binary.name}", *args]
+        done = container.exec_run(command, demux=False)
         return int(done.exit_code), done.output.decode(errors="replace")
 
     try:
