@@ -13,7 +13,7 @@ import pytest
 
 from builder.engine import image_build
 from builder.engine.build import HASH_LABEL, built_hashes
-from builder.engine.failures import NETWORK_PATTERNS
+from builder.engine.failures import NETWORK_PATTERNS, diagnose_build, is_tls_failure
 from builder.engine.image_build import BuildFailed, NetworkFlake, Run
 from builder.engine.port import Layer, Progress
 from builder.engine.settings import BuildSettings
@@ -44,6 +44,14 @@ NETWORK_FAILURES = [
     "ERROR: HTTP error 503 while getting https://download.pytorch.org/whl/cpu/torch-2.13.0%2Bcpu-cp311-cp311-manylinux_2_28_x86_64.whl",
     "ERROR: Could not install packages due to an OSError: HTTPSConnectionPool(host='pypi.org', port=443): Max retries exceeded "
     "with url: /simple/numpy/ (Caused by ProxyError('Unable to connect to proxy', OSError('Tunnel connection failed: 502 Bad Gateway')))",
+    # uv 0.13.9 (a locked image's installer), as it printed them here
+    "error: Request failed after 3 retries in 7.6s\n  cause: Failed to fetch: http://127.0.0.1:9/simple/numba/\n"
+    "  cause: error sending request for url (http://127.0.0.1:9/simple/numba/)\n  cause: client error (Connect)\n"
+    "  cause: tcp connect error\n  cause: Connection refused (os error 111)",
+    "  cause: client error (Connect)\n  cause: dns error\n  cause: error resolving DNS\n"
+    "  cause: failed to lookup address information: Name does not resolve",
+    "error: Request failed after 3 retries in 4.2s\n  cause: Failed to fetch: http://127.0.0.1:8771/simple/numba/\n"
+    "  cause: HTTP status server error (503 Service Unavailable) for url (http://127.0.0.1:8771/simple/numba/)",
     # apt
     "E: Failed to fetch http://deb.debian.org/debian/pool/main/p/python3.11/python3.11_3.11.2-6+deb12u6_amd64.deb  "
     "Temporary failure resolving 'deb.debian.org'",
@@ -73,7 +81,33 @@ DETERMINISTIC_FAILURES = [
     "ERROR: HTTP error 404 while getting https://download.pytorch.org/whl/cpu/torch-9.9.9%2Bcpu-cp311-cp311-linux_x86_64.whl",
     "ERROR: THESE PACKAGES DO NOT MATCH THE HASHES FROM THE REQUIREMENTS FILE.",
     "The command '/bin/sh -c set -eu; /opt/venv/bin/python -m pip check' returned a non-zero code: 1",
+    # uv 0.13.9, as it printed them here
+    "error: No solution found when resolving dependencies\n  cause: Because there is no version of numba==99.0 and you "
+    "require numba==99.0, we can conclude that your requirements are unsatisfiable.",
+    "error: Failed to download `numba==0.68.0`\n  cause: Hash mismatch for `numba==0.68.0`\n\n         Expected:\n"
+    "           sha256:0000000000000000000000000000000000000000000000000000000000000000",
+    "hint: An index URL (http://127.0.0.1:8772/simple) could not be queried due to a lack of valid authentication "
+    "credentials (401 Unauthorized)",
 ]
+
+
+@pytest.mark.parametrize(
+    ("log", "cause"),
+    [
+        (
+            "  cause: client error (Connect)\n  cause: invalid peer certificate: UnknownIssuer",
+            "TLS verification failed inside the build",
+        ),
+        (DETERMINISTIC_FAILURES[-3], "no index the build can reach offers numba==99.0"),
+        ("  cause: Because numba was not found in the package registry and you require", "no index the build can reach offers numba for"),
+        (DETERMINISTIC_FAILURES[-2], "does not match the hash pinned for it"),
+        (DETERMINISTIC_FAILURES[-1], "refused the build's credentials"),
+    ],
+)
+def test_uvs_failures_get_the_same_diagnoses_as_pips(log: str, cause: str) -> None:
+    found = diagnose_build(log, "/etc/ssl/certs/ca-certificates.crt")
+    assert found is not None and cause in found[0], found
+    assert is_tls_failure(log) is cause.startswith("TLS")
 
 
 @pytest.mark.parametrize("log", NETWORK_FAILURES)

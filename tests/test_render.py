@@ -124,7 +124,8 @@ def expected_sequence(spec: ImageSpec) -> list[str]:
         + (["COPY", "RUN"] if spec.python_packages else [])
         + ["RUN"]
     )
-    venv = ["COPY", "ARG", "ARG", "ARG"] + ([] if spec.lock else ["ARG"]) + ["RUN"]  # an unlocked image reads local.txt too
+    # an unlocked image reads local.txt too; a locked one the served uv and its uv.toml
+    venv = ["COPY", "ARG", "ARG", "ARG"] + (["ARG", "ARG"] if spec.lock else ["ARG"]) + ["RUN"]
     nvvm = ["RUN"] if any(r.startswith("nvidia-cuda-nvcc-cu") for r in spec.packages) else []  # numba's built-in CUDA target
     final = ["COPY", "RUN", "ENV"] + ["ENV"] * len(spec.frameworks) + nvvm + ["LABEL", "USER", "WORKDIR", "CMD"]
     return runtime + venv + final

@@ -1,7 +1,7 @@
 """Failure classification, in one place: is this error worth another try (a network flake), or
 deterministic (fails the same way again)?
 
-Builds (pip, apt inside the engine), debootstrap and registry pushes all ask here. Only network
+Builds (uv, pip, apt inside the engine), debootstrap and registry pushes all ask here. Only network
 flakes are retried; a TLS verification failure is deterministic (the same certificate fails the
 same way), so it is diagnosed once, never retried.
 """
@@ -16,9 +16,12 @@ NETWORK_PATTERNS = re.compile(
     r"Temporary failure in name resolution|Connection (reset|refused|aborted|timed out)|ReadTimeoutError|ConnectTimeoutError|"
     r"Read timed out|RemoteDisconnected|IncompleteRead|ProtocolError|Max retries exceeded|"
     r"HTTP error 50[0-9]|50[234] (Server Error|Bad Gateway)|Service Unavailable|Gateway Time-?out|Bad Gateway|"
-    # apt, debootstrap's wget
+    # uv (reqwest): its own retries spent, a connect, DNS or server error
+    r"Request failed after \d+ retries|error sending request for url|tcp connect error|dns error|failed to lookup address|"
+    r"HTTP status server error|connection closed before message completed|error decoding response body|operation timed out|"
+    # apt, debootstrap's wget ("Failed to download" but not uv's "Failed to download `pkg`": its cause lines tell)
     r"Failed to fetch http|Could not connect to|Hash Sum mismatch|Failed getting release file|Couldn't download|Couldn't get|"
-    r"Failed to download|Temporary failure|Could not resolve|Network is unreachable|Read error|unable to resolve host|"
+    r"Failed to download(?! `)|Temporary failure|Could not resolve|Network is unreachable|Read error|unable to resolve host|"
     r"Giving up|Retrying failed download|Invalid Release (file|signature)|"
     # the engine and registries (Go's net/http)
     r"i/o timeout|TLS handshake timeout|unexpected EOF|connection refused|no such host|dial tcp",
@@ -27,7 +30,7 @@ NETWORK_PATTERNS = re.compile(
 TLS_PATTERNS = re.compile(
     r"CERTIFICATE_VERIFY_FAILED|certificate verify failed|SSLCertVerificationError|x509: certificate|"
     r"unable to get local issuer certificate|self[- ]signed certificate in certificate chain|"
-    r"Certificate verification failed: The certificate is NOT trusted",
+    r"Certificate verification failed: The certificate is NOT trusted|invalid peer certificate",
     re.IGNORECASE,
 )
 _PIP_RECOVERED = "WARNING: Retrying"  # pip retried by itself, and may have recovered
@@ -74,13 +77,18 @@ BUILD_DIAGNOSES: tuple[tuple[str, str, str], ...] = (
         "Check the user and password or token in --index-url / --extra-index-url or your pip config.",
     ),
     (
-        r"THESE PACKAGES DO NOT MATCH THE HASHES",
+        r"THESE PACKAGES DO NOT MATCH THE HASHES|Hash mismatch for",
         "a downloaded package does not match the hash pinned for it",
         "Something changed the file (a mirror, a proxy, a re-upload): check the index, then re-lock the image.",
     ),
     (
         r"No matching distribution found for ([^\s]+)",
         "no index the build can reach offers \\1 for this image's Python and platform",
+        "Check the version and the indexes (a company mirror may lack it), or change the matrix.",
+    ),
+    (  # uv's words for the same (a locked image installs with uv)
+        r"there is no version of ([^\s,]+)|Because ([^\s,]+) was not found in the package registry",
+        "no index the build can reach offers \\1\\2 for this image's Python and platform",
         "Check the version and the indexes (a company mirror may lack it), or change the matrix.",
     ),
 )

@@ -4,8 +4,9 @@ flakes), then remove the image it replaced.
 - Two processes building the same tag take turns (a file lock per tag); the second re-checks
   the content hash and skips what the first just built, so no loser's image is left dangling.
 - The context is staged from the rendered bytes, never from images/ (see staging.py).
-- The build's settings (CA bundle, pip.conf, local.txt) and the pinned local wheels are published
-  on the secret server for this build only (never copied into the context: every Dockerfile is
+- The build's settings (CA bundle, pip.conf or uv.toml, local.txt), the pinned local wheels and,
+  for a locked image, the static uv it installs with (native_uv.py) are published on the secret
+  server for this build only (never copied into the context: every Dockerfile is
   one stage, so what it copies is in the image).
 - Afterwards the image the tag pointed to before is removed: forced rebuilds don't grow the disk.
   The Dockerfile has one stage, so a build leaves no build-stage image behind (older versions
@@ -27,7 +28,7 @@ from typing import TextIO
 
 import filelock
 
-from builder.engine import sizes, staging
+from builder.engine import native_uv, sizes, staging
 from builder.engine.diagnose import diagnose_text
 from builder.engine.failures import diagnose_build, is_network_build_failure, is_tls_failure
 from builder.engine.port import BuildRequest, Engine
@@ -94,6 +95,11 @@ class Run:
         return self.build_dir / "logs"
 
     @property
+    def tools_dir(self) -> Path:
+        """build/tools/: the static uv the builds are served (engine/native_uv.py), unpacked once."""
+        return self.build_dir / "tools"
+
+    @property
     def staging_root(self) -> Path:
         """build/contexts/<session>/: a killed run's folder is recognised and swept by the next run."""
         return self.build_dir / "contexts" / SESSION_ID.replace(":", "_")
@@ -141,12 +147,25 @@ def _build_locked(
     if secrets is None:
         raise RuntimeError("build settings to serve but no secret server")
     staged = staging.stage(spec, files, run.staging_root, run.settings)
-    wheels_url = secrets.publish_files({path.name: path for path in staged.wheel_files}) if staged.wheel_files else None
+    try:
+        uv = native_uv.binary(run.settings, run.tools_dir) if staged.uv else None
+    except native_uv.Unavailable as exc:
+        shutil.rmtree(staged.path, ignore_errors=True)
+        return _failed(run, spec, started, 0, log_path, exc.message)
+    wheels = {path.name: path for path in staged.wheel_files}
+    wheels_url = secrets.publish_files(wheels, dict(staged.wheel_hashes)) if wheels else None
+    uv_folder = secrets.publish_files({"uv": uv}) if uv is not None else None
 
     def publish(data: bytes | None) -> str | None:  # read once by each attempt of this build
         return None if data is None else secrets.publish(data, uses=run.retries)
 
-    served = Served(pip_conf=publish(staged.served_pip_conf(wheels_url)), ca=publish(staged.served_ca), local=publish(staged.served_local))
+    served = Served(
+        pip_conf=None if staged.uv else publish(staged.served_pip_conf(wheels_url)),  # uv reads its uv.toml
+        ca=publish(staged.served_ca),
+        local=publish(staged.served_local),
+        uv=None if uv_folder is None else uv_folder + "uv",
+        uv_conf=publish(staged.served_uv_conf(wheels_url)),
+    )
     attempts = 0
 
     def attempt(number: int) -> None:
@@ -165,7 +184,7 @@ def _build_locked(
         )
     finally:
         run.step_containers.pop(spec.id, None)
-        for url in (served.pip_conf, served.ca, served.local, wheels_url):
+        for url in (served.pip_conf, served.ca, served.local, served.uv_conf, wheels_url, uv_folder):
             if url is not None:
                 secrets.revoke(url)
         shutil.rmtree(staged.path, ignore_errors=True)
@@ -193,6 +212,8 @@ class Served:
     pip_conf: str | None = None
     ca: str | None = None
     local: str | None = None
+    uv: str | None = None  # the static uv binary (engine/native_uv.py), for a Dockerfile that installs with it
+    uv_conf: str | None = None  # its uv.toml: the pip.conf's sources in uv's words
 
 
 def _failed(
@@ -235,7 +256,13 @@ def _attempt(
     if run.stop.is_set():
         raise BuildFailed("interrupted before the build started")
     buildargs = dict(run.settings.build_args)  # only Docker's predefined proxy args: kept out of the history
-    for name, url in (("BUILDER_PIP_CONF_URL", served.pip_conf), ("BUILDER_CA_URL", served.ca), ("BUILDER_LOCAL_URL", served.local)):
+    for name, url in (
+        ("BUILDER_PIP_CONF_URL", served.pip_conf),
+        ("BUILDER_CA_URL", served.ca),
+        ("BUILDER_LOCAL_URL", served.local),
+        ("BUILDER_UV_URL", served.uv),
+        ("BUILDER_UV_CONF_URL", served.uv_conf),
+    ):
         if url is not None:
             buildargs[name] = url
     labels = build_labels(spec, run.revision)

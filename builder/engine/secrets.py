@@ -83,6 +83,7 @@ class SecretServer(http.server.ThreadingHTTPServer):
         super().__init__((LOCALHOST, 0), _Handler)
         self._secrets: dict[str, tuple[bytes, int]] = {}
         self._folders: dict[str, dict[str, Path]] = {}  # "/<token>/" -> file name -> file
+        self._hashes: dict[str, dict[str, str]] = {}  # "/<token>/" -> file name -> sha256
         self._lock = threading.Lock()
 
     @property
@@ -95,18 +96,23 @@ class SecretServer(http.server.ThreadingHTTPServer):
             self._secrets[path] = (data, uses)
         return f"http://{LOCALHOST}:{self.port}{path}"
 
-    def publish_files(self, files: Mapping[str, Path]) -> str:
+    def publish_files(self, files: Mapping[str, Path], hashes: Mapping[str, str] | None = None) -> str:
         """A find-links page listing `files` (name -> file) and the files under it, answered until
-        revoked (pip reads the page once and each file once per attempt)."""
+        revoked (pip reads the page once and each file once per attempt). `hashes` (name -> sha256)
+        go on the page's links as `#sha256=`: pip checks them, and uv takes a find-links file for a
+        hash-pinned requirement only when its link names the hash (otherwise it downloads the index's)."""
         folder = "/" + secrets.token_urlsafe(32) + "/"
         with self._lock:
             self._folders[folder] = dict(files)
+            self._hashes[folder] = dict(hashes or {})
         return f"http://{LOCALHOST}:{self.port}{folder}"
 
     def revoke(self, url: str) -> None:
         with self._lock:
             if url.endswith("/"):
-                self._folders.pop("/" + url.rstrip("/").rsplit("/", 1)[-1] + "/", None)
+                folder = "/" + url.rstrip("/").rsplit("/", 1)[-1] + "/"
+                self._folders.pop(folder, None)
+                self._hashes.pop(folder, None)
             else:
                 self._secrets.pop("/" + url.rsplit("/", 1)[-1], None)
 
@@ -115,7 +121,7 @@ class SecretServer(http.server.ThreadingHTTPServer):
             folder, _, name = path.rpartition("/")
             files = self._folders.get(folder + "/")
             if files is not None:
-                return _page(files) if not name else files.get(unquote(name))
+                return _page(files, self._hashes.get(folder + "/", {})) if not name else files.get(unquote(name))
             found = self._secrets.get(path)
             if found is None:
                 return None
@@ -140,8 +146,13 @@ def serving() -> Iterator[SecretServer]:
         with server._lock:
             server._secrets.clear()
             server._folders.clear()
+            server._hashes.clear()
 
 
-def _page(files: Mapping[str, Path]) -> bytes:
-    links = "".join(f'<a href="{quote(name)}">{html.escape(name)}</a>\n' for name in sorted(files))
+def _page(files: Mapping[str, Path], hashes: Mapping[str, str]) -> bytes:
+    def href(name: str) -> str:
+        digest = hashes.get(name)
+        return quote(name) + (f"#sha256={digest}" if digest else "")
+
+    links = "".join(f'<a href="{href(name)}">{html.escape(name)}</a>\n' for name in sorted(files))
     return f"<!DOCTYPE html>\n<html><body>\n{links}</body></html>\n".encode()

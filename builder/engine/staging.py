@@ -13,8 +13,10 @@ the context keeps `.builder/ca.pem` when the Dockerfile copies it (templates/par
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import html.parser
+import json
 import os
 import platform
 import shutil
@@ -41,8 +43,11 @@ class Staged:
     extra_index_urls: tuple[str, ...]  # what the build still needs to reach
     pip_conf_to_serve: bytes | None = None  # the build's pip.conf, served, never written
     wheel_files: tuple[Path, ...] = ()  # the local wheels themselves, served by name
+    wheel_hashes: tuple[tuple[str, str], ...] = ()  # name -> sha256, on the served page (uv takes a local file only with it)
     served_ca: bytes | None = None  # the CA bundle, served instead of written
     served_local: bytes | None = None  # local.txt: the requirement lines the local wheels satisfy (an unlocked image's)
+    index_url: str | None = None  # the default index the build uses (None: PyPI)
+    uv: bool = False  # the Dockerfile installs with the served uv (UV_DOCKERFILE_ARG): serve it a uv.toml too
 
     def served_pip_conf(self, wheels_url: str | None) -> bytes | None:
         """The pip.conf to serve once the wheels are published at `wheels_url` (None: nothing to serve,
@@ -52,6 +57,25 @@ class Staged:
         if wheels_url is None or self.pip_conf_to_serve is None:
             raise RuntimeError("local wheels to serve but no URL or pip.conf for them")
         return self.pip_conf_to_serve + f"find-links = {wheels_url}\n".encode()
+
+    def served_uv_conf(self, wheels_url: str | None) -> bytes | None:
+        """The uv.toml to serve to a uv-installed image: the pip.conf's sources, in uv's words, and
+        pip's choice among them (the best match across every index, not the first index's)."""
+        if not self.uv:
+            return None
+        lines = ['index-strategy = "unsafe-best-match"']
+        if self.index_url:
+            lines.append(f"index-url = {_toml(self.index_url)}")
+        if self.extra_index_urls:
+            lines.append(f"extra-index-url = [{', '.join(map(_toml, self.extra_index_urls))}]")
+        if wheels_url:
+            lines.append(f"find-links = [{_toml(wheels_url)}]")
+        return ("\n".join(lines) + "\n").encode()
+
+
+def _toml(value: str) -> str:
+    """A TOML basic string: JSON's escapes are TOML's (quotes, backslashes, control characters, \\uXXXX)."""
+    return json.dumps(value)
 
 
 class _Links(html.parser.HTMLParser):
@@ -129,8 +153,25 @@ def local_wheels(spec: ImageSpec, folders: tuple[Path, ...]) -> dict[str, Path]:
 
 
 def sha256_of(path: Path) -> str:
-    """The file's sha256; opened non-blocking and checked on the descriptor, so a wheel swapped for a
-    FIFO or a device after it was listed is refused instead of read for ever."""
+    """The file's sha256, read once per run for an unchanged file (the lock check and the served
+    page's `#sha256=` both ask; a wheel is GBs): keyed by its inode, size and mtime."""
+    try:
+        found = path.stat()
+    except OSError:
+        return _read_sha256(path)  # let the read say why
+    if not stat.S_ISREG(found.st_mode):
+        return _read_sha256(path)  # refused there, never cached
+    return _cached_sha256(str(path), found.st_ino, found.st_size, found.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_sha256(path: str, inode: int, size: int, mtime_ns: int) -> str:
+    return _read_sha256(Path(path))
+
+
+def _read_sha256(path: Path) -> str:
+    """Opened non-blocking and checked on the descriptor, so a wheel swapped for a FIFO or a
+    device after it was listed is refused instead of read for ever."""
     digest = hashlib.sha256()
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     with os.fdopen(fd, "rb") as handle:
@@ -163,6 +204,7 @@ def pip_conf(settings: BuildSettings, extra_index_urls: tuple[str, ...] = ()) ->
 
 
 APT_CA_COPY = b".builder/ca.pe[m]"  # how templates/partials/python.j2 copies the CA bundle for apt
+UV_DOCKERFILE_ARG = b"ARG BUILDER_UV_URL="  # a Dockerfile that installs with the served uv (Dockerfile.j2)
 
 
 def stage(spec: ImageSpec, files: Mapping[str, bytes], staging_root: Path, settings: BuildSettings) -> Staged:
@@ -190,6 +232,9 @@ def stage(spec: ImageSpec, files: Mapping[str, bytes], staging_root: Path, setti
         extra_index_urls=indexes,
         pip_conf_to_serve=pip_conf(settings, indexes).encode(),
         wheel_files=tuple(served[name] for name in sorted(served)),
+        wheel_hashes=tuple((name, sha256_of(served[name])) for name in sorted(served)),
         served_ca=served_ca,
         served_local="".join(f"{line}\n" for line in sorted(wheels)).encode() if wheels and spec.lock is None else None,
+        index_url=settings.pip.index_url,
+        uv=UV_DOCKERFILE_ARG in files.get("Dockerfile", b""),
     )

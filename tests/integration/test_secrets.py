@@ -14,6 +14,7 @@ import base64
 import http.server
 import json
 import os
+import platform
 import re
 import signal
 import subprocess
@@ -31,6 +32,8 @@ from urllib.parse import urlsplit
 import pytest
 
 from builder.engine import client as engine
+from builder.engine import native_uv
+from builder.engine.settings import BuildSettings, host_ca_bundle
 
 pytestmark = pytest.mark.docker
 
@@ -50,6 +53,7 @@ stacks:
 """
 IMAGE = "numba0.68.0-cpu-py3.11-debian12"
 TAG = f"builder-test/secrets:{IMAGE}"
+TAG_UV = "builder-test/secrets:installed-with-uv"
 
 
 def _basic(user: str, secret: str) -> str:
@@ -61,6 +65,7 @@ class Index(http.server.BaseHTTPRequestHandler):
 
     seen: list[dict[str, str]] = []
     broken_wheels = False
+    uv_wheel: Path | None = None  # this engine's static uv wheel (engine/native_uv.py), fetched from PyPI once
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
         headers = {k.lower(): v for k, v in self.headers.items()}
@@ -73,6 +78,11 @@ class Index(http.server.BaseHTTPRequestHandler):
             return self._answer(404 if headers.get("authorization") == _basic("extra-user", EXTRA_SECRET) else 401, b"")
         if headers.get("authorization") != _basic("ci-user", INDEX_SECRET):
             return self._answer(401, b"")
+        if path.rstrip("/") == "/simple/uv" and Index.uv_wheel is not None:  # the mirror serves the static uv too
+            name = Index.uv_wheel.name
+            return self._answer(
+                200, f'<a href="/files/{name}#sha256={native_uv.WHEELS[platform.machine()].sha256}">{name}</a>'.encode(), "text/html"
+            )
         if path.startswith("/simple/"):
             page = PYPI / "simple" / path.removeprefix("/simple/").strip("/") / "index.html"
             if not page.is_file():
@@ -81,6 +91,8 @@ class Index(http.server.BaseHTTPRequestHandler):
             return self._answer(200, html.encode(), "text/html")
         if path.startswith("/files/") and not Index.broken_wheels:
             wheel = PYPI / "files" / Path(path).name
+            if Index.uv_wheel is not None and Path(path).name == Index.uv_wheel.name:
+                wheel = Index.uv_wheel
             if wheel.is_file():
                 return self._answer(200, wheel.read_bytes(), "application/octet-stream")
         return self._answer(404, b"")
@@ -99,9 +111,11 @@ class Index(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.fixture(scope="module")
-def index() -> Iterator[int]:
+def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     if not (PYPI / "simple" / "numba" / "index.html").is_file():
         pytest.fail("/opt/pypi (this machine kind's local wheel index) is missing; see ../shared/ENVIRONMENT.md")
+    host = BuildSettings(ca_bundle=host_ca_bundle(os.environ))  # PyPI as this machine reaches it
+    Index.uv_wheel = native_uv.wheel_file(host, tmp_path_factory.mktemp("uv-wheel"))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Index)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield int(server.server_address[1])
@@ -137,11 +151,34 @@ def build_env(port: int) -> dict[str, str]:
     return {**env, "HTTP_PROXY": f"http://proxy-user:{PROXY_SECRET}@127.0.0.1:{port}", "PYTHONPATH": str(ROOT)}
 
 
+def _render(repo: Path, locked: bool) -> None:
+    """The image locked (its lock from this repository: the same inputs) or not: a locked image
+    installs with the served uv and its uv.toml, an unlocked one with pip and its pip.conf."""
+    lock = repo / "images" / IMAGE / "requirements.lock"
+    if locked:
+        lock.write_bytes((ROOT / "images" / IMAGE / "requirements.lock").read_bytes())
+    else:
+        lock.unlink(missing_ok=True)
+    done = subprocess.run([sys.executable, "-m", "builder", "render"], cwd=repo, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert ("ARG BUILDER_UV_URL=" in (repo / "images" / IMAGE / "Dockerfile").read_text()) is locked
+
+
 @pytest.fixture(scope="module")
 def builds(repo: Path, index: int, started: float, docker_client: Any) -> dict[str, Any]:
-    """The three planted-credential builds: success, failure (the index serves no wheels), SIGTERM."""
+    """The planted-credential builds: success with uv (locked) and with pip (unlocked), failure
+    (the index serves no wheels), SIGTERM."""
     Index.seen.clear()
     out: dict[str, Any] = {}
+    _render(repo, locked=True)
+    out["success-uv"] = subprocess.run(
+        build_argv(index), cwd=repo, env=build_env(index), capture_output=True, text=True, timeout=1800, check=False
+    )
+    out["seen-uv"] = list(Index.seen)
+    out["history-uv"] = json.dumps(docker_client.api.history(TAG))
+    docker_client.api.tag(TAG, TAG_UV.split(":")[0], TAG_UV.split(":")[1])  # kept: the pip build below replaces TAG
+    Index.seen.clear()
+    _render(repo, locked=False)
     out["success"] = subprocess.run(
         build_argv(index), cwd=repo, env=build_env(index), capture_output=True, text=True, timeout=1800, check=False
     )
@@ -165,13 +202,17 @@ def builds(repo: Path, index: int, started: float, docker_client: Any) -> dict[s
     return out
 
 
-def test_the_credentials_reached_the_build(builds: dict[str, Any]) -> None:
-    """Otherwise the scans below would prove nothing."""
-    assert builds["success"].returncode == 0, builds["success"].stdout[-3000:] + builds["success"].stderr[-3000:]
-    headers = Index.seen
+@pytest.mark.parametrize("installer", ["uv", "pip"])
+def test_the_credentials_reached_the_build(builds: dict[str, Any], installer: str) -> None:
+    """Otherwise the scans below would prove nothing: both installers met every planted credential."""
+    done = builds["success-uv" if installer == "uv" else "success"]
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    headers = builds["seen-uv"] if installer == "uv" else Index.seen
     assert any(h.get("proxy-authorization") == _basic("proxy-user", PROXY_SECRET) for h in headers)
     assert any(h.get("authorization") == _basic("ci-user", INDEX_SECRET) and "/files/" in h["path"] for h in headers)
     assert any(h.get("authorization") == _basic("extra-user", EXTRA_SECRET) for h in headers)
+    history = builds["history-uv" if installer == "uv" else "history"]
+    assert ("BUILDER_UV_URL=http" in history) is (installer == "uv"), "the locked build is the one served uv"
 
 
 def test_the_failed_and_the_killed_builds_failed_as_such(builds: dict[str, Any], docker_client: Any) -> None:
@@ -234,7 +275,9 @@ def test_no_credential_in_any_layer_of_the_images_these_builds_made(
             layers += 1
             with tarfile.open(fileobj=blob, mode="r|") as layer:
                 for entry in layer:
-                    if entry.name.rsplit("/", 1)[-1] in {"pip.conf", "ca.pem", "local.txt"} and "builder" in entry.name:
+                    if entry.name.rsplit("/", 1)[-1] in {"pip.conf", "ca.pem", "local.txt", "uv.toml", "uv", ".lock"} and (
+                        "builder" in entry.name or "venv" in entry.name
+                    ):
                         settings.append(f"{member.name}:{entry.name}")
                     inner = layer.extractfile(entry) if entry.isfile() else None
                     if inner is not None:
@@ -253,10 +296,13 @@ def test_no_credential_anywhere_under_build(builds: dict[str, Any], repo: Path) 
 
 def test_the_served_pip_conf_is_dead_after_the_build(builds: dict[str, Any], docker_client: Any) -> None:
     """The successful build's image history keeps the one-time URLs; none may answer any more."""
-    history = builds["history"]
+    history, history_uv = builds["history"], builds["history-uv"]
     urls = re.findall(r"BUILDER_PIP_CONF_URL=(http://127\.0\.0\.1:\d+/[A-Za-z0-9_-]+)", history)
     assert urls, "the build did not fetch its pip.conf from the secret server"
-    urls += re.findall(r"BUILDER_(?:CA|LOCAL)_URL=(http://127\.0\.0\.1:\d+/[A-Za-z0-9_-]+)", history)
+    served_uv = sorted(set(re.findall(r"BUILDER_UV_(?:CONF_)?URL=(http://127\.0\.0\.1:\d+/[A-Za-z0-9_/-]+)", history_uv)))
+    assert len(served_uv) == 2, "the locked build did not fetch uv and its uv.toml from the secret server"
+    urls += served_uv
+    urls += re.findall(r"BUILDER_(?:CA|LOCAL)_URL=(http://127\.0\.0\.1:\d+/[A-Za-z0-9_-]+)", history + history_uv)
     for url in urls:
         with pytest.raises((urllib.error.URLError, ConnectionError)):
             urllib.request.build_opener(urllib.request.ProxyHandler({})).open(url, timeout=5)
@@ -267,4 +313,5 @@ def test_cleanup(docker_client: Any) -> None:
     for image in docker_client.api.images(all=True, filters={"label": f"io.builder.stage-of={TAG}"}):
         engine.remove_image_quietly(docker_client, image["Id"])
     engine.remove_image_quietly(docker_client, TAG)
-    assert engine.image_id(docker_client, TAG) is None
+    engine.remove_image_quietly(docker_client, TAG_UV)
+    assert engine.image_id(docker_client, TAG) is None and engine.image_id(docker_client, TAG_UV) is None
