@@ -125,11 +125,17 @@ def test_measure_runs_cuobjdump_and_reads_ptx_versions_only_when_there_is_ptx() 
     elf = (FIXTURES / "nvjpeg-13.3.2.43.list-elf.txt").read_text()
 
     def run(argv: Sequence[str]) -> tuple[int, str]:
-        calls.append(argv[1])
-        return 0, {"--list-elf": elf, "--list-ptx": "", "--dump-ptx": "unused"}[argv[1]]
+        calls.append(" ".join(argv[1:-1]))
+        return 0, {"--list-elf --list-ptx": elf, "--dump-ptx": "unused"}[" ".join(argv[1:-1])]
 
     assert cuobjdump.measure(Path("lib.so"), Path("cuobjdump"), run).ptx == ()
-    assert calls == ["--list-elf", "--list-ptx"]
+    assert calls == ["--list-elf --list-ptx"], "both lists in one pass, no dump without PTX"
+    ptx = (FIXTURES / "nvjpeg-13.3.2.43.list-ptx.txt").read_text()
+    headers = (FIXTURES / "nvjpeg-13.3.2.43.dump-ptx-headers.txt").read_text()
+    both = {"--list-elf --list-ptx": elf + ptx, "--dump-ptx": headers}
+    assert cuobjdump.measure(Path("lib.so"), Path("cuobjdump"), lambda argv: (0, both[" ".join(argv[1:-1])])) == cuobjdump.parse(
+        elf, ptx, headers
+    ), "one pass reads what the two did"
 
 
 def test_a_file_without_device_code_is_empty_and_a_failure_is_one_line() -> None:

@@ -7,13 +7,17 @@ import hashlib
 import tomllib
 import urllib.request
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
-from builder.engine import native_uv, staging
+from builder.engine import image_build, native_uv, staging
 from builder.engine.secrets import serving
 from builder.engine.settings import BuildSettings, PipSources
+from tests.fake_engine import FakeEngine
+from tests.test_build_logic import A
+from tests.test_context import _spec
 
 
 def _fake_wheel(folder: Path, machine: str = "x86_64", payload: bytes = b"\x7fELF static uv") -> tuple[Path, native_uv.Wheel]:
@@ -101,9 +105,7 @@ def test_the_uv_toml_carries_the_pip_conf_sources_and_pips_choice() -> None:
 
 
 def test_stage_serves_uv_only_to_a_dockerfile_that_installs_with_it(tmp_path: Path) -> None:
-    from tests.test_context import _spec  # the context tests' numba image
-
-    spec = _spec()
+    spec = _spec()  # the context tests' numba image
     with_uv = staging.stage(spec, {"Dockerfile": b'FROM x\nARG BUILDER_UV_URL=""\n'}, tmp_path / "a", BuildSettings())
     without = staging.stage(spec, {"Dockerfile": b"FROM x\n"}, tmp_path / "b", BuildSettings())
     assert with_uv.uv and not without.uv
@@ -126,3 +128,32 @@ def test_a_changed_wheel_is_hashed_again(tmp_path: Path) -> None:
     assert staging.sha256_of(wheel) == first == hashlib.sha256(b"one").hexdigest()
     wheel.write_bytes(b"two, longer")
     assert staging.sha256_of(wheel) == hashlib.sha256(b"two, longer").hexdigest()
+
+
+# -- a build through the fake engine: what it is served ------------------------------------------
+UV_DOCKERFILE = b'FROM builder-base/debian12:latest\nARG BUILDER_UV_URL=""\nARG BUILDER_UV_CONF_URL=""\n'
+
+
+def _build(tmp_path: Path, settings: BuildSettings) -> tuple[Mapping[str, str], str]:
+    fake = FakeEngine()
+    run = image_build.Run(settings=settings, build_dir=tmp_path / "build", lock_dir=tmp_path / "locks")
+    result = image_build.build_image(run, fake, A, {"Dockerfile": UV_DOCKERFILE}, force=True)
+    assert result.status == "built", result
+    (request,) = fake.builds
+    return request.buildargs, (run.log_dir / f"{A.id}.log").read_text()
+
+
+def test_a_uv_dockerfile_is_served_uv_and_its_uv_toml_not_a_pip_conf(local: tuple[BuildSettings, Path], tmp_path: Path) -> None:
+    args, log = _build(tmp_path, local[0])
+    assert args["BUILDER_UV_URL"].startswith("http://127.0.0.1:") and args["BUILDER_UV_URL"].endswith("/uv")
+    assert args["BUILDER_UV_CONF_URL"].startswith("http://127.0.0.1:") and "BUILDER_PIP_CONF_URL" not in args
+    assert f"# installer: uv {native_uv.VERSION} (served)" in log
+    assert (tmp_path / "build" / "tools" / f"uv-{native_uv.VERSION}-x86_64").is_file()
+
+
+def test_without_a_uv_the_build_installs_with_pip_and_says_why(tmp_path: Path) -> None:
+    """Offline, no uv wheel anywhere: the Dockerfile's pip branch, served its pip.conf (as before uv)."""
+    args, log = _build(tmp_path, BuildSettings(pip=PipSources(index_url=f"{(tmp_path / 'no-index').as_uri()}/")))
+    assert "BUILDER_UV_URL" not in args and "BUILDER_UV_CONF_URL" not in args
+    assert args["BUILDER_PIP_CONF_URL"].startswith("http://127.0.0.1:")
+    assert "# installer: pip (could not download uv-0.13.9-py3-none-musllinux_1_1_x86_64.whl" in log

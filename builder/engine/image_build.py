@@ -147,11 +147,11 @@ def _build_locked(
     if secrets is None:
         raise RuntimeError("build settings to serve but no secret server")
     staged = staging.stage(spec, files, run.staging_root, run.settings)
+    uv, no_uv = None, None
     try:
         uv = native_uv.binary(run.settings, run.tools_dir) if staged.uv else None
-    except native_uv.Unavailable as exc:
-        shutil.rmtree(staged.path, ignore_errors=True)
-        return _failed(run, spec, started, 0, log_path, exc.message)
+    except native_uv.Unavailable as exc:  # the Dockerfile installs with pip when no uv is served (offline, no uv wheel)
+        staged, no_uv = replace(staged, uv=False), exc.message
     wheels = {path.name: path for path in staged.wheel_files}
     wheels_url = secrets.publish_files(wheels, dict(staged.wheel_hashes)) if wheels else None
     uv_folder = secrets.publish_files({"uv": uv}) if uv is not None else None
@@ -165,6 +165,7 @@ def _build_locked(
         local=publish(staged.served_local),
         uv=None if uv_folder is None else uv_folder + "uv",
         uv_conf=publish(staged.served_uv_conf(wheels_url)),
+        no_uv=no_uv,
     )
     attempts = 0
 
@@ -214,6 +215,7 @@ class Served:
     local: str | None = None
     uv: str | None = None  # the static uv binary (engine/native_uv.py), for a Dockerfile that installs with it
     uv_conf: str | None = None  # its uv.toml: the pip.conf's sources in uv's words
+    no_uv: str | None = None  # why a Dockerfile that installs with uv is served none (it installs with pip)
 
 
 def _failed(
@@ -270,6 +272,8 @@ def _attempt(
         log.write(f"# build {spec.id} attempt {attempt} -> {spec.tag}\n")
         log.write(f"# local wheels: {', '.join(staged.wheels) or 'none'}\n")
         log.write(f"# extra indexes: {redact(' '.join(staged.extra_index_urls)) or 'none'}\n")
+        installer = f"uv {native_uv.VERSION} (served)" if served.uv else "pip"
+        log.write(f"# installer: {installer}{f' ({served.no_uv})' if served.no_uv else ''}\n")
         error = _stream_into(
             run, engine, BuildRequest(staged.path, spec.tag, buildargs, labels, run.no_cache, platform=spec.platform), spec.id, log
         )

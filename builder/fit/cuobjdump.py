@@ -86,16 +86,14 @@ def run_binary(argv: Sequence[str]) -> tuple[int, str]:
 
 def measure(library: Path, binary: Path, run: Runner = run_binary) -> Embedded:
     """The SASS, PTX and PTX ISA versions in one library; a file without device code is empty, not an error."""
-    outputs = []
-    for option in ("--list-elf", "--list-ptx"):
-        rc, out = run([str(binary), option, str(library)])
-        if rc != 0 and _NO_DEVICE_CODE not in out:
-            last = (out.strip().splitlines() or ["no output"])[-1]
-            raise RunFailure(f"cuobjdump {option} {library} exited {rc}: {last}")
-        outputs.append(out)
+    # both lists in one pass: each pass decompresses the whole fatbin (cuBLASLt: ~2 s of ~540 MB)
+    rc, listed = run([str(binary), "--list-elf", "--list-ptx", str(library)])
+    if rc != 0 and _NO_DEVICE_CODE not in listed:
+        last = (listed.strip().splitlines() or ["no output"])[-1]
+        raise RunFailure(f"cuobjdump --list-elf --list-ptx {library} exited {rc}: {last}")
     dump = ""
-    if parse_list(outputs[1], _PTX):
+    if parse_list(listed, _PTX):
         rc, dump = run([str(binary), "--dump-ptx", str(library)])
         if rc != 0:
             raise RunFailure(f"cuobjdump --dump-ptx {library} exited {rc}")
-    return parse(outputs[0], outputs[1], dump)
+    return parse(listed, listed, dump)

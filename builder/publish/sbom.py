@@ -2,11 +2,11 @@
 against CycloneDX's JSON schema before it is stored, and compared with the image's lock.
 
 Components: every Python distribution in the image's venv (name, version, `pkg:pypi` purl and the
-sha256 digests the lock allowed for that pin: `pip install --require-hashes` installed a file with
-one of them), and every Debian package dpkg lists (`pkg:deb` purl with its architecture). The
+sha256 digests the lock allowed for that pin: `uv pip install --require-hashes` (or pip's) installed
+a file with one of them), and every Debian package dpkg lists (`pkg:deb` purl with its architecture). The
 image is the BOM's subject (metadata.component, type container, version = its registry digest).
 The venv's own installer (pip, and setuptools on Python <= 3.11), put there by `python -m venv`
-and not by the lock, is listed with the property `builder:source=venv` and is the only
+(or by uv, from the same ensurepip wheels of the base) and not by the lock, is listed with the property `builder:source=venv` and is the only
 difference from the lock that is allowed; any other difference refuses the publish.
 
 Pure: no engine, no files; the same inventory gives the same bytes (the serial number is derived
