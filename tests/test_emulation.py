@@ -26,9 +26,11 @@ from builder.errors import UserError
 from builder.host import doctor
 from builder.host import facts as hostinfo
 from builder.host.facts import EmulationFacts, runs_emulated
+from builder.probes.hello_gpu import diagnose
 from builder.records import AMD64, ARM64, ImageSpec
 from builder.render.tree import write_tree
 from builder.results import GpuUse, SmokeResult
+from builder.smoke.runner import emulated_diagnoses
 from builder.sources import Sources
 from builder.usecases import build as building
 from builder.usecases import test as testing
@@ -252,3 +254,15 @@ def test_a_base_of_the_wrong_architecture_is_bootstrapped_again(
     fake.architectures[fake.resolve(arm.local_tag)] = "amd64"
     with pytest.raises(UserError, match="debootstrap is not installed"):
         bootstrap.ensure_base(fake, arm, log=lambda line: None)
+
+
+def test_an_emulated_crash_is_diagnosed_as_the_emulations_not_the_images() -> None:
+    """torch's aarch64 wheel crashes on import under qemu-user (pytorch/pytorch#188255, seen here
+    with torch 2.14.1 cu130 arm64): the diagnosis says so, and where to test it instead."""
+    crash = diagnose("torch: crashed with signal SIGSEGV")
+    assert crash is not None
+    other = results.Diagnosed("jax", "the GPU ran out of memory", "free it")
+    torch, kept = emulated_diagnoses((results.Diagnosed("torch", *crash), other))
+    assert torch.cause.startswith("the check process was killed by SIGSEGV under qemu-user emulation")
+    assert "pytorch/pytorch#188255" in torch.cause and "arm64 host" in torch.fix
+    assert kept == other, "only a crash is the emulation's"

@@ -69,6 +69,25 @@ def _diagnoses(probe: ProbeReport | None, failures: list[str]) -> list[Diagnosed
     return out
 
 
+NATIVE_CRASH = "the check process was killed by "  # hello_gpu.DIAGNOSES' cause for a signal
+EMULATED_CRASH = (
+    "under qemu-user emulation, which says nothing of the image: qemu-user passes this "
+    "x86_64 host's /proc/cpuinfo through, and torch's CPU probe (cpuinfo) crashes parsing it on import "
+    "(pytorch/pytorch#188255); other native code that probes the CPU can crash the same way"
+)
+EMULATED_FIX = "Run `builder test` for this image on an arm64 host (the image built here is the same); it stays unpublished until then."
+
+
+def emulated_diagnoses(diagnoses: tuple[Diagnosed, ...]) -> tuple[Diagnosed, ...]:
+    """An emulated run's crash is the emulation's until an arm64 host says otherwise."""
+    return tuple(
+        replace(d, cause=f"{NATIVE_CRASH}{d.cause.removeprefix(NATIVE_CRASH).split(':')[0]} {EMULATED_CRASH}", fix=EMULATED_FIX)
+        if d.cause.startswith(NATIVE_CRASH)
+        else d
+        for d in diagnoses
+    )
+
+
 def cuda_checks(probe: ProbeReport | None) -> list[CudaCheck]:
     """Every CUDA check the probe ran without a GPU: per framework (built-for, compile) and per library."""
     if probe is None:
@@ -273,6 +292,8 @@ def smoke_one(engine: Engine, spec: ImageSpec, host: HostInfo, mode: str, timeou
         fit_error=checked.fit_error,
         emulated=runs_emulated(spec.platform, host_machine(host)),
     )
+    if result.emulated:
+        result = replace(result, diagnoses=emulated_diagnoses(result.diagnoses))
     results.write(results_dir, result)  # bound to this run: publish refuses a file edited after it
     return result
 
