@@ -33,12 +33,18 @@ from builder.workspace import Workspace  # noqa: E402
 
 BUILDER = [sys.executable, "-m", "builder"]
 TARGET = 2.0
+IN_IMAGE_TIMEOUT_S = 120
 
 
-def timed(argv: list[str], *, may_fail: bool = False) -> float:
+def timed(argv: list[str], *, may_fail: bool = False, timeout_s: float | None = None) -> float:
     """Seconds `argv` took; a failure stops the benchmark, or (may_fail) comes back negative."""
     started = time.perf_counter()
-    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, check=False)
+    try:
+        done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, check=False, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        if may_fail:
+            return -(time.perf_counter() - started)
+        raise
     if done.returncode != 0:
         if may_fail:
             return -(time.perf_counter() - started)
@@ -57,8 +63,14 @@ def cell(seconds: float, digits: int = 1) -> str:
 
 
 def in_image(tag: str, platform: str, command: list[str]) -> float:
-    """A test run may fail emulated (torch's import under qemu-user, pytorch/pytorch#188255): shown, not fatal."""
-    return timed(["docker", "run", "--rm", "--network", "none", "--platform", platform, tag, *command], may_fail=True)
+    """A run may fail or hang emulated (torch's import under qemu-user crashes, or hangs after the
+    crash: pytorch/pytorch#188255): shown as failed after IN_IMAGE_TIMEOUT_S, not fatal."""
+    name = f"bench-arm64-{os.getpid()}-{time.monotonic_ns()}"
+    argv = ["docker", "run", "--rm", "--name", name, "--network", "none", "--platform", platform, tag, *command]
+    try:
+        return timed(argv, may_fail=True, timeout_s=IN_IMAGE_TIMEOUT_S)
+    finally:
+        subprocess.run(["docker", "rm", "-f", name], capture_output=True, check=False)  # a hung one; gone already otherwise
 
 
 def main() -> None:
