@@ -190,7 +190,7 @@ def test_parses_as_one_stage_in_the_expected_order(rendered: Rendered) -> None:
         assert len(writes) == 1, spec.id
         for fetched in ("BUILDER_CA_URL", "BUILDER_PIP_CONF_URL", *(["BUILDER_UV_CONF_URL"] if spec.lock else ["BUILDER_LOCAL_URL"])):
             assert f'fetch "${fetched}"' in writes[0], (spec.id, fetched)
-        assert ('"$BUILDER_UV_URL" > /tmp/builder/uv' in writes[0]) is (spec.lock is not None), spec.id  # a locked image may use uv
+        assert ('fetch "$BUILDER_UV_URL" /tmp/builder/uv' in writes[0]) is (spec.lock is not None), spec.id  # a locked image may use uv
         assert writes[0].index("rm -rf /tmp/builder") > writes[0].index("pip check"), spec.id  # read and deleted in one layer
         assert "stage-of" not in text and "BUILDER_STAGE_OF" not in text, spec.id
 

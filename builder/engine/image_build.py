@@ -153,7 +153,10 @@ def _build_locked(
     except native_uv.Unavailable as exc:  # the Dockerfile installs with pip when no uv is served (offline, no uv wheel)
         staged, no_uv = replace(staged, uv=False), exc.message
     wheels = {path.name: path for path in staged.wheel_files}
-    wheels_url = secrets.publish_files(wheels, dict(staged.wheel_hashes)) if wheels else None
+    # each link names its sha256: uv takes a find-links file for a hash-pinned requirement only then
+    # (sha256_of read each file once this run, when the lock's hashes were checked)
+    hashes = {name: staging.sha256_of(path) for name, path in wheels.items()}
+    wheels_url = secrets.publish_files(wheels, hashes) if wheels else None
     uv_folder = secrets.publish_files({"uv": uv}) if uv is not None else None
 
     def publish(data: bytes | None) -> str | None:  # read once by each attempt of this build

@@ -15,7 +15,6 @@ lists them) in WHEELS.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import platform
 import shutil
@@ -29,6 +28,7 @@ from pathlib import Path
 import filelock
 
 from builder.engine.settings import BuildSettings
+from builder.engine.staging import sha256_of
 from builder.errors import UserError
 from builder.lock.target import PYPI
 from builder.text import redact
@@ -73,7 +73,7 @@ def binary(settings: BuildSettings, tools_dir: Path, machine: str | None = None)
     checksum = tools_dir / f"uv-{VERSION}-{machine}.sha256"
     tools_dir.mkdir(parents=True, exist_ok=True)
     with filelock.FileLock(str(tools_dir / ".uv.lock")):  # two builds in two runs unpack it once
-        if target.is_file() and checksum.is_file() and _sha256(target) == checksum.read_text().strip():
+        if target.is_file() and checksum.is_file() and sha256_of(target) == checksum.read_text().strip():
             return target
         found = _wheel_locked(wheel, machine, settings, tools_dir)
         with tempfile.TemporaryDirectory(dir=tools_dir) as tmp:
@@ -83,7 +83,7 @@ def binary(settings: BuildSettings, tools_dir: Path, machine: str | None = None)
                     out.write(chunk)
             unpacked.chmod(0o755)
             os.replace(unpacked, target)
-            checksum.write_text(_sha256(target) + "\n")
+            checksum.write_text(sha256_of(target) + "\n")
     return target
 
 
@@ -104,11 +104,11 @@ def _pinned(machine: str) -> Wheel:
 
 def _wheel_locked(wheel: Wheel, machine: str, settings: BuildSettings, tools_dir: Path) -> Path:
     kept = tools_dir / wheel.filename
-    if kept.is_file() and _sha256(kept) == wheel.sha256:
+    if kept.is_file() and sha256_of(kept) == wheel.sha256:
         return kept
     with tempfile.TemporaryDirectory(dir=tools_dir) as tmp:
         found = _local(wheel, settings) or _download(wheel, machine, settings, Path(tmp))
-        if _sha256(found) != wheel.sha256:
+        if sha256_of(found) != wheel.sha256:
             raise Unavailable(
                 f"{found} is not uv {VERSION}'s wheel (its sha256 differs from the pinned one); delete it or put the file PyPI serves there"
             )
@@ -149,11 +149,3 @@ def _download(wheel: Wheel, machine: str, settings: BuildSettings, into: Path) -
             "(pip's find-links, e.g. /opt/wheels) or make the index reachable"
         )
     return path
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(1 << 22):
-            digest.update(chunk)
-    return digest.hexdigest()

@@ -82,8 +82,7 @@ class SecretServer(http.server.ThreadingHTTPServer):
     def __init__(self) -> None:
         super().__init__((LOCALHOST, 0), _Handler)
         self._secrets: dict[str, tuple[bytes, int]] = {}
-        self._folders: dict[str, dict[str, Path]] = {}  # "/<token>/" -> file name -> file
-        self._hashes: dict[str, dict[str, str]] = {}  # "/<token>/" -> file name -> sha256
+        self._folders: dict[str, dict[str, tuple[Path, str | None]]] = {}  # "/<token>/" -> file name -> (file, sha256)
         self._lock = threading.Lock()
 
     @property
@@ -103,16 +102,13 @@ class SecretServer(http.server.ThreadingHTTPServer):
         hash-pinned requirement only when its link names the hash (otherwise it downloads the index's)."""
         folder = "/" + secrets.token_urlsafe(32) + "/"
         with self._lock:
-            self._folders[folder] = dict(files)
-            self._hashes[folder] = dict(hashes or {})
+            self._folders[folder] = {name: (path, (hashes or {}).get(name)) for name, path in files.items()}
         return f"http://{LOCALHOST}:{self.port}{folder}"
 
     def revoke(self, url: str) -> None:
         with self._lock:
             if url.endswith("/"):
-                folder = "/" + url.rstrip("/").rsplit("/", 1)[-1] + "/"
-                self._folders.pop(folder, None)
-                self._hashes.pop(folder, None)
+                self._folders.pop("/" + url.rstrip("/").rsplit("/", 1)[-1] + "/", None)
             else:
                 self._secrets.pop("/" + url.rsplit("/", 1)[-1], None)
 
@@ -121,7 +117,10 @@ class SecretServer(http.server.ThreadingHTTPServer):
             folder, _, name = path.rpartition("/")
             files = self._folders.get(folder + "/")
             if files is not None:
-                return _page(files, self._hashes.get(folder + "/", {})) if not name else files.get(unquote(name))
+                if not name:
+                    return _page(files)
+                served = files.get(unquote(name))
+                return None if served is None else served[0]
             found = self._secrets.get(path)
             if found is None:
                 return None
@@ -146,12 +145,11 @@ def serving() -> Iterator[SecretServer]:
         with server._lock:
             server._secrets.clear()
             server._folders.clear()
-            server._hashes.clear()
 
 
-def _page(files: Mapping[str, Path], hashes: Mapping[str, str]) -> bytes:
+def _page(files: Mapping[str, tuple[Path, str | None]]) -> bytes:
     def href(name: str) -> str:
-        digest = hashes.get(name)
+        digest = files[name][1]
         return quote(name) + (f"#sha256={digest}" if digest else "")
 
     links = "".join(f'<a href="{href(name)}">{html.escape(name)}</a>\n' for name in sorted(files))

@@ -43,7 +43,6 @@ class Staged:
     extra_index_urls: tuple[str, ...]  # what the build still needs to reach
     pip_conf_to_serve: bytes | None = None  # the build's pip.conf, served, never written
     wheel_files: tuple[Path, ...] = ()  # the local wheels themselves, served by name
-    wheel_hashes: tuple[tuple[str, str], ...] = ()  # name -> sha256, on the served page (uv takes a local file only with it)
     served_ca: bytes | None = None  # the CA bundle, served instead of written
     served_local: bytes | None = None  # local.txt: the requirement lines the local wheels satisfy (an unlocked image's)
     index_url: str | None = None  # the default index the build uses (None: PyPI)
@@ -74,7 +73,7 @@ class Staged:
 
 
 def _toml(value: str) -> str:
-    """A TOML basic string: JSON's escapes are TOML's (quotes, backslashes, control characters, \\uXXXX)."""
+    """A TOML basic string: JSON's escapes are TOML's (quotes, backslashes, control characters, \\u escapes)."""
     return json.dumps(value)
 
 
@@ -232,7 +231,6 @@ def stage(spec: ImageSpec, files: Mapping[str, bytes], staging_root: Path, setti
         extra_index_urls=indexes,
         pip_conf_to_serve=pip_conf(settings, indexes).encode(),
         wheel_files=tuple(served[name] for name in sorted(served)),
-        wheel_hashes=tuple((name, sha256_of(served[name])) for name in sorted(served)),
         served_ca=served_ca,
         served_local="".join(f"{line}\n" for line in sorted(wheels)).encode() if wheels and spec.lock is None else None,
         index_url=settings.pip.index_url,
