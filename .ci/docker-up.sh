@@ -99,4 +99,27 @@ YAML
     wait_for "docker-registry" registry_answers "$REGISTRY_LOG"
     say "registry up on $REGISTRY_ADDR"
 fi
+
+# --- the test suite's second engine (BUILDER_SECOND_ENGINE=1, set by scripts/test.sh) -----------
+# The integration tier runs in two lanes, one per pytest worker, each against its own engine
+# (tests/conftest.py): a lane's tests count, clean and remove what is on *their* engine, so the
+# other lane's builds never show up in them. The second engine is a second dockerd with its own
+# data root, exec root (and so its own containerd) and socket; it shares the registry.
+ENGINE2_ROOT="${BUILDER_ENGINE2_ROOT:-/var/lib/builder-engine2}"
+ENGINE2_RUN=/run/builder-engine2
+ENGINE2_HOST="unix://${ENGINE2_RUN}/docker.sock"
+ENGINE2_LOG=/tmp/dockerd-engine2.log
+engine2_answers() { DOCKER_HOST="$ENGINE2_HOST" docker info >/dev/null 2>&1; }
+if [ "${BUILDER_SECOND_ENGINE:-0}" = 1 ]; then
+    if engine2_answers; then
+        say "second engine already answering on $ENGINE2_HOST"
+    else
+        "${SUDO[@]}" mkdir -p "$ENGINE2_ROOT" "$ENGINE2_RUN"
+        say "starting the second dockerd on $ENGINE2_HOST (data root $ENGINE2_ROOT), log $ENGINE2_LOG"
+        "${SUDO[@]}" setsid dockerd --bridge=none --iptables=false --ip-masq=false --data-root "$ENGINE2_ROOT" \
+            --exec-root "$ENGINE2_RUN" --pidfile "$ENGINE2_RUN/docker.pid" -H "$ENGINE2_HOST" \
+            >"$ENGINE2_LOG" 2>&1 < /dev/null &
+        wait_for "the second dockerd" engine2_answers "$ENGINE2_LOG"
+    fi
+fi
 say "ready"

@@ -30,6 +30,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PARTS = ("setup", "lint", "offline", "integration", "wheels")
 WHEELS_SLICE = "base=cuda1*-debian12,platform=linux/amd64"  # arm64 images need emulation: not in this slice yet
+# What scripts/test.sh sets: setup starts the second engine, the integration tier runs in two lanes
+# (tests/conftest.py); a side whose conftest knows no lanes ignores them.
+SECOND_ENGINE = {"BUILDER_SECOND_ENGINE": "1", "BUILDER_TEST_ENGINE2": "unix:///run/builder-engine2/docker.sock"}
 LINT = (
     (".venv/bin/ruff", "check", "builder", "tests", "benchmarks"),
     (".venv/bin/ruff", "format", "--check", "builder", "tests", "benchmarks"),
@@ -41,7 +44,7 @@ LINT = (
 
 def run(side: Path, argv: tuple[str, ...] | list[str], *, check: bool = False) -> tuple[float, int]:
     """Seconds and exit status of one command in the side's checkout, with its own code first on the path."""
-    env = {**os.environ, "PYTHONPATH": str(side), "BUILDER_REQUIRE_DOCKER": "1", "BUILDER_REQUIRE_BROWSER": "1"}
+    env = {**os.environ, "PYTHONPATH": str(side), "BUILDER_REQUIRE_DOCKER": "1", "BUILDER_REQUIRE_BROWSER": "1", **SECOND_ENGINE}
     started = time.perf_counter()
     done = subprocess.run(list(argv), cwd=side, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False)
     if check and done.returncode != 0:

@@ -21,6 +21,13 @@ from builder.errors import UserError
 MiB = 2**20
 
 
+def lock_dir() -> Path:
+    """Where runs keep their lock files (a base's bootstrap, a build's run, the live runs `builder
+    clean` respects): $BUILDER_LOCK_DIR, read at each use, so a test or a second engine's test lane
+    that sets its own is obeyed, else the temp dir."""
+    return Path(os.environ.get("BUILDER_LOCK_DIR") or tempfile.gettempdir())
+
+
 def read_bytes(path: Path, limit: int, what: str = "file") -> bytes:
     """A regular file's bytes, at most `limit` of them, or a one-line UserError.
 

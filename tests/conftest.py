@@ -9,12 +9,14 @@ its own conftest.py, and pytest swaps the module named `conftest` between direct
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
@@ -28,6 +30,51 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 if str(ROOT) not in sys.path:  # so `pytest tests/...` works without an install
     sys.path.insert(0, str(ROOT))
+
+INTEGRATION = "tests/integration/"
+SHARED_FOLDER = "tests/test_bake.py"
+# The integration tier's two lanes, one per worker, each against its own Docker engine: the second
+# lane's modules (in file order) run on worker gw1 against the engine $BUILDER_TEST_ENGINE2 names
+# (scripts/test.sh starts it: .ci/docker-up.sh), every other integration module on gw0 against the
+# default engine. A lane's tests count, clean and remove what is on their own engine, so the other
+# lane's builds and containers never show up in them. The modules that build in the repository
+# itself (its build/results/, and the CPU slice's images they share: slice, slice publish, the
+# wheels slice and its sizes) are all in the first lane; each second-lane module works in a copy
+# of its own. The split is by measured time (docs/benchmarks.md).
+SECOND_LANE = tuple(
+    f"{INTEGRATION}{name}"
+    for name in (
+        "test_arm64.py",
+        "test_bootstrap.py",
+        "test_engine.py",
+        "test_faults.py",
+        "test_interrupts.py",
+        "test_locking.py",
+        "test_nightly_end_to_end.py",
+        "test_publish_attacks.py",
+        "test_registry_index.py",
+        "test_secrets.py",
+        "test_team_env.py",
+    )
+)
+ENGINE2_ENV = "BUILDER_TEST_ENGINE2"
+
+
+def two_lanes(workers: int) -> bool:
+    """The integration tier runs in two lanes: a second engine is named and there are two workers or more."""
+    return workers >= 2 and bool(os.environ.get(ENGINE2_ENV))
+
+
+# Worker gw1 runs the second lane: its tests, and every `builder` they start, talk to the second
+# engine, and keep their run and bootstrap locks apart (`builder clean` leaves the intermediate
+# images of a run it sees alive: the other lane's runs are on another engine). Set in the worker's
+# environment when it starts, so every `builder` process a test starts inherits it.
+lane_two = os.environ.get("PYTEST_XDIST_WORKER") == "gw1" and two_lanes(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+if lane_two and os.environ.get("BUILDER_TEST_LANE") != "2":  # once (a test importing this file runs it again)
+    os.environ["BUILDER_TEST_ENGINE1"] = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    os.environ["DOCKER_HOST"] = os.environ[ENGINE2_ENV]
+    os.environ["BUILDER_TEST_LANE"] = "2"
+    os.environ["BUILDER_LOCK_DIR"] = str(Path(os.environ.get("TMPDIR", "/tmp")) / "builder-engine2")
 
 from builder.cli import main  # noqa: E402
 from builder.records import ImageSpec, Matrix, Plan  # noqa: E402
@@ -69,18 +116,15 @@ class Rendered:
         return self.files[image_id][name].decode()
 
 
-INTEGRATION = "tests/integration/"
-SHARED_FOLDER = "tests/test_bake.py"
-
-
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
-    """Under `-n 2` (pyproject's addopts) every test in tests/integration/ is one unit of work, run in
-    file order on one worker (they build, count and remove the engine's images and containers, and
-    later files reuse what earlier ones built), while the other worker takes the offline tests one
-    at a time, except tests/test_bake.py, whose tests run on one worker in turn (each rewrites the
-    repository's build/bake/ and reads it back). An explicit `--dist` other than the default keeps
-    xdist's own scheduler.
+    """Under `-n 2` (pyproject's addopts) the integration tier (tests/integration/) runs as one or
+    two units of work, each in file order on one worker (they build, count and remove the engine's
+    images and containers, and later files reuse what earlier ones built): two lanes when a second
+    engine is named (SECOND_LANE, on gw1 against it; the rest on gw0), else one. The offline tests
+    go one at a time to whichever worker is free, except tests/test_bake.py, whose tests run on one
+    worker in turn (each rewrites the repository's build/bake/ and reads it back). An explicit
+    `--dist` other than the default keeps xdist's own scheduler.
 
     (`--dist loadgroup` with xdist_group markers would say the same, but xdist 3.8 writes the group
     into `item._nodeid`, which pytest 9 no longer reads: the groups were silently ignored.)"""
@@ -88,15 +132,68 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
         return None
     from xdist.scheduler import LoadScopeScheduling
 
-    class IntegrationTierTogether(LoadScopeScheduling):  # type: ignore[misc]  # xdist ships no type hints
+    class IntegrationLanes(LoadScopeScheduling):  # type: ignore[misc]  # xdist ships no type hints
+        lanes = False
+
+        def schedule(self) -> None:
+            if self.collection is None and two_lanes(self.numnodes):  # the first call: decide once
+                nodeids = next(iter(self.registered_collections.values()))
+                second = {n.startswith(SECOND_LANE) for n in nodeids if n.startswith(INTEGRATION)}
+                self.lanes = second == {True, False}  # both lanes have tests to run
+            super().schedule()
+
         def _split_scope(self, nodeid: str) -> str:
             if nodeid.startswith(INTEGRATION):
+                if self.lanes:  # the lane's worker: its engine is the one its name chose
+                    return ("gw1:" if nodeid.startswith(SECOND_LANE) else "gw0:") + INTEGRATION
                 return INTEGRATION
             if nodeid.startswith(SHARED_FOLDER):  # its tests rewrite and read the one build/bake/ in turn
                 return SHARED_FOLDER
             return nodeid
 
-    return IntegrationTierTogether(config, log)
+        def _assign_work_unit(self, node: Any) -> None:
+            """A lane goes to its own worker; anything else to whoever asks."""
+            lane = f"{node.gateway.id}:{INTEGRATION}"
+            if lane not in self.workqueue:
+                lane = next((s for s in self.workqueue if not s.endswith(":" + INTEGRATION)), "")
+            if lane:
+                self.workqueue.move_to_end(lane, last=False)
+                super()._assign_work_unit(node)
+
+        def _reschedule(self, node: Any) -> None:
+            """xdist's, except that a worker for whom only the other lane is left is shut down once
+            its own work is done (xdist's would hand it that lane)."""
+            if not node.shutting_down and self.workqueue and self._pending_of(self.assigned_work[node]) <= 2:
+                mine = [s for s in self.workqueue if not s.endswith(":" + INTEGRATION) or s.startswith(node.gateway.id + ":")]
+                if not mine and self._pending_of(self.assigned_work[node]) == 0:
+                    node.shutdown()
+                    return
+            super()._reschedule(node)
+
+    return IntegrationLanes(config, log)
+
+
+@pytest.fixture(scope="session")
+def uv_stand_in(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    stand_in = tmp_path_factory.mktemp("uv") / "uv"
+    stand_in.write_bytes(b"#!/bin/sh\n# stands in for the static uv: a fake engine runs no Dockerfile\nexit 1\n")
+    stand_in.chmod(0o755)
+    return stand_in
+
+
+@pytest.fixture(autouse=True)
+def no_uv_download(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The offline tier never reaches the network for uv: a locked image's build (against
+    tests/fake_engine.py, which runs no Dockerfile) is served a stand-in file, where the real
+    native_uv.binary would `pip download` uv's wheel from PyPI into each test's own build/tools/.
+    tests/test_native_uv.py tests the real fetch (from local wheel folders), and the integration
+    tier builds for real: both are left alone."""
+    if request.node.get_closest_marker("docker") is not None or request.module.__name__.endswith("test_native_uv"):
+        return
+    from builder.engine import native_uv
+
+    stand_in = request.getfixturevalue("uv_stand_in")
+    monkeypatch.setattr(native_uv, "binary", lambda settings, tools_dir, machine=None: stand_in)
 
 
 @pytest.fixture(scope="session")

@@ -7,6 +7,8 @@ user, a broken registry or a flaky network does mid-run:
 - `fail_push(name)`: an error line for the push's stream (a registry 500), or None;
 - `flaky_pushes` / `flaky_pulls`: that many next pushes/pulls break with a connection reset first;
 - `stall`: a push that goes silent until it is cancelled;
+- `retrying_pushes`: that many next pushes report the engine's own retry of a failed layer upload
+  ("Retrying in 5 seconds"), then go on waiting until they are cancelled;
 - `pull_fault`, `registry_fault`: an exception every pull / digest query raises;
 - `fail_pull(reference)`: an error line for the pull's stream, or None;
 - `run_output(spec)`: a container's (exit code, stdout); `build_output(request)`: a build's lines,
@@ -148,6 +150,7 @@ class FakeEngine:
         self.flaky_pushes = 0
         self.flaky_pulls = 0
         self.stall = False
+        self.retrying_pushes = 0
         self.manifest_status = 0  # the exit code of a manifest container
         self.pull_fault: Exception | None = None
         self.registry_fault: Exception | None = None
@@ -280,6 +283,12 @@ class FakeEngine:
             raise EngineFault("('Connection aborted.', ConnectionResetError(104, 'Connection reset by peer'))")
         if self.stall:
             stream.closed.wait(30)  # a registry that stops reading: silence until the client goes
+            raise EngineFault("Connection aborted.")
+        if self.retrying_pushes:
+            self.retrying_pushes -= 1
+            yield Progress(text="Preparing", layer="8c9e3cdef517")
+            yield Progress(text="Retrying in 5 seconds", layer="8c9e3cdef517")
+            stream.closed.wait(30)  # the engine's backoff, until the client goes
             raise EngineFault("Connection aborted.")
         message = self.fail_push(name)
         if message:

@@ -146,7 +146,7 @@ def test_a_render_stopped_at_any_step_leaves_a_whole_tree_and_the_next_run_clear
     tmp_path: Path, repo: Path, point: str, sig: int
 ) -> None:
     before = tree(repo / "images")
-    proc, ready = start(tmp_path, point, "render", env={"HOOK_SLEEP": "30" if point == "writing" else "3"})
+    proc, ready = start(tmp_path, point, "render", env={"HOOK_SLEEP": "30" if point == "writing" else "1.5"})
     wait_for(ready.exists)
     proc.send_signal(sig)
     _, stderr = proc.communicate(timeout=60)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import subprocess
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from builder import fsio
 from builder.catalog.store import Catalog
 from builder.engine import bootstrap, push
 from builder.engine.build import Builder
@@ -33,7 +35,7 @@ from builder.host import facts as hostinfo
 from builder.nightly.compare import BLOCKED
 from builder.records import ImageSpec
 from builder.render.labels import HASH_LABEL
-from builder.render.tree import LOCK_DIR, write_tree
+from builder.render.tree import write_tree
 from builder.results import SmokeResult
 from builder.sources import Sources
 from builder.usecases import build as building
@@ -226,7 +228,7 @@ def test_a_network_flake_is_retried_and_reported_blocked_when_it_persists(
         return flaky if len(tries) < 2 else [Progress(text="Successfully built 0123456789ab\n")]
 
     fake.build_output = output
-    run = Run(settings=BuildSettings(), build_dir=ws.build_dir, lock_dir=ws.build_dir / LOCK_DIR, backoff_s=0.001)
+    run = Run(settings=BuildSettings(), build_dir=ws.build_dir, lock_dir=fsio.lock_dir(), backoff_s=0.001)
     builder = Builder(make_engine=lambda: fake, run=run, contexts=ws.contexts(specs[:1]))
     (result,) = builder.build_all(specs[:1], jobs=1, force=True, keep_going=False)
     assert result.status == "built" and result.attempts == 2 and len(tries) == 2
@@ -431,6 +433,23 @@ def test_a_push_is_retried_on_a_network_flake_and_gives_up_in_one_redacted_line(
     with pytest.raises(RunFailure) as caught:
         push.push_image(fake, f"{REPO}:x", log=lambda line: None, attempts=2, wait_s=0.001)
     assert "s3cret" not in str(caught.value) and "****@127.0.0.1" in str(caught.value), "what a retry reports is redacted"
+
+
+def test_the_engines_own_upload_retry_is_a_try_of_ours_cancelled_at_once() -> None:
+    """A registry answering 503 made the engine retry each layer five times, ~50 s, within one try of
+    ours: its first "Retrying in" now ends the try (the push cancelled), and our tries decide."""
+    fake = FakeEngine()
+    fake.add_image("sha256:img", f"{REPO}:x")
+    fake.retrying_pushes = 2
+    started = time.monotonic()
+    assert push.push_image(fake, f"{REPO}:x", log=lambda line: None, wait_s=0.001) == fake.registry[f"{REPO}:x"]
+    assert fake.pushes == [f"{REPO}:x"] * 3 and time.monotonic() - started < 10, "each retrying try was cancelled, not waited out"
+    assert all(stream.closed.is_set() for stream in fake.responses[:2]), "the retrying pushes were cancelled"
+    fake.retrying_pushes = 99
+    with pytest.raises(
+        RunFailure, match=r"failed after 4 tries \(network\): the registry failed the upload of layer 8c9e3cdef517 .*; is the registry up"
+    ):
+        push.push_image(fake, f"{REPO}:x", log=lambda line: None, wait_s=0.001)
 
 
 def test_push_tries_come_from_the_environment_and_bad_values_are_one_line(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -25,6 +25,7 @@ from typing import Any
 
 import filelock
 
+from builder import fsio
 from builder.engine.failures import any_network
 from builder.engine.port import Engine, EngineFault
 from builder.engine.retry import GaveUp, retry_network
@@ -54,7 +55,6 @@ BASE_NAME_LABEL = "org.opencontainers.image.base.name"
 BOOTSTRAP_LABEL = "io.builder.bootstrap"
 
 SCRATCH_DIR = Path(os.environ.get("BUILDER_SCRATCH_DIR", "/var/tmp"))
-LOCK_DIR = Path(os.environ.get("BUILDER_LOCK_DIR", tempfile.gettempdir()))
 DEBOOTSTRAP_ATTEMPTS = 3
 DEBOOTSTRAP_WAIT_MIN_S = 2.0
 DEBOOTSTRAP_WAIT_MAX_S = 30.0
@@ -108,7 +108,7 @@ def host_arch() -> str:
 
 def lock_path(base: Base) -> Path:
     """One lock per base tag: two runs bootstrapping the same OS take turns."""
-    return LOCK_DIR / f"builder-bootstrap-{_safe(base.local_tag)}.lock"
+    return fsio.lock_dir() / f"builder-bootstrap-{_safe(base.local_tag)}.lock"
 
 
 def recipe_for(base: Base, mirror: str, arch: str | None = None) -> dict[str, Any]:
@@ -154,7 +154,7 @@ def ensure_base(
     if current():
         return BootstrapResult(tag, built=False, seconds=time.monotonic() - start, recipe_hash=digest)
 
-    LOCK_DIR.mkdir(parents=True, exist_ok=True)
+    fsio.lock_dir().mkdir(parents=True, exist_ok=True)
     lock = filelock.FileLock(str(lock_path(base)))
     try:
         lock.acquire(timeout=0)

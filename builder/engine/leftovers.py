@@ -17,30 +17,34 @@ such an image is left alone.
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
-import tempfile
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import filelock
 
+from builder import fsio
 from builder.engine import session
 from builder.engine.bootstrap import HASH_LABEL as RECIPE_LABEL
 from builder.engine.port import Engine, EngineFault
 from builder.render.labels import BUILT_BY_LABEL, BUILT_BY_VALUE, HASH_LABEL
 
 STAGE_LABEL = "io.builder.stage-of"  # build-stage images of older versions' two-stage Dockerfiles
-RUNS_DIR = Path(os.environ.get("BUILDER_LOCK_DIR", tempfile.gettempdir())) / "builder-runs"
+
+
+def runs_dir() -> Path:
+    """The live runs' lock files (fsio.lock_dir, read at each use)."""
+    return fsio.lock_dir() / "builder-runs"
 
 
 @contextlib.contextmanager
 def active_run() -> Iterator[None]:
     """Mark this process as a running build/test for as long as the block lasts (a held file lock),
     so `builder clean` leaves the intermediate images a live build may still need."""
-    RUNS_DIR.mkdir(parents=True, exist_ok=True)
-    path = RUNS_DIR / f"{session.SESSION_ID.replace(':', '_')}.lock"
+    runs = runs_dir()
+    runs.mkdir(parents=True, exist_ok=True)
+    path = runs / f"{session.SESSION_ID.replace(':', '_')}.lock"
     lock = filelock.FileLock(str(path))
     with lock:
         yield
@@ -50,10 +54,11 @@ def active_run() -> Iterator[None]:
 
 def other_active_runs() -> list[str]:
     """Sessions of other processes inside `active_run` now (their locks are held)."""
-    if not RUNS_DIR.is_dir():
+    runs = runs_dir()
+    if not runs.is_dir():
         return []
     busy = []
-    for path in sorted(RUNS_DIR.glob("*.lock")):
+    for path in sorted(runs.glob("*.lock")):
         if path.stem == session.SESSION_ID.replace(":", "_"):
             continue
         lock = filelock.FileLock(str(path))

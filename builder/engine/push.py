@@ -7,6 +7,12 @@ walks away) leaves the engine holding the stalled upload and its upload slots, s
 too. The stream is read on a helper thread while this one waits for the deadline; at the deadline,
 on any failure and on Ctrl-C/SIGTERM the connection to the engine is shut, which makes the engine
 cancel the push.
+
+The engine retries a failed layer upload on its own, five times, 5 to 20 s apart ("Retrying in 5
+seconds"): under this module's tries that made a registry answering 503 cost ~50 s a try, 200 s
+before the user heard of it. Its first "Retrying in" is taken as the try's network failure instead:
+the push is cancelled and tried again on this module's backoff, so there is one retry policy, the
+one `BUILDER_PUSH_TRIES` sets (layers a try did upload are not sent again: the registry has them).
 """
 
 from __future__ import annotations
@@ -27,7 +33,8 @@ ATTEMPTS = 4
 WAIT_S = 2.0  # then 4, 8: about 14 s in all before a registry that is down is reported
 DEADLINE_S = 3600.0  # a whole push, every try: hours of silence are never a push in progress
 DEADLINE_ENV = "BUILDER_PUSH_DEADLINE_S"
-TRIES_ENV = "BUILDER_PUSH_TRIES"  # each try of a failing registry costs the engine's own upload retries (~50 s)
+TRIES_ENV = "BUILDER_PUSH_TRIES"
+ENGINE_RETRY = "Retrying in "  # a layer's status when the engine is about to retry its failed upload
 
 
 class PushFlake(Exception):
@@ -97,6 +104,8 @@ def _push_once(engine: Engine, tag: str, log: Callable[[str], None], ends: float
                 if is_network_failure(message):
                     raise PushFlake(message)
                 raise RunFailure(f"push of {tag} failed: {message}")
+            if event.layer is not None and event.text.startswith(ENGINE_RETRY):
+                raise PushFlake(f"the registry failed the upload of layer {event.layer} (the engine was about to retry it)")
             if event.digest:
                 digest = event.digest
             if event.text and event.layer is None:

@@ -14,17 +14,18 @@ from the digest, the timestamp is the publish date)."""
 
 from __future__ import annotations
 
+import functools
 import uuid
 import warnings
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from cyclonedx.model import HashAlgorithm, HashType, Property
 from cyclonedx.model.bom import Bom
 from cyclonedx.model.component import Component, ComponentType
 from cyclonedx.output.json import JsonV1Dot6
 from cyclonedx.schema import SchemaVersion
-from cyclonedx.validation.json import JsonStrictValidator
 from packageurl import PackageURL
 from packaging.version import InvalidVersion, Version
 
@@ -135,10 +136,23 @@ def make_sbom(image_id: str, repository: str, digest: str, inventory: Inventory,
 
 
 def validate(text: str, where: str) -> None:
-    """RunFailure naming `where` unless `text` is valid CycloneDX 1.6 JSON (the library's strict validator)."""
-    error = JsonStrictValidator(SPEC_VERSION).validate_str(text)
+    """RunFailure naming `where` unless `text` is valid CycloneDX 1.6 JSON (the library's strict validator).
+
+    The validator is imported when first used, not at the top: it pulls in jsonschema's format checkers, ~2 s of
+    import (rfc3987-syntax builds its grammar), which every `builder` command importing publish
+    (nightly, catalog, pull) would pay on start even when it validates nothing."""
+    error = _validator().validate_str(text)
     if error is not None:
         raise RunFailure(f"{where}: the SBOM is not valid CycloneDX {SPEC_VERSION.to_version()}: {str(error).splitlines()[0][:200]}")
+
+
+@functools.cache
+def _validator() -> Any:
+    """One strict validator per process: making one loads and compiles the CycloneDX schema and the
+    schemas it references (about a second), which a publish of many images paid per image."""
+    from cyclonedx.validation.json import JsonStrictValidator
+
+    return JsonStrictValidator(SPEC_VERSION)
 
 
 def python_set(text: str) -> dict[str, str]:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Protocol
 
+from builder import fsio
 from builder import results as results_files
 from builder.compat.facts import table
 from builder.engine import leftovers, settings
@@ -24,7 +25,7 @@ from builder.host import doctor
 from builder.host import facts as hostinfo
 from builder.lock.target import lock_state
 from builder.records import ImageSpec
-from builder.render.tree import LOCK_DIR, expected_tree, stale_images
+from builder.render.tree import expected_tree, stale_images
 from builder.sources import Sources
 from builder.workspace import Workspace
 
@@ -83,7 +84,7 @@ def build_images(
     run = Run(
         settings=chosen,
         build_dir=ws.build_dir,
-        lock_dir=LOCK_DIR,
+        lock_dir=fsio.lock_dir(),
         revision=git_revision(ws.root),
         no_cache=options.no_cache,
         on_line=events.line,

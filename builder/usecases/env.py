@@ -24,6 +24,7 @@ from typing import Protocol
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from builder import fsio
 from builder.catalog.records import KnownGood
 from builder.catalog.store import Catalog
 from builder.compat.facts import table
@@ -47,7 +48,6 @@ from builder.lock import children
 from builder.lock.files import LOCK_NAME, drift
 from builder.lock.resolve import LockFailed, resolve, sources, uv_binary
 from builder.records import ImageSpec, Lock
-from builder.render.tree import LOCK_DIR
 from builder.results import GpuUse, SmokeResult
 from builder.smoke.args import gpu_flags
 from builder.smoke.runner import smoke_one
@@ -305,7 +305,7 @@ def build_env(
     run = Run(
         settings=settings,
         build_dir=env_build_dir(ws, env),
-        lock_dir=LOCK_DIR,
+        lock_dir=fsio.lock_dir(),
         revision=git_revision(env.folder),
         on_line=events.line,
         no_cache=no_cache,

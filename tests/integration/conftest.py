@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import docker  # type: ignore[import-untyped]
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,7 +29,7 @@ if str(ROOT) not in sys.path:  # so `pytest tests/integration` works without an 
 from builder.engine import client as engine  # noqa: E402
 from builder.errors import UserError  # noqa: E402
 
-NO_ENGINE = "no Docker engine: start one with bash .ci/docker-up.sh"
+NO_ENGINE = "no Docker engine: start one with bash .ci/docker-up.sh (the second lane's: BUILDER_SECOND_ENGINE=1 bash .ci/docker-up.sh)"
 SCRATCH_IMAGE = "builder-test/scratch:latest"
 
 
@@ -43,10 +44,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test in this folder is in the integration tier (`-m docker`), also the few that need a
     package index or uv but no engine (test_locking.py): `-m "not docker"` is the offline tier, and a
     75-second `builder lock --upgrade` against PyPI does not belong in it. (Under xdist they all run
-    on one worker, in order: tests/conftest.py's scheduler.)"""
+    on one worker, in order: tests/conftest.py's scheduler.) test_bootstrap.py goes first: the base
+    its real debootstrap makes is the engine's local-debian12 base from then on, if it has none."""
     for item in items:
         if HERE in item.path.resolve().parents and item.get_closest_marker("docker") is None:
             item.add_marker(pytest.mark.docker)
+    first = [item for item in items if item.path.name == "test_bootstrap.py" and HERE in item.path.resolve().parents]
+    if first:
+        rest = [item for item in items if item not in first]
+        start = next((i for i, item in enumerate(rest) if HERE in item.path.resolve().parents), len(rest))
+        items[:] = [*rest[:start], *first, *rest[start:]]
 
 
 @pytest.fixture(scope="session")
@@ -57,6 +64,14 @@ def docker_client() -> Iterator[Any]:
         if os.environ.get("BUILDER_REQUIRE_DOCKER") == "1":
             pytest.fail(f"{NO_ENGINE} ({exc})")
         pytest.skip(NO_ENGINE)
+    if os.environ.get("BUILDER_TEST_LANE") == "2":  # tests/conftest.py pointed this worker at the second engine
+        default = docker.DockerClient(base_url=os.environ["BUILDER_TEST_ENGINE1"])
+        try:
+            # (not the engine ID: two dockerds of one host share /etc/docker/key.json, and so the ID)
+            same = client.info()["DockerRootDir"] == default.info()["DockerRootDir"]
+            assert not same, f"the second lane's engine ({os.environ['DOCKER_HOST']}) is the default one"
+        finally:
+            default.close()
     yield client
     client.close()
 

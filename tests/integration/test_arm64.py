@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import uuid
@@ -34,7 +35,6 @@ from builder.workspace import Workspace
 pytestmark = pytest.mark.docker
 
 ROOT = Path(__file__).resolve().parents[2]
-RESULTS = ROOT / "build" / "results"
 SELECT = "platform=linux/arm64,stack=numba"
 WS = Workspace.locate(str(ROOT / "matrix.yaml"))
 ARM = WS.selected(SELECT, use_default=False)
@@ -42,11 +42,25 @@ CPU = next(s for s in ARM if s.base.vendor == "cpu")
 CUDA = next(s for s in ARM if s.base.vendor == "cuda")
 
 
-def builder(*args: str, timeout: int = 3600) -> subprocess.CompletedProcess[str]:
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the embedded matrix and its images/ (locks included): this module's builds, results
+    and build/results/build.json are its own, whichever engine and lane it runs in (tests/conftest.py)."""
+    folder = tmp_path_factory.mktemp("arm64-repo")
+    shutil.copy(ROOT / "matrix.yaml", folder / "matrix.yaml")
+    shutil.copytree(ROOT / "images", folder / "images")
+    return folder
+
+
+def results_of(repo: Path) -> Path:
+    return repo / "build" / "results"
+
+
+def builder(repo: Path, *args: str, timeout: int = 3600) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "builder", *args],
-        cwd=ROOT,
-        env=dict(os.environ),
+        cwd=repo,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -66,12 +80,12 @@ def emulation() -> None:
 
 
 @pytest.fixture(scope="module")
-def arm_build(docker_client: Any, emulation: None) -> Iterator[dict[str, dict[str, Any]]]:
+def arm_build(docker_client: Any, emulation: None, repo: Path) -> Iterator[dict[str, dict[str, Any]]]:
     """`builder build -j 2` of both arm64 images (the arm64 base bootstrapped once, for both)."""
     try:
-        done = builder("build", "-j", "2", "--select", SELECT)
+        done = builder(repo, "build", "-j", "2", "--select", SELECT)
         assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-3000:]
-        yield {r["id"]: r for r in json.loads((RESULTS / "build.json").read_text())}
+        yield {r["id"]: r for r in json.loads((results_of(repo) / "build.json").read_text())}
     finally:
         for spec in ARM:
             for stage in docker_client.api.images(all=True, filters={"label": f"{STAGE_LABEL}={spec.tag}"}):
@@ -80,10 +94,10 @@ def arm_build(docker_client: Any, emulation: None) -> Iterator[dict[str, dict[st
 
 
 @pytest.fixture(scope="module")
-def arm_test(arm_build: Any) -> dict[str, dict[str, Any]]:
-    done = builder("test", "--select", SELECT)
+def arm_test(arm_build: Any, repo: Path) -> dict[str, dict[str, Any]]:
+    done = builder(repo, "test", "--select", SELECT)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    return {spec.id: json.loads((RESULTS / f"{spec.id}.json").read_text()) for spec in ARM}
+    return {spec.id: json.loads((results_of(repo) / f"{spec.id}.json").read_text()) for spec in ARM}
 
 
 def test_the_selection_is_one_cpu_and_one_cuda_from_wheels_image() -> None:
@@ -100,7 +114,7 @@ def test_a_bootstrapped_tree_is_imported_for_its_platform(
     """The import names the base's platform (the SDK's import_image cannot): a one-file tree stands
     in for debootstrap's, imported under a tag of this test's own."""
     monkeypatch.setattr(bootstrap, "SCRATCH_DIR", tmp_path / "scratch")
-    monkeypatch.setattr(bootstrap, "LOCK_DIR", tmp_path / "locks")
+    monkeypatch.setenv("BUILDER_LOCK_DIR", str(tmp_path / "locks"))
     monkeypatch.setattr(bootstrap, "_check_tools", lambda: None)
     monkeypatch.setattr(bootstrap, "run_debootstrap", lambda recipe, rootfs, log: (rootfs / "etc").mkdir())
     base = Base(
@@ -151,15 +165,17 @@ AMD = "numba0.68.0-cpu-py3.11-debian12"  # the arm64 CPU image's amd64 sibling: 
 
 
 @pytest.fixture(scope="module")
-def two_platforms(arm_test: Any, tmp_path_factory: pytest.TempPathFactory, docker_client: Any) -> Iterator[tuple[str, Path, str]]:
+def two_platforms(
+    arm_test: Any, repo: Path, tmp_path_factory: pytest.TempPathFactory, docker_client: Any
+) -> Iterator[tuple[str, Path, str]]:
     """The numba CPU image built and tested for amd64 too, then both platforms published in one run
     to a repository of this test's own, with a catalog in a temp folder: repository, catalog, publish's output."""
     for command in ("build", "test"):
-        done = builder(command, "--select", f"id={AMD}")
+        done = builder(repo, command, "--select", f"id={AMD}")
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     repository = f"127.0.0.1:5000/builder-test/multi-{uuid.uuid4().hex[:8]}"
     catalog = tmp_path_factory.mktemp("catalog")
-    done = builder("publish", "--select", "stack=numba,base=local-debian12", "--registry", repository, "--catalog", str(catalog))
+    done = builder(repo, "publish", "--select", "stack=numba,base=local-debian12", "--registry", repository, "--catalog", str(catalog))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     try:
         yield repository, catalog, done.stdout + done.stderr
@@ -187,13 +203,13 @@ def test_publish_puts_one_index_naming_both_platforms_each_recorded(two_platform
     assert f"indexed{AMD}:{index['digest']}" in flat, "publish says the index it put"
 
 
-def test_pull_takes_this_hosts_platform_from_the_two(two_platforms: tuple[str, Path, str]) -> None:
+def test_pull_takes_this_hosts_platform_from_the_two(two_platforms: tuple[str, Path, str], repo: Path) -> None:
     repository, catalog, _ = two_platforms
     records = {r["id"]: r for r in json.loads((catalog / "known-good.json").read_text())["images"]}
-    done = builder("pull", "--catalog", str(catalog), "--arch", "amd64", "numba=0.68", "vendor=cpu")
+    done = builder(repo, "pull", "--catalog", str(catalog), "--arch", "amd64", "numba=0.68", "vendor=cpu")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert records[AMD]["digest"] in done.stdout + done.stderr and records[CPU.id]["digest"] not in done.stdout + done.stderr
-    listed = builder("catalog", "--catalog", str(catalog), "--format", "json", "platform=linux/arm64")
+    listed = builder(repo, "catalog", "--catalog", str(catalog), "--format", "json", "platform=linux/arm64")
     assert listed.returncode == 0, listed.stderr
     data = json.loads(listed.stdout)
     assert [r["id"] for r in data["images"]] == [CPU.id] and AMD in data["indexes"]

@@ -41,7 +41,7 @@ def _temp_tags(client: Any, base: Base) -> list[str]:
 def private_dirs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """Scratch and lock dirs of this test alone (other processes may bootstrap concurrently)."""
     monkeypatch.setattr(bootstrap, "SCRATCH_DIR", tmp_path / "scratch")
-    monkeypatch.setattr(bootstrap, "LOCK_DIR", tmp_path / "locks")
+    monkeypatch.setenv("BUILDER_LOCK_DIR", str(tmp_path / "locks"))
     return tmp_path / "scratch"
 
 
@@ -215,12 +215,28 @@ def built_debian12(docker_client: Any, tmp_path_factory: pytest.TempPathFactory)
     work = tmp_path_factory.mktemp("bootstrap")
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(bootstrap, "SCRATCH_DIR", work / "scratch")
-        patch.setattr(bootstrap, "LOCK_DIR", work / "locks")
+        patch.setenv("BUILDER_LOCK_DIR", str(work / "locks"))
         result = ensure_base(engine.DockerEngine(docker_client), base, log=logs.append)
         print(f"\nbootstrap {base.local_tag}: built={result.built} in {result.seconds:.1f}s")
         assert list((work / "scratch").iterdir()) == [], "the rootfs scratch dir was left behind"
+        _share_as_the_default_base(docker_client, base)
         yield base, result, logs
     _remove_image(docker_client, base.local_tag)
+
+
+def _share_as_the_default_base(client: Any, base: Base) -> None:
+    """Where the engine has no bootstrapped local-debian12 base yet, the one this module made is it:
+    the recipe (and so every label) is the same, only the name differs, so it is the very image
+    `ensure_base` would import, and the later tests' builds on this engine skip a second debootstrap
+    (tests/integration/conftest.py runs this module first). The itest tag goes at the end; this one stays."""
+    shared = Base(name="local-debian12", vendor="cpu", os="debian12", bootstrap="debootstrap", line=0)
+    mine = engine.image_labels(client, base.local_tag)
+    assert mine is not None
+    mirror = json.loads(mine[bootstrap.RECIPE_LABEL])["mirror"]
+    assert mine[bootstrap.HASH_LABEL] == bootstrap.recipe_hash(bootstrap.recipe_for(shared, mirror)), "not the default base's recipe"
+    if engine.image_labels(client, shared.local_tag) is None:
+        repository, tag = shared.local_tag.rsplit(":", 1)
+        client.api.tag(base.local_tag, repository, tag)
 
 
 @pytest.mark.docker

@@ -267,11 +267,11 @@ class _Failing(http.server.BaseHTTPRequestHandler):
 def test_a_registry_that_is_down_or_failing_is_one_line_and_leaves_the_catalog(
     published: tuple[Path, Any], state: str, docker_client: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A registry that is down fails each of the default 4 tries at once. One that answers 503 costs a
-    try ~50 s of the engine's own upload retries, so that case makes 2 ($BUILDER_PUSH_TRIES; the
-    default count and the retry loop are tested offline in tests/test_usecases.py)."""
-    tries = 4 if state == "down" else 2
-    monkeypatch.setenv("BUILDER_PUSH_TRIES", str(tries))
+    """A registry that is down fails each of the default 4 tries at once; one that answers 503 too:
+    the engine's own upload retries (five, ~50 s) end the try at their first "Retrying in" (the
+    retry loop is tested offline in tests/test_usecases.py)."""
+    tries = 4
+    monkeypatch.delenv("BUILDER_PUSH_TRIES", raising=False)
     catalog, _ = published
     before = (catalog / "known-good.json").read_bytes()
     numba = next(s for s in SLICE if s.stack == "numba")
@@ -298,7 +298,7 @@ def test_a_registry_that_is_down_or_failing_is_one_line_and_leaves_the_catalog(
             server.shutdown()
     assert done.returncode == 1
     assert f"failed after {tries} tries (network)" in done.stdout and "is the registry up" in done.stdout, done.stdout
-    assert time.monotonic() - started < 300, "retries are bounded"
+    assert time.monotonic() - started < 120, "retries are bounded: ours, 2 + 4 + 8 s apart, not the engine's"
     assert (catalog / "known-good.json").read_bytes() == before
     stray = [t for image in docker_client.api.images() for t in image.get("RepoTags") or [] if t.startswith(f"127.0.0.1:{port}/")]
     assert stray == [], f"a failed push left its tag in the engine: {stray}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import uuid
@@ -16,7 +17,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import jsonschema  # type: ignore[import-untyped]
 import pytest
 
 from builder.engine import client as engine
@@ -33,22 +33,32 @@ NAME = f"itest-{uuid.uuid4().hex[:6]}"
 TAG = f"builder-env/{NAME}:latest"
 
 
-def builder(*args: str, cwd: Path = ROOT, timeout: int = 1800) -> subprocess.CompletedProcess[str]:
+def builder(repo: Path, *args: str, cwd: Path | None = None, timeout: int = 1800) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "builder", "--matrix", str(ROOT / "matrix.yaml"), *args],
-        cwd=cwd, env=dict(os.environ), capture_output=True, text=True, timeout=timeout, check=False,
+        [sys.executable, "-m", "builder", "--matrix", str(repo / "matrix.yaml"), *args],
+        cwd=cwd or repo, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=timeout, check=False,
     )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
-def catalog(tmp_path_factory: pytest.TempPathFactory, docker_client: Any) -> Iterator[Path]:
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the embedded matrix and its images/ (locks included): the numba image's build and
+    results are this module's own, whichever engine and lane it runs in (tests/conftest.py)."""
+    folder = tmp_path_factory.mktemp("team-env-repo")
+    shutil.copy(ROOT / "matrix.yaml", folder / "matrix.yaml")
+    shutil.copytree(ROOT / "images", folder / "images")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def catalog(repo: Path, tmp_path_factory: pytest.TempPathFactory, docker_client: Any) -> Iterator[Path]:
     """The numba CPU image built, tested and published to its own repository and catalog."""
     folder = tmp_path_factory.mktemp("catalog")
     select = f"id={NUMBA.id}"
     for step in (("build", "--select", select), ("test", "--select", select)):
-        done = builder(*step)
+        done = builder(repo, *step)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    done = builder("publish", "--select", select, "--registry", REPOSITORY, "--catalog", str(folder))
+    done = builder(repo, "publish", "--select", select, "--registry", REPOSITORY, "--catalog", str(folder))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     yield folder
     engine.remove_image_quietly(docker_client, TAG)
@@ -83,44 +93,46 @@ def venv_files(docker_client: Any) -> str:
     return out.decode()
 
 
-def test_env_on_the_numba_image(catalog: Path, tmp_path: Path, docker_client: Any) -> None:
+def test_env_on_the_numba_image(repo: Path, catalog: Path, tmp_path: Path, docker_client: Any) -> None:
     team = write_env(tmp_path / "team", ["six==1.17.0", "pandas"])
-    done = builder("env", "lock", "--catalog", str(catalog), cwd=team)
+    done = builder(repo, "env", "lock", "--catalog", str(catalog), cwd=team)
     assert done.returncode == 0, done.stderr[-3000:]
     lock = (team / "gpu-env.lock").read_text()
     assert "\nsix==1.17.0 \\\n" in lock and "\npandas==" in lock, "a pure-Python package and one that needs NumPy"
     assert f"\nnumpy=={base_numpy()} \\\n" in lock, "NumPy stays the base's"
 
-    done = builder("env", "build", "--catalog", str(catalog), cwd=team)
+    done = builder(repo, "env", "build", "--catalog", str(catalog), cwd=team)
     assert done.returncode == 0 and done.stdout.startswith("built:"), done.stdout + done.stderr[-3000:]
     labels = docker_client.api.inspect_image(TAG)["Config"]["Labels"]
     assert labels["io.builder.env.base"] == record(catalog)["digest"]
     assert labels["io.builder.env.lock-sha256"] == __import__("hashlib").sha256(lock.encode()).hexdigest()
-    assert builder("env", "build", "--catalog", str(catalog), cwd=team).stdout.startswith("up-to-date:"), "content-hash incremental"
+    assert builder(repo, "env", "build", "--catalog", str(catalog), cwd=team).stdout.startswith("up-to-date:"), "content-hash incremental"
 
-    done = builder("env", "test", "--catalog", str(catalog), cwd=team, timeout=900)
+    done = builder(repo, "env", "test", "--catalog", str(catalog), cwd=team, timeout=900)
     assert done.returncode == 0 and done.stdout.startswith("same: "), done.stdout + done.stderr[-3000:]
     assert f"{record(catalog)['verdict']}, as the base" in done.stdout
     numpy = docker_client.containers.run(TAG, ["python", "-c", "import numpy, pandas, six; print(numpy.__version__)"], remove=True)
     assert numpy.decode().strip() == base_numpy()
 
-    done = builder("env", "shell", "--print", "--catalog", str(catalog), cwd=team)
+    done = builder(repo, "env", "shell", "--print", "--catalog", str(catalog), cwd=team)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().startswith("docker run --rm -it --user ") and f"source={team},target=/workspace" in done.stdout
+    import jsonschema  # type: ignore[import-untyped]  # here: its import costs seconds (rfc3987-syntax), every worker collects this file
+
     jsonschema.Draft201909Validator(schema()).validate(json.loads((team / ".devcontainer" / "devcontainer.json").read_text()))
 
     first = venv_files(docker_client)
     (team / "gpu-env.lock").unlink()
-    assert builder("env", "lock", "--catalog", str(catalog), cwd=team).returncode == 0
+    assert builder(repo, "env", "lock", "--catalog", str(catalog), cwd=team).returncode == 0
     assert (team / "gpu-env.lock").read_text() == lock, "re-locked from clean: the same lock"
-    done = builder("env", "build", "--force", "--no-cache", "--catalog", str(catalog), cwd=team)
+    done = builder(repo, "env", "build", "--force", "--no-cache", "--catalog", str(catalog), cwd=team)
     assert done.returncode == 0 and done.stdout.startswith("built:"), done.stdout + done.stderr[-3000:]
     assert venv_files(docker_client) == first, "rebuilt from clean: the same installed files, byte for byte"
 
 
-def test_a_requirement_that_moves_numpy_is_refused(catalog: Path, tmp_path: Path) -> None:
+def test_a_requirement_that_moves_numpy_is_refused(repo: Path, catalog: Path, tmp_path: Path) -> None:
     team = write_env(tmp_path / "team", ["six==1.17.0", f"numpy>{base_numpy()}"])
-    done = builder("env", "lock", "--catalog", str(catalog), cwd=team)
+    done = builder(repo, "env", "lock", "--catalog", str(catalog), cwd=team)
     assert done.returncode == 2, done.stdout + done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "gpu-env.yaml:5: refused: it needs numpy>" in done.stderr
     assert not (team / "gpu-env.lock").exists()

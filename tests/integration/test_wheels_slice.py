@@ -275,7 +275,7 @@ def assert_fit_equals_cuobjdump(docker_client: Any, spec: ImageSpec, fit: Measur
                     raise
                 return key, None
 
-        # two at a time: the integration tier runs on one xdist worker, so the second core is free here
+        # two at a time: a large library keeps cuobjdump busy for a while on one core
         with ThreadPoolExecutor(max_workers=2) as pool:
             keys = list(pool.map(key_of, fit.libraries))
             todo = {key: Path(f"{root}/{lib.path}") for key, lib in zip(keys, fit.libraries, strict=True) if key not in READ_BY_CUOBJDUMP}
