@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import tempfile
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -59,6 +60,8 @@ SECOND_LANE = tuple(
 )
 ENGINE2_ENV = "BUILDER_TEST_ENGINE2"
 
+from builder.engine.client import DEFAULT_SOCKET  # noqa: E402
+
 
 def two_lanes(workers: int) -> bool:
     """The integration tier runs in two lanes: a second engine is named and there are two workers or more."""
@@ -71,10 +74,10 @@ def two_lanes(workers: int) -> bool:
 # environment when it starts, so every `builder` process a test starts inherits it.
 lane_two = os.environ.get("PYTEST_XDIST_WORKER") == "gw1" and two_lanes(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
 if lane_two and os.environ.get("BUILDER_TEST_LANE") != "2":  # once (a test importing this file runs it again)
-    os.environ["BUILDER_TEST_ENGINE1"] = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    os.environ["BUILDER_TEST_ENGINE1"] = os.environ.get("DOCKER_HOST", DEFAULT_SOCKET)
     os.environ["DOCKER_HOST"] = os.environ[ENGINE2_ENV]
     os.environ["BUILDER_TEST_LANE"] = "2"
-    os.environ["BUILDER_LOCK_DIR"] = str(Path(os.environ.get("TMPDIR", "/tmp")) / "builder-engine2")
+    os.environ["BUILDER_LOCK_DIR"] = str(Path(tempfile.gettempdir()) / "builder-engine2")
 
 from builder.cli import main  # noqa: E402
 from builder.records import ImageSpec, Matrix, Plan  # noqa: E402
@@ -151,23 +154,26 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
                 return SHARED_FOLDER
             return nodeid
 
+        def _next_for(self, node: Any) -> str | None:
+            """What this worker may take next: its own lane first, else anything but a lane."""
+            own = f"{node.gateway.id}:{INTEGRATION}"
+            if own in self.workqueue:
+                return own
+            return next((s for s in self.workqueue if not s.endswith(":" + INTEGRATION)), None)
+
         def _assign_work_unit(self, node: Any) -> None:
-            """A lane goes to its own worker; anything else to whoever asks."""
-            lane = f"{node.gateway.id}:{INTEGRATION}"
-            if lane not in self.workqueue:
-                lane = next((s for s in self.workqueue if not s.endswith(":" + INTEGRATION)), "")
-            if lane:
-                self.workqueue.move_to_end(lane, last=False)
+            scope = self._next_for(node)
+            if scope is not None:
+                self.workqueue.move_to_end(scope, last=False)
                 super()._assign_work_unit(node)
 
         def _reschedule(self, node: Any) -> None:
-            """xdist's, except that a worker for whom only the other lane is left is shut down once
-            its own work is done (xdist's would hand it that lane)."""
-            if not node.shutting_down and self.workqueue and self._pending_of(self.assigned_work[node]) <= 2:
-                mine = [s for s in self.workqueue if not s.endswith(":" + INTEGRATION) or s.startswith(node.gateway.id + ":")]
-                if not mine and self._pending_of(self.assigned_work[node]) == 0:
+            """xdist's, except that a worker for whom only the other lane is left takes nothing more
+            and is shut down once its own work is done (xdist's would hand it that lane)."""
+            if self.workqueue and self._next_for(node) is None:
+                if not node.shutting_down and self._pending_of(self.assigned_work[node]) == 0:
                     node.shutdown()
-                    return
+                return
             super()._reschedule(node)
 
     return IntegrationLanes(config, log)

@@ -11,6 +11,7 @@ import http.server
 import io
 import os
 import re
+import shutil
 import socket
 import sys
 import tarfile
@@ -49,11 +50,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if HERE in item.path.resolve().parents and item.get_closest_marker("docker") is None:
             item.add_marker(pytest.mark.docker)
-    first = [item for item in items if item.path.name == "test_bootstrap.py" and HERE in item.path.resolve().parents]
-    if first:
-        rest = [item for item in items if item not in first]
-        start = next((i for i, item in enumerate(rest) if HERE in item.path.resolve().parents), len(rest))
-        items[:] = [*rest[:start], *first, *rest[start:]]
+    items.sort(key=lambda item: item.path.resolve() != HERE / "test_bootstrap.py")  # stable: the rest keep their order
 
 
 @pytest.fixture(scope="session")
@@ -153,6 +150,21 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def copy_repository(folder: Path) -> Path:
+    """A copy of the embedded matrix and its images/ (locks included) in `folder`: a module's builds,
+    results and build/results/build.json are then its own, whichever engine and lane it runs in."""
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(ROOT / "matrix.yaml", folder / "matrix.yaml")
+    shutil.copytree(ROOT / "images", folder / "images")
+    return folder
+
+
+@pytest.fixture(scope="session")
+def repository_copy() -> Any:
+    """`repository_copy(folder)`: copy_repository, for modules that need a copy per test or per module."""
+    return copy_repository
 
 
 @pytest.fixture

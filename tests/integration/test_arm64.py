@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import uuid
@@ -43,13 +42,9 @@ CUDA = next(s for s in ARM if s.base.vendor == "cuda")
 
 
 @pytest.fixture(scope="module")
-def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A copy of the embedded matrix and its images/ (locks included): this module's builds, results
-    and build/results/build.json are its own, whichever engine and lane it runs in (tests/conftest.py)."""
-    folder = tmp_path_factory.mktemp("arm64-repo")
-    shutil.copy(ROOT / "matrix.yaml", folder / "matrix.yaml")
-    shutil.copytree(ROOT / "images", folder / "images")
-    return folder
+def repo(tmp_path_factory: pytest.TempPathFactory, repository_copy: Any) -> Path:
+    """This module's own copy of the repository (tests/integration/conftest.py copy_repository)."""
+    return Path(repository_copy(tmp_path_factory.mktemp("arm64-repo")))
 
 
 def results_of(repo: Path) -> Path:

@@ -19,7 +19,10 @@ from builder.engine import client as engine
 from builder.engine.bootstrap import BootstrapResult, DebootstrapFailed, ensure_base
 from builder.errors import UserError
 from builder.records import Base
+from builder.workspace import Workspace
 from tests.fake_engine import FakeEngine
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _base(name: str, os_: str = "debian12") -> Base:
@@ -229,7 +232,7 @@ def _share_as_the_default_base(client: Any, base: Base) -> None:
     the recipe (and so every label) is the same, only the name differs, so it is the very image
     `ensure_base` would import, and the later tests' builds on this engine skip a second debootstrap
     (tests/integration/conftest.py runs this module first). The itest tag goes at the end; this one stays."""
-    shared = Base(name="local-debian12", vendor="cpu", os="debian12", bootstrap="debootstrap", line=0)
+    shared = next(s.base for s in Workspace.locate(str(ROOT / "matrix.yaml")).selected(None, use_default=True))
     mine = engine.image_labels(client, base.local_tag)
     assert mine is not None
     mirror = json.loads(mine[bootstrap.RECIPE_LABEL])["mirror"]

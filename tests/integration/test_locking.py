@@ -10,7 +10,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -34,11 +33,9 @@ def builder(repo: Path, *args: str, timeout: int = 1800) -> subprocess.Completed
 
 
 @pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    """A copy of the embedded matrix and its images/ (locks included)."""
-    shutil.copy(ROOT / "matrix.yaml", tmp_path / "matrix.yaml")
-    shutil.copytree(ROOT / "images", tmp_path / "images")
-    return tmp_path
+def repo(tmp_path: Path, repository_copy: Any) -> Path:
+    """A copy of the embedded matrix and its images/ (locks included), per test: they edit it."""
+    return Path(repository_copy(tmp_path))
 
 
 def snapshot(images: Path) -> dict[str, bytes]:

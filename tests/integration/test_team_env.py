@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import uuid
@@ -41,13 +40,9 @@ def builder(repo: Path, *args: str, cwd: Path | None = None, timeout: int = 1800
 
 
 @pytest.fixture(scope="module")
-def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A copy of the embedded matrix and its images/ (locks included): the numba image's build and
-    results are this module's own, whichever engine and lane it runs in (tests/conftest.py)."""
-    folder = tmp_path_factory.mktemp("team-env-repo")
-    shutil.copy(ROOT / "matrix.yaml", folder / "matrix.yaml")
-    shutil.copytree(ROOT / "images", folder / "images")
-    return folder
+def repo(tmp_path_factory: pytest.TempPathFactory, repository_copy: Any) -> Path:
+    """This module's own copy of the repository (tests/integration/conftest.py copy_repository)."""
+    return Path(repository_copy(tmp_path_factory.mktemp("team-env-repo")))
 
 
 @pytest.fixture(scope="module")
