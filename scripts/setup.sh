@@ -6,8 +6,12 @@ cd "$(dirname "$0")/.."
 if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi
+# The venv's install runs beside the system packages and the engine's start below (both mostly
+# downloads and unpacking); its exit status is collected before this script ends.
+pip_pid=""
 if ! .venv/bin/python -c 'import builder, hypothesis, dockerfile, selenium, jsonschema, xdist, cyclonedx; from builder.fit.cuobjdump import find_binary; find_binary()' 2>/dev/null || [ ! -x .venv/bin/actionlint ]; then
-    .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]' &
+    pip_pid=$!
 fi
 if ! command -v ssh-keygen >/dev/null 2>&1; then  # OpenSSH signs and verifies the published evidence (ssh-keygen -Y)
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-client >/dev/null
@@ -35,3 +39,6 @@ aarch64 | arm64) ;;
     ;;
 esac
 bash .ci/docker-up.sh
+if [ -n "$pip_pid" ]; then
+    wait "$pip_pid" || { echo "setup: installing the project's venv (pip install -e '.[dev]') failed" >&2; exit 1; }
+fi

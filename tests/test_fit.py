@@ -120,22 +120,59 @@ def test_the_parser_reads_real_cuobjdump_output() -> None:
     assert embedded.ptx_isa == ("9.4",)
 
 
-def test_measure_runs_cuobjdump_and_reads_ptx_versions_only_when_there_is_ptx() -> None:
-    calls: list[str] = []
-    elf = (FIXTURES / "nvjpeg-13.3.2.43.list-elf.txt").read_text()
+def test_measure_is_one_cuobjdump_pass_read_from_the_entry_headers() -> None:
+    calls: list[list[str]] = []
+    headers = (FIXTURES / "probe.headers.txt").read_text()
 
     def run(argv: Sequence[str]) -> tuple[int, str]:
-        calls.append(" ".join(argv[1:-1]))
-        return 0, {"--list-elf --list-ptx": elf, "--dump-ptx": "unused"}[" ".join(argv[1:-1])]
+        calls.append(list(argv))
+        return 0, headers
 
-    assert cuobjdump.measure(Path("lib.so"), Path("cuobjdump"), run).ptx == ()
-    assert calls == ["--list-elf --list-ptx"], "both lists in one pass, no dump without PTX"
-    ptx = (FIXTURES / "nvjpeg-13.3.2.43.list-ptx.txt").read_text()
-    headers = (FIXTURES / "nvjpeg-13.3.2.43.dump-ptx-headers.txt").read_text()
-    both = {"--list-elf --list-ptx": elf + ptx, "--dump-ptx": headers}
-    assert cuobjdump.measure(Path("lib.so"), Path("cuobjdump"), lambda argv: (0, both[" ".join(argv[1:-1])])) == cuobjdump.parse(
-        elf, ptx, headers
-    ), "one pass reads what the two did"
+    assert cuobjdump.measure(Path("lib.so"), Path("cuobjdump"), run) == cuobjdump.parse_headers(headers)
+    assert calls == [["cuobjdump", "lib.so"]], "no list or dump option: one pass over the fatbin"
+
+
+@pytest.mark.parametrize(
+    ("headers", "lists", "dump"),
+    [
+        ("probe.headers", ("probe.list-elf", "probe.list-ptx"), "probe.dump-ptx-headers"),
+        (
+            "torch-2.14.1+cu130.libtorch_cuda_linalg.headers",
+            ("torch-2.14.1+cu130.libtorch_cuda_linalg.list-elf", "torch-2.14.1+cu130.libtorch_cuda_linalg.list-ptx"),
+            "torch-2.14.1+cu130.libtorch_cuda_linalg.dump-ptx-headers",
+        ),
+        # family cubins: the header says sm_100f / sm_120f, --list-elf names the files sm_100 / sm_120
+        (
+            "cudnn-9.24.0.43.libcudnn_ops.headers",
+            ("cudnn-9.24.0.43.libcudnn_ops.list-elf-ptx",) * 2,
+            "cudnn-9.24.0.43.libcudnn_ops.dump-ptx-headers",
+        ),
+    ],
+)
+def test_the_headers_say_what_the_lists_and_the_ptx_dump_say(headers: str, lists: tuple[str, str], dump: str) -> None:
+    """Real output of one file each way (cuobjdump 13.5): the one-pass reading equals the three-option one."""
+    text = (FIXTURES / f"{headers}.txt").read_text()
+    expected = cuobjdump.parse(*((FIXTURES / f"{name}.txt").read_text() for name in (*lists, dump)))
+    assert cuobjdump.parse_headers(text) == expected
+    assert expected.sass and (expected.ptx_isa or not expected.ptx)
+    if "cudnn" in headers:
+        assert "sm_100f" in text and "sm_100f" not in expected.label, "the family cubins are in this file"
+
+
+def test_a_family_cubin_reads_as_its_list_name_and_family_ptx_keeps_its_f() -> None:
+    """What --list-elf and --list-ptx say of the same entries (cuDNN 9.5's jax wheel has family PTX:
+    tests/integration/test_wheels_slice.py compares the two readings on every library of the slice)."""
+
+    def entry(kind: str, arch: str, version: str) -> str:
+        return f"Fatbin {kind} code:\n================\narch = {arch}\ncode version = [{version}]\nhost = linux\ncompressed\n\n"
+
+    text = entry("elf", "sm_100f", "1,8") + entry("elf", "sm_90a", "1,8") + entry("ptx", "sm_120f", "9,5")
+    assert cuobjdump.parse_headers(text) == cuobjdump.parse(
+        "ELF file    1: lib.1.sm_100.cubin\nELF file    2: lib.2.sm_90a.cubin\n",
+        "PTX file    1: lib.1.sm_120f.ptx\n",
+        "Fatbin ptx code:\n================\narch = sm_120f\ncode version = [9,5]\n",
+    )
+    assert cuobjdump.parse_headers(text).label == "sm_90a sm_100 compute_120f"
 
 
 def test_a_file_without_device_code_is_empty_and_a_failure_is_one_line() -> None:
@@ -143,6 +180,9 @@ def test_a_file_without_device_code_is_empty_and_a_failure_is_one_line() -> None
     assert cuobjdump.measure(Path("libc.so"), Path("c"), lambda argv: (255, none)) == Embedded((), ())
     with pytest.raises(RunFailure, match="exited 1: cuobjdump fatal"):
         cuobjdump.measure(Path("x.so"), Path("c"), lambda argv: (1, "cuobjdump fatal : bad ELF"))
+    printed = "cuobjdump fatal    : Invalid ELF file\n\nFatbin elf code:\n================\narch = sm_75\ncompile_size = 64bit\n"
+    with pytest.raises(RunFailure, match="exited 1: cuobjdump fatal    : Invalid ELF file$"):  # its message, not the last header line
+        cuobjdump.measure(Path("libcufile.so.0"), Path("c"), lambda argv: (1, printed))
 
 
 def test_the_binary_comes_from_the_env_path_or_the_wheel(tmp_path: Path) -> None:

@@ -2,7 +2,9 @@
 
 cuobjdump ships on PyPI (`nvidia-cuda-cuobjdump`, binary at nvidia/cu13/bin/cuobjdump inside the
 wheel), so the answer comes from NVIDIA's own reader, not from a guess about the build flags. The
-parsers are pure and tested on real output (tests/fixtures/cuobjdump/); `measure` runs the binary.
+parsers are pure and tested on real output (tests/fixtures/cuobjdump/); `measure` runs the binary
+once per file and reads its entry headers (`parse_headers`); `parse` reads what the list and dump
+options print, which the tests hold the headers' reading to.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from builder.errors import RunFailure, UserError
@@ -56,6 +59,35 @@ def parse(elf_list: str, ptx_list: str, ptx_dump: str = "") -> Embedded:
     return Embedded.of(parse_list(elf_list, _ELF), parse_list(ptx_list, _PTX), parse_ptx_versions(ptx_dump))
 
 
+def parse_headers(text: str) -> Embedded:
+    """cuobjdump's output without options: per fatbin entry a "Fatbin elf code:" or "Fatbin ptx code:"
+    header with its `arch = sm_90` and `code version = [9,0]` lines. A family cubin's header says
+    `sm_100f` where `--list-elf` names the file `sm_100`: the list's spelling is kept for SASS (what
+    a family cubin runs on is its plain target's family). Family PTX keeps its `f` in both
+    (`--list-ptx` names it `sm_120f`, and so does the fatbin reader): both readings of a file are equal."""
+    sass: list[Arch] = []
+    ptx: list[Arch] = []
+    versions: set[str] = set()
+    kind = ""
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("Fatbin "):
+            kind = "elf" if line.startswith("Fatbin elf code") else "ptx" if line.startswith("Fatbin ptx code") else ""
+            continue
+        match = _HEADER.match(line)
+        if not kind or match is None:
+            continue
+        if match.group(1) == "arch":
+            arch = Arch.parse(match.group(2))
+            if kind == "elf":
+                sass.append(replace(arch, suffix="") if arch.suffix == "f" else arch)
+            else:
+                ptx.append(arch)
+        elif kind == "ptx" and len(numbers := re.findall(r"\d+", match.group(2))) == 2:
+            versions.add(".".join(numbers))
+    return Embedded.of(tuple(sass), tuple(ptx), tuple(sorted(versions, key=lambda v: tuple(int(p) for p in v.split(".")))))
+
+
 def find_binary(env: dict[str, str] | None = None, paths: Sequence[str] | None = None) -> Path:
     """$BUILDER_CUOBJDUMP, else cuobjdump on PATH, else the wheel's binary in this Python's site-packages."""
     env = dict(os.environ) if env is None else env
@@ -85,15 +117,17 @@ def run_binary(argv: Sequence[str]) -> tuple[int, str]:
 
 
 def measure(library: Path, binary: Path, run: Runner = run_binary) -> Embedded:
-    """The SASS, PTX and PTX ISA versions in one library; a file without device code is empty, not an error."""
-    # both lists in one pass: each pass decompresses the whole fatbin (cuBLASLt: ~2 s of ~540 MB)
-    rc, listed = run([str(binary), "--list-elf", "--list-ptx", str(library)])
-    if rc != 0 and _NO_DEVICE_CODE not in listed:
-        last = (listed.strip().splitlines() or ["no output"])[-1]
-        raise RunFailure(f"cuobjdump --list-elf --list-ptx {library} exited {rc}: {last}")
-    dump = ""
-    if parse_list(listed, _PTX):
-        rc, dump = run([str(binary), "--dump-ptx", str(library)])
-        if rc != 0:
-            raise RunFailure(f"cuobjdump --dump-ptx {library} exited {rc}")
-    return parse(listed, listed, dump)
+    """The SASS, PTX and PTX ISA versions in one library; a file without device code is empty, not an error.
+
+    One pass: cuobjdump without options prints a header per fatbin entry, which is what `--list-elf`,
+    `--list-ptx` and the PTX headers of `--dump-ptx` say, and each pass decompresses the whole fatbin
+    (cuBLASLt: ~2 s of ~540 MB), so two passes cost twice (tests/test_fit.py checks the two readings
+    agree on real output)."""
+    rc, headers = run([str(binary), str(library)])
+    if rc != 0 and _NO_DEVICE_CODE not in headers:
+        # its own messages ("cuobjdump fatal    : Invalid ELF ...") may come before the headers it
+        # printed (stderr unbuffered, stdout flushed at exit), so they are looked for, not taken last
+        lines = headers.strip().splitlines()
+        said = [line for line in lines if line.startswith("cuobjdump")] or lines[-1:] or ["no output"]
+        raise RunFailure(f"cuobjdump {library} exited {rc}: {said[-1].strip()}")
+    return parse_headers(headers)

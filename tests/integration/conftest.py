@@ -167,6 +167,23 @@ def repository_copy() -> Any:
     return copy_repository
 
 
+@pytest.fixture(scope="session")
+def built_for_the_lane(docker_client: Any) -> Iterator[Any]:
+    """`built_for_the_lane(tag)` before a module builds an image that later modules of its lane build
+    too (the numba CPU image: test_arm64.py's amd64 twin, test_team_env.py's base): when the engine
+    has no such tag yet, this session made it and removes it when the session ends, so the later
+    modules find it up to date and nothing is left behind."""
+    made: list[str] = []
+
+    def note(tag: str) -> None:
+        if tag not in made and engine.image_id(docker_client, tag) is None:
+            made.append(tag)
+
+    yield note
+    for tag in made:
+        engine.remove_image_quietly(docker_client, tag)
+
+
 @pytest.fixture
 def serve_index() -> Any:
     """`with serve_index(hide=(...), corrupt=(...)) as url:` a faulty local index (see local_index)."""

@@ -161,10 +161,11 @@ AMD = "numba0.68.0-cpu-py3.11-debian12"  # the arm64 CPU image's amd64 sibling: 
 
 @pytest.fixture(scope="module")
 def two_platforms(
-    arm_test: Any, repo: Path, tmp_path_factory: pytest.TempPathFactory, docker_client: Any
+    arm_test: Any, repo: Path, tmp_path_factory: pytest.TempPathFactory, docker_client: Any, built_for_the_lane: Any
 ) -> Iterator[tuple[str, Path, str]]:
     """The numba CPU image built and tested for amd64 too, then both platforms published in one run
     to a repository of this test's own, with a catalog in a temp folder: repository, catalog, publish's output."""
+    built_for_the_lane(WS.selected(f"id={AMD}", use_default=False)[0].tag)
     for command in ("build", "test"):
         done = builder(repo, command, "--select", f"id={AMD}")
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]

@@ -46,9 +46,10 @@ def repo(tmp_path_factory: pytest.TempPathFactory, repository_copy: Any) -> Path
 
 
 @pytest.fixture(scope="module")
-def catalog(repo: Path, tmp_path_factory: pytest.TempPathFactory, docker_client: Any) -> Iterator[Path]:
+def catalog(repo: Path, tmp_path_factory: pytest.TempPathFactory, docker_client: Any, built_for_the_lane: Any) -> Iterator[Path]:
     """The numba CPU image built, tested and published to its own repository and catalog."""
     folder = tmp_path_factory.mktemp("catalog")
+    built_for_the_lane(NUMBA.tag)
     select = f"id={NUMBA.id}"
     for step in (("build", "--select", select), ("test", "--select", select)):
         done = builder(repo, *step)
@@ -57,8 +58,10 @@ def catalog(repo: Path, tmp_path_factory: pytest.TempPathFactory, docker_client:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     yield folder
     engine.remove_image_quietly(docker_client, TAG)
-    for tag in {t for image in docker_client.api.images(name=REPOSITORY) for t in image.get("RepoTags") or []}:
-        engine.remove_image_quietly(docker_client, tag)
+    for image in docker_client.api.images():  # its tags, and the digest the env build pulled FROM (untagged)
+        for ref in (image.get("RepoTags") or []) + (image.get("RepoDigests") or []):
+            if ref.startswith(REPOSITORY):
+                engine.remove_image_quietly(docker_client, ref)
 
 
 def record(catalog: Path) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from builder.fit import cuobjdump
 from builder.fit import driver as drivers
 from builder.fit.arch import Embedded
 from builder.fit.measure import embedded_of
-from builder.measured_fit import LibraryCode, MeasuredFit
+from builder.measured_fit import MeasuredFit
 from builder.records import ImageSpec
 from builder.results import SmokeResult
 from builder.usecases.test import TestOptions
@@ -218,27 +218,29 @@ def cuobjdump_in(docker_client: Any, tag: str, binary: Path) -> Iterator[cuobjdu
     )
 
     def run(argv: Sequence[str]) -> tuple[int, str]:
-        """cuobjdump (the mounted binary), or the image's own sha256sum (which libraries are the same file).
-        A `--dump-ptx` is filtered in the container to the headers cuobjdump.parse_ptx_versions reads
-        (cuBLASLt's dump is ~240 MB of PTX text), its exit status carried on a last `rc=` line."""
+        """cuobjdump (the mounted binary), or the image's own Python hashing files (SHA-256; OpenSSL's,
+        about 3x coreutils' sha256sum here, and a library's GBs are read once per image)."""
         program, *args = argv
-        assert program == "sha256sum" or Path(program) == binary, argv
-        command = [program if program == "sha256sum" else f"{mounted}/{binary.name}", *args]
-        if "--dump-ptx" in args:
-            keep = r"^[[:space:]]*(Fatbin |arch *=|code version *=)|^rc=[0-9]+$"
-            command = ["sh", "-c", f'{{ "$0" "$@" 2>&1; echo "rc=$?"; }} | grep -E "{keep}"', *command]
+        assert program in ("sha256", str(binary)), argv
+        command = ["python3", "-c", _SHA256, *args] if program == "sha256" else [f"{mounted}/{binary.name}", *args]
         done = container.exec_run(command, demux=False)
-        output = done.output.decode(errors="replace")
-        if "--dump-ptx" in args:
-            *lines, last = output.rstrip("\n").splitlines() or ["rc=1"]
-            assert last.startswith("rc="), output[-300:]
-            return int(last.removeprefix("rc=")), "\n".join(lines)
-        return int(done.exit_code), output
+        return int(done.exit_code), done.output.decode(errors="replace")
 
     try:
         yield run
     finally:
         container.remove(force=True)
+
+
+_SHA256 = """
+import hashlib, sys
+for path in sys.argv[1:]:
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    print(digest.hexdigest(), path)
+"""
 
 
 # Libraries NVIDIA's cuobjdump refuses ("Invalid ELF"), so nothing to compare with: CUDA 13.2's
@@ -260,12 +262,11 @@ def assert_fit_equals_cuobjdump(docker_client: Any, spec: ImageSpec, fit: Measur
     root = site_packages(spec)
     differ = []
     with cuobjdump_in(docker_client, spec.tag, binary) as run:
-
-        def key_of(lib: LibraryCode) -> tuple[str, str]:
-            path = Path(f"{root}/{lib.path}")
-            rc, out = run(["sha256sum", str(path)])
-            assert rc == 0 and out.split()[0], f"{spec.id}: sha256sum {path}: {out[-200:]}"
-            return (path.name, out.split()[0])
+        paths = [Path(f"{root}/{lib.path}") for lib in fit.libraries]
+        rc, out = run(["sha256", *map(str, paths)])  # which libraries are the same file as one already read
+        assert rc == 0, f"{spec.id}: hashing the libraries: {out[-300:]}"
+        digests = {path: digest for digest, path in (line.split(" ", 1) for line in out.splitlines())}
+        keys = [(path.name, digests[str(path)]) for path in paths]
 
         def read(key: tuple[str, str], path: Path) -> tuple[tuple[str, str], Embedded | None]:
             try:
@@ -277,8 +278,7 @@ def assert_fit_equals_cuobjdump(docker_client: Any, spec: ImageSpec, fit: Measur
 
         # two at a time: a large library keeps cuobjdump busy for a while on one core
         with ThreadPoolExecutor(max_workers=2) as pool:
-            keys = list(pool.map(key_of, fit.libraries))
-            todo = {key: Path(f"{root}/{lib.path}") for key, lib in zip(keys, fit.libraries, strict=True) if key not in READ_BY_CUOBJDUMP}
+            todo = {key: path for key, path in zip(keys, paths, strict=True) if key not in READ_BY_CUOBJDUMP}
             READ_BY_CUOBJDUMP.update(pool.map(lambda item: read(*item), todo.items()))
         for key, lib in zip(keys, fit.libraries, strict=True):
             theirs = READ_BY_CUOBJDUMP[key]
