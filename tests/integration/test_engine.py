@@ -121,6 +121,7 @@ def test_a_killed_process_leaves_no_container(docker_client: Any, scratch_image:
         with engine.tracked_container(client, image={scratch_image!r}) as c:
             print(c.id, flush=True)
             if {how!r} == "exit":
+                sys.stdin.readline()  # exits once the test has seen the container (else a race)
                 sys.exit(3)
             time.sleep(60)
         """
@@ -128,16 +129,19 @@ def test_a_killed_process_leaves_no_container(docker_client: Any, scratch_image:
     proc = subprocess.Popen(
         [sys.executable, "-c", script],
         cwd=ROOT,
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
         stderr=subprocess.DEVNULL,  # the child's KeyboardInterrupt traceback is expected
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
-    assert proc.stdout is not None
+    assert proc.stdout is not None and proc.stdin is not None
     container_id = proc.stdout.readline().strip()
     assert container_id, "the child did not create a container"
     assert not _gone(docker_client, container_id)
-    if how != "exit":
+    if how == "exit":
+        proc.stdin.close()
+    else:
         proc.send_signal(signal.SIGTERM if how == "sigterm" else signal.SIGINT)
     proc.wait(timeout=60)
     assert _gone(docker_client, container_id)
