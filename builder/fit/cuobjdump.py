@@ -38,21 +38,9 @@ def parse_list(text: str, kind: re.Pattern[str]) -> tuple[Arch, ...]:
 
 
 def parse_ptx_versions(text: str) -> tuple[str, ...]:
-    """The PTX ISA versions in `--dump-ptx` output: each "Fatbin ptx code" header's `code version = [9,4]`."""
-    versions: set[str] = set()
-    in_ptx = False
-    for line in text.splitlines():
-        line = line.strip()
-        if line.startswith("Fatbin "):
-            in_ptx = line.startswith("Fatbin ptx code")
-            continue
-        match = _HEADER.match(line)
-        if in_ptx and match and match.group(1) == "code version":
-            numbers = re.findall(r"\d+", match.group(2))
-            if len(numbers) == 2:
-                versions.add(".".join(numbers))
-            in_ptx = False
-    return tuple(sorted(versions, key=lambda v: tuple(int(p) for p in v.split("."))))
+    """The PTX ISA versions in `--dump-ptx` output: its "Fatbin ptx code" headers are the entry
+    headers `parse_headers` reads."""
+    return parse_headers(text).ptx_isa
 
 
 def parse(elf_list: str, ptx_list: str, ptx_dump: str = "") -> Embedded:

@@ -38,7 +38,8 @@ REGISTRY = "127.0.0.1:5000"
 NAME = f"builder-test/publish-{uuid.uuid4().hex[:8]}"
 REPOSITORY = f"{REGISTRY}/{NAME}"
 SIGNER = "publish-test@example.org"
-SLICE = Workspace.locate(str(ROOT / "matrix.yaml")).selected(None, use_default=True)
+WS = Workspace.locate(str(ROOT / "matrix.yaml"))
+SLICE = WS.selected(None, use_default=True)
 MANIFEST_TYPES = ", ".join(
     (
         "application/vnd.docker.distribution.manifest.v2+json",
@@ -72,7 +73,7 @@ def registry_digest(name: str, reference: str) -> str:
 
 def _passed_as_built(client: Any, spec: ImageSpec) -> bool:
     """Its last smoke result passed, on the image the engine holds under its tag now."""
-    result = stored.load(ROOT / "build" / "results", spec.id)
+    result = stored.load(WS.store.results, spec.id)
     return result is not None and result.verdict == "passed" and result.image_id == engine.image_id(client, spec.tag)
 
 
