@@ -353,3 +353,31 @@ def test_the_sweep_removes_only_dead_runs_lock_folders_of_this_user(tmp_path: Pa
     other.mkdir()
     assert sorted(children.sweep(tmp_path)) == sorted([dead, old])  # pid reused (another start time): dead
     assert live.is_dir() and young.is_dir() and link.is_symlink() and reused.is_dir() and other.is_dir()
+
+
+def test_a_stopped_debootstrap_takes_its_children_with_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by stopping `builder build --bases-only` with SIGTERM (scripts/test.sh's watcher does):
+    the signal reached builder alone, and debootstrap's children went on writing into the target
+    while the scratch dir was being removed, which failed and left the tree. A stand-in debootstrap
+    starts such a writer; interrupting the run ends it too, and the target can be removed."""
+    from builder.engine import bootstrap
+
+    fake = tmp_path / "debootstrap"
+    fake.write_text('#!/bin/sh\n(while :; do : > "$5/f$$-$(date +%N)"; sleep 0.02; done) &\necho started\nwait\n')
+    fake.chmod(0o755)
+    monkeypatch.setattr(bootstrap, "_debootstrap_binary", lambda: str(fake))
+    rootfs = tmp_path / "rootfs"
+    rootfs.mkdir()
+    recipe = {"variant": "minbase", "arch": "amd64", "include": ["python3"], "release": "bookworm", "mirror": "http://mirror.invalid"}
+
+    def log(line: str) -> None:
+        if line == "started":
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        bootstrap.run_debootstrap(recipe, rootfs, log)
+    written = len(list(rootfs.iterdir()))
+    time.sleep(0.3)
+    assert len(list(rootfs.iterdir())) == written, "a child of the stopped debootstrap still writes into the target"
+    bootstrap._remove_tree(rootfs)
+    assert not rootfs.exists()

@@ -8,12 +8,14 @@ tag first), and the rootfs scratch directory is removed however the build ends.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import platform
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -270,6 +272,7 @@ def run_debootstrap(recipe: dict[str, Any], rootfs: Path, log: Log) -> None:
         text=True,
         errors="replace",
         env=env,
+        start_new_session=True,  # its own process group: _stop ends debootstrap's children (wget, dpkg) too
     )
     try:
         assert proc.stdout is not None
@@ -286,13 +289,20 @@ def run_debootstrap(recipe: dict[str, Any], rootfs: Path, log: Log) -> None:
 
 
 def _stop(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
+    """End debootstrap and everything it started (a SIGTERM to this process alone reaches none of
+    them): a child still writing into the target would race the scratch dir's removal."""
+    _signal_group(proc, signal.SIGTERM)
     try:
         proc.wait(timeout=30)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+    _signal_group(proc, signal.SIGKILL)  # what ignored the SIGTERM
+
+
+def _signal_group(proc: subprocess.Popen[str], sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, sig)
 
 
 def _tidy_rootfs(rootfs: Path) -> None:
@@ -355,4 +365,10 @@ def _remove_tree(path: Path) -> None:
         subprocess.run(["umount", "-l", point], check=False, capture_output=True)
     if _mounts_under(path):
         raise RuntimeError(f"not removing {path}: something is still mounted under it")
+    for wait_s in (0.5, 2.0):  # a killed child may still be exiting (and closing a file in the tree)
+        try:
+            shutil.rmtree(path)
+            return
+        except OSError:
+            time.sleep(wait_s)
     shutil.rmtree(path)
