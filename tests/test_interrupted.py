@@ -356,10 +356,10 @@ def test_the_sweep_removes_only_dead_runs_lock_folders_of_this_user(tmp_path: Pa
 
 
 def test_a_stopped_debootstrap_takes_its_children_with_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Found by stopping `builder build --bases-only` with SIGTERM (scripts/test.sh's watcher does):
-    the signal reached builder alone, and debootstrap's children went on writing into the target
-    while the scratch dir was being removed, which failed and left the tree. A stand-in debootstrap
-    starts such a writer; interrupting the run ends it too, and the target can be removed."""
+    """Found by a SIGTERM to `builder` alone during the emulated arm64 debootstrap: it reached builder
+    only, debootstrap's children went on writing into the target while the scratch dir was being
+    removed, which failed ("Directory not empty") and left the tree. A stand-in debootstrap starts
+    such a writer; interrupting the run ends it too, and the target can be removed."""
     from builder.engine import bootstrap
 
     fake = tmp_path / "debootstrap"

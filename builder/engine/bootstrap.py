@@ -8,7 +8,6 @@ tag first), and the rootfs scratch directory is removed however the build ends.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -60,6 +59,7 @@ SCRATCH_DIR = Path(os.environ.get("BUILDER_SCRATCH_DIR", "/var/tmp"))
 DEBOOTSTRAP_ATTEMPTS = 3
 DEBOOTSTRAP_WAIT_MIN_S = 2.0
 DEBOOTSTRAP_WAIT_MAX_S = 30.0
+GROUP_EXIT_S = 5.0  # after the SIGKILL, how long a stopped debootstrap's children may take to be gone
 
 _MACHINE_TO_DEB = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64", "ppc64le": "ppc64el", "s390x": "s390x"}
 _PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -298,11 +298,18 @@ def _stop(proc: subprocess.Popen[str]) -> None:
         proc.kill()
         proc.wait()
     _signal_group(proc, signal.SIGKILL)  # what ignored the SIGTERM
+    deadline = time.monotonic() + GROUP_EXIT_S
+    while _signal_group(proc, 0) and time.monotonic() < deadline:  # a killed child may still be closing a file in the target
+        time.sleep(0.05)
 
 
-def _signal_group(proc: subprocess.Popen[str], sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
+def _signal_group(proc: subprocess.Popen[str], sig: int) -> bool:
+    """Send `sig` to debootstrap's process group (0: only ask); False when nothing of it is left."""
+    try:
         os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
 
 
 def _tidy_rootfs(rootfs: Path) -> None:
@@ -365,10 +372,4 @@ def _remove_tree(path: Path) -> None:
         subprocess.run(["umount", "-l", point], check=False, capture_output=True)
     if _mounts_under(path):
         raise RuntimeError(f"not removing {path}: something is still mounted under it")
-    for wait_s in (0.5, 2.0):  # a killed child may still be exiting (and closing a file in the tree)
-        try:
-            shutil.rmtree(path)
-            return
-        except OSError:
-            time.sleep(wait_s)
     shutil.rmtree(path)
