@@ -13,6 +13,7 @@ same grammar as matrix.yaml's versions (builder/spec/grammar.py).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from dataclasses import dataclass
@@ -65,6 +66,7 @@ _HASH = re.compile(r"^ +--hash=sha256:(?P<digest>[0-9a-f]{64})(?: \\)?$")
 _VIA = re.compile(r"^ +# via(?: (?P<one>\S+(?: \S+)?))?$")
 _VIA_MORE = re.compile(r"^ +# {3}(?P<item>\S+(?: \S+)?)$")
 _OPTION = re.compile(r"^\s*(-\S*)")
+_NOT_PRINTABLE = re.compile(r"[^ -~\n]")  # a lock is printable ASCII, LF line ends
 _INDEX_OPTIONS = ("--index-url", "--extra-index-url", "--find-links")  # uv may print its sources; they never go in a lock
 _TEMP_INPUT = re.compile(r"(-[rc]) \S*/(requirements\.in|constraints\.txt)\b")
 
@@ -144,12 +146,20 @@ def parse(text: str) -> Lock | None:
 
 
 def read(text: str, where: str) -> Contents:
+    """The lock in `text`, typed, or a one-line UserError naming `where` and the line. Pure, so a
+    lock read twice in one process (loaded, then verified against its image) is parsed once."""
+    return _read(text, where)
+
+
+@functools.lru_cache(maxsize=256)
+def _read(text: str, where: str) -> Contents:
+    unprintable = _NOT_PRINTABLE.search(text)
+    if unprintable is not None:
+        bad = unprintable.group()
+        what = "a carriage return (CRLF line ends)" if bad == "\r" else f"the character {bad!r}"
+        number = text.count("\n", 0, unprintable.start()) + 1
+        raise UserError(f"holds {what}; a lock is printable ASCII with LF line ends; restore it from git or re-lock", where, number)
     lines = text.split("\n")
-    for number, line in enumerate(lines, 1):
-        bad = next((c for c in line if not " " <= c <= "~"), None)
-        if bad is not None:
-            what = "a carriage return (CRLF line ends)" if bad == "\r" else f"the character {bad!r}"
-            raise UserError(f"holds {what}; a lock is printable ASCII with LF line ends; restore it from git or re-lock", where, number)
     if not text.endswith("\n") or len(lines) < len(_HEAD) + 2:
         raise UserError("is cut short (no packages, or no final newline); restore it from git or re-lock", where, len(lines))
     found: dict[str, str] = {}
@@ -206,7 +216,8 @@ def _packages(body: str, where: str, offset: int) -> tuple[Package, ...]:
             out.append(Package(name, version, tuple(hashes), tuple(via or ()), line_of))
 
     for number, line in enumerate(body.split("\n")[:-1], offset + 1):
-        pin, digest, note, more = _PIN.fullmatch(line), _HASH.fullmatch(line), _VIA.fullmatch(line), _VIA_MORE.fullmatch(line)
+        pin = _PIN.fullmatch(line)
+        digest = None if pin else _HASH.fullmatch(line)
         if pin:
             flush()
             name, version, line_of, hashes, via = (
@@ -219,15 +230,15 @@ def _packages(body: str, where: str, offset: int) -> tuple[Package, ...]:
             if name in seen:
                 raise UserError(f"{name} is pinned twice; re-lock", where, number)
             seen.add(name)
-        elif _is_option(line):
+        elif digest is None and _OPTION.match(line):  # an option line other than a --hash line
             raise UserError(_unexpected(line), where, number)
         elif not name:
             raise UserError("a lock's body starts with a `name==version \\` line; restore it from git or re-lock", where, number)
         elif digest and via is None:
             hashes.append(digest["digest"])
-        elif note and via is None:
+        elif via is None and (note := _VIA.fullmatch(line)):
             via = [note["one"]] if note["one"] else []
-        elif more and via is not None:
+        elif via is not None and (more := _VIA_MORE.fullmatch(line)):
             via.append(more["item"])
         else:
             raise UserError(_unexpected(line), where, number)
@@ -242,11 +253,6 @@ def _version(text: str, where: str, number: int) -> str:
         return str(Version(text))
     except InvalidVersion:
         raise UserError(f"{text!r} is not a PEP 440 version; re-lock", where, number) from None
-
-
-def _is_option(line: str) -> bool:
-    option = _OPTION.match(line)
-    return bool(option) and not _HASH.fullmatch(line)
 
 
 def _unexpected(line: str) -> str:
