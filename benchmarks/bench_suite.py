@@ -1,11 +1,13 @@
 """The test suite's tiers timed before and after a change, side by side, in one run:
 
-    python benchmarks/bench_suite.py [--before REF] [--after REF] [--parts setup,lint,offline,integration,wheels]
+    python benchmarks/bench_suite.py [--before REF] [--after REF] [--parts setup,lint,cli,offline,integration,wheels]
 
 Each side is a checkout of its commit (a temporary git worktree; `--after` defaults to this working
 tree) sharing this checkout's .venv, and runs what `bash scripts/test.sh` runs, tier by tier:
 setup (scripts/setup.sh), lint+types (ruff, ruff format, mypy, render --check, lock --check), the
-offline tier (`-m "not docker"`), the integration tier (`-m docker`, one pytest run, split per
+CPU-seconds of one `builder` command on the embedded matrix (what each of the suite's hundreds of
+CLI runs pays before it does its own work; median of five), the offline tier (`-m "not docker"`,
+wall and CPU-seconds), the integration tier (`-m docker`, one pytest run, split per
 file from its JUnit report, fixtures shared across files included), and a cold build of the CUDA
 wheels slice (its images removed first, `--no-cache`; the after side fills the shared wheel cache
 first when it has one). Needs the engine (bash .ci/docker-up.sh) and takes about twice the suite's
@@ -17,7 +19,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -28,7 +32,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PARTS = ("setup", "lint", "offline", "integration", "wheels")
+PARTS = ("setup", "lint", "cli", "offline", "integration", "wheels")
 WHEELS_SLICE = "base=cuda1*-debian12,platform=linux/amd64"  # arm64 images need emulation: not in this slice yet
 # What scripts/test.sh sets: setup starts the second engine, the integration tier runs in two lanes
 # (tests/conftest.py); a side whose conftest knows no lanes ignores them.
@@ -40,16 +44,37 @@ LINT = (
     (".venv/bin/python", "-m", "builder", "render", "--check"),
     (".venv/bin/python", "-m", "builder", "lock", "--check"),
 )
+CLI = (("render", "--check"), ("lock", "--check"), ("plan", "--format", "json"))
+CLI_RUNS = 5
 
 
 def run(side: Path, argv: tuple[str, ...] | list[str], *, check: bool = False) -> tuple[float, int]:
     """Seconds and exit status of one command in the side's checkout, with its own code first on the path."""
+    seconds, _, status = timed(side, argv, check=check)
+    return seconds, status
+
+
+def timed(side: Path, argv: tuple[str, ...] | list[str], *, check: bool = False) -> tuple[float, float, int]:
+    """Wall seconds, CPU-seconds (the command and its children, user + system) and exit status."""
     env = {**os.environ, "PYTHONPATH": str(side), "BUILDER_REQUIRE_DOCKER": "1", "BUILDER_REQUIRE_BROWSER": "1", **SECOND_ENGINE}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # as scripts/test.sh does: each side compiles its code once, not in every run
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     done = subprocess.run(list(argv), cwd=side, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False)
+    seconds = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if check and done.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} failed in {side}: {done.stderr[-2000:]}")
-    return time.perf_counter() - started, done.returncode
+    return seconds, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, done.returncode
+
+
+def cli_cpu(side: Path) -> dict[str, str]:
+    """CPU-seconds of one `builder` command on the embedded matrix, median of CLI_RUNS."""
+    rows = {}
+    for args in CLI:
+        cpu = [timed(side, [".venv/bin/python", "-m", "builder", *args], check=True)[1] for _ in range(CLI_RUNS)]
+        rows[f"builder {' '.join(args)} (CPU-s, median of {CLI_RUNS})"] = f"{statistics.median(cpu):.2f}"
+    return rows
 
 
 @contextmanager
@@ -125,9 +150,13 @@ def measure(side: Path, parts: list[str]) -> dict[str, str]:
     if "lint" in parts:
         results = [run(side, argv) for argv in LINT]
         rows["lint + types + render/lock --check"] = fmt(sum(s for s, _ in results), max(c for _, c in results))
+    if "cli" in parts:
+        rows.update(cli_cpu(side))
     if "offline" in parts:
         argv = [".venv/bin/python", "-m", "pytest", "-p", "no:cacheprovider", "-q", "-m", "not docker"]
-        rows["offline tier (-m 'not docker')"] = fmt(*run(side, argv))
+        seconds, cpu, status = timed(side, argv)
+        rows["offline tier (-m 'not docker')"] = fmt(seconds, status)
+        rows["offline tier, CPU-s"] = f"{cpu:.0f}"
     if "integration" in parts:
         rows.update(integration(side))
     if "wheels" in parts:
