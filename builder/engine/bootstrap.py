@@ -8,6 +8,7 @@ tag first), and the rootfs scratch directory is removed however the build ends.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -292,12 +293,10 @@ def _stop(proc: subprocess.Popen[str]) -> None:
     """End debootstrap and everything it started (a SIGTERM to this process alone reaches none of
     them): a child still writing into the target would race the scratch dir's removal."""
     _signal_group(proc, signal.SIGTERM)
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    _signal_group(proc, signal.SIGKILL)  # what ignored the SIGTERM
+    _signal_group(proc, signal.SIGKILL)  # what ignored the SIGTERM, debootstrap itself included
+    proc.wait()
     deadline = time.monotonic() + GROUP_EXIT_S
     while _signal_group(proc, 0) and time.monotonic() < deadline:  # a killed child may still be closing a file in the target
         time.sleep(0.05)

@@ -145,14 +145,10 @@ def parse(text: str) -> Lock | None:
         return None
 
 
+@functools.lru_cache(maxsize=256)
 def read(text: str, where: str) -> Contents:
     """The lock in `text`, typed, or a one-line UserError naming `where` and the line. Pure, so a
     lock read twice in one process (loaded, then verified against its image) is parsed once."""
-    return _read(text, where)
-
-
-@functools.lru_cache(maxsize=256)
-def _read(text: str, where: str) -> Contents:
     unprintable = _NOT_PRINTABLE.search(text)
     if unprintable is not None:
         bad = unprintable.group()
