@@ -181,7 +181,8 @@ def test_the_scan_reads_a_venv_here(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     (site / "pkg" / "lib" / "libnot.so").write_bytes(b"not an elf")
     import sysconfig
 
-    monkeypatch.setattr(sysconfig, "get_paths", lambda: {"purelib": str(site), "platlib": str(site)})
+    real = sysconfig.get_paths()  # the other keys stay real: coverage, when measuring, asks for them mid-test
+    monkeypatch.setattr(sysconfig, "get_paths", lambda *args, **kwargs: {**real, "purelib": str(site), "platlib": str(site)})
     monkeypatch.syspath_prepend(str(site))
     found = scan.main(["pkg", "absent_framework_xyz"])
     libraries = found["libraries"]
