@@ -55,7 +55,7 @@ def sequential_uv(repo: Path) -> tuple[float, int]:
             where = sources(staging.needed_indexes(spec, set(staging.local_wheels(spec, chosen.pip.local_dirs))), chosen)
             argv = command(uv, target, where, requirements, None, folder / f"{spec.id}.lock")
             started = time.perf_counter()
-            subprocess.run(argv, env=environment(chosen, cache), check=True, capture_output=True)
+            subprocess.run(argv, env=environment(chosen, cache, where), check=True, capture_output=True)
             total += time.perf_counter() - started
             count += 1
     return total, count

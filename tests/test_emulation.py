@@ -193,7 +193,7 @@ def test_the_base_is_imported_for_its_platform(specs: tuple[ImageSpec, ...], tmp
     fake = FakeEngine()
     arm = specs[1].base
     recipe = bootstrap.recipe_for(arm, "http://deb.debian.org/debian")
-    assert recipe["arch"] == "arm64"
+    assert recipe.arch == "arm64"
     tarball = tmp_path / "rootfs.tar"
     tarball.write_bytes(b"")
     bootstrap._import(fake, tarball, "builder-base/debian12-arm64:tmp-1", recipe, bootstrap.recipe_hash(recipe), arm.platform)

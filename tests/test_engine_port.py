@@ -61,7 +61,7 @@ def test_the_adapter_reads_the_engines_stream_chunks_as_progress() -> None:
 
 
 def test_the_adapter_translates_dockers_errors_into_the_ports() -> None:
-    from docker.errors import APIError, DockerException  # type: ignore[import-untyped]
+    from docker.errors import APIError, DockerException
     from docker.errors import NotFound as DockerNotFound
 
     cases = [

@@ -368,7 +368,7 @@ def test_a_stopped_debootstrap_takes_its_children_with_it(tmp_path: Path, monkey
     monkeypatch.setattr(bootstrap, "_debootstrap_binary", lambda: str(fake))
     rootfs = tmp_path / "rootfs"
     rootfs.mkdir()
-    recipe = {"variant": "minbase", "arch": "amd64", "include": ["python3"], "release": "bookworm", "mirror": "http://mirror.invalid"}
+    recipe = bootstrap.Recipe(arch="amd64", release="bookworm", mirror="http://mirror.invalid", include=("python3",))
 
     def log(line: str) -> None:
         if line == "started":

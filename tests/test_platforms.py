@@ -305,8 +305,8 @@ def test_local_wheels_fit_the_image_architecture() -> None:
 
 def test_bootstrap_recipe_follows_the_base_platform() -> None:
     base = Base(name="d", vendor="cpu", os="debian12", bootstrap="debootstrap", platforms=(AMD64, ARM64))
-    assert bootstrap.recipe_for(base, "http://m")["arch"] == "amd64"
-    assert bootstrap.recipe_for(replace(base, platform=ARM64), "http://m")["arch"] == "arm64"
+    assert bootstrap.recipe_for(base, "http://m").arch == "amd64"
+    assert bootstrap.recipe_for(replace(base, platform=ARM64), "http://m").arch == "arm64"
     assert replace(base, platform=ARM64).local_tag == "builder-base/debian12-arm64:latest"
     assert base.local_tag == "builder-base/debian12:latest"
 

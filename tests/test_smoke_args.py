@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from docker.models.containers import _create_container_args  # type: ignore[import-untyped]
-from docker.types import DeviceRequest  # type: ignore[import-untyped]
+from docker.models.containers import _create_container_args  # type: ignore[attr-defined]  # private: the stubs leave it out
+from docker.types import DeviceRequest
 
 from builder.engine.client import create_kwargs
 from builder.host.facts import AmdInfo, DeviceNode, EngineFacts, HostInfo, NvidiaGpu, NvidiaInfo

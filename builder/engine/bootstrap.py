@@ -23,7 +23,6 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import filelock
 
@@ -114,24 +113,40 @@ def lock_path(base: Base) -> Path:
     return fsio.lock_dir() / f"builder-bootstrap-{_safe(base.local_tag)}.lock"
 
 
-def recipe_for(base: Base, mirror: str, arch: str | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Recipe:
+    """What a base is made from: its JSON form (the image's RECIPE_LABEL) is hashed into its name."""
+
+    arch: str  # Debian's architecture name: amd64, arm64
+    release: str  # the codename: bookworm
+    mirror: str
+    include: tuple[str, ...] = tuple(sorted(PACKAGES))
+    variant: str = VARIANT
+    schema: int = RECIPE_SCHEMA
+    tool: str = "debootstrap"
+
+    def to_json(self) -> dict[str, str | int | list[str]]:
+        return {
+            "arch": self.arch,
+            "include": list(self.include),
+            "mirror": self.mirror,
+            "release": self.release,
+            "schema": self.schema,
+            "tool": self.tool,
+            "variant": self.variant,
+        }
+
+
+def recipe_for(base: Base, mirror: str, arch: str | None = None) -> Recipe:
     """The base's platform decides the Debian architecture (amd64, arm64: the same names)."""
-    return {
-        "arch": arch or PLATFORM_ARCH.get(base.platform) or host_arch(),
-        "include": sorted(PACKAGES),
-        "mirror": mirror,
-        "release": release_for(base),
-        "schema": RECIPE_SCHEMA,
-        "tool": "debootstrap",
-        "variant": VARIANT,
-    }
+    return Recipe(arch=arch or PLATFORM_ARCH.get(base.platform) or host_arch(), release=release_for(base), mirror=mirror)
 
 
-def canonical_json(recipe: dict[str, Any]) -> str:
-    return json.dumps(recipe, sort_keys=True, separators=(",", ":"))
+def canonical_json(recipe: Recipe) -> str:
+    return json.dumps(recipe.to_json(), sort_keys=True, separators=(",", ":"))
 
 
-def recipe_hash(recipe: dict[str, Any]) -> str:
+def recipe_hash(recipe: Recipe) -> str:
     return "sha256:" + hashlib.sha256(canonical_json(recipe).encode()).hexdigest()
 
 
@@ -151,7 +166,7 @@ def ensure_base(
 
     def current() -> bool:
         info = engine.inspect_image(tag)
-        arch_ok = info is not None and info.architecture in ("", recipe["arch"])  # "": an engine that does not say
+        arch_ok = info is not None and info.architecture in ("", recipe.arch)  # "": an engine that does not say
         return not force and info is not None and info.labels.get(HASH_LABEL) == digest and arch_ok
 
     if current():
@@ -168,7 +183,7 @@ def ensure_base(
         if current():  # the other process built the same recipe while we waited
             return BootstrapResult(tag, built=False, seconds=time.monotonic() - start, recipe_hash=digest)
         _check_tools()
-        log(f"bootstrapping {tag}: debian {recipe['release']} ({VARIANT}) from {mirror}")
+        log(f"bootstrapping {tag}: debian {recipe.release} ({recipe.variant}) from {mirror}")
         _build(engine, tag, recipe, digest, log, base.platform)
     finally:
         lock.release()
@@ -197,7 +212,7 @@ def _image_id(engine: Engine, ref: str) -> str | None:
     return None if info is None else info.id
 
 
-def _build(engine: Engine, tag: str, recipe: dict[str, Any], digest: str, log: Log, platform: str) -> None:
+def _build(engine: Engine, tag: str, recipe: Recipe, digest: str, log: Log, platform: str) -> None:
     SCRATCH_DIR.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="builder-bootstrap-", dir=SCRATCH_DIR))
     repository = tag.rsplit(":", 1)[0]
@@ -220,7 +235,7 @@ def _build(engine: Engine, tag: str, recipe: dict[str, Any], digest: str, log: L
         _remove_tree(scratch)
 
 
-def _debootstrap_with_retries(recipe: dict[str, Any], rootfs: Path, log: Log) -> None:
+def _debootstrap_with_retries(recipe: Recipe, rootfs: Path, log: Log) -> None:
     def one_try(attempt: int) -> None:
         if rootfs.exists():  # a half-made tree from the failed attempt
             _remove_tree(rootfs)
@@ -229,7 +244,7 @@ def _debootstrap_with_retries(recipe: dict[str, Any], rootfs: Path, log: Log) ->
 
     def fail(what: str, reason: str) -> UserError:
         return UserError(
-            f"bootstrapping debian {recipe['release']} from {recipe['mirror']} failed ({what}): "
+            f"bootstrapping debian {recipe.release} from {recipe.mirror} failed ({what}): "
             f"{reason}; check the mirror (and HTTP proxy settings), the output above has details"
         )
 
@@ -251,17 +266,17 @@ def _debootstrap_with_retries(recipe: dict[str, Any], rootfs: Path, log: Log) ->
         raise fail("the recipe failed", redact(str(exc))) from None
 
 
-def run_debootstrap(recipe: dict[str, Any], rootfs: Path, log: Log) -> None:
+def run_debootstrap(recipe: Recipe, rootfs: Path, log: Log) -> None:
     """One debootstrap run, output streamed to `log`; raises DebootstrapFailed on a non-zero exit."""
     binary = _debootstrap_binary() or "debootstrap"
     argv = [
         binary,
-        f"--variant={recipe['variant']}",
-        f"--arch={recipe['arch']}",
-        f"--include={','.join(recipe['include'])}",
-        recipe["release"],
+        f"--variant={recipe.variant}",
+        f"--arch={recipe.arch}",
+        f"--include={','.join(recipe.include)}",
+        recipe.release,
         str(rootfs),
-        recipe["mirror"],
+        recipe.mirror,
     ]
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive", "LC_ALL": "C", "PATH": os.environ.get("PATH", "") + ":/usr/sbin:/sbin"}
     lines: list[str] = []
@@ -332,13 +347,13 @@ def _label_change(key: str, value: str) -> str:
     return f'LABEL {key}="{escaped}"'
 
 
-def _import(engine: Engine, tarball: Path, ref: str, recipe: dict[str, Any], digest: str, platform: str) -> None:
+def _import(engine: Engine, tarball: Path, ref: str, recipe: Recipe, digest: str, platform: str) -> None:
     repository, tag = ref.rsplit(":", 1)
     changes = [
         _label_change(HASH_LABEL, digest),
         _label_change(RECIPE_LABEL, canonical_json(recipe)),
-        _label_change(BASE_NAME_LABEL, f"debian:{recipe['release']}"),
-        _label_change(BOOTSTRAP_LABEL, f"debootstrap {recipe['variant']} from {recipe['mirror']}"),
+        _label_change(BASE_NAME_LABEL, f"debian:{recipe.release}"),
+        _label_change(BOOTSTRAP_LABEL, f"debootstrap {recipe.variant} from {recipe.mirror}"),
         f"ENV PATH={_PATH}",
         'CMD ["/bin/bash"]',
     ]

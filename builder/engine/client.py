@@ -25,10 +25,12 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, cast
 
-import docker  # type: ignore[import-untyped]
-from docker.errors import APIError, DockerException, NotFound  # type: ignore[import-untyped]
+import docker
+from docker.api import APIClient
+from docker.errors import APIError, DockerException, NotFound
+from docker.models.containers import Container
 
 from builder.engine import port
 
@@ -54,8 +56,8 @@ GPU_RUNTIME_PREFIXES = ("nvidia", "amd", "rocm")
 
 # id -> client that created it; plain dict operations are atomic under the GIL, so cleanup_all
 # may run from a signal handler or atexit while the main code is between statements.
-_live: dict[str, Any] = {}
-_clients: dict[int, Any] = {}
+_live: dict[str, docker.DockerClient] = {}
+_clients: dict[int, docker.DockerClient] = {}
 _hooks_installed = False
 _hooks_lock = threading.Lock()
 
@@ -168,13 +170,13 @@ def engine_version(client: docker.DockerClient) -> str:
     return str(client.version().get("Version", "unknown"))
 
 
-def gpu_runtimes(client: docker.DockerClient) -> list[str]:
-    """Names of the engine's GPU-capable runtimes (e.g. ['nvidia']); [] on a plain engine."""
-    runtimes = client.info().get("Runtimes") or {}
+def gpu_runtimes(info: Mapping[str, Any]) -> list[str]:
+    """Names of the GPU-capable runtimes in an engine's `info()` (e.g. ['nvidia']); [] on a plain engine."""
+    runtimes = info.get("Runtimes") or {}
     return sorted(name for name in runtimes if name.lower().startswith(GPU_RUNTIME_PREFIXES))
 
 
-def owned_containers(client: docker.DockerClient) -> list[Any]:
+def owned_containers(client: docker.DockerClient) -> list[Container]:
     """Every container (any state) this tool created on the engine, from any process."""
     return list(client.containers.list(all=True, filters={"label": OWNER_FILTER}))
 
@@ -187,7 +189,7 @@ def is_engine_fault(exc: BaseException) -> bool:
 
 
 @contextlib.contextmanager
-def tracked_container(client: docker.DockerClient, **create_kwargs: Any) -> Iterator[Any]:
+def tracked_container(client: docker.DockerClient, **create_kwargs: Any) -> Iterator[Container]:
     """Create a container (not started), yield it, and force-remove it however the block ends.
 
     Removal also runs on exceptions and KeyboardInterrupt; if it is itself interrupted, the id
@@ -197,15 +199,18 @@ def tracked_container(client: docker.DockerClient, **create_kwargs: Any) -> Iter
     create_kwargs["labels"] = owner_labels(create_kwargs.get("labels") or {})
     _clients[id(client)] = client
     container = client.containers.create(**create_kwargs)
-    _live[container.id] = client
+    container_id = container.id
+    if container_id is None:  # the SDK reads it from the engine's answer; without it nothing could remove the container
+        raise port.EngineFault("the engine created a container and did not say its id")
+    _live[container_id] = client
     try:
         yield container
     except BaseException:
         # Keep the original error; if removal fails too, the id stays registered for cleanup_all.
         with contextlib.suppress(DockerException, OSError):
-            _remove(client, container.id)
+            _remove(client, container_id)
         raise
-    _remove(client, container.id)
+    _remove(client, container_id)
 
 
 def _remove(client: docker.DockerClient, container_id: str) -> None:
@@ -292,7 +297,7 @@ def _faults() -> Iterator[None]:
 def create_kwargs(spec: port.ContainerSpec) -> dict[str, Any]:
     """docker SDK `containers.create` arguments of a locked-down container: no network, every
     capability dropped, no new privileges, a read-only root, detached."""
-    from docker.types import DeviceRequest  # type: ignore[import-untyped]
+    from docker.types import DeviceRequest
 
     kwargs: dict[str, Any] = {
         "image": spec.image,
@@ -375,7 +380,7 @@ class _DockerStream:
 
 
 class _DockerContainer:
-    def __init__(self, container: Any) -> None:
+    def __init__(self, container: Container) -> None:
         self._container = container
 
     @property
@@ -396,8 +401,10 @@ class _DockerContainer:
 
     def exec(self, command: Sequence[str]) -> port.ExecResult:
         with _faults():
-            rc, (stdout, stderr) = self._container.exec_run(list(command), demux=True)
-        return port.ExecResult(-1 if rc is None else int(rc), stdout or b"", stderr or b"")
+            done = self._container.exec_run(list(command), demux=True)
+        # demux: the output is (stdout, stderr), each None when empty (the stubs know only the plain form)
+        stdout, stderr = cast("tuple[bytes | None, bytes | None]", done.output)
+        return port.ExecResult(-1 if done.exit_code is None else int(done.exit_code), stdout or b"", stderr or b"")
 
 
 def _image_info(attrs: Mapping[str, Any]) -> port.ImageInfo:
@@ -412,7 +419,7 @@ def _image_info(attrs: Mapping[str, Any]) -> port.ImageInfo:
     )
 
 
-def _import_tarball(api: Any, tarball: Path, repository: str, tag: str, changes: list[str], platform: str | None) -> Any:
+def _import_tarball(api: APIClient, tarball: Path, repository: str, tag: str, changes: list[str], platform: str | None) -> Any:
     """`docker import --platform`: the SDK's import_image has no platform, so the same request with
     it (POST /images/create?fromSrc=-, API 1.32+); without it the engine stamps its own architecture
     on an arm64 root filesystem, and `FROM --platform=linux/arm64` refuses the image. Engine 20.10
@@ -420,11 +427,12 @@ def _import_tarball(api: Any, tarball: Path, repository: str, tag: str, changes:
     params: dict[str, Any] = {"repo": repository, "tag": tag, "fromSrc": "-", "changes": changes}
     if platform is not None:
         params["platform"] = platform
+    raw = cast(Any, api)  # the SDK's own request helpers, which the stubs leave out (private)
     with tarball.open("rb") as data:
-        response = api._post(
-            api._url("/images/create"), data=data, params=params, headers={"Content-Type": "application/tar"}, timeout=None
+        response = raw._post(
+            raw._url("/images/create"), data=data, params=params, headers={"Content-Type": "application/tar"}, timeout=None
         )
-    output = api._result(response)
+    output = raw._result(response)
     ref = f"{repository}:{tag}"
     if platform is not None and _platform_of(api.inspect_image(ref)) != platform:
         _set_platform(api, ref, platform, tarball.parent)
@@ -435,7 +443,7 @@ def _platform_of(attrs: Mapping[str, Any]) -> str:
     return f"{attrs.get('Os') or 'linux'}/{attrs.get('Architecture') or ''}"
 
 
-def _set_platform(api: Any, ref: str, platform: str, scratch: Path) -> None:
+def _set_platform(api: APIClient, ref: str, platform: str, scratch: Path) -> None:
     """The image `ref` with its config saying `platform`: saved, its config patched (os, architecture),
     loaded back under the same tag; the image it replaces is removed. The layers are unchanged."""
     os_name, _, arch = platform.partition("/")
@@ -484,7 +492,7 @@ class DockerEngine:
 
     def gpu_runtimes(self) -> tuple[str, ...]:
         with _faults():
-            return tuple(gpu_runtimes(self._sdk))
+            return tuple(gpu_runtimes(self._sdk.info()))
 
     def inspect_image(self, ref: str) -> port.ImageInfo | None:
         try:

@@ -20,8 +20,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import docker  # type: ignore[import-untyped]
+import docker
 import pytest
+from docker import DockerClient
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # so `pytest tests/integration` works without an install
@@ -54,7 +55,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
-def docker_client() -> Iterator[Any]:
+def docker_client() -> Iterator[DockerClient]:
     try:
         client = engine.connect()
     except UserError as exc:
@@ -74,7 +75,7 @@ def docker_client() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
-def scratch_image(docker_client: Any) -> Iterator[str]:
+def scratch_image(docker_client: DockerClient) -> Iterator[str]:
     """A one-file image: enough to create (not run) containers without pulling anything."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
@@ -168,7 +169,7 @@ def repository_copy() -> Any:
 
 
 @pytest.fixture(scope="session")
-def built_for_the_lane(docker_client: Any) -> Iterator[Any]:
+def built_for_the_lane(docker_client: DockerClient) -> Iterator[Any]:
     """`built_for_the_lane(tag)` before a module builds an image that later modules of its lane build
     too (the numba CPU image: test_arm64.py's amd64 twin, test_team_env.py's base): when the engine
     has no such tag yet, this session made it and removes it when the session ends, so the later

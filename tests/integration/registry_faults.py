@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from docker import DockerClient
+
 UPSTREAM = ("127.0.0.1", 5000)
 HOST_FILES = ("/usr/bin/dash", "/usr/bin/timeout", "/usr/bin/env", "/usr/bin/sort", "/usr/bin/sleep", "/usr/bin/cat")
 LIBS = ("/lib/x86_64-linux-gnu/libc.so.6", "/lib64/ld-linux-x86-64.so.2")
@@ -26,7 +28,7 @@ SCRIPTS = {  # `python -c <the SBOM's listing>` prints /etc/h5a-dists; dpkg-quer
 }
 
 
-def mini_image(client: Any, repository: str, tag: str, token: str, padding: int = 3 * 2**20, dists: str = "") -> str:
+def mini_image(client: DockerClient, repository: str, tag: str, token: str, padding: int = 3 * 2**20, dists: str = "") -> str:
     """Import an image with sh, timeout, env, sort, fake python/dpkg-query and `padding` random bytes
     (an upload worth stalling); `token` makes its id and digest its own; `dists` is what its venv
     lists (`name<TAB>version` lines: the SBOM's Python set). Returns the image id."""

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from docker import DockerClient
 
 from builder.engine import bootstrap
 from builder.engine import client as engine
@@ -75,7 +76,7 @@ def emulation() -> None:
 
 
 @pytest.fixture(scope="module")
-def arm_build(docker_client: Any, emulation: None, repo: Path) -> Iterator[dict[str, dict[str, Any]]]:
+def arm_build(docker_client: DockerClient, emulation: None, repo: Path) -> Iterator[dict[str, dict[str, Any]]]:
     """`builder build -j 2` of both arm64 images (the arm64 base bootstrapped once, for both)."""
     try:
         done = builder(repo, "build", "-j", "2", "--select", SELECT)
@@ -104,7 +105,7 @@ def test_the_selection_is_one_cpu_and_one_cuda_from_wheels_image() -> None:
 
 @pytest.mark.parametrize("platform", ["linux/amd64", "linux/arm64"])
 def test_a_bootstrapped_tree_is_imported_for_its_platform(
-    docker_client: Any, platform: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    docker_client: DockerClient, platform: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The import names the base's platform (the SDK's import_image cannot): a one-file tree stands
     in for debootstrap's, imported under a tag of this test's own."""
@@ -128,7 +129,7 @@ def test_a_bootstrapped_tree_is_imported_for_its_platform(
         engine.remove_image_quietly(docker_client, base.local_tag)
 
 
-def test_the_images_and_their_base_are_arm64(arm_build: dict[str, dict[str, Any]], docker_client: Any) -> None:
+def test_the_images_and_their_base_are_arm64(arm_build: dict[str, dict[str, Any]], docker_client: DockerClient) -> None:
     assert {arm_build[s.id]["status"] for s in ARM} <= {"built", "up-to-date"}
     for ref in (CPU.base.local_tag, *(s.tag for s in ARM)):
         config = docker_client.api.inspect_image(ref)
@@ -161,7 +162,7 @@ AMD = "numba0.68.0-cpu-py3.11-debian12"  # the arm64 CPU image's amd64 sibling: 
 
 @pytest.fixture(scope="module")
 def two_platforms(
-    arm_test: Any, repo: Path, tmp_path_factory: pytest.TempPathFactory, docker_client: Any, built_for_the_lane: Any
+    arm_test: Any, repo: Path, tmp_path_factory: pytest.TempPathFactory, docker_client: DockerClient, built_for_the_lane: Any
 ) -> Iterator[tuple[str, Path, str]]:
     """The numba CPU image built and tested for amd64 too, then both platforms published in one run
     to a repository of this test's own, with a catalog in a temp folder: repository, catalog, publish's output."""
@@ -181,7 +182,9 @@ def two_platforms(
                 engine.remove_image_quietly(docker_client, tag)
 
 
-def test_publish_puts_one_index_naming_both_platforms_each_recorded(two_platforms: tuple[str, Path, str], docker_client: Any) -> None:
+def test_publish_puts_one_index_naming_both_platforms_each_recorded(
+    two_platforms: tuple[str, Path, str], docker_client: DockerClient
+) -> None:
     repository, catalog, output = two_platforms
     records = {r["id"]: r for r in json.loads((catalog / "known-good.json").read_text())["images"]}
     assert set(records) == {AMD, CPU.id}

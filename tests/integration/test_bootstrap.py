@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from docker import DockerClient
 
 from builder.engine import bootstrap
 from builder.engine import client as engine
@@ -30,12 +31,12 @@ def _base(name: str, os_: str = "debian12") -> Base:
     return Base(name=name, vendor="cpu", os=os_, bootstrap="debootstrap", line=7, local_repository=f"builder-test-{name}")
 
 
-def _remove_image(client: Any, ref: str) -> None:
+def _remove_image(client: DockerClient, ref: str) -> None:
     with contextlib.suppress(Exception):  # absent is fine
         client.api.remove_image(ref, force=True)
 
 
-def _temp_tags(client: Any, base: Base) -> list[str]:
+def _temp_tags(client: DockerClient, base: Base) -> list[str]:
     repository = base.local_tag.rsplit(":", 1)[0]
     return [t for image in client.images.list(name=repository) for t in image.tags if ":tmp-" in t]
 
@@ -48,7 +49,7 @@ def private_dirs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     return tmp_path / "scratch"
 
 
-def _run(client: Any, image: str, script: str) -> tuple[int, str]:
+def _run(client: DockerClient, image: str, script: str) -> tuple[int, str]:
     with engine.tracked_container(client, image=image, command=["/bin/sh", "-c", script], network_disabled=True) as container:
         container.start()
         status = container.wait(timeout=120)["StatusCode"]
@@ -81,8 +82,13 @@ def test_recipe_hash_is_stable_and_tracks_the_recipe() -> None:
     other_mirror = bootstrap.recipe_for(_base("a"), "http://mirror.example/debian", arch="amd64")
     assert bootstrap.recipe_hash(one) == bootstrap.recipe_hash(same)  # the name is not the recipe
     assert bootstrap.recipe_hash(one) != bootstrap.recipe_hash(other_mirror)
-    assert one["release"] == "bookworm"
-    assert {"python3", "python3-venv", "ca-certificates", "passwd"} <= set(one["include"])
+    assert one.release == "bookworm"
+    assert {"python3", "python3-venv", "ca-certificates", "passwd"} <= set(one.include)
+    # The JSON form is the base's identity (its label, its hash): a change renames every base users have.
+    assert bootstrap.canonical_json(one) == (
+        '{"arch":"amd64","include":["ca-certificates","passwd","python3","python3-venv"],'
+        '"mirror":"http://deb.debian.org/debian","release":"bookworm","schema":1,"tool":"debootstrap","variant":"minbase"}'
+    )
 
 
 @pytest.mark.parametrize(
@@ -114,7 +120,7 @@ def fast_retries(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def fake_base(docker_client: Any, private_dirs: Path) -> Iterator[Base]:
+def fake_base(docker_client: DockerClient, private_dirs: Path) -> Iterator[Base]:
     base = _base(f"itest-fake-{uuid.uuid4().hex[:8]}")
     yield base
     for tag in _temp_tags(docker_client, base):
@@ -124,7 +130,7 @@ def fake_base(docker_client: Any, private_dirs: Path) -> Iterator[Base]:
 
 @pytest.mark.docker
 @pytest.mark.usefixtures("fast_retries")
-def test_network_failures_are_retried(docker_client: Any, fake_base: Base, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_network_failures_are_retried(docker_client: DockerClient, fake_base: Base, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[Path] = []
 
     def flaky(recipe: dict[str, Any], rootfs: Path, log: Any) -> None:
@@ -152,7 +158,7 @@ def test_network_failures_are_retried(docker_client: Any, fake_base: Base, monke
 @pytest.mark.docker
 @pytest.mark.usefixtures("fast_retries")
 def test_deterministic_failures_are_not_retried_and_leave_nothing(
-    docker_client: Any, fake_base: Base, monkeypatch: pytest.MonkeyPatch
+    docker_client: DockerClient, fake_base: Base, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls = []
 
@@ -170,7 +176,7 @@ def test_deterministic_failures_are_not_retried_and_leave_nothing(
 
 
 @pytest.mark.docker
-def test_ctrl_c_leaves_no_tag_and_no_scratch_dir(docker_client: Any, fake_base: Base, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ctrl_c_leaves_no_tag_and_no_scratch_dir(docker_client: DockerClient, fake_base: Base, monkeypatch: pytest.MonkeyPatch) -> None:
     def interrupted(recipe: dict[str, Any], rootfs: Path, log: Any) -> None:
         _fake_rootfs(rootfs)
         raise KeyboardInterrupt
@@ -184,7 +190,7 @@ def test_ctrl_c_leaves_no_tag_and_no_scratch_dir(docker_client: Any, fake_base: 
 
 
 @pytest.mark.docker
-def test_a_second_process_waits_for_the_lock(docker_client: Any, fake_base: Base, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_second_process_waits_for_the_lock(docker_client: DockerClient, fake_base: Base, monkeypatch: pytest.MonkeyPatch) -> None:
     lock_path = bootstrap.lock_path(fake_base)
     holder = subprocess.Popen(
         [
@@ -211,7 +217,9 @@ def test_a_second_process_waits_for_the_lock(docker_client: Any, fake_base: Base
 
 
 @pytest.fixture(scope="module")
-def built_debian12(docker_client: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Base, BootstrapResult, list[str]]]:
+def built_debian12(
+    docker_client: DockerClient, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Base, BootstrapResult, list[str]]]:
     # A fresh name, so this really runs debootstrap (the shared local-debian12 base may exist).
     base = _base(f"itest-debian12-{uuid.uuid4().hex[:6]}")
     logs: list[str] = []
@@ -227,7 +235,7 @@ def built_debian12(docker_client: Any, tmp_path_factory: pytest.TempPathFactory)
     _remove_image(docker_client, base.local_tag)
 
 
-def _share_as_the_default_base(client: Any, base: Base) -> None:
+def _share_as_the_default_base(client: DockerClient, base: Base) -> None:
     """Where the engine has no bootstrapped local-debian12 base yet, the one this module made is it:
     the recipe (and so every label) is the same, only the name differs, so it is the very image
     `ensure_base` would import, and the later tests' builds on this engine skip a second debootstrap
@@ -243,7 +251,9 @@ def _share_as_the_default_base(client: Any, base: Base) -> None:
 
 
 @pytest.mark.docker
-def test_debootstrap_builds_a_working_debian12_base(docker_client: Any, built_debian12: tuple[Base, BootstrapResult, list[str]]) -> None:
+def test_debootstrap_builds_a_working_debian12_base(
+    docker_client: DockerClient, built_debian12: tuple[Base, BootstrapResult, list[str]]
+) -> None:
     base, result, logs = built_debian12
     assert result.built
     assert result.tag == base.local_tag
@@ -271,7 +281,7 @@ def test_debootstrap_builds_a_working_debian12_base(docker_client: Any, built_de
 
 
 @pytest.mark.docker
-def test_a_second_ensure_base_is_a_fast_skip(docker_client: Any, built_debian12: tuple[Base, BootstrapResult, list[str]]) -> None:
+def test_a_second_ensure_base_is_a_fast_skip(docker_client: DockerClient, built_debian12: tuple[Base, BootstrapResult, list[str]]) -> None:
     base, first, _ = built_debian12
     image_id = docker_client.api.inspect_image(base.local_tag)["Id"]
     start = time.monotonic()

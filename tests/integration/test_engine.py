@@ -11,9 +11,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import docker  # type: ignore[import-untyped]
+import docker
 import pytest
-from docker.errors import DockerException, NotFound  # type: ignore[import-untyped]
+from docker import DockerClient
+from docker.errors import DockerException, NotFound
 
 from builder.engine import client as engine
 from builder.errors import UserError
@@ -47,7 +48,8 @@ def test_connect_names_the_default_socket_when_docker_host_is_unset(
         engine.connect()
 
 
-def _gone(client: Any, container_id: str) -> bool:
+def _gone(client: DockerClient, container_id: str | None) -> bool:
+    assert container_id, "a container without an id"
     try:
         client.containers.get(container_id)
     except NotFound:
@@ -55,13 +57,14 @@ def _gone(client: Any, container_id: str) -> bool:
     return False
 
 
-def _session_leftovers(client: Any) -> list[Any]:
+def _session_leftovers(client: DockerClient) -> list[Any]:
     return list(client.containers.list(all=True, filters={"label": f"{engine.SESSION_LABEL}={engine.SESSION_ID}"}))
 
 
 @pytest.mark.docker
-def test_tracked_container_is_labelled_and_removed_after_a_normal_exit(docker_client: Any, scratch_image: str) -> None:
+def test_tracked_container_is_labelled_and_removed_after_a_normal_exit(docker_client: DockerClient, scratch_image: str) -> None:
     with engine.tracked_container(docker_client, image=scratch_image, labels={"purpose": "test"}, network_disabled=True) as container:
+        assert container.id, "a created container without an id"
         labels = docker_client.api.inspect_container(container.id)["Config"]["Labels"]
         assert labels[engine.OWNER_LABEL] == engine.OWNER_VALUE
         assert labels["purpose"] == "test"
@@ -71,14 +74,14 @@ def test_tracked_container_is_labelled_and_removed_after_a_normal_exit(docker_cl
 
 
 @pytest.mark.docker
-def test_tracked_container_is_removed_when_the_block_raises(docker_client: Any, scratch_image: str) -> None:
+def test_tracked_container_is_removed_when_the_block_raises(docker_client: DockerClient, scratch_image: str) -> None:
     with pytest.raises(RuntimeError, match="boom"), engine.tracked_container(docker_client, image=scratch_image) as container:
         raise RuntimeError("boom")
     assert _gone(docker_client, container.id)
 
 
 @pytest.mark.docker
-def test_tracked_container_is_removed_on_keyboard_interrupt(docker_client: Any, scratch_image: str) -> None:
+def test_tracked_container_is_removed_on_keyboard_interrupt(docker_client: DockerClient, scratch_image: str) -> None:
     with pytest.raises(KeyboardInterrupt), engine.tracked_container(docker_client, image=scratch_image) as container:
         raise KeyboardInterrupt
     assert _gone(docker_client, container.id)
@@ -86,7 +89,7 @@ def test_tracked_container_is_removed_on_keyboard_interrupt(docker_client: Any, 
 
 
 @pytest.mark.docker
-def test_tracked_container_removes_a_running_container(docker_client: Any, scratch_image: str) -> None:
+def test_tracked_container_removes_a_running_container(docker_client: DockerClient, scratch_image: str) -> None:
     # A started container whose command cannot run ends up exited: removal must still force it.
     with (
         engine.tracked_container(docker_client, image=scratch_image, command=["/none"], network_disabled=True) as container,
@@ -97,7 +100,7 @@ def test_tracked_container_removes_a_running_container(docker_client: Any, scrat
 
 
 @pytest.mark.docker
-def test_cleanup_all_removes_what_a_block_could_not(docker_client: Any, scratch_image: str) -> None:
+def test_cleanup_all_removes_what_a_block_could_not(docker_client: DockerClient, scratch_image: str) -> None:
     # A container whose create call was interrupted before its id came back: only the session
     # label finds it.
     orphan = docker_client.containers.create(
@@ -112,7 +115,7 @@ def test_cleanup_all_removes_what_a_block_could_not(docker_client: Any, scratch_
 
 @pytest.mark.docker
 @pytest.mark.parametrize("how", ["sigterm", "sigint", "exit"])
-def test_a_killed_process_leaves_no_container(docker_client: Any, scratch_image: str, how: str) -> None:
+def test_a_killed_process_leaves_no_container(docker_client: DockerClient, scratch_image: str, how: str) -> None:
     script = textwrap.dedent(
         f"""
         import sys, time
@@ -148,24 +151,21 @@ def test_a_killed_process_leaves_no_container(docker_client: Any, scratch_image:
 
 
 @pytest.mark.docker
-def test_helpers_report_the_engine(docker_client: Any, scratch_image: str) -> None:
+def test_helpers_report_the_engine(docker_client: DockerClient, scratch_image: str) -> None:
     assert engine.engine_version(docker_client)[0].isdigit()
-    runtimes = engine.gpu_runtimes(docker_client)
+    runtimes = engine.gpu_runtimes(docker_client.info())
     assert all(name.startswith(engine.GPU_RUNTIME_PREFIXES) for name in runtimes)
     assert engine.image_labels(docker_client, f"builder-test/absent-{uuid.uuid4().hex}:x") is None
     assert engine.image_labels(docker_client, scratch_image) == {}
 
 
 def test_gpu_runtimes_keeps_only_gpu_runtimes() -> None:
-    class FakeClient:
-        def info(self) -> dict[str, Any]:
-            return {"Runtimes": {"runc": {}, "nvidia": {}, "io.containerd.runc.v2": {}, "crun": {}}}
-
-    assert engine.gpu_runtimes(FakeClient()) == ["nvidia"]
+    info: dict[str, Any] = {"Runtimes": {"runc": {}, "nvidia": {}, "io.containerd.runc.v2": {}, "crun": {}}}
+    assert engine.gpu_runtimes(info) == ["nvidia"]
 
 
 @pytest.mark.docker
-def test_no_builder_container_is_left_on_the_engine(docker_client: Any) -> None:
+def test_no_builder_container_is_left_on_the_engine(docker_client: DockerClient) -> None:
     # Runs last in this module (file order): every container the tests above made is gone. Scoped
     # to this process's session label, since other processes may share the engine.
     assert _session_leftovers(docker_client) == []

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from docker import DockerClient
 
 from builder.engine import client as engine
 
@@ -86,7 +87,7 @@ def render(repo: Path, registry: str = REGISTRY) -> Path:
 
 
 @pytest.fixture(scope="module")
-def repo(tmp_path_factory: pytest.TempPathFactory, docker_client: Any) -> Iterator[Path]:
+def repo(tmp_path_factory: pytest.TempPathFactory, docker_client: DockerClient) -> Iterator[Path]:
     folder = render(tmp_path_factory.mktemp("faults-repo"))
     done = builder(folder, "build")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -96,12 +97,12 @@ def repo(tmp_path_factory: pytest.TempPathFactory, docker_client: Any) -> Iterat
     engine.remove_image_quietly(docker_client, TAG)
 
 
-def dangling(client: Any) -> set[str]:
+def dangling(client: DockerClient) -> set[str]:
     """Untagged leaf images (a build of the one-stage Dockerfile keeps no build stage)."""
     return {image["Id"] for image in client.api.images(filters={"dangling": True})}
 
 
-def test_a_sigkilled_runs_container_is_removed_by_the_next_run(repo: Path, docker_client: Any) -> None:
+def test_a_sigkilled_runs_container_is_removed_by_the_next_run(repo: Path, docker_client: DockerClient) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "builder", "test", "--timeout", "300"], cwd=repo, env={**os.environ, "PYTHONPATH": str(ROOT)},
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -116,7 +117,7 @@ def test_a_sigkilled_runs_container_is_removed_by_the_next_run(repo: Path, docke
     assert engine.owned_containers(docker_client) == []
 
 
-def test_forced_rebuilds_do_not_grow_the_disk(repo: Path, docker_client: Any) -> None:
+def test_forced_rebuilds_do_not_grow_the_disk(repo: Path, docker_client: DockerClient) -> None:
     counts = []
     for _ in range(3):
         done = builder(repo, "build", "--force", "--no-cache")
@@ -127,7 +128,7 @@ def test_forced_rebuilds_do_not_grow_the_disk(repo: Path, docker_client: Any) ->
     assert len(docker_client.api.images(filters={"reference": TAG})) == 1
 
 
-def test_two_builds_of_one_tag_at_once_leave_no_loser(repo: Path, docker_client: Any) -> None:
+def test_two_builds_of_one_tag_at_once_leave_no_loser(repo: Path, docker_client: DockerClient) -> None:
     before = dangling(docker_client)
     runs = [
         subprocess.Popen(
@@ -192,7 +193,7 @@ class _SocketProxy:
         self.proc.wait(timeout=30)
 
 
-def test_the_engine_lost_mid_build_is_exit_1_with_build_json(repo: Path, tmp_path: Path, docker_client: Any) -> None:
+def test_the_engine_lost_mid_build_is_exit_1_with_build_json(repo: Path, tmp_path: Path, docker_client: DockerClient) -> None:
     before = len(docker_client.api.containers(all=True))
     proxy = _SocketProxy(tmp_path / "docker.sock")
     log = repo / "build" / "logs" / f"{IMAGE}.log"
@@ -243,7 +244,7 @@ def test_a_tls_failure_is_diagnosed_once_not_retried(tmp_path: Path, untrusted_i
     assert "no CA bundle" in result["fix"]
 
 
-def test_clean_removes_only_what_it_made_and_no_longer_needs(repo: Path, docker_client: Any) -> None:
+def test_clean_removes_only_what_it_made_and_no_longer_needs(repo: Path, docker_client: DockerClient) -> None:
     # what an older version's build left: an untagged build-stage image labelled with its tag
     old_stage, _ = docker_client.images.build(fileobj=io.BytesIO(f"FROM {TAG}\nLABEL io.builder.stage-of={TAG}\n".encode()), rm=True)
     assert [i["Id"] for i in docker_client.api.images(all=True, filters=STAGE_FILTER)] == [old_stage.id]

@@ -21,10 +21,10 @@ import tarfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from docker.errors import NotFound  # type: ignore[import-untyped]
+from docker import DockerClient
+from docker.errors import NotFound
 
 from builder.engine import client as engine
 from builder.engine import leftovers
@@ -82,12 +82,12 @@ def _folder(name: str, mode: int) -> tarfile.TarInfo:
     return info
 
 
-def _dangling(client: Any) -> set[str]:
+def _dangling(client: DockerClient) -> set[str]:
     return {str(i["Id"]) for i in client.api.images(filters={"dangling": True})}
 
 
 @pytest.fixture(scope="module")
-def silent_base(docker_client: Any) -> Iterator[str]:
+def silent_base(docker_client: DockerClient) -> Iterator[str]:
     before = _dangling(docker_client)
     repository, tag = BASE.rsplit(":", 1)
     docker_client.api.import_image(src=_rootfs(), repository=repository, tag=tag)
@@ -112,7 +112,7 @@ def _builder(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
-def _start_silent_build(repo: Path, client: Any) -> tuple[subprocess.Popen[str], str]:
+def _start_silent_build(repo: Path, client: DockerClient) -> tuple[subprocess.Popen[str], str]:
     """`builder build` in a subprocess, returned once its silent step's container is running."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "builder", "build"], cwd=repo, env={**os.environ, "PYTHONPATH": str(ROOT)},
@@ -135,14 +135,14 @@ def _start_silent_build(repo: Path, client: Any) -> tuple[subprocess.Popen[str],
     raise AssertionError("the silent step never started")
 
 
-def _running(client: Any, container: str) -> bool:
+def _running(client: DockerClient, container: str) -> bool:
     try:
         return bool(client.api.inspect_container(container)["State"]["Running"])
     except NotFound:
         return False
 
 
-def _gone(client: Any, container: str) -> bool:
+def _gone(client: DockerClient, container: str) -> bool:
     try:
         client.api.inspect_container(container)
     except NotFound:
@@ -151,7 +151,7 @@ def _gone(client: Any, container: str) -> bool:
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=lambda s: signal.Signals(s).name)
-def test_a_signal_stops_a_silent_build_step_within_seconds(repo: Path, docker_client: Any, signum: int) -> None:
+def test_a_signal_stops_a_silent_build_step_within_seconds(repo: Path, docker_client: DockerClient, signum: int) -> None:
     """Finding 15: the worker sat in a socket read; SIGTERM took the whole step (60 s here), and longer."""
     proc, container = _start_silent_build(repo, docker_client)
     started = time.monotonic()
@@ -175,7 +175,7 @@ def test_a_signal_stops_a_silent_build_step_within_seconds(repo: Path, docker_cl
     assert result["status"] == "interrupted"
 
 
-def _build_dangling(client: Any, dockerfile: str, labels: dict[str, str] | None = None) -> str:
+def _build_dangling(client: DockerClient, dockerfile: str, labels: dict[str, str] | None = None) -> str:
     """Build `dockerfile` under a throwaway tag, then build something else under it: the first image is left dangling."""
     ids: list[str] = []
     for text in (dockerfile, f"FROM {BASE}\nLABEL replaced=yes\n"):
@@ -187,7 +187,7 @@ def _build_dangling(client: Any, dockerfile: str, labels: dict[str, str] | None 
     return str(ids[0])
 
 
-def test_clean_removes_what_an_interrupted_build_left_and_nothing_else(repo: Path, docker_client: Any) -> None:
+def test_clean_removes_what_an_interrupted_build_left_and_nothing_else(repo: Path, docker_client: DockerClient) -> None:
     """Finding 20: the steps an interrupted build committed were unlabelled dangling images that
     `clean` could not find. Now they carry io.builder.built-by; images others made stay."""
     proc, _ = _start_silent_build(repo, docker_client)

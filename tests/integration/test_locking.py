@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from docker import DockerClient
 
 from builder.engine import client as engine
 from builder.lock.files import parse
@@ -81,7 +82,7 @@ def test_an_unresolvable_set_names_the_resolvers_reason(repo: Path, serve_index:
 
 
 @pytest.mark.docker
-def test_a_mirror_serving_other_bytes_fails_the_build_on_the_hash(repo: Path, serve_index: Any, docker_client: Any) -> None:
+def test_a_mirror_serving_other_bytes_fails_the_build_on_the_hash(repo: Path, serve_index: Any, docker_client: DockerClient) -> None:
     """The lock pins PyPI's hashes; a mirror that serves a changed numba wheel is refused by the build, once, with the cause."""
     _retag(repo, "builder-test/mirror")
     tag = f"builder-test/mirror:{NUMBA}"
@@ -105,7 +106,7 @@ def _retag(repo: Path, registry: str) -> None:
     assert render.returncode == 0, render.stderr
 
 
-def _forget(client: Any, tag: str) -> None:
+def _forget(client: DockerClient, tag: str) -> None:
     for image in client.api.images(all=True, filters={"label": f"io.builder.stage-of={tag}"}):
         engine.remove_image_quietly(client, image["Id"])
     engine.remove_image_quietly(client, tag)
@@ -131,7 +132,7 @@ def test_keep_going_locks_the_rest_and_lists_what_failed(repo: Path, serve_index
 
 
 @pytest.mark.docker
-def test_a_build_from_a_tampered_lock_fails_on_the_hash(repo: Path, docker_client: Any) -> None:
+def test_a_build_from_a_tampered_lock_fails_on_the_hash(repo: Path, docker_client: DockerClient) -> None:
     """Every hash of one locked package replaced, and the body digest rewritten to match (it binds
     the body; it is no signature), so the lock passes `builder lock --check`: pip's --require-hashes
     still refuses every copy of it. (Without the rewritten digest, render and build refuse the lock

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from docker import DockerClient
 
 from builder.engine import client as engine
 from tests.integration.conftest import PYPI, LocalIndexHandler
@@ -173,7 +174,7 @@ def records(repo: Path) -> dict[str, dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def nights(tmp_path_factory: pytest.TempPathFactory, docker_client: Any) -> Iterator[dict[str, Any]]:
+def nights(tmp_path_factory: pytest.TempPathFactory, docker_client: DockerClient) -> Iterator[dict[str, Any]]:
     """Both nights, run once for the module's tests (each assertion below reads what they left)."""
     repo = tmp_path_factory.mktemp("nightly-repo")
     planted = tmp_path_factory.mktemp("planted")

@@ -23,6 +23,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from docker import DockerClient
 
 from builder import results
 from builder.catalog.store import Catalog
@@ -74,7 +75,7 @@ def make_spec() -> Any:
 
 
 @pytest.fixture(scope="module")
-def images(docker_client: Any) -> Iterator[dict[str, str]]:
+def images(docker_client: DockerClient) -> Iterator[dict[str, str]]:
     """The tested image (under the spec's build tag) and another one; removed afterwards with every h5a name."""
     spec = make_spec()
     repo, tag = spec.tag.rsplit(":", 1)
@@ -94,7 +95,7 @@ def images(docker_client: Any) -> Iterator[dict[str, str]]:
 
 
 @pytest.fixture
-def workspace(tmp_path: Path, images: dict[str, str], docker_client: Any, monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
+def workspace(tmp_path: Path, images: dict[str, str], docker_client: DockerClient, monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
     spec = make_spec()
     repo, tag = spec.tag.rsplit(":", 1)
     docker_client.api.tag(images["tested"], repo, tag=tag)  # a test may have moved it
@@ -129,12 +130,12 @@ class Events:
         self.outcomes.append(outcome)
 
 
-def local_names(client: Any, prefix: str) -> list[str]:
+def local_names(client: DockerClient, prefix: str) -> list[str]:
     return sorted(n for image in client.api.images() for n in image.get("RepoTags") or [] if n.startswith(prefix))
 
 
 def test_a_docker_tag_on_the_build_tag_during_publish_never_reaches_the_registry(
-    workspace: Any, images: dict[str, str], docker_client: Any
+    workspace: Any, images: dict[str, str], docker_client: DockerClient
 ) -> None:
     name = f"h5a-pub-{RUN}"
     repo, tag = workspace.spec.tag.rsplit(":", 1)
@@ -160,7 +161,7 @@ def test_a_docker_tag_on_the_build_tag_during_publish_never_reaches_the_registry
     assert docker_client.api.inspect_image(workspace.spec.tag)["Id"] == images["other"], "the concurrent build's tag is theirs"
 
 
-def test_a_500_on_the_second_push_leaves_a_record_of_what_the_registry_holds(workspace: Any, docker_client: Any) -> None:
+def test_a_500_on_the_second_push_leaves_a_record_of_what_the_registry_holds(workspace: Any, docker_client: DockerClient) -> None:
     name = f"h5a-pub500-{RUN}"
     with proxy(lambda method, path: "500" if method == "PUT" and path.endswith(f"/manifests/{FLOATING[1]}") else None) as fault:
         repository = f"127.0.0.1:{fault.port}/{name}"
@@ -199,7 +200,7 @@ except Interrupted:
 """
 
 
-def test_sigterm_during_a_floating_push_records_the_immutable_tag_and_cancels_the_push(workspace: Any, docker_client: Any) -> None:
+def test_sigterm_during_a_floating_push_records_the_immutable_tag_and_cancels_the_push(workspace: Any, docker_client: DockerClient) -> None:
     name = f"h5a-pubterm-{RUN}"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "H5A_RUN": RUN}
     with proxy(lambda method, path: "stall" if method == "PUT" and path.endswith(f"/manifests/{FLOATING[0]}") else None) as fault:
@@ -237,7 +238,9 @@ def make_spec_for(run: str) -> Any:
     return make_spec()
 
 
-def test_a_stalled_upload_fails_at_the_deadline_in_one_line_and_later_pushes_go_through(images: dict[str, str], docker_client: Any) -> None:
+def test_a_stalled_upload_fails_at_the_deadline_in_one_line_and_later_pushes_go_through(
+    images: dict[str, str], docker_client: DockerClient
+) -> None:
     """The engine (20.10) keeps its own connection to a registry that stalls even after the client
     goes (measured: Proxy.held stays), so what the tool owns is bounded: it stops waiting at the
     deadline, says so in one line, shuts its stream (the engine's push request ends), and the next
@@ -269,7 +272,7 @@ with e.tracked_container(c, image=sys.argv[1], command=["sleep", "600"], labels=
 
 
 def test_a_sigkilled_publishs_manifest_container_is_removed_by_the_next_publish(
-    workspace: Any, images: dict[str, str], docker_client: Any
+    workspace: Any, images: dict[str, str], docker_client: DockerClient
 ) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-c", KILLED, images["tested"]],

@@ -11,9 +11,9 @@ import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
+from docker import DockerClient
 
 from builder.catalog import indexes
 from builder.engine.registry import HttpRegistry
@@ -21,7 +21,7 @@ from builder.engine.registry import HttpRegistry
 REGISTRY = "127.0.0.1:5000"
 
 
-def _build(docker_client: Any, folder: Path, repository: str, tag: str, platform: str) -> None:
+def _build(docker_client: DockerClient, folder: Path, repository: str, tag: str, platform: str) -> None:
     """FROM scratch + one file, for `platform`: nothing runs, so no emulation is needed."""
     (folder / "hello.txt").write_text(f"{platform} {uuid.uuid4()}\n", encoding="utf-8")
     (folder / "Dockerfile").write_text("FROM scratch\nCOPY hello.txt /\n", encoding="utf-8")
@@ -30,7 +30,7 @@ def _build(docker_client: Any, folder: Path, repository: str, tag: str, platform
 
 
 @pytest.fixture
-def two_platforms(docker_client: Any, tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
+def two_platforms(docker_client: DockerClient, tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
     """repository, {platform: pushed digest}; local names removed afterwards."""
     repository = f"{REGISTRY}/builder-test/index-{uuid.uuid4().hex[:8]}"
     pushed: dict[str, str] = {}
@@ -49,7 +49,9 @@ def two_platforms(docker_client: Any, tmp_path: Path) -> Iterator[tuple[str, dic
                 docker_client.api.remove_image(f"{repository}:{platform.replace('/', '-')}")
 
 
-def test_the_index_put_through_the_registry_api_lists_both_platforms(two_platforms: tuple[str, dict[str, str]], docker_client: Any) -> None:
+def test_the_index_put_through_the_registry_api_lists_both_platforms(
+    two_platforms: tuple[str, dict[str, str]], docker_client: DockerClient
+) -> None:
     repository, pushed = two_platforms
     registry = HttpRegistry()
     entries = []

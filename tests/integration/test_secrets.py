@@ -30,6 +30,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+from docker import DockerClient
 
 from builder.engine import client as engine
 from builder.engine import native_uv
@@ -165,7 +166,7 @@ def _render(repo: Path, locked: bool) -> None:
 
 
 @pytest.fixture(scope="module")
-def builds(repo: Path, index: int, started: float, docker_client: Any) -> dict[str, Any]:
+def builds(repo: Path, index: int, started: float, docker_client: DockerClient) -> dict[str, Any]:
     """The planted-credential builds: success with uv (locked) and with pip (unlocked), failure
     (the index serves no wheels), SIGTERM."""
     Index.seen.clear()
@@ -215,7 +216,7 @@ def test_the_credentials_reached_the_build(builds: dict[str, Any], installer: st
     assert ("BUILDER_UV_URL=http" in history) is (installer == "uv"), "the locked build is the one served uv"
 
 
-def test_the_failed_and_the_killed_builds_failed_as_such(builds: dict[str, Any], docker_client: Any) -> None:
+def test_the_failed_and_the_killed_builds_failed_as_such(builds: dict[str, Any], docker_client: DockerClient) -> None:
     assert builds["failure"].returncode == 1, builds["failure"].stderr[-2000:]
     assert builds["sigterm"].returncode == 128 + signal.SIGTERM, builds["sigterm"].stderr[-2000:]
     assert "interrupted by SIGTERM" in builds["sigterm"].stderr
@@ -232,11 +233,11 @@ def test_build_json_is_written_even_after_sigterm(builds: dict[str, Any], repo: 
     assert [r["status"] for r in results] == ["interrupted"]
 
 
-def _all_images(client: Any) -> list[dict[str, Any]]:
+def _all_images(client: DockerClient) -> list[dict[str, Any]]:
     return list(client.api.images(all=True))
 
 
-def test_no_credential_in_any_image_history_or_config(builds: dict[str, Any], docker_client: Any) -> None:
+def test_no_credential_in_any_image_history_or_config(builds: dict[str, Any], docker_client: DockerClient) -> None:
     hits = []
     for image in _all_images(docker_client):
         text = json.dumps(docker_client.api.history(image["Id"])) + json.dumps(docker_client.api.inspect_image(image["Id"]))
@@ -255,7 +256,7 @@ def _hits(stream: Any, where: str) -> list[tuple[str, str]]:
 
 
 def test_no_credential_in_any_layer_of_the_images_these_builds_made(
-    builds: dict[str, Any], docker_client: Any, started: float, tmp_path: Path
+    builds: dict[str, Any], docker_client: DockerClient, started: float, tmp_path: Path
 ) -> None:
     new = [image["Id"] for image in _all_images(docker_client) if image.get("Created", 0) >= int(started) - 1]
     assert new, "the builds left no image to scan"
@@ -294,7 +295,7 @@ def test_no_credential_anywhere_under_build(builds: dict[str, Any], repo: Path) 
     assert hits == []
 
 
-def test_the_served_pip_conf_is_dead_after_the_build(builds: dict[str, Any], docker_client: Any) -> None:
+def test_the_served_pip_conf_is_dead_after_the_build(builds: dict[str, Any], docker_client: DockerClient) -> None:
     """The successful build's image history keeps the one-time URLs; none may answer any more."""
     history, history_uv = builds["history"], builds["history-uv"]
     urls = re.findall(r"BUILDER_PIP_CONF_URL=(http://127\.0\.0\.1:\d+/[A-Za-z0-9_-]+)", history)
@@ -308,7 +309,7 @@ def test_the_served_pip_conf_is_dead_after_the_build(builds: dict[str, Any], doc
             urllib.request.build_opener(urllib.request.ProxyHandler({})).open(url, timeout=5)
 
 
-def test_cleanup(docker_client: Any) -> None:
+def test_cleanup(docker_client: DockerClient) -> None:
     """Remove what this module built (the tag; and build-stage images older versions left of it)."""
     for image in docker_client.api.images(all=True, filters={"label": f"io.builder.stage-of={TAG}"}):
         engine.remove_image_quietly(docker_client, image["Id"])

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from docker import DockerClient
 
 from builder.engine import client as engine
 from builder.workspace import Workspace
@@ -74,7 +75,7 @@ def recorder() -> Iterator[tuple[int, list[tuple[str, dict[str, str]]]]]:
     server.shutdown()
 
 
-def _loose_images(docker_client: Any) -> set[str]:
+def _loose_images(docker_client: DockerClient) -> set[str]:
     """Untagged images a build made: a finished image (content-hash label) or a build stage
     (`io.builder.stage-of`: older versions kept one per tag; the one-stage Dockerfile makes none),
     but not an image pulled from a registry (`builder pull` and team environments pull by digest,
@@ -87,14 +88,14 @@ def _loose_images(docker_client: Any) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def loose_before(docker_client: Any) -> set[str]:
+def loose_before(docker_client: DockerClient) -> set[str]:
     """What was loose before this module built anything: an engine that has been used before (a
     developer's, or a CI machine started from one) may hold some, and they are not this module's."""
     return _loose_images(docker_client)
 
 
 @pytest.fixture(scope="module")
-def slice_build(docker_client: Any, recorder: tuple[int, list[Any]], loose_before: set[str]) -> subprocess.CompletedProcess[str]:
+def slice_build(docker_client: DockerClient, recorder: tuple[int, list[Any]], loose_before: set[str]) -> subprocess.CompletedProcess[str]:
     """`builder build --force -j 2` of the default selection, with the planted credentials.
 
     --force makes the build run even when the images exist, so the credentials always reach it
@@ -126,7 +127,7 @@ def test_the_slice_covers_four_frameworks() -> None:
     assert all(s.base.bootstrap == "debootstrap" for s in SLICE)
 
 
-def test_slice_builds_with_plan_tags_and_labels(slice_build: Any, docker_client: Any) -> None:
+def test_slice_builds_with_plan_tags_and_labels(slice_build: Any, docker_client: DockerClient) -> None:
     assert _build_statuses() == {s.id: "built" for s in SLICE}
     for spec in SLICE:
         labels = engine.image_labels(docker_client, spec.tag)
@@ -146,7 +147,7 @@ def test_planted_credentials_reached_the_build(slice_build: Any, recorder: tuple
     assert any(index_auth in h.get("authorization", "") for h in headers), seen[:3]
 
 
-def _image_bytes_contain(client: Any, tag: str, needle: bytes) -> list[str]:
+def _image_bytes_contain(client: DockerClient, tag: str, needle: bytes) -> list[str]:
     """Members of every layer of `docker save` that contain `needle`."""
     hits = []
     data = b"".join(client.api.get_image(tag))
@@ -169,7 +170,7 @@ def _image_bytes_contain(client: Any, tag: str, needle: bytes) -> list[str]:
     return hits
 
 
-def test_no_secrets_in_final_images(slice_build: Any, docker_client: Any) -> None:
+def test_no_secrets_in_final_images(slice_build: Any, docker_client: DockerClient) -> None:
     for spec in SLICE:
         inspect = docker_client.api.inspect_image(spec.tag)
         history = json.dumps(docker_client.api.history(spec.tag))
@@ -197,7 +198,7 @@ def test_second_build_skips_everything(slice_build: Any) -> None:
     assert set(_build_statuses().values()) == {"up-to-date"}
 
 
-def test_smoke_tests_pass_and_leave_no_container(slice_build: Any, docker_client: Any) -> None:
+def test_smoke_tests_pass_and_leave_no_container(slice_build: Any, docker_client: DockerClient) -> None:
     done = builder("test")
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     for spec in SLICE:
@@ -228,7 +229,7 @@ def _wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> Non
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_ctrl_c_during_a_build_leaves_no_container_and_no_half_tag(slice_build: Any, docker_client: Any) -> None:
+def test_ctrl_c_during_a_build_leaves_no_container_and_no_half_tag(slice_build: Any, docker_client: DockerClient) -> None:
     numba = next(s for s in SLICE if s.stack == "numba")
     before_id = docker_client.api.inspect_image(numba.tag)["Id"]
     before_containers = {c["Id"] for c in docker_client.api.containers(all=True)}
@@ -252,7 +253,7 @@ def test_ctrl_c_during_a_build_leaves_no_container_and_no_half_tag(slice_build: 
     assert docker_client.api.inspect_image(numba.tag)["Id"] == before_id, "the tag moved to a half-built image"
 
 
-def test_ctrl_c_during_smoke_tests_removes_the_container(slice_build: Any, docker_client: Any) -> None:
+def test_ctrl_c_during_smoke_tests_removes_the_container(slice_build: Any, docker_client: DockerClient) -> None:
     tf = next(s for s in SLICE if s.stack == "tensorflow")
     proc = subprocess.Popen(
         [sys.executable, "-m", "builder", "test", "--select", f"id={tf.id}"],
@@ -270,7 +271,7 @@ def test_ctrl_c_during_smoke_tests_removes_the_container(slice_build: Any, docke
     assert engine.owned_containers(docker_client) == []
 
 
-def test_a_hung_image_is_killed_at_the_timeout(slice_build: Any, docker_client: Any) -> None:
+def test_a_hung_image_is_killed_at_the_timeout(slice_build: Any, docker_client: DockerClient) -> None:
     tf = next(s for s in SLICE if s.stack == "tensorflow")
     done = builder("test", "--select", f"id={tf.id}", "--timeout", "2")
     assert done.returncode == 1
@@ -287,7 +288,7 @@ def test_engine_down_is_one_line_and_exit_2() -> None:
     assert len(lines) == 1 and lines[0].startswith("error: no Docker engine answers"), done.stderr
 
 
-def test_push_to_the_local_registry_returns_its_digest(slice_build: Any, docker_client: Any) -> None:
+def test_push_to_the_local_registry_returns_its_digest(slice_build: Any, docker_client: DockerClient) -> None:
     """`--push` goes through push.push_image; the registry from .ci/docker-up.sh is on 127.0.0.1:5000."""
     from builder.engine.push import push_image
 
@@ -303,7 +304,7 @@ def test_push_to_the_local_registry_returns_its_digest(slice_build: Any, docker_
         docker_client.api.remove_image(target)
 
 
-def test_the_builds_left_no_loose_image(slice_build: Any, docker_client: Any, loose_before: set[str]) -> None:
+def test_the_builds_left_no_loose_image(slice_build: Any, docker_client: DockerClient, loose_before: set[str]) -> None:
     """Forced rebuilds (this module runs several) leave nothing untagged:
     neither the image a rebuild replaced nor a build stage (the Dockerfile has one stage)."""
     assert sorted(image[:19] for image in _loose_images(docker_client) - loose_before) == []

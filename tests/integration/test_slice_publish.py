@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from docker import DockerClient
 
 from builder import results as stored
 from builder.engine import client as engine
@@ -71,14 +72,14 @@ def registry_digest(name: str, reference: str) -> str:
         return str(response.headers["Docker-Content-Digest"])
 
 
-def _passed_as_built(client: Any, spec: ImageSpec) -> bool:
+def _passed_as_built(client: DockerClient, spec: ImageSpec) -> bool:
     """Its last smoke result passed, on the image the engine holds under its tag now."""
     result = stored.load(WS.store.results, spec.id)
     return result is not None and result.verdict == "passed" and result.image_id == engine.image_id(client, spec.tag)
 
 
 @pytest.fixture(scope="module")
-def tested(docker_client: Any) -> None:
+def tested(docker_client: DockerClient) -> None:
     """The slice built and smoke-tested. After test_slice.py (same lane, same repository) the images
     are up to date and tested; what its hung-image test left failed is tested again. Run alone,
     this module builds and tests the whole slice."""
@@ -92,7 +93,7 @@ def tested(docker_client: Any) -> None:
 
 @pytest.fixture(scope="module")
 def published(
-    tested: None, tmp_path_factory: pytest.TempPathFactory, docker_client: Any
+    tested: None, tmp_path_factory: pytest.TempPathFactory, docker_client: DockerClient
 ) -> Iterator[tuple[Path, subprocess.CompletedProcess[str]]]:
     catalog = tmp_path_factory.mktemp("catalog")
     keys = tmp_path_factory.mktemp("keys")  # the signing key lives outside the catalog and every build context
@@ -195,7 +196,7 @@ def test_pull_and_catalog_verify_refuse_a_tampered_record(published: tuple[Path,
         assert "it was changed after it was signed" in done.stdout + done.stderr
 
 
-def test_pull_by_query_gets_the_same_digest_back(published: tuple[Path, Any], docker_client: Any) -> None:
+def test_pull_by_query_gets_the_same_digest_back(published: tuple[Path, Any], docker_client: DockerClient) -> None:
     catalog, _ = published
     torch = next(s for s in SLICE if s.stack == "torch")
     record = _records(catalog)[torch.id]
@@ -277,7 +278,7 @@ class _Failing(http.server.BaseHTTPRequestHandler):
 
 @pytest.mark.parametrize("state", ["down", "failing"])
 def test_a_registry_that_is_down_or_failing_is_one_line_and_leaves_the_catalog(
-    published: tuple[Path, Any], state: str, docker_client: Any, monkeypatch: pytest.MonkeyPatch
+    published: tuple[Path, Any], state: str, docker_client: DockerClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A registry that is down fails each of the default 4 tries at once; one that answers 503 too:
     the engine's own upload retries (five, ~50 s) end the try at their first "Retrying in" (the
@@ -316,7 +317,7 @@ def test_a_registry_that_is_down_or_failing_is_one_line_and_leaves_the_catalog(
     assert stray == [], f"a failed push left its tag in the engine: {stray}"
 
 
-def test_two_publishers_at_once_both_land(tested: None, tmp_path: Path, docker_client: Any) -> None:
+def test_two_publishers_at_once_both_land(tested: None, tmp_path: Path, docker_client: DockerClient) -> None:
     repository = f"{REPOSITORY}-concurrent"
     commands = [
         [sys.executable, "-m", "builder", "publish", "--select", f"id={spec.id}", "--registry", repository, "--catalog", str(tmp_path)]

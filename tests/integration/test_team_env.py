@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from docker import DockerClient
 
 from builder.engine import client as engine
 from builder.env.shell import schema
@@ -46,7 +47,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory, repository_copy: Any) -> Path
 
 
 @pytest.fixture(scope="module")
-def catalog(repo: Path, tmp_path_factory: pytest.TempPathFactory, docker_client: Any, built_for_the_lane: Any) -> Iterator[Path]:
+def catalog(repo: Path, tmp_path_factory: pytest.TempPathFactory, docker_client: DockerClient, built_for_the_lane: Any) -> Iterator[Path]:
     """The numba CPU image built, tested and published to its own repository and catalog."""
     folder = tmp_path_factory.mktemp("catalog")
     built_for_the_lane(NUMBA.tag)
@@ -83,7 +84,7 @@ def write_env(folder: Path, requirements: list[str]) -> Path:
     return folder
 
 
-def venv_files(docker_client: Any) -> str:
+def venv_files(docker_client: DockerClient) -> str:
     """Every file of the derived image's venv with its sha256 (what a teammate's build must equal)."""
     out: bytes = docker_client.containers.run(
         TAG, ["sh", "-c", "cd /opt/venv && find . -type f -print0 | sort -z | xargs -0 sha256sum"], remove=True, network_disabled=True
@@ -91,7 +92,7 @@ def venv_files(docker_client: Any) -> str:
     return out.decode()
 
 
-def test_env_on_the_numba_image(repo: Path, catalog: Path, tmp_path: Path, docker_client: Any) -> None:
+def test_env_on_the_numba_image(repo: Path, catalog: Path, tmp_path: Path, docker_client: DockerClient) -> None:
     team = write_env(tmp_path / "team", ["six==1.17.0", "pandas"])
     done = builder(repo, "env", "lock", "--catalog", str(catalog), cwd=team)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from docker import DockerClient
 
 from builder import results
 from builder.compat.facts import table
@@ -64,7 +65,7 @@ def builder(*args: str, timeout: int = 3600) -> subprocess.CompletedProcess[str]
     )
 
 
-def _remove(client: Any, tag: str) -> None:
+def _remove(client: DockerClient, tag: str) -> None:
     """The image, and build-stage images older versions left of its tag."""
     for stage in client.api.images(all=True, filters={"label": f"{STAGE_LABEL}={tag}"}):
         engine.remove_image_quietly(client, str(stage["Id"]))
@@ -72,7 +73,7 @@ def _remove(client: Any, tag: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def wheels_build(docker_client: Any) -> Iterator[list[dict[str, Any]]]:
+def wheels_build(docker_client: DockerClient) -> Iterator[list[dict[str, Any]]]:
     """`builder build -j 2` of the wheels slice; the images are removed when the module ends."""
     try:
         done = builder("build", "-j", "2", "--select", SELECT)
@@ -153,7 +154,7 @@ class _Recorder:
         self.results.append(result)
 
 
-def test_a_deleted_libcudnn_is_failed_with_the_cudnn_diagnosis(wheels_build: Any, docker_client: Any) -> None:
+def test_a_deleted_libcudnn_is_failed_with_the_cudnn_diagnosis(wheels_build: Any, docker_client: DockerClient) -> None:
     spec = next(s for s in WHEELS if s.stack == "torch")
     dockerfile = (
         f"FROM {spec.tag}\nUSER root\n"
@@ -203,7 +204,7 @@ def site_packages(spec: ImageSpec) -> str:
 
 
 @contextmanager
-def cuobjdump_in(docker_client: Any, tag: str, binary: Path) -> Iterator[cuobjdump.Runner]:
+def cuobjdump_in(docker_client: DockerClient, tag: str, binary: Path) -> Iterator[cuobjdump.Runner]:
     """NVIDIA's cuobjdump (the wheel's binary, mounted read-only) run inside a container of the image,
     on the image's own files: nothing is copied out (libtorch_cuda.so alone is ~1 GB)."""
     mounted = "/opt/cuobjdump/bin"
@@ -223,8 +224,9 @@ def cuobjdump_in(docker_client: Any, tag: str, binary: Path) -> Iterator[cuobjdu
         program, *args = argv
         assert program in ("sha256", str(binary)), argv
         command = ["python3", "-c", _SHA256, *args] if program == "sha256" else [f"{mounted}/{binary.name}", *args]
-        done = container.exec_run(command, demux=False)
-        return int(done.exit_code), done.output.decode(errors="replace")
+        done = container.exec_run(command, demux=False)  # not streamed: one bytes output, and the exit code
+        assert isinstance(done.output, bytes) and done.exit_code is not None, done
+        return done.exit_code, done.output.decode(errors="replace")
 
     try:
         yield run
@@ -256,7 +258,7 @@ CUOBJDUMP_REFUSES = {"libcufile.so.0"}
 READ_BY_CUOBJDUMP: dict[tuple[str, str], Embedded | None] = {}
 
 
-def assert_fit_equals_cuobjdump(docker_client: Any, spec: ImageSpec, fit: MeasuredFit) -> None:
+def assert_fit_equals_cuobjdump(docker_client: DockerClient, spec: ImageSpec, fit: MeasuredFit) -> None:
     """Every library the fit lists, read by NVIDIA's cuobjdump where the image holds it."""
     binary = cuobjdump.find_binary()  # the nvidia-cuda-cuobjdump wheel is a dev dependency
     root = site_packages(spec)
@@ -290,7 +292,9 @@ def assert_fit_equals_cuobjdump(docker_client: Any, spec: ImageSpec, fit: Measur
     assert differ == [], f"{spec.id}: " + "; ".join(differ)
 
 
-def test_each_cuda_image_holds_its_measured_fit_equal_to_cuobjdump(wheels_test: dict[str, dict[str, Any]], docker_client: Any) -> None:
+def test_each_cuda_image_holds_its_measured_fit_equal_to_cuobjdump(
+    wheels_test: dict[str, dict[str, Any]], docker_client: DockerClient
+) -> None:
     for spec in WHEELS:
         result = results.from_json(wheels_test[spec.id], spec.id)
         fit = result.fit

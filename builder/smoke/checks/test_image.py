@@ -7,7 +7,7 @@ import re
 from concurrent.futures import Future
 from typing import Any
 
-import docker  # type: ignore[import-untyped]
+import docker
 import pytest
 
 from builder.compat.rules import framework
