@@ -27,6 +27,7 @@ from pathlib import Path
 import filelock
 
 from builder import fsio
+from builder import jsonfields as jf
 from builder.engine.failures import any_network
 from builder.engine.port import Engine, EngineFault
 from builder.engine.retry import GaveUp, retry_network
@@ -124,6 +125,27 @@ class Recipe:
     variant: str = VARIANT
     schema: int = RECIPE_SCHEMA
     tool: str = "debootstrap"
+
+    @classmethod
+    def from_label(cls, label: str) -> Recipe:
+        """The recipe a base's RECIPE_LABEL holds: `canonical_json` read back, every field checked."""
+
+        def fail(what: str) -> ValueError:
+            return ValueError(f"the {RECIPE_LABEL} label is not a bootstrap recipe: {what}")
+
+        try:
+            data = jf.obj(json.loads(label), RECIPE_LABEL, fail)
+        except json.JSONDecodeError as exc:
+            raise fail(f"not JSON ({exc})") from None
+        return cls(
+            arch=jf.text(data.get("arch"), "arch", fail),
+            release=jf.text(data.get("release"), "release", fail),
+            mirror=jf.text(data.get("mirror"), "mirror", fail),
+            include=jf.texts(data.get("include"), "include", fail),
+            variant=jf.text(data.get("variant"), "variant", fail),
+            schema=jf.whole(data.get("schema"), "schema", fail),
+            tool=jf.text(data.get("tool"), "tool", fail),
+        )
 
     def to_json(self) -> dict[str, str | int | list[str]]:
         return {

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import subprocess
 import sys
 import time
@@ -133,7 +132,7 @@ def fake_base(docker_client: DockerClient, private_dirs: Path) -> Iterator[Base]
 def test_network_failures_are_retried(docker_client: DockerClient, fake_base: Base, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[Path] = []
 
-    def flaky(recipe: dict[str, Any], rootfs: Path, log: Any) -> None:
+    def flaky(recipe: bootstrap.Recipe, rootfs: Path, log: Any) -> None:
         assert list(rootfs.iterdir()) == [], "a failed attempt's files survived into the retry"
         calls.append(rootfs)
         (rootfs / "half-made").write_text("")
@@ -162,7 +161,7 @@ def test_deterministic_failures_are_not_retried_and_leave_nothing(
 ) -> None:
     calls = []
 
-    def broken(recipe: dict[str, Any], rootfs: Path, log: Any) -> None:
+    def broken(recipe: bootstrap.Recipe, rootfs: Path, log: Any) -> None:
         calls.append(rootfs)
         _fake_rootfs(rootfs)
         raise DebootstrapFailed(1, ["E: Couldn't find these debs: python3-nosuch"])
@@ -177,7 +176,7 @@ def test_deterministic_failures_are_not_retried_and_leave_nothing(
 
 @pytest.mark.docker
 def test_ctrl_c_leaves_no_tag_and_no_scratch_dir(docker_client: DockerClient, fake_base: Base, monkeypatch: pytest.MonkeyPatch) -> None:
-    def interrupted(recipe: dict[str, Any], rootfs: Path, log: Any) -> None:
+    def interrupted(recipe: bootstrap.Recipe, rootfs: Path, log: Any) -> None:
         _fake_rootfs(rootfs)
         raise KeyboardInterrupt
 
@@ -243,7 +242,7 @@ def _share_as_the_default_base(client: DockerClient, base: Base) -> None:
     shared = next(s.base for s in Workspace.locate(str(ROOT / "matrix.yaml")).selected(None, use_default=True))
     mine = engine.image_labels(client, base.local_tag)
     assert mine is not None
-    mirror = json.loads(mine[bootstrap.RECIPE_LABEL])["mirror"]
+    mirror = bootstrap.Recipe.from_label(mine[bootstrap.RECIPE_LABEL]).mirror
     assert mine[bootstrap.HASH_LABEL] == bootstrap.recipe_hash(bootstrap.recipe_for(shared, mirror)), "not the default base's recipe"
     if engine.image_labels(client, shared.local_tag) is None:
         repository, tag = shared.local_tag.rsplit(":", 1)
@@ -261,8 +260,9 @@ def test_debootstrap_builds_a_working_debian12_base(
     labels = engine.image_labels(docker_client, base.local_tag)
     assert labels is not None
     assert labels[bootstrap.HASH_LABEL] == result.recipe_hash
-    recipe = json.loads(labels[bootstrap.RECIPE_LABEL])
+    recipe = bootstrap.Recipe.from_label(labels[bootstrap.RECIPE_LABEL])
     assert bootstrap.recipe_hash(recipe) == result.recipe_hash  # the label round-trips exactly
+    assert recipe == bootstrap.recipe_for(base, recipe.mirror)
     assert labels[bootstrap.BASE_NAME_LABEL] == "debian:bookworm"
     assert _temp_tags(docker_client, base) == []
 
