@@ -21,7 +21,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import filelock
@@ -148,15 +148,7 @@ class Recipe:
         )
 
     def to_json(self) -> dict[str, str | int | list[str]]:
-        return {
-            "arch": self.arch,
-            "include": list(self.include),
-            "mirror": self.mirror,
-            "release": self.release,
-            "schema": self.schema,
-            "tool": self.tool,
-            "variant": self.variant,
-        }
+        return {**asdict(self), "include": list(self.include)}
 
 
 def recipe_for(base: Base, mirror: str, arch: str | None = None) -> Recipe:

@@ -419,7 +419,7 @@ def _image_info(attrs: Mapping[str, Any]) -> port.ImageInfo:
     )
 
 
-def _import_tarball(api: APIClient, tarball: Path, repository: str, tag: str, changes: list[str], platform: str | None) -> Any:
+def _import_tarball(api: APIClient, tarball: Path, repository: str, tag: str, changes: list[str], platform: str | None) -> str:
     """`docker import --platform`: the SDK's import_image has no platform, so the same request with
     it (POST /images/create?fromSrc=-, API 1.32+); without it the engine stamps its own architecture
     on an arm64 root filesystem, and `FROM --platform=linux/arm64` refuses the image. Engine 20.10
@@ -432,7 +432,7 @@ def _import_tarball(api: APIClient, tarball: Path, repository: str, tag: str, ch
         response = raw._post(
             raw._url("/images/create"), data=data, params=params, headers={"Content-Type": "application/tar"}, timeout=None
         )
-    output = raw._result(response)
+    output = str(raw._result(response))  # the engine's progress lines, one JSON object each
     ref = f"{repository}:{tag}"
     if platform is not None and _platform_of(api.inspect_image(ref)) != platform:
         _set_platform(api, ref, platform, tarball.parent)
@@ -545,7 +545,7 @@ class DockerEngine:
     def import_image(self, tarball: Path, repository: str, tag: str, changes: Sequence[str], platform: str | None = None) -> None:
         with _faults():
             output = _import_tarball(self._sdk.api, tarball, repository, tag, list(changes), platform)
-        for line in str(output).splitlines():
+        for line in output.splitlines():
             message = json.loads(line) if line.strip().startswith("{") else {}
             if "error" in message:
                 raise port.EngineFault(" ".join(str(message["error"]).split()))
