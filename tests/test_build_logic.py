@@ -5,6 +5,7 @@ whether images/ is current, smoke verdicts, and JUnit counting and merging. No e
 from __future__ import annotations
 
 import shutil
+import subprocess
 import textwrap
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -22,7 +23,7 @@ from builder.errors import UserError
 from builder.records import Accelerator, Base, ImageSpec
 from builder.render.tree import write_tree
 from builder.results import TestCounts, verdict_of
-from builder.smoke.runner import _junit_counts, merge_junit
+from builder.smoke.runner import Workdir, _junit_counts, checks_env, merge_junit, pytest_argv
 from builder.usecases.build import check_rendered
 from builder.workspace import Workspace
 from tests.fake_engine import FakeEngine
@@ -536,3 +537,22 @@ def test_waiting_for_another_build_of_the_tag_gives_up_on_an_interrupt(tmp_path:
         with pytest.raises(BuildFailed, match="interrupted"), image_build.tag_lock(tmp_path, "repo:tag", stop):
             pass
         assert time.monotonic() - started < 2
+
+
+def test_the_callers_pytest_settings_stay_out_of_the_smoke_checks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A user's PYTEST_ADDOPTS (a plugin, --cov, -x) made the checks' pytest exit 4 on its command line
+    and every image "failed"; the checks run on their own settings whatever the caller's shell says."""
+    monkeypatch.setenv("PYTEST_ADDOPTS", "-p no_such_plugin --no-such-option")
+    monkeypatch.setenv("PYTEST_PLUGINS", "no_such_plugin")
+    monkeypatch.setenv("BUILDER_KEEP_ME", "1")
+    root = Path(__file__).resolve().parents[1]
+    (spec,) = Workspace.locate(str(root / "matrix.yaml")).selected("id=numba0.68.0-cpu-py3.11-debian12", use_default=False)
+    work = Workdir(tmp_path / spec.id)
+    work.prepare(spec)
+    env = checks_env("0" * 64, work, attached=False, timeout_s=60)
+    assert {name for name in env if name.startswith("PYTEST_")} == {"PYTEST_DISABLE_PLUGIN_AUTOLOAD"}
+    assert env["BUILDER_KEEP_ME"] == "1" and env["BUILDER_SMOKE_GPU"] == "0", "the rest of the caller's environment is kept"
+    # the checks' own pytest starts and collects with them (no container needed to collect)
+    done = subprocess.run([*pytest_argv(spec, work), "--collect-only"], env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "test_versions_equal_the_plan" in done.stdout and "no_such_plugin" not in done.stdout + done.stderr

@@ -167,9 +167,16 @@ def pytest_argv(spec: ImageSpec, work: Workdir) -> list[str]:
     ]  # fmt: skip
 
 
+# The caller's pytest settings are not the checks': PYTEST_ADDOPTS="-p their_plugin" or "--cov" in
+# a user's shell (or a test suite's, which runs `builder test` from within pytest) made the checks'
+# pytest exit 4 on its command line and every image "failed", a verdict about the shell, not the image.
+CALLERS_PYTEST = ("PYTEST_",)
+
+
 def checks_env(container_id: str, work: Workdir, attached: bool, timeout_s: int) -> dict[str, str]:
+    """The checks' environment: the caller's, less its pytest settings, plus what the checks read."""
     return dict(
-        os.environ,
+        {name: value for name, value in os.environ.items() if not name.startswith(CALLERS_PYTEST)},
         BUILDER_SMOKE_CONTAINER=container_id,
         BUILDER_SMOKE_IMAGE_JSON=str(work.image_json),
         BUILDER_SMOKE_PROBE_RAW=str(work.probe_raw),

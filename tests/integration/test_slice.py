@@ -199,7 +199,8 @@ def test_second_build_skips_everything(slice_build: Any) -> None:
 
 
 def test_smoke_tests_pass_and_leave_no_container(slice_build: Any, docker_client: DockerClient) -> None:
-    done = builder("test")
+    # a user's shell with pytest settings of its own: the checks' pytest runs on its own settings
+    done = builder("test", env={"PYTEST_ADDOPTS": "-p no_such_plugin --no-such-option", "PYTEST_PLUGINS": "no_such_plugin"})
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     for spec in SLICE:
         result = json.loads((RESULTS / f"{spec.id}.json").read_text())
