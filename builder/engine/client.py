@@ -29,8 +29,11 @@ from typing import Any, cast
 
 import docker
 from docker.api import APIClient
+from docker.context import ContextAPI
+from docker.context.config import get_current_context_name
 from docker.errors import APIError, DockerException, NotFound
 from docker.models.containers import Container
+from docker.utils.config import find_config_file
 
 from builder.engine import port
 
@@ -62,13 +65,45 @@ _hooks_installed = False
 _hooks_lock = threading.Lock()
 
 
+def engine_address() -> str:
+    """Where `connect` looks, said so a user can check it: DOCKER_HOST, else the docker CLI's current
+    context (DOCKER_CONTEXT, else ~/.docker/config.json's; Docker Desktop sets one), else the default
+    socket: the order the SDK and the docker CLI resolve them in. A context that does not exist is
+    refused (the SDK would quietly use the default socket, where the docker CLI refuses it)."""
+    env = os.environ
+    if env.get("DOCKER_HOST"):
+        return env["DOCKER_HOST"]
+    config = find_config_file()  # honours DOCKER_CONFIG
+    named_by = (
+        "DOCKER_CONTEXT" if env.get("DOCKER_CONTEXT") else f"currentContext in {config if isinstance(config, str) else 'the docker config'}"
+    )
+    name = env.get("DOCKER_CONTEXT") or get_current_context_name()
+    if name == "default":
+        return f"{DEFAULT_SOCKET} (DOCKER_HOST is not set)"
+    try:
+        context = ContextAPI.get_context(name)
+    except Exception as exc:  # noqa: BLE001 - the SDK raises a bare Exception for a meta.json it cannot parse
+        raise UserError(
+            f"the docker context {printable(name, 80)!r} ({named_by}) cannot be read: {printable(str(exc), 200)}; fix it or set DOCKER_HOST"
+        ) from None
+    if context is None:
+        raise UserError(
+            f"the docker context {printable(name, 80)!r} ({named_by}) does not exist: `docker context ls` lists them; "
+            "name one of those, or `docker context use default`, or set DOCKER_HOST"
+        )
+    if not context.Host:
+        return f"{DEFAULT_SOCKET} (the docker context {printable(name, 80)!r} names no engine)"
+    return f"{context.Host} (the docker context {printable(name, 80)!r}; DOCKER_HOST is not set)"
+
+
 def connect(timeout: int = 600) -> docker.DockerClient:
-    """A client for the engine DOCKER_HOST names (or the default socket), proven by a ping.
+    """A client for the engine DOCKER_HOST names (else the docker context's, else the default
+    socket: `engine_address`), proven by a ping.
 
     `timeout` bounds every later API call (builds can be slow); the ping itself uses a short one
     so a wedged engine is reported in seconds, not minutes.
     """
-    where = os.environ.get("DOCKER_HOST") or f"{DEFAULT_SOCKET} (DOCKER_HOST is not set)"
+    where = engine_address()
     try:
         client = docker.from_env(timeout=min(timeout, PING_TIMEOUT_S))
         client.ping()

@@ -34,10 +34,10 @@ def test_connect_to_a_dead_socket_is_a_user_error(monkeypatch: pytest.MonkeyPatc
     assert "systemctl start docker" in message
 
 
-def test_connect_names_the_default_socket_when_docker_host_is_unset(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_connect_names_the_default_socket_when_docker_host_is_unset(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("DOCKER_HOST", raising=False)
+    monkeypatch.delenv("DOCKER_CONTEXT", raising=False)
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))  # no current context of the developer's (tests/test_engine_address.py)
     monkeypatch.setattr(engine, "DEFAULT_SOCKET", "unix:///nonexistent/docker.sock")
 
     def refuse(**_: Any) -> Any:
