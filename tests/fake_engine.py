@@ -161,6 +161,7 @@ class FakeEngine:
         self.exec_result: Callable[[FakeContainer, tuple[str, ...]], ExecResult] = lambda c, cmd: ExecResult(0, b"", b"")
         self.build_output: Callable[[BuildRequest], list[Progress]] = built
         self.runtimes: tuple[str, ...] = ()
+        self.blocked_checks: str | None = None  # why the smoke checks could not reach a container (no docker CLI)
         self.cut = 0
         self.closed = False
 
@@ -205,6 +206,9 @@ class FakeEngine:
 
     def gpu_runtimes(self) -> tuple[str, ...]:
         return self.runtimes
+
+    def checks_blocked(self) -> str | None:
+        return self.blocked_checks
 
     def inspect_image(self, ref: str) -> ImageInfo | None:
         try:

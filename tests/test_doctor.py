@@ -247,6 +247,17 @@ def test_engine_with_nvidia_runtime_or_unreachable_has_no_runtime_finding(engine
     assert all(f.name != "nvidia runtime" for f in got.findings)
 
 
+def test_a_host_whose_smoke_checks_cannot_reach_a_container_fails_its_own_row() -> None:
+    """No docker CLI: `builder test` refuses the host (tests/test_usecases.py); doctor says so first."""
+    blocked = EngineFacts(reachable=True, version="20.10.24", checks_blocked="no `docker` is on PATH: install it")
+    rows = {c.name: c for c in doctor.host_checks(host(nvidia(H200), engine=blocked))}
+    assert rows["engine"].status == "ok" and rows["smoke checks"].status == "fail"
+    assert rows["smoke checks"].detail == "no `docker` is on PATH: install it"
+    assert "smoke checks" not in {c.name for c in doctor.host_checks(host(nvidia(H200), engine=ENGINE))}
+    down = EngineFacts(reachable=False, error="x", checks_blocked="no `docker` is on PATH")
+    assert [c.name for c in doctor.host_checks(host(nvidia(H200), engine=down))][:2] == ["engine", "nvidia driver"], "one cause at a time"
+
+
 def test_worst_finding_wins_and_the_rest_are_counted() -> None:
     plain = EngineFacts(reachable=True, runtimes=())
     got = verdict(host(nvidia(P100, driver="470.82.01"), engine=plain), cuda_image(torch("2.9.1", "cu130")))

@@ -418,3 +418,7 @@ def test_build_then_test_through_the_engine(tmp_path: Path, monkeypatch: pytest.
     checks.broken["env-vision"] = Probe("numba", "numba refuses NumPy 2.5")
     _, tested = envs.test_env(ws, catalog, env, connect=connect_to(fake))
     assert (tested.same, tested.smoke.verdict) == (False, "failed") and "but the base was passed" in tested.note
+    fake.blocked_checks = "no `docker` is on PATH"  # the checks' transport: refused, not a verdict
+    with pytest.raises(UserError, match="docker"):
+        envs.test_env(ws, catalog, env, connect=connect_to(fake))
+    assert checks.seen == ["env-vision", "env-vision"]

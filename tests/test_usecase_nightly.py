@@ -377,3 +377,14 @@ def test_a_line_past_its_end_of_life_is_not_rebuilt_and_the_run_says_so(night: N
     assert night.records() == published, "its published digests and records stay"
     again = night.run(replace(later, rebuild_past_eol=True))
     assert {o.id for o in again.outcomes} == {JAX, NUMBA} and not any(n.startswith(nightlies.LIFECYCLE_NOTE) for n in again.notes)
+
+
+def test_a_host_whose_checks_cannot_run_is_refused_before_anything_is_written(night: Night) -> None:
+    """The smoke checks need the docker CLI: a nightly without it would lock, edit and build, then
+    record every image failed. It is refused first, nothing locked, built or written."""
+    night.fake.blocked_checks = "no `docker` is on PATH"
+    matrix = night.matrix.read_bytes()
+    with pytest.raises(UserError, match="docker"):
+        night.run()
+    assert night.matrix.read_bytes() == matrix and night.fake.builds == [] and night.resolver.asked == []
+    assert not (night.matrix.parent / "catalog").exists() and not (night.matrix.parent / "images").exists()

@@ -323,6 +323,26 @@ def test_an_engine_that_breaks_mid_test_fails_the_image_in_one_line(ws: Workspac
     assert result.verdict == "failed" and result.failures[0].startswith("engine connection failed: ('Connection aborted.'")
 
 
+def test_a_host_whose_checks_cannot_reach_a_container_is_refused_and_nothing_is_recorded(
+    ws: Workspace, specs: tuple[ImageSpec, ...], fake: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No docker CLI (pytest-testinfra's transport): every check failed on the host and a good image
+    was recorded "failed". Now one line, before any container, and no result file replaced."""
+    building.build_images(ws, specs[:1], OFFLINE, BuildEvents(), connect_to(fake))
+    monkeypatch.setattr(subprocess, "run", Checks(fake))
+    (passed,) = testing.test_images(ws, specs[:1], testing.TestOptions(), Tested(), connect_to(fake))
+    saved = (ws.build_dir / "results" / f"{specs[0].id}.json").read_bytes()
+    fake.blocked_checks = "no `docker` is on PATH: install it"
+    with pytest.raises(UserError, match="^no `docker` is on PATH: install it$"):
+        testing.test_images(ws, specs[:1], testing.TestOptions(), Tested(), connect_to(fake))
+    assert len(fake.created) == 1 and fake.closed, "no container for the refused run, and the engine closed"
+    assert (ws.build_dir / "results" / f"{specs[0].id}.json").read_bytes() == saved and passed.verdict == "passed"
+    built = len(fake.builds)
+    with pytest.raises(UserError, match="docker"):
+        running.run(ws, specs, replace(OFFLINE, force=True), testing.TestOptions(), RunEvents(), connect_to(fake))
+    assert len(fake.builds) == built, "`builder run` refuses before building what it could not test"
+
+
 # -- run --------------------------------------------------------------------------------------
 def test_run_builds_then_tests_what_built(
     ws: Workspace, specs: tuple[ImageSpec, ...], fake: FakeEngine, monkeypatch: pytest.MonkeyPatch

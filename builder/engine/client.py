@@ -17,6 +17,7 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import signal
 import socket
 import tarfile
@@ -51,6 +52,13 @@ from builder.errors import UserError
 from builder.text import printable, redact
 
 DEFAULT_SOCKET = "unix:///var/run/docker.sock"
+# pytest-testinfra's docker:// backend runs `docker exec` (smoke/checks/conftest.py): without the CLI
+# every check failed on "docker: not found" and a good image was recorded "failed".
+DOCKER_CLI_MISSING = (
+    "the smoke checks run their commands in the test container with the docker CLI (pytest-testinfra's "
+    "docker backend), and no `docker` is on PATH: install it (Debian/Ubuntu: apt-get install docker.io, "
+    "or Docker's docker-ce-cli) or add its folder to PATH"
+)
 START_ENGINE_HINT = "start one: bash .ci/docker-up.sh, or sudo systemctl start docker"
 PING_TIMEOUT_S = 10
 
@@ -528,6 +536,9 @@ class DockerEngine:
     def gpu_runtimes(self) -> tuple[str, ...]:
         with _faults():
             return tuple(gpu_runtimes(self._sdk.info()))
+
+    def checks_blocked(self) -> str | None:
+        return None if shutil.which("docker") else DOCKER_CLI_MISSING
 
     def inspect_image(self, ref: str) -> port.ImageInfo | None:
         try:

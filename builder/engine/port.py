@@ -146,6 +146,11 @@ class Engine(Protocol):
         """Names of the engine's GPU-capable runtimes (e.g. ('nvidia',)); () on a plain engine."""
         ...
 
+    def checks_blocked(self) -> str | None:
+        """Why the smoke checks, a pytest in another process (pytest-testinfra), cannot run commands
+        in this engine's containers, as one line with its fix; None when they can."""
+        ...
+
     # -- local images
     def inspect_image(self, ref: str) -> ImageInfo | None:
         """The image a name, id or repository@digest points to; None when there is none."""

@@ -82,6 +82,13 @@ def _engine_check(engine: EngineFacts) -> Check:
     return Check("engine", "ok", f"version {engine.version or 'unknown'}; {runtimes}")
 
 
+def _checks_check(engine: EngineFacts) -> list[Check]:
+    """`builder test` refuses a host whose smoke checks cannot reach a container: say so here first."""
+    if not engine.reachable or engine.checks_blocked is None:
+        return []
+    return [Check("smoke checks", "fail", engine.checks_blocked, "see the detail: `builder test` refuses this host until then")]
+
+
 def _has_nvidia_runtime(engine: EngineFacts) -> bool:
     return any(name.startswith("nvidia") for name in engine.runtimes)
 
@@ -229,9 +236,11 @@ def emulation_refusal(platforms: Iterable[str], emulation: EmulationFacts) -> st
 
 
 def host_checks(host: HostInfo) -> list[Check]:
-    """The host section of `builder doctor`: engine, NVIDIA driver and GPUs, AMD device nodes, arm64 emulation."""
+    """The host section of `builder doctor`: engine (and the smoke checks' way into its containers),
+    NVIDIA driver and GPUs, AMD device nodes, arm64 emulation."""
     return [
         _engine_check(host.engine),
+        *_checks_check(host.engine),
         *_nvidia_checks(host.nvidia, host.engine),
         *_amd_checks(host.amd),
         *([emulation_check(host.emulation)] if host.emulation is not None else []),

@@ -47,6 +47,7 @@ class EngineFacts:
     version: str | None = None
     runtimes: tuple[str, ...] = ()
     error: str | None = None
+    checks_blocked: str | None = None  # why the smoke checks could not reach its containers (no docker CLI)
 
 
 @dataclass(frozen=True)
@@ -248,7 +249,9 @@ def engine_facts() -> EngineFacts:
     except (UserError, EngineFault, OSError) as exc:
         return EngineFacts(reachable=False, error=_first_line(str(exc)) or type(exc).__name__)
     try:
-        return EngineFacts(reachable=True, version=engine.version(), runtimes=tuple(sorted(engine.gpu_runtimes())))
+        return EngineFacts(
+            reachable=True, version=engine.version(), runtimes=tuple(sorted(engine.gpu_runtimes())), checks_blocked=engine.checks_blocked()
+        )
     except (EngineFault, OSError) as exc:
         return EngineFacts(reachable=False, error=redact(_first_line(str(exc))) or type(exc).__name__)
     finally:

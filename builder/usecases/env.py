@@ -54,6 +54,7 @@ from builder.smoke.runner import smoke_one
 from builder.sources import Sources
 from builder.usecases.catalog import find, no_match_message
 from builder.usecases.fit import RecordFit, judge
+from builder.usecases.test import refuse_blocked_checks
 from builder.workspace import Workspace
 
 MAX_LOCK = 4 * 2**20
@@ -334,6 +335,7 @@ def test_env(
     the derived image; its verdict must be the one the base was published with."""
     ready = prepare(ws, catalog, env)
     engine = connect()
+    refuse_blocked_checks(engine)
     try:
         built = engine.inspect_image(ready.spec.tag)
         if built is None or built.labels.get("io.builder.content-hash") != ready.spec.content_hash:

@@ -35,7 +35,7 @@ from builder.usecases import lock as locking
 from builder.usecases.build import BUILT, BuildEvents, BuildOptions, build_images
 from builder.usecases.publish import PublishEvents, PublishOptions, publish
 from builder.usecases.report import report
-from builder.usecases.test import TestEvents, TestOptions, test_images
+from builder.usecases.test import TestEvents, TestOptions, checks_can_run, test_images
 from builder.workspace import Workspace
 
 UNREACHABLE = "unreachable"  # a lock that could not reach its index keeps its old lock: not the image's fault
@@ -77,6 +77,7 @@ def nightly(
     """One nightly at a time per workspace: it edits matrix.yaml, images/ and the catalog."""
     ws = Workspace.locate(str(matrix_path))
     ws.decided  # noqa: B018 - a matrix that does not load or plan stops here, before anything is written
+    checks_can_run(connect)  # a host whose smoke checks cannot run is refused before anything is written
     lock_file = ws.store.nightly / ".nightly.lock"
     lock_file.parent.mkdir(parents=True, exist_ok=True)
     try:

@@ -13,7 +13,7 @@ from builder.records import ImageSpec
 from builder.render.tree import stale
 from builder.results import SmokeResult, is_good
 from builder.usecases.build import BUILT, BuildEvents, BuildOptions, build_images, build_ok
-from builder.usecases.test import TestEvents, TestOptions, test_images
+from builder.usecases.test import TestEvents, TestOptions, checks_can_run, test_images
 from builder.workspace import Workspace
 
 
@@ -36,6 +36,7 @@ def run(
     found = stale(ws.images_dir, ws.rendered_tree())  # renders every context once; selected() reuses them
     if found:
         raise UserError(f"images/ is stale ({len(found)} files, e.g. {found[0]}); run `builder render` and commit the result")
+    checks_can_run(connect)  # no build of what could not be tested
     built = build_images(ws, specs, build, events.build, connect)
     events.built(built)
     ready = tuple(s for s, r in zip(specs, built, strict=True) if r.status in BUILT)

@@ -38,6 +38,7 @@ def test_images(
 ) -> list[SmokeResult]:
     """Smoke-test each built image; results in build/results/<id>.json and junit.xml."""
     engine = connect()
+    refuse_blocked_checks(engine)
     remove_dead_runs_containers(engine)  # a killed run's smoke containers
     host = hostinfo.gather(engine=lambda: hostinfo.EngineFacts(True, engine.version(), engine.gpu_runtimes()))
     refusal = None if host.emulation is None else doctor.emulation_refusal((s.platform for s in specs), host.emulation)
@@ -54,6 +55,21 @@ def test_images(
             results.append(result)
     merge_junit(results_dir, [s.id for s in specs])
     return results
+
+
+def refuse_blocked_checks(engine: Engine) -> None:
+    """A host whose smoke checks cannot reach a container is refused before anything runs: its
+    checks would fail on the host and record good images as failed."""
+    blocked = engine.checks_blocked()
+    if blocked:
+        engine.close()
+        raise UserError(blocked)
+
+
+def checks_can_run(connect: Connect) -> None:
+    """Before a build that will be tested (`builder run`, nightly): the same refusal, up front."""
+    refuse_blocked_checks(engine := connect())
+    engine.close()
 
 
 def _test_one(

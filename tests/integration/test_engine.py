@@ -159,6 +159,23 @@ def test_helpers_report_the_engine(docker_client: DockerClient, scratch_image: s
     assert engine.image_labels(docker_client, scratch_image) == {}
 
 
+@pytest.mark.docker
+def test_the_smoke_checks_need_the_docker_cli_and_a_host_without_it_is_refused(docker_client: DockerClient, tmp_path: Path) -> None:
+    """The checks' pytest-testinfra runs `docker exec`: without the CLI every check failed on the host
+    and good images were recorded "failed". `builder test` now refuses such a host in one line."""
+    assert engine.DockerEngine(docker_client).checks_blocked() is None, "this host has the docker CLI the checks use"
+    before = {c.id for c in engine.owned_containers(docker_client)}
+    done = subprocess.run(
+        [sys.executable, "-m", "builder", "test", "--select", "stack=numba,platform=linux/amd64"],
+        cwd=tmp_path, env={**os.environ, "PATH": str(tmp_path), "BUILDER_MATRIX": str(ROOT / "matrix.yaml")},
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stdout[-2000:] + done.stderr[-2000:]
+    (line,) = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert "no `docker` is on PATH" in line and "apt-get install docker.io" in line, line
+    assert {c.id for c in engine.owned_containers(docker_client)} == before, "refused before any container"
+
+
 def test_gpu_runtimes_keeps_only_gpu_runtimes() -> None:
     info: dict[str, Any] = {"Runtimes": {"runc": {}, "nvidia": {}, "io.containerd.runc.v2": {}, "crun": {}}}
     assert engine.gpu_runtimes(info) == ["nvidia"]
