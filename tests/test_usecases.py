@@ -343,6 +343,51 @@ def test_a_host_whose_checks_cannot_reach_a_container_is_refused_and_nothing_is_
     assert len(fake.builds) == built, "`builder run` refuses before building what it could not test"
 
 
+def test_two_test_runs_of_one_image_take_turns_and_each_judges_its_own_run(
+    ws: Workspace, specs: tuple[ImageSpec, ...], fake: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two `builder test`s of an image at once shared build/results/<id>/: the second's start deleted
+    the first's probe output and junit.xml mid-run. Now the second waits for the first's lock."""
+    import threading
+
+    from builder.smoke import runner
+
+    building.build_images(ws, specs[:1], OFFLINE, BuildEvents(), connect_to(fake))
+    monkeypatch.setattr(subprocess, "run", Checks(fake))
+    work = runner.Workdir(ws.build_dir / "results" / specs[0].id)
+    finished: list[str] = []
+
+    def second() -> None:
+        (result,) = testing.test_images(ws, specs[:1], testing.TestOptions(timeout_s=60), Tested(), connect_to(fake))
+        finished.append(result.verdict)
+
+    with runner.image_under_test(work, specs[0].id, timeout_s=60):  # the first run, mid-test
+        work.junit.write_text("<testsuite/>", encoding="utf-8")
+        thread = threading.Thread(target=second)
+        thread.start()
+        time.sleep(0.5)
+        assert fake.created == [] and finished == [] and work.junit.read_text() == "<testsuite/>", "the second waits, touching nothing"
+    thread.join(timeout=30)
+    assert finished == ["passed"] and len(fake.created) == 1
+
+    monkeypatch.setattr(runner, "WAIT_BEYOND_TIMEOUT_S", 0)
+    with runner.image_under_test(work, specs[0].id, timeout_s=1):
+        out: list[BaseException] = []
+        waiting = threading.Thread(target=lambda: out.extend(_raised(lambda: runner.image_under_test(work, specs[0].id, 1).__enter__())))
+        waiting.start()
+        waiting.join(timeout=30)
+    (error,) = out
+    assert isinstance(error, UserError) and "another `builder test` has been testing" in str(error) and "run again" in str(error)
+
+
+def _raised(call: Any) -> list[BaseException]:
+    try:
+        call()
+    except BaseException as exc:  # noqa: BLE001 - the test looks at what was raised
+        return [exc]
+    return []
+
+
 # -- run --------------------------------------------------------------------------------------
 def test_run_builds_then_tests_what_built(
     ws: Workspace, specs: tuple[ImageSpec, ...], fake: FakeEngine, monkeypatch: pytest.MonkeyPatch

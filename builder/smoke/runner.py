@@ -12,11 +12,15 @@ import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+import filelock
 
 from builder import probe_report, results
 from builder.compat.facts import table
@@ -284,25 +288,53 @@ def smoke_one(engine: Engine, spec: ImageSpec, host: HostInfo, mode: str, timeou
             spec.id, spec.tag, "failed", gpu, 0.0, failures=(access.failure,), date=stamp, host=host_record(host), platform=spec.platform
         )
     work = Workdir(results_dir / spec.id)
-    work.prepare(spec)
-    tested = engine.inspect_image(spec.tag)  # before the run: what the verdict is about
-    if tested is None:
-        raise NotFound(f"No such image: {spec.tag}")
-    checked = run_checks(engine, spec, access, host, timeout_s, work)
-    work.pytest_log.write_text(checked.output, encoding="utf-8")
-    result = replace(
-        judge(spec, access, checked.returncode, checked.output, work, started, stamp),
-        content_hash=tested.labels.get(HASH_LABEL, ""),
-        image_id=tested.id,
-        host=host_record(host),
-        fit=checked.fit,
-        fit_error=checked.fit_error,
-        emulated=runs_emulated(spec.platform, host_machine(host)),
-    )
-    if result.emulated:
-        result = replace(result, diagnoses=emulated_diagnoses(result.diagnoses))
-    results.write(results_dir, result)  # bound to this run: publish refuses a file edited after it
+    with image_under_test(work, spec.id, timeout_s):
+        work.prepare(spec)
+        tested = engine.inspect_image(spec.tag)  # before the run: what the verdict is about
+        if tested is None:
+            raise NotFound(f"No such image: {spec.tag}")
+        checked = run_checks(engine, spec, access, host, timeout_s, work)
+        work.pytest_log.write_text(checked.output, encoding="utf-8")
+        result = replace(
+            judge(spec, access, checked.returncode, checked.output, work, started, stamp),
+            content_hash=tested.labels.get(HASH_LABEL, ""),
+            image_id=tested.id,
+            host=host_record(host),
+            fit=checked.fit,
+            fit_error=checked.fit_error,
+            emulated=runs_emulated(spec.platform, host_machine(host)),
+        )
+        if result.emulated:
+            result = replace(result, diagnoses=emulated_diagnoses(result.diagnoses))
+        results.write(results_dir, result)  # bound to this run: publish refuses a file edited after it
     return result
+
+
+# How long a second run waits for the first to finish testing the same image, beyond its own
+# timeout: the first's container start, pytest's start and the fit measurement.
+WAIT_BEYOND_TIMEOUT_S = 300
+
+
+@contextmanager
+def image_under_test(work: Workdir, image_id: str, timeout_s: int) -> Iterator[None]:
+    """One test run of an image at a time per results folder. Two at once (two shells, `builder
+    run` beside `builder test`) shared build/results/<id>/: the second's `prepare` deleted the
+    first's probe output and junit.xml mid-run, so the first judged the second's probe or no
+    junit at all. The second waits (Ctrl-C ends the wait); the lock goes with its process."""
+    work.path.mkdir(parents=True, exist_ok=True)
+    wait_s = timeout_s + WAIT_BEYOND_TIMEOUT_S
+    lock = filelock.FileLock(str(work.path / ".test.lock"), timeout=wait_s)
+    try:
+        lock.acquire()
+    except filelock.Timeout:
+        raise UserError(
+            f"another `builder test` has been testing {image_id} in this workspace for {wait_s} s (it holds {lock.lock_file}); "
+            "run again when it is done"
+        ) from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def merge_junit(results_dir: Path, ids: list[str]) -> Path:
