@@ -183,6 +183,13 @@ def test_a_file_without_device_code_is_empty_and_a_failure_is_one_line() -> None
     printed = "cuobjdump fatal    : Invalid ELF file\n\nFatbin elf code:\n================\narch = sm_75\ncompile_size = 64bit\n"
     with pytest.raises(RunFailure, match="exited 1: cuobjdump fatal    : Invalid ELF file$"):  # its message, not the last header line
         cuobjdump.measure(Path("libcufile.so.0"), Path("c"), lambda argv: (1, printed))
+    # stdout flushed in blocks: its message can land inside a header line (a CI run of the wheels
+    # slice got "...compile_si" + the message + "ze = 64bit", and said only "compile_size = 64bit")
+    inside = "Fatbin elf code:\n================\narch = sm_75\ncompile_sicuobjdump fatal    : Invalid ELF file\nze = 64bit\n"
+    with pytest.raises(RunFailure, match="exited 1: cuobjdump fatal    : Invalid ELF file$"):
+        cuobjdump.measure(Path("libcufile.so.0"), Path("c"), lambda argv: (1, inside))
+    with pytest.raises(RunFailure, match="exited 2: Segmentation fault$"):  # nothing of its own: the last line
+        cuobjdump.measure(Path("x.so"), Path("c"), lambda argv: (2, "arch = sm_75\nSegmentation fault\n"))
 
 
 def test_the_binary_comes_from_the_env_path_or_the_wheel(tmp_path: Path) -> None:

@@ -28,6 +28,8 @@ RUN_TIMEOUT_S = 300  # libtorch_cuda.so (~1 GB) takes ~7 s; a bound, not an esti
 _ELF = re.compile(r"^ELF file\s+\d+:\s+\S+?\.(sm_\d{2,3}[af]?)\.cubin\s*$")
 _PTX = re.compile(r"^PTX file\s+\d+:\s+\S+?\.(sm_\d{2,3}[af]?)\.ptx\s*$")
 _NO_DEVICE_CODE = "does not contain device code"
+# Its own messages ("cuobjdump fatal    : Invalid ELF file"), wherever they land in the output.
+_SAYS = re.compile(r"cuobjdump (?:fatal|error|warning|info)\s*:[^\n]*")
 _HEADER = re.compile(r"^(arch|code version)\s*=\s*(.+?)\s*$")
 
 
@@ -113,9 +115,9 @@ def measure(library: Path, binary: Path, run: Runner = run_binary) -> Embedded:
     agree on real output)."""
     rc, headers = run([str(binary), str(library)])
     if rc != 0 and _NO_DEVICE_CODE not in headers:
-        # its own messages ("cuobjdump fatal    : Invalid ELF ...") may come before the headers it
-        # printed (stderr unbuffered, stdout flushed at exit), so they are looked for, not taken last
-        lines = headers.strip().splitlines()
-        said = [line for line in lines if line.startswith("cuobjdump")] or lines[-1:] or ["no output"]
+        # its own messages may come before the headers it printed, or inside one of their lines
+        # (stderr unbuffered, stdout flushed in blocks; a container exec merges the two), so they
+        # are looked for anywhere, not taken from the last line or a line's start
+        said = _SAYS.findall(headers) or headers.strip().splitlines()[-1:] or ["no output"]
         raise RunFailure(f"cuobjdump {library} exited {rc}: {said[-1].strip()}")
     return parse_headers(headers)
