@@ -78,16 +78,17 @@ def engine_address() -> str:
     context (DOCKER_CONTEXT, else ~/.docker/config.json's; Docker Desktop sets one), else the default
     socket: the order the SDK and the docker CLI resolve them in. A context that does not exist is
     refused (the SDK would quietly use the default socket, where the docker CLI refuses it)."""
-    env = os.environ
-    if env.get("DOCKER_HOST"):
-        return env["DOCKER_HOST"]
-    config = find_config_file()  # honours DOCKER_CONFIG
-    named_by = (
-        "DOCKER_CONTEXT" if env.get("DOCKER_CONTEXT") else f"currentContext in {config if isinstance(config, str) else 'the docker config'}"
-    )
-    name = env.get("DOCKER_CONTEXT") or get_current_context_name()
+    if os.environ.get("DOCKER_HOST"):
+        return os.environ["DOCKER_HOST"]
+    name = os.environ.get("DOCKER_CONTEXT") or get_current_context_name()
     if name == "default":
         return f"{DEFAULT_SOCKET} (DOCKER_HOST is not set)"
+    config = find_config_file()  # honours DOCKER_CONFIG
+    named_by = (
+        "DOCKER_CONTEXT"
+        if os.environ.get("DOCKER_CONTEXT")
+        else f"currentContext in {config if isinstance(config, str) else 'the docker config'}"
+    )
     try:
         context = ContextAPI.get_context(name)
     except Exception as exc:  # noqa: BLE001 - the SDK raises a bare Exception for a meta.json it cannot parse

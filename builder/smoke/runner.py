@@ -174,7 +174,7 @@ def pytest_argv(spec: ImageSpec, work: Workdir) -> list[str]:
 # The caller's pytest settings are not the checks': PYTEST_ADDOPTS="-p their_plugin" or "--cov" in
 # a user's shell (or a test suite's, which runs `builder test` from within pytest) made the checks'
 # pytest exit 4 on its command line and every image "failed", a verdict about the shell, not the image.
-CALLERS_PYTEST = ("PYTEST_",)
+CALLERS_PYTEST = "PYTEST_"
 
 
 def checks_env(container_id: str, work: Workdir, attached: bool, timeout_s: int) -> dict[str, str]:

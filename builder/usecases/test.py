@@ -68,8 +68,13 @@ def refuse_blocked_checks(engine: Engine) -> None:
 
 def checks_can_run(connect: Connect) -> None:
     """Before a build that will be tested (`builder run`, nightly): the same refusal, up front."""
-    refuse_blocked_checks(engine := connect())
-    engine.close()
+    engine = connect()
+    try:
+        blocked = engine.checks_blocked()
+    finally:
+        engine.close()
+    if blocked:
+        raise UserError(blocked)
 
 
 def _test_one(
