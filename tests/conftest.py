@@ -60,7 +60,8 @@ SECOND_LANE = tuple(
 )
 ENGINE2_ENV = "BUILDER_TEST_ENGINE2"
 
-from builder.engine.client import DEFAULT_SOCKET  # noqa: E402
+from builder.engine.client import DEFAULT_SOCKET, engine_endpoint  # noqa: E402
+from builder.errors import UserError  # noqa: E402
 
 
 def two_lanes(workers: int) -> bool:
@@ -73,8 +74,20 @@ def two_lanes(workers: int) -> bool:
 # images of a run it sees alive: the other lane's runs are on another engine). Set in the worker's
 # environment when it starts, so every `builder` process a test starts inherits it.
 lane_two = os.environ.get("PYTEST_XDIST_WORKER") == "gw1" and two_lanes(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+
+
+def first_engine() -> str:
+    """The engine lane 1 uses, as `builder` resolves it (DOCKER_HOST, else the docker context, else the
+    default socket): lane 2 checks that its own engine is another one. A context `builder` refuses
+    leaves the default socket here; the docker_client fixture then says what is wrong."""
+    try:
+        return engine_endpoint()[0]
+    except UserError:
+        return DEFAULT_SOCKET
+
+
 if lane_two and os.environ.get("BUILDER_TEST_LANE") != "2":  # once (a test importing this file runs it again)
-    os.environ["BUILDER_TEST_ENGINE1"] = os.environ.get("DOCKER_HOST", DEFAULT_SOCKET)
+    os.environ["BUILDER_TEST_ENGINE1"] = first_engine()
     os.environ["DOCKER_HOST"] = os.environ[ENGINE2_ENV]
     os.environ["BUILDER_TEST_LANE"] = "2"
     os.environ["BUILDER_LOCK_DIR"] = str(Path(tempfile.gettempdir()) / "builder-engine2")

@@ -93,3 +93,19 @@ def test_an_unreadable_context_is_one_line(docker_config: Path) -> None:
         UserError, match=r"^the docker context 'broken' \(currentContext in .*\) cannot be read: .*; fix it or set DOCKER_HOST$"
     ):
         engine.engine_address()
+
+
+def test_the_suites_first_lane_is_the_engine_builder_resolves(docker_config: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """tests/conftest.py: lane 2 checks its engine against lane 1's, which is the one `builder` talks
+    to (a developer's docker context included), not always the default socket."""
+    from tests.conftest import first_engine
+
+    assert first_engine() == engine.DEFAULT_SOCKET
+    add_context(docker_config, "desktop-linux", DEAD)
+    use(docker_config, "desktop-linux")
+    assert engine.engine_endpoint() == (DEAD, "the docker context 'desktop-linux'; DOCKER_HOST is not set")
+    assert first_engine() == DEAD
+    use(docker_config, "gone")  # refused by `builder`: the fixture says so; here the default socket stands in
+    assert first_engine() == engine.DEFAULT_SOCKET
+    monkeypatch.setenv("DOCKER_HOST", "tcp://127.0.0.1:1")
+    assert first_engine() == "tcp://127.0.0.1:1"

@@ -73,16 +73,16 @@ _hooks_installed = False
 _hooks_lock = threading.Lock()
 
 
-def engine_address() -> str:
-    """Where `connect` looks, said so a user can check it: DOCKER_HOST, else the docker CLI's current
+def engine_endpoint() -> tuple[str, str]:
+    """The engine `connect` talks to, and what named it: DOCKER_HOST, else the docker CLI's current
     context (DOCKER_CONTEXT, else ~/.docker/config.json's; Docker Desktop sets one), else the default
     socket: the order the SDK and the docker CLI resolve them in. A context that does not exist is
     refused (the SDK would quietly use the default socket, where the docker CLI refuses it)."""
     if os.environ.get("DOCKER_HOST"):
-        return os.environ["DOCKER_HOST"]
+        return os.environ["DOCKER_HOST"], ""
     name = os.environ.get("DOCKER_CONTEXT") or get_current_context_name()
     if name == "default":
-        return f"{DEFAULT_SOCKET} (DOCKER_HOST is not set)"
+        return DEFAULT_SOCKET, "DOCKER_HOST is not set"
     config = find_config_file()  # honours DOCKER_CONFIG
     named_by = (
         "DOCKER_CONTEXT"
@@ -101,8 +101,14 @@ def engine_address() -> str:
             "name one of those, or `docker context use default`, or set DOCKER_HOST"
         )
     if not context.Host:
-        return f"{DEFAULT_SOCKET} (the docker context {printable(name, 80)!r} names no engine)"
-    return f"{context.Host} (the docker context {printable(name, 80)!r}; DOCKER_HOST is not set)"
+        return DEFAULT_SOCKET, f"the docker context {printable(name, 80)!r} names no engine"
+    return context.Host, f"the docker context {printable(name, 80)!r}; DOCKER_HOST is not set"
+
+
+def engine_address() -> str:
+    """`engine_endpoint` said so a user can check it: the address, and what named it."""
+    url, named_by = engine_endpoint()
+    return f"{url} ({named_by})" if named_by else url
 
 
 def connect(timeout: int = 600) -> docker.DockerClient:
