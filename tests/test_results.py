@@ -163,3 +163,23 @@ def test_a_result_reads_back_typed_from_an_old_file_without_a_host(tmp_path: Pat
     assert results.from_json(doc, "x.json").host is None
     results.write(tmp_path, smoke("x"))
     assert gate.read_result(tmp_path, "x") == smoke("x")
+
+
+def test_the_report_notes_a_smoke_result_it_cannot_vouch_for(cli: RunCli, write_matrix: Callable[..., Path], tmp_path: Path) -> None:
+    """An edited or malformed build/results/<id>.json is shown as untested, and the report says which
+    file and why, instead of quietly listing the image as never tested."""
+    from tests.catalog_fixtures import smoke
+
+    matrix = write_matrix()
+    ws = Workspace(matrix)
+    (spec,) = ws.selected(None, use_default=False)
+    results.write(ws.store.results, smoke(spec.id))
+    path = results.path_of(ws.store.results, spec.id)
+    path.write_text(path.read_text().replace('"failures"', ' "failures"'))  # an edit the run index does not know
+    args = ("--matrix", str(matrix), "report", "--markdown", str(tmp_path / "m.md"), "--html", str(tmp_path / "i.html"))
+    result = cli(*args)
+    assert result.exit_code == 0, result.output
+    notes = [line for line in result.stderr.splitlines() if line.startswith("note: smoke result left out, shown as untested: ")]
+    assert len(notes) == 1 and str(path) in notes[0] and "changed since the test run wrote it" in notes[0], result.stderr
+    results.write(ws.store.results, smoke(spec.id))  # the test run's own file again: no note
+    assert "note:" not in cli(*args).stderr

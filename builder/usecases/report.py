@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from builder import results
 from builder.catalog.store import Catalog
 from builder.errors import UserError
-from builder.publish import gate
+from builder.records import ImageSpec
+from builder.results import SmokeResult
 from builder.workspace import Workspace
 
 
@@ -17,7 +19,7 @@ class ReportFiles:
     markdown: Path
     html: Path
     counts: dict[str, int]
-    notes: tuple[str, ...] = ()  # inputs left out, each in one line (a malformed build.json)
+    notes: tuple[str, ...] = ()  # inputs left out, each in one line (a malformed build.json, an edited result)
 
 
 def report(ws: Workspace, catalog: Catalog, markdown: Path, html: Path) -> ReportFiles:
@@ -30,12 +32,28 @@ def report(ws: Workspace, catalog: Catalog, markdown: Path, html: Path) -> Repor
     records = catalog.load()
     specs = ws.selected(None, use_default=False)  # every planned image, with its content hash
     store = ws.store
-    found = {s.id: result for s in specs if (result := gate.read_result(store.results, s.id)) is not None}
-    notes: tuple[str, ...] = ()
+    found, notes = _results(store.results, specs)
     try:
         sizes = {b.id: b.image_mb for b in results.read_builds(store.build_summary) if b.image_mb is not None}
     except UserError as exc:  # sizes are a nicety: the report stands without them, and says why they are missing
-        sizes, notes = {}, (f"image sizes left out: {exc}",)
+        sizes = {}
+        notes.append(f"image sizes left out: {exc}")
     model = build_report(ws.decided, specs, found, records, sizes)
     write_report((markdown, render_markdown(model)), (html, render_html(model)), protected=(ws.matrix_path, catalog.file))
-    return ReportFiles(markdown, html, model.counts(), notes)
+    return ReportFiles(markdown, html, model.counts(), tuple(notes))
+
+
+def _results(results_dir: Path, specs: Sequence[ImageSpec]) -> tuple[dict[str, SmokeResult], list[str]]:
+    """Each image's last smoke result; one this tool cannot vouch for (edited, malformed, not the
+    test run's) is shown as untested and named in a note, never passed off as silence."""
+    found: dict[str, SmokeResult] = {}
+    notes: list[str] = []
+    for spec in specs:
+        try:
+            result = results.load(results_dir, spec.id)
+        except UserError as exc:
+            notes.append(f"smoke result left out, shown as untested: {exc}")
+            continue
+        if result is not None:
+            found[spec.id] = result
+    return found, notes
