@@ -55,7 +55,7 @@ def user_errors(func: F) -> F:
             sys.exit(1)
         except KeyboardInterrupt as exc:
             signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
-            click.echo(f"interrupted by {signal.Signals(signum).name}: running builds were cancelled, containers removed", err=True)
+            click.echo(f"interrupted by {signal.Signals(signum).name}: stopped after cleaning up what this run had started", err=True)
             sys.exit(128 + signum)
         except Exception as exc:
             if "builder.engine.client" in sys.modules and sys.modules["builder.engine.client"].is_engine_fault(exc):

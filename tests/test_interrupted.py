@@ -155,6 +155,8 @@ def test_a_render_stopped_at_any_step_leaves_a_whole_tree_and_the_next_run_clear
         assert proc.returncode == -signal.SIGKILL
     else:
         assert proc.returncode == 128 + sig, stderr  # interrupted, as every command reports it
+        name = signal.Signals(sig).name  # and says so without claiming builds or containers a render has none of
+        assert stderr.strip().splitlines()[-1] == f"interrupted by {name}: stopped after cleaning up what this run had started"
         assert (repo / "images").is_dir(), "a signal's cleanup deleted images/"
         assert tree(repo / "images") in (before, tree_after_render(tmp_path)), "neither the old tree nor the new one"
         assert litter(repo) == [], "an interrupted render left hidden folders that `git add -A` would commit"
