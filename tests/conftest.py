@@ -132,6 +132,29 @@ class Rendered:
         return self.files[image_id][name].decode()
 
 
+_PHASES: list[tuple[str, str, float, float]] = []  # (worker, node id, start, stop): tests/lanes.py
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Each phase's clocks, in the process that prints the summary (xdist's controller, or a run
+    without workers); a worker's report reaches the controller with the worker it came from."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    gateway = getattr(getattr(report, "node", None), "gateway", None)
+    _PHASES.append((str(getattr(gateway, "id", "main")), report.nodeid, report.start, report.stop))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Where each lane's minutes went (tests/lanes.py), after any run that ran integration tests."""
+    from tests import lanes
+
+    lines = lanes.summary(lanes.spans(_PHASES))
+    if lines:
+        terminalreporter.section("lanes: each module's seconds from the first test (tests/lanes.py)")
+        for line in lines:
+            terminalreporter.write_line(line)
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
     """Under `-n 2` (pyproject's addopts) the integration tier (tests/integration/) runs as one or
