@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 # default one, and a second dockerd that setup (.ci/docker-up.sh) starts when asked (tests/conftest.py).
 export BUILDER_SECOND_ENGINE=1
 # Bytecode is cached as Python does by default (.gitignore'd), even where the environment says not to:
-# the suite starts hundreds of `python -m builder` processes and two pytest workers, and without the
+# the suite starts hundreds of `python -m builder` processes and three pytest workers, and without the
 # cache each of them compiles the package (and pytest rewrites every test module) again.
 unset PYTHONDONTWRITEBYTECODE
 bash scripts/setup.sh

@@ -41,7 +41,8 @@ SHARED_FOLDER = "tests/test_bake.py"
 # lane's builds and containers never show up in them. The modules that build in the repository
 # itself (its build/results/, and the CPU slice's images they share: slice, slice publish, the
 # wheels slice and its sizes) are all in the first lane; each second-lane module works in a copy
-# of its own. The split is by measured time (docs/benchmarks.md).
+# of its own (test_locking.py too, in lane 1 since the offline tests moved to a worker of their
+# own). The split is by measured time (docs/benchmarks.md; every run prints its lanes: tests/lanes.py).
 SECOND_LANE = tuple(
     f"{INTEGRATION}{name}"
     for name in (
@@ -50,7 +51,6 @@ SECOND_LANE = tuple(
         "test_engine.py",
         "test_faults.py",
         "test_interrupts.py",
-        "test_locking.py",
         "test_nightly_end_to_end.py",
         "test_publish_attacks.py",
         "test_registry_index.py",
@@ -157,11 +157,12 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
-    """Under `-n 2` (pyproject's addopts) the integration tier (tests/integration/) runs as one or
+    """Under `-n 3` (pyproject's addopts) the integration tier (tests/integration/) runs as one or
     two units of work, each in file order on one worker (they build, count and remove the engine's
     images and containers, and later files reuse what earlier ones built): two lanes when a second
     engine is named (SECOND_LANE, on gw1 against it; the rest on gw0), else one. The offline tests
-    go one at a time to whichever worker is free, except tests/test_bake.py, whose tests run on one
+    go one at a time to whichever worker is free (the third, gw2, from the start: they mostly wait on
+    subprocesses and deadlines, and fill the time the lanes leave the two cores idle), except tests/test_bake.py, whose tests run on one
     worker in turn (each rewrites the repository's build/bake/ and reads it back). An explicit
     `--dist` other than the default keeps xdist's own scheduler.
 
