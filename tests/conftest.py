@@ -161,10 +161,11 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
     two units of work, each in file order on one worker (they build, count and remove the engine's
     images and containers, and later files reuse what earlier ones built): two lanes when a second
     engine is named (SECOND_LANE, on gw1 against it; the rest on gw0), else one. The offline tests
-    go one at a time to whichever worker is free (the third, gw2, from the start: they mostly wait on
-    subprocesses and deadlines, and fill the time the lanes leave the two cores idle), except tests/test_bake.py, whose tests run on one
-    worker in turn (each rewrites the repository's build/bake/ and reads it back). An explicit
-    `--dist` other than the default keeps xdist's own scheduler.
+    go one at a time to whichever worker is free (the third, gw2, from the start: they mostly wait
+    on subprocesses and deadlines, and fill the time the lanes leave the two cores idle), except
+    tests/test_bake.py, whose tests run on one worker in turn (each rewrites the repository's
+    build/bake/ and reads it back). An explicit `--dist` other than the default keeps xdist's own
+    scheduler.
 
     (`--dist loadgroup` with xdist_group markers would say the same, but xdist 3.8 writes the group
     into `item._nodeid`, which pytest 9 no longer reads: the groups were silently ignored.)"""
