@@ -89,6 +89,26 @@ def test_containers_carry_the_owner_and_this_runs_session_in_both_implementation
     assert fake.owned_containers() == []
 
 
+def test_listing_owned_containers_survives_one_removed_meanwhile() -> None:
+    """CI failed once on this race: the SDK's `containers.list` inspects each listed container again,
+    and a container that another process removed in between raised NotFound out of the listing."""
+    from docker.errors import NotFound as DockerNotFound
+
+    class Api:
+        def containers(self, all: bool, filters: dict[str, str]) -> list[dict[str, object]]:
+            assert all and filters == {"label": f"{OWNER_LABEL}=builder"}
+            return [{"Id": "gone", "Labels": {OWNER_LABEL: "builder"}}, {"Id": "kept", "Labels": None}]
+
+        def inspect_container(self, container_id: str) -> None:
+            raise DockerNotFound(f"No such container: {container_id}")
+
+    class Sdk:
+        api = Api()
+
+    entries = client.owned_containers(Sdk())  # type: ignore[arg-type]  # only the two calls a listing may make
+    assert [(e.id, dict(e.labels)) for e in entries] == [("gone", {OWNER_LABEL: "builder"}), ("kept", {})]
+
+
 def test_the_retry_helper_retries_flakes_only_and_reports_redacted() -> None:
     from builder.engine.retry import GaveUp, retry_network
 

@@ -226,9 +226,14 @@ def gpu_runtimes(info: Mapping[str, Any]) -> list[str]:
     return sorted(name for name in runtimes if name.lower().startswith(GPU_RUNTIME_PREFIXES))
 
 
-def owned_containers(client: docker.DockerClient) -> list[Container]:
-    """Every container (any state) this tool created on the engine, from any process."""
-    return list(client.containers.list(all=True, filters={"label": OWNER_FILTER}))
+def owned_containers(client: docker.DockerClient, label: str = OWNER_FILTER) -> list[port.ContainerEntry]:
+    """Every container (any state) carrying `label` (by default: every one this tool created, from any process).
+
+    One listing call and nothing more: the SDK's `containers.list` inspects each listed container
+    again, which fails with NotFound when another process removes one in between.
+    """
+    entries = client.api.containers(all=True, filters={"label": label})
+    return [port.ContainerEntry(str(e["Id"]), {str(k): str(v) for k, v in (e.get("Labels") or {}).items()}) for e in entries]
 
 
 def is_engine_fault(exc: BaseException) -> bool:
@@ -622,8 +627,7 @@ class DockerEngine:
 
     def owned_containers(self) -> list[port.ContainerEntry]:
         with _faults():
-            entries = self._sdk.api.containers(all=True, filters={"label": OWNER_FILTER})
-        return [port.ContainerEntry(str(e["Id"]), {str(k): str(v) for k, v in (e.get("Labels") or {}).items()}) for e in entries]
+            return owned_containers(self._sdk)
 
     def remove_container(self, container_id: str) -> bool:
         return remove_container_quietly(self._sdk, container_id)

@@ -37,7 +37,8 @@ def _remove_image(client: DockerClient, ref: str) -> None:
 
 def _temp_tags(client: DockerClient, base: Base) -> list[str]:
     repository = base.local_tag.rsplit(":", 1)[0]
-    return [t for image in client.images.list(name=repository) for t in image.tags if ":tmp-" in t]
+    # one listing call: the SDK's images.list inspects each image again and fails on one removed meanwhile
+    return [t for image in client.api.images(name=repository) for t in image.get("RepoTags") or [] if ":tmp-" in t]
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from docker import DockerClient
 from docker.errors import DockerException, NotFound
 
 from builder.engine import client as engine
+from builder.engine.port import ContainerEntry
 from builder.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,8 +58,8 @@ def _gone(client: DockerClient, container_id: str | None) -> bool:
     return False
 
 
-def _session_leftovers(client: DockerClient) -> list[Any]:
-    return list(client.containers.list(all=True, filters={"label": f"{engine.SESSION_LABEL}={engine.SESSION_ID}"}))
+def _session_leftovers(client: DockerClient) -> list[ContainerEntry]:
+    return engine.owned_containers(client, f"{engine.SESSION_LABEL}={engine.SESSION_ID}")
 
 
 @pytest.mark.docker
