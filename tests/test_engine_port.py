@@ -93,19 +93,25 @@ def test_listing_owned_containers_survives_one_removed_meanwhile() -> None:
     """CI failed once on this race: the SDK's `containers.list` inspects each listed container again,
     and a container that another process removed in between raised NotFound out of the listing."""
     from docker.errors import NotFound as DockerNotFound
+    from docker.models.containers import ContainerCollection
 
     class Api:
-        def containers(self, all: bool, filters: dict[str, str]) -> list[dict[str, object]]:
+        def containers(self, all: bool, filters: dict[str, str], **_: object) -> list[dict[str, object]]:
             assert all and filters == {"label": f"{OWNER_LABEL}=builder"}
             return [{"Id": "gone", "Labels": {OWNER_LABEL: "builder"}}, {"Id": "kept", "Labels": None}]
 
         def inspect_container(self, container_id: str) -> None:
             raise DockerNotFound(f"No such container: {container_id}")
 
-    class Sdk:
+    class Sdk:  # a DockerClient whose engine removed one container between the listing and its inspection
         api = Api()
 
-    entries = client.owned_containers(Sdk())  # type: ignore[arg-type]  # only the two calls a listing may make
+        def __init__(self) -> None:
+            self.containers = ContainerCollection(client=self)  # type: ignore[arg-type]  # the SDK's own list-then-inspect
+
+    with pytest.raises(DockerNotFound):  # the race, as the SDK's containers.list meets it
+        Sdk().containers.list(all=True, filters={"label": f"{OWNER_LABEL}=builder"})
+    entries = client.owned_containers(Sdk())  # type: ignore[arg-type]  # stands in for a DockerClient
     assert [(e.id, dict(e.labels)) for e in entries] == [("gone", {OWNER_LABEL: "builder"}), ("kept", {})]
 
 
