@@ -102,13 +102,27 @@ def dangling(client: DockerClient) -> set[str]:
     return {image["Id"] for image in client.api.images(filters={"dangling": True})}
 
 
+def frozen_with_a_container(proc: subprocess.Popen[bytes], client: DockerClient, tries: int = 5) -> list[str]:
+    """Stop `proc` (SIGSTOP) while it holds a container, and say which: a running `builder test` makes
+    and removes one container after another, so what a listing saw could be gone, or another made,
+    by the time a signal lands. Frozen, it can do neither; a request it had already sent gets 2 s."""
+    for _ in range(tries):
+        wait_for(lambda: bool(engine.owned_containers(client)), 120, "the smoke container")
+        proc.send_signal(signal.SIGSTOP)
+        time.sleep(2)
+        left = [c.id for c in engine.owned_containers(client)]
+        if left:
+            return left
+        proc.send_signal(signal.SIGCONT)  # stopped between two containers: let it make the next
+    raise AssertionError(f"never stopped {tries} times while it held a container")
+
+
 def test_a_sigkilled_runs_container_is_removed_by_the_next_run(repo: Path, docker_client: DockerClient) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "builder", "test", "--timeout", "300"], cwd=repo, env={**os.environ, "PYTHONPATH": str(ROOT)},
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
-    wait_for(lambda: bool(engine.owned_containers(docker_client)), 120, "the smoke container")
-    left = [c.id for c in engine.owned_containers(docker_client)]
+    left = frozen_with_a_container(proc, docker_client)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     assert [c.id for c in engine.owned_containers(docker_client)] == left, "SIGKILL leaves the container (nothing can run)"
