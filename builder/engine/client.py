@@ -198,8 +198,12 @@ def image_labels(client: docker.DockerClient, ref: str) -> dict[str, str] | None
         attrs = client.api.inspect_image(ref)
     except NotFound:
         return None
-    labels = (attrs.get("Config") or {}).get("Labels") or {}
-    return {str(k): str(v) for k, v in labels.items()}
+    return _labels((attrs.get("Config") or {}).get("Labels"))
+
+
+def _labels(found: Mapping[str, Any] | None) -> dict[str, str]:
+    """Labels as the engine answers them (absent or null when there are none), as text."""
+    return {str(k): str(v) for k, v in (found or {}).items()}
 
 
 def image_id(client: docker.DockerClient, ref: str) -> str | None:
@@ -233,7 +237,7 @@ def owned_containers(client: docker.DockerClient, label: str = OWNER_FILTER) -> 
     again, which fails with NotFound when another process removes one in between.
     """
     entries = client.api.containers(all=True, filters={"label": label})
-    return [port.ContainerEntry(str(e["Id"]), {str(k): str(v) for k, v in (e.get("Labels") or {}).items()}) for e in entries]
+    return [port.ContainerEntry(str(e["Id"]), _labels(e.get("Labels"))) for e in entries]
 
 
 def is_engine_fault(exc: BaseException) -> bool:
@@ -466,7 +470,7 @@ def _image_info(attrs: Mapping[str, Any]) -> port.ImageInfo:
     labels = (attrs.get("Config") or {}).get("Labels") if "Config" in attrs else attrs.get("Labels")
     return port.ImageInfo(
         id=str(attrs["Id"]),
-        labels={str(k): str(v) for k, v in (labels or {}).items()},
+        labels=_labels(labels),
         repo_tags=tuple(str(t) for t in attrs.get("RepoTags") or () if t != "<none>:<none>"),
         repo_digests=tuple(str(d) for d in attrs.get("RepoDigests") or () if d != "<none>@<none>"),
         size=int(attrs.get("Size") or 0),

@@ -22,8 +22,8 @@ class Decision:
 
 
 def read_result(results_dir: Path, image_id: str) -> SmokeResult | None:
-    """For readers that only show a result (report, nightly): one this tool cannot vouch for counts
-    as none. Publish uses `results.load` itself, to say why it refuses."""
+    """For readers that only act on a result (nightly): one this tool cannot vouch for counts as
+    none. Publish and the report use `results.load` themselves, to say why they leave one out."""
     try:
         return results.load(results_dir, image_id)
     except UserError:

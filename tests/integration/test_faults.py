@@ -122,9 +122,11 @@ def test_a_sigkilled_runs_container_is_removed_by_the_next_run(repo: Path, docke
         [sys.executable, "-m", "builder", "test", "--timeout", "300"], cwd=repo, env={**os.environ, "PYTHONPATH": str(ROOT)},
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
-    left = frozen_with_a_container(proc, docker_client)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=30)
+    try:
+        left = frozen_with_a_container(proc, docker_client)
+    finally:  # the kill this test is about; also when no container was caught, so no stopped run outlives it
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
     assert [c.id for c in engine.owned_containers(docker_client)] == left, "SIGKILL leaves the container (nothing can run)"
     done = builder(repo, "test")
     assert done.returncode == 0, done.stdout[-3000:]
