@@ -240,6 +240,19 @@ def no_uv_download(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(native_uv, "binary", lambda settings, tools_dir, machine=None: stand_in)
 
 
+OFFLINE_ENGINE = "unix:///nonexistent/the-offline-tier-reaches-no-engine.sock"
+
+
+@pytest.fixture(autouse=True)
+def no_engine_offline(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The offline tier (`-m "not docker"`) reaches no Docker engine, also where one runs (CI, a
+    developer's machine): DOCKER_HOST names a socket that does not exist, so a use-case that opens
+    the real engine instead of the fake fails the same everywhere, not only on an engine-less
+    machine. Tests of how the engine's address is resolved set or unset DOCKER_HOST themselves."""
+    if request.node.get_closest_marker("docker") is None:
+        monkeypatch.setenv("DOCKER_HOST", OFFLINE_ENGINE)
+
+
 @pytest.fixture(scope="session")
 def root() -> Path:
     """The repository root (where the embedded matrix.yaml lives)."""

@@ -77,14 +77,18 @@ def nightly(
     """One nightly at a time per workspace: it edits matrix.yaml, images/ and the catalog."""
     ws = Workspace.locate(str(matrix_path))
     ws.decided  # noqa: B018 - a matrix that does not load or plan stops here, before anything is written
-    checks_can_run(connect)  # a host whose smoke checks cannot run is refused before anything is written
     lock_file = ws.store.nightly / ".nightly.lock"
     lock_file.parent.mkdir(parents=True, exist_ok=True)
+    lock = filelock.FileLock(str(lock_file), timeout=0)
     try:
-        with filelock.FileLock(str(lock_file), timeout=0):
-            return _nightly(ws, matrix_path, options, events, updates, connect)
+        lock.acquire()  # first: a second nightly is told that one runs, whatever the engine says
     except filelock.Timeout:
         raise UserError(f"another `builder nightly` is running on this workspace (it holds {lock_file}); wait for it to finish") from None
+    try:
+        checks_can_run(connect)  # a host whose smoke checks cannot run is refused before anything is written
+        return _nightly(ws, matrix_path, options, events, updates, connect)
+    finally:
+        lock.release()
 
 
 def _nightly(
