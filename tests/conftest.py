@@ -38,11 +38,14 @@ SHARED_FOLDER = "tests/test_bake.py"
 # lane's modules (in file order) run on worker gw1 against the engine $BUILDER_TEST_ENGINE2 names
 # (scripts/test.sh starts it: .ci/docker-up.sh), every other integration module on gw0 against the
 # default engine. A lane's tests count, clean and remove what is on their own engine, so the other
-# lane's builds and containers never show up in them. The modules that build in the repository
+# lane's builds and containers never show up in them (one image crosses, before lane 1 builds
+# anything: the Debian base test_bootstrap.py makes is loaded into lane 1's engine). The modules that build in the repository
 # itself (its build/results/, and the CPU slice's images they share: slice, slice publish, the
 # wheels slice and its sizes) are all in the first lane; each second-lane module works in a copy
-# of its own (test_locking.py too, in lane 1 since the offline tests moved to a worker of their
-# own). The split is by measured time (docs/benchmarks.md; every run prints its lanes: tests/lanes.py).
+# of its own (test_locking.py and test_team_env.py too, in lane 1: the offline tests moved to a
+# worker of their own, and lane 1's base is no longer bootstrapped but loaded from lane 2's, made by
+# test_bootstrap.py). The split is by measured time (docs/benchmarks.md; every run prints its lanes:
+# tests/lanes.py).
 SECOND_LANE = tuple(
     f"{INTEGRATION}{name}"
     for name in (
@@ -55,7 +58,6 @@ SECOND_LANE = tuple(
         "test_publish_attacks.py",
         "test_registry_index.py",
         "test_secrets.py",
-        "test_team_env.py",
     )
 )
 ENGINE2_ENV = "BUILDER_TEST_ENGINE2"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import sys
 import time
@@ -11,6 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import docker
+import filelock
 import pytest
 from docker import DockerClient
 
@@ -224,23 +227,25 @@ def built_debian12(
     base = _base(f"itest-debian12-{uuid.uuid4().hex[:6]}")
     logs: list[str] = []
     work = tmp_path_factory.mktemp("bootstrap")
-    with pytest.MonkeyPatch.context() as patch:
+    shared = next(s.base for s in Workspace.locate(str(ROOT / "matrix.yaml")).selected(None, use_default=True))
+    with _lane_one_waits_for(shared) as lane_one, pytest.MonkeyPatch.context() as patch:
         patch.setattr(bootstrap, "SCRATCH_DIR", work / "scratch")
         patch.setenv("BUILDER_LOCK_DIR", str(work / "locks"))
         result = ensure_base(engine.DockerEngine(docker_client), base, log=logs.append)
         print(f"\nbootstrap {base.local_tag}: built={result.built} in {result.seconds:.1f}s")
         assert list((work / "scratch").iterdir()) == [], "the rootfs scratch dir was left behind"
-        _share_as_the_default_base(docker_client, base)
-        yield base, result, logs
+        _share_as_the_default_base(docker_client, base, shared)
+        if lane_one is not None:
+            _load_into(lane_one, docker_client, shared)
+    yield base, result, logs
     _remove_image(docker_client, base.local_tag)
 
 
-def _share_as_the_default_base(client: DockerClient, base: Base) -> None:
+def _share_as_the_default_base(client: DockerClient, base: Base, shared: Base) -> None:
     """Where the engine has no bootstrapped local-debian12 base yet, the one this module made is it:
     the recipe (and so every label) is the same, only the name differs, so it is the very image
     `ensure_base` would import, and the later tests' builds on this engine skip a second debootstrap
     (tests/integration/conftest.py runs this module first). The itest tag goes at the end; this one stays."""
-    shared = next(s.base for s in Workspace.locate(str(ROOT / "matrix.yaml")).selected(None, use_default=True))
     mine = engine.image_labels(client, base.local_tag)
     assert mine is not None
     mirror = bootstrap.Recipe.from_label(mine[bootstrap.RECIPE_LABEL]).mirror
@@ -248,6 +253,46 @@ def _share_as_the_default_base(client: DockerClient, base: Base) -> None:
     if engine.image_labels(client, shared.local_tag) is None:
         repository, tag = shared.local_tag.rsplit(":", 1)
         client.api.tag(base.local_tag, repository, tag)
+
+
+@contextlib.contextmanager
+def _lane_one_waits_for(shared: Base) -> Iterator[DockerClient | None]:
+    """In the second lane (tests/conftest.py), the first lane's engine, with the first lane's bootstrap
+    lock of the default base held: its first build waits on that lock, as a second `builder` process
+    waits on a first (ensure_base), and then finds the base this module made loaded into its engine,
+    so one debootstrap serves both engines (about a minute of the run's CPU). None, and nothing held,
+    in a one-lane run, or where the first lane is already bootstrapping it (it then makes its own)."""
+    address = os.environ.get("BUILDER_TEST_ENGINE1") if os.environ.get("BUILDER_TEST_LANE") == "2" else None
+    if not address:
+        yield None
+        return
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("BUILDER_LOCK_DIR", raising=False)  # the first lane's `builder` processes keep theirs in the default place
+        lock = filelock.FileLock(str(bootstrap.lock_path(shared)))
+    try:
+        lock.acquire(timeout=0)
+    except filelock.Timeout:
+        yield None
+        return
+    lane_one = docker.DockerClient(base_url=address)
+    try:
+        yield lane_one
+    finally:
+        lane_one.close()
+        lock.release()
+
+
+def _load_into(lane_one: DockerClient, client: DockerClient, shared: Base) -> None:
+    """The default base, saved from this engine and loaded into the first lane's (same image id, same
+    labels), unless that engine already holds it."""
+    labels = engine.image_labels(client, shared.local_tag)
+    assert labels is not None
+    if (engine.image_labels(lane_one, shared.local_tag) or {}).get(bootstrap.HASH_LABEL) == labels[bootstrap.HASH_LABEL]:
+        return
+    for line in lane_one.api.load_image(client.api.get_image(shared.local_tag)):
+        assert "error" not in line, line
+    loaded = engine.image_labels(lane_one, shared.local_tag)
+    assert loaded is not None and loaded[bootstrap.HASH_LABEL] == labels[bootstrap.HASH_LABEL], loaded
 
 
 @pytest.mark.docker
