@@ -69,8 +69,10 @@ def refuse_blocked_checks(engine: Engine) -> None:
 def checks_can_run(connect: Connect) -> None:
     """Before a build that will be tested (`builder run`, nightly): the same refusal, up front."""
     engine = connect()
-    refuse_blocked_checks(engine)
-    engine.close()
+    try:
+        refuse_blocked_checks(engine)
+    finally:  # also when the engine fails the question itself (closing twice is harmless)
+        engine.close()
 
 
 def _test_one(
