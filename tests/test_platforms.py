@@ -21,8 +21,7 @@ from builder.compat.platforms import platform_reason
 from builder.engine import bootstrap
 from builder.engine.staging import fits
 from builder.fit.runs_on import record_arch
-from builder.host import doctor
-from builder.host import facts
+from builder.host import doctor, facts
 from builder.host.facts import AmdInfo, EmulationFacts, EngineFacts, HostInfo, NvidiaGpu, NvidiaInfo, gather_emulation
 from builder.lock.target import platform_for, target_for
 from builder.records import AMD64, ARM64, Base, Plan, platform_of_id
