@@ -106,8 +106,8 @@ def _nvidia(name: str, code: Embedded, device: Arch, what: str) -> LibraryFit:
             "unknown",
             "floor",
             None,
-            f"{name} (NVIDIA's) holds no device code for a known GPU in its .nv_fatbin ({code.label}): it loads its kernels "
-            "another way, so the GPUs it supports are its CUDA release's, which the file does not say",
+            f"{name} (NVIDIA's) holds no device code for a known GPU in its .nv_fatbin ({code.label}): the GPUs it "
+            "supports are its CUDA release's (cuFFT 12.5 keeps its kernels outside the fatbin), which the file does not say",
         )
     at = (device.major, device.minor)
     if at < (lowest.major, lowest.minor):
