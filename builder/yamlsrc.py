@@ -3,6 +3,12 @@
 PyYAML's plain loaders forget positions and silently keep the last of two duplicate keys;
 users need both (`error: matrix.yaml:12: duplicate key 'torch'`), so we compose nodes and
 convert them ourselves.
+
+Bounded by the project, whichever loader PyYAML has (libyaml's, or its pure-Python one where
+libyaml is absent), before anything is composed: the file's size (MAX_BYTES), its values (a text
+gate at C speed, then the parser's events, MAX_EVENTS) and its nesting (MAX_DEPTH, counted on the
+events; the pure-Python scanner also stops there, since its simple-key bookkeeping costs time in
+proportion to the depth for every token: 100,000 `[` took 189 s before any event came out).
 """
 
 from __future__ import annotations
@@ -17,8 +23,6 @@ from yaml.constructor import SafeConstructor
 from builder.errors import UserError
 from builder.fsio import read_text
 
-# libyaml's composer when present (about 15x faster); both give the same nodes and marks.
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 MAX_BYTES = 16 * 2**20  # a matrix or table bigger than this is a mistake, not a matrix
 # Aliases may repeat a value (`*defaults`), but not multiply the document: the values produced may
 # exceed the nodes written by this many times (plus a small allowance) before the file is refused.
@@ -29,6 +33,30 @@ ALIAS_ALLOWANCE = 10_000
 # ~300, the largest compat table ~2,200 (tests/test_bounds.py checks the headroom). Counting this
 # many takes under a second; composing and converting them a few.
 MAX_EVENTS = 200_000
+# Levels of nested lists and mappings: matrix.yaml and the compat tables have at most 6
+# (tests/test_bounds.py checks the headroom); libyaml's own limit (1,000) is not the project's bound.
+MAX_DEPTH = 64
+
+
+class _TooDeep(yaml.YAMLError):
+    def __init__(self, line: int) -> None:
+        super().__init__(f"nesting deeper than {MAX_DEPTH} levels")
+        self.line = line
+
+
+class _PureLoader(yaml.SafeLoader):
+    """PyYAML's pure-Python loader, stopped in its scanner at MAX_DEPTH levels of flow nesting: it
+    keeps a possible simple key per level and walks them all for every token (and looks up to 1,024
+    characters ahead), so deep `[[[...` is quadratic there before the parser sees an event."""
+
+    def fetch_flow_collection_start(self, TokenClass: type[yaml.Token]) -> None:
+        if self.flow_level >= MAX_DEPTH:
+            raise _TooDeep(int(self.get_mark().line) + 1)
+        super().fetch_flow_collection_start(TokenClass)
+
+
+# libyaml's composer when present (about 15x faster); both give the same nodes and marks.
+_LOADER = getattr(yaml, "CSafeLoader", _PureLoader)
 
 
 class LDict(dict[str, Any]):
@@ -149,6 +177,8 @@ def loads(text: str, file: str) -> Any:
     try:
         _count_events(text, file)
         node = yaml.compose(text, Loader=_LOADER)
+    except _TooDeep as exc:
+        raise UserError(_DEEP, file, exc.line) from None
     except RecursionError:
         raise UserError("nesting is too deep to read; flatten the structure", file, 1) from None
     except yaml.MarkedYAMLError as exc:
@@ -173,21 +203,43 @@ def loads(text: str, file: str) -> Any:
         raise UserError("nesting is too deep or an alias refers to itself; write the values out", file, 1) from None
 
 
+def text_values(text: str) -> int:
+    """How many parser events the text may hold, counted at C speed: a value after the first needs a
+    comma (flow style) or a new line (block style), a mapping's value its colon, a flow list or
+    mapping its two brackets, a block list entry its `- `. About 1.1 to 1.2 times the events of the
+    real files (2.5 for sources.yaml, its URLs' colons): an upper bound for refusing, never a count."""
+    brackets = text.count("[") + text.count("{")
+    return text.count(",") + text.count("\n") + text.count(":") + 2 * brackets + text.count("- ")
+
+
+_DEEP = f"nesting depth over {MAX_DEPTH} levels of lists and mappings; flatten the structure"
+_OPENS = (yaml.SequenceStartEvent, yaml.MappingStartEvent)
+_CLOSES = (yaml.SequenceEndEvent, yaml.MappingEndEvent)
+
+
 def _count_events(text: str, file: str) -> None:
-    """Refuse a document of more than MAX_EVENTS values before any node is built.
+    """Refuse a document of more than MAX_EVENTS values, or nested deeper than MAX_DEPTH, before any
+    node is built.
 
     Composing and converting cost ~14 us a value: a 15 MiB one-line flow list (7.5 million items)
-    took 106 s and 2.9 GB before the matrix checks refused it. First a text gate (C speed): every
-    value after the first needs a comma (flow style) or a new line (block style), so more of them
-    than MAX_EVENTS is refused at once. Then the parser's events are counted up to MAX_EVENTS (it
-    streams, so this costs time in proportion to the cap, not the file): nested `[[[...]]]` or
-    `- - - x` that pass the gate stop there."""
-    message = f"more than {MAX_EVENTS:,} values; a matrix or table this large is a mistake (or split it)"
-    if text.count(",") + text.count("\n") > MAX_EVENTS:
+    took 106 s and 2.9 GB before the matrix checks refused it. First a text gate (C speed,
+    `text_values`), since parsing costs too (libyaml reads 200,000 values in about a second, the
+    pure-Python parser in 18): a file that may hold that many is refused at once. Then the parser's
+    events are counted up to MAX_EVENTS and their depth up to MAX_DEPTH (it streams, so this costs
+    time in proportion to the caps, not the file): nested `[[[...]]]` or `- - - x` stop there."""
+    message = f"{MAX_EVENTS:,} values or more; a matrix or table this large is a mistake (or split it)"
+    if text_values(text) >= MAX_EVENTS:
         raise UserError(message, file)
+    depth = 0
     for count, event in enumerate(yaml.parse(text, Loader=_LOADER)):
         if count >= MAX_EVENTS:
             raise UserError(message, file, int(event.start_mark.line) + 1 if event.start_mark else None)
+        if isinstance(event, _OPENS):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise UserError(_DEEP, file, int(event.start_mark.line) + 1 if event.start_mark else None)
+        elif isinstance(event, _CLOSES):
+            depth -= 1
 
 
 def _construct(node: yaml.Node, file: str, constructor: SafeConstructor) -> Any:

@@ -61,6 +61,9 @@ SECOND_LANE = tuple(
     )
 )
 ENGINE2_ENV = "BUILDER_TEST_ENGINE2"
+# Integration modules that need the package index but no engine: each runs as a unit of its own on
+# whichever worker is free (the offline tests' worker, idle once they are done), not in a lane.
+ANY_WORKER = (f"{INTEGRATION}test_probe_hermetic.py",)
 
 from builder.engine.client import DEFAULT_SOCKET, engine_endpoint  # noqa: E402
 from builder.errors import UserError  # noqa: E402
@@ -186,6 +189,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
             super().schedule()
 
         def _split_scope(self, nodeid: str) -> str:
+            if nodeid.startswith(ANY_WORKER):  # no engine: not a lane's, any free worker takes it whole
+                return nodeid.split("::", 1)[0]
             if nodeid.startswith(INTEGRATION):
                 if self.lanes:  # the lane's worker: its engine is the one its name chose
                     return ("gw1:" if nodeid.startswith(SECOND_LANE) else "gw0:") + INTEGRATION

@@ -39,6 +39,7 @@ PURE = (
     "lock/claims.py",
     "fit/arch.py",
     "fit/driver.py",
+    "fit/rule.py",
     "fit/runs_on.py",
     "fit/labelled.py",
 )

@@ -374,7 +374,9 @@ def test_record_reasons() -> None:
     assert judge(pascal, nvidia("6.1"), table()).reason.startswith("cuDNN 9.11.0 needs compute capability >= 7.5: Pascal 6.1")
     assert judge(TORCH_CU130, nvidia("8.6", driver=None), table()).status == "fits"  # the driver is only noted as unchecked
     assert judge(TORCH_CU130, nvidia(), table()).status == "unknown"  # no GPU known: not a yes
-    assert judge(TORCH_CU130, FitHost("arm64", "nvidia", ("9.0",), None), table()).reason == "an amd64 image; this host is arm64"
+    assert judge(TORCH_CU130, FitHost("arm64", "nvidia", ("9.0",), None), table()).reason == (
+        "another CPU architecture: an amd64 image; this host is arm64 (run it on an amd64 host)"
+    )
     assert judge(record("torch2.14-cpu"), FitHost("amd64", "none", (), None), table()).status == "fits"
     assert judge(TORCH_CU130, FitHost("amd64", "amd", ("gfx90a",), None), table()).status == "does not fit"
     cupy = judge(record("cupy14-cuda13", frameworks={"cupy": "14.0.0"}, accelerator=CU130), nvidia("9.0"), table())

@@ -23,7 +23,7 @@ from builder.catalog.store import Catalog
 from builder.compat.facts import table
 from builder.engine.port import ExecResult
 from builder.errors import RunFailure, UserError
-from builder.fit import measure, scan
+from builder.fit import measure, rule, scan
 from builder.fit.host import FitHost
 from builder.fit.runs_on import RunsOn, runs_on
 from builder.measured_fit import MeasuredFit
@@ -91,12 +91,13 @@ def test_nvidia_libraries_impose_their_floor_not_their_fatbin_list() -> None:
     """cuFFT 12's fatbin is one sm_75 stub (cuobjdump says the same): its kernels live elsewhere,
     so an NVIDIA library counts from its lowest SASS on."""
     cufft = TORCH_FIT.library("nvidia/cu13/lib/libcufft.so.12")
-    assert cufft is not None and dict(cufft.sass) == {"sm_75": 1} and cufft.runs_on == ("7.5",)
-    assert measure.library_floor(cufft) == "7.5"
-    assert measure.library_floor(TORCH_FIT.library("torch/lib/libtorch_cuda.so") or cufft) is None
-    assert measure.component("nvidia/cudnn/lib/libcudnn_engines_precompiled.so.9") == "cudnn"
-    assert measure.component("nvidia/cu13/lib/libcublasLt.so.13") == "cublasLt"
-    assert measure.component("torch/lib/libtorch_cuda.so") is None
+    assert cufft is not None and dict(cufft.sass) == {"sm_75": 1}
+    assert cufft.runs_on == ("7.5", "8.0", "8.6", "8.7", "8.9", "9.0", "10.0", "10.3", "11.0", "12.0", "12.1")  # fit/rule.py's answer
+    torch = TORCH_FIT.library("torch/lib/libtorch_cuda.so")
+    assert torch is not None and "11.0" not in torch.runs_on and "12.0" in torch.runs_on, "any other library: exactly its SASS"
+    assert rule.nvidia_component("nvidia/cudnn/lib/libcudnn_engines_precompiled.so.9") == "cudnn"
+    assert rule.nvidia_component("nvidia/cu13/lib/libcublasLt.so.13") == "cublasLt"
+    assert rule.nvidia_component("torch/lib/libtorch_cuda.so") is None
 
 
 def test_numba_compiles_at_run_time_through_the_bundled_nvrtc() -> None:

@@ -21,8 +21,8 @@ from builder.compat.platforms import platform_reason
 from builder.engine import bootstrap
 from builder.engine.staging import fits
 from builder.fit.runs_on import record_arch
-from builder.host import doctor
-from builder.host.facts import AmdInfo, EmulationFacts, EngineFacts, HostInfo, NvidiaInfo, gather_emulation
+from builder.host import doctor, facts
+from builder.host.facts import AmdInfo, EmulationFacts, EngineFacts, HostInfo, NvidiaGpu, NvidiaInfo, gather_emulation
 from builder.lock.target import platform_for, target_for
 from builder.records import AMD64, ARM64, Base, Plan, platform_of_id
 from builder.render import bake
@@ -369,19 +369,49 @@ def test_doctor_reports_arm64_emulation(
         assert not check.fix
 
 
-def test_doctor_fails_arm64_images_on_a_host_without_emulation(two: Plan) -> None:
-    engine = EngineFacts(True, "20.10.24", ())
-    without = HostInfo(engine, NvidiaInfo(status="absent"), AmdInfo(), EmulationFacts("x86_64", "absent"))
+def test_doctor_says_another_cpu_architecture_and_notes_building_here_apart(two: Plan) -> None:
+    """doctor answers what this host runs: an arm64 image is `n/a` on an amd64 host, with or without
+    binfmt, and a GPU image is never offered emulation as its fix (qemu-user has no GPU, issue 39).
+    Building it here under emulation is a note of its own, with binfmt's fix where it is missing."""
+    engine = EngineFacts(True, "20.10.24", ("nvidia", "runc"))
+    gpu = NvidiaInfo(status="ok", driver="580.159.04", gpus=(NvidiaGpu(0, "NVIDIA H200", "9.0", 143771),))
+    without = HostInfo(engine, gpu, AmdInfo(), EmulationFacts("x86_64", "absent"))
     with_f = replace(without, emulation=EmulationFacts("x86_64", "enabled", "PF"))
-    arm = next(s for s in two.images if s.platform == ARM64)
-    amd = next(s for s in two.images if s.platform == AMD64 and s.base.vendor == arm.base.vendor)
-    verdict = doctor.image_verdict(without, arm)
-    assert verdict.status == "fail" and "linux/arm64" in verdict.reason and "qemu-user-static" in verdict.fix
-    assert doctor.image_verdict(with_f, arm).status != "fail"
+    arm = next(s for s in two.images if s.platform == ARM64 and s.accelerator.kind == "cuda")
+    amd = next(s for s in two.images if s.platform == AMD64 and s.accelerator.kind == "cuda")
+    for host in (without, with_f):
+        verdict = doctor.image_verdict(host, arm)
+        assert verdict.status == "n/a", verdict
+        assert verdict.reason == "another CPU architecture: a linux/arm64 image; this host is amd64 (qemu-user emulation has no GPU)"
+        assert verdict.fix == "run it on an arm64 host" and "qemu" not in verdict.fix and "binfmt" not in verdict.fix
+    assert doctor.image_verdict(without, arm).note.startswith("not buildable here: no qemu-aarch64 binfmt handler is registered")
+    assert "qemu-user-static" in doctor.image_verdict(without, arm).note
+    assert doctor.image_verdict(with_f, arm).note == "builds and its CPU checks run here under qemu-aarch64 emulation (slow)"
+    cpu_arm = next(s for s in two.images if s.platform == ARM64 and s.accelerator.kind == "cpu")
+    assert doctor.image_verdict(with_f, cpu_arm).reason == "another CPU architecture: a linux/arm64 image; this host is amd64"
     assert doctor.image_verdict(without, amd) == doctor.image_verdict(with_f, amd)
+    assert doctor.image_verdict(without, amd).status != "n/a" and not doctor.image_verdict(without, amd).note
+    arm_host = replace(without, emulation=EmulationFacts("aarch64", "native"))
+    assert doctor.image_verdict(arm_host, amd).reason.startswith("another CPU architecture: a linux/amd64 image; this host is arm64")
+    assert doctor.image_verdict(arm_host, arm).status != "n/a"
     names = [c.name for c in doctor.host_checks(without)]
     assert names[-1] == "arm64 emulation"
     assert "arm64 emulation" not in [c.name for c in doctor.host_checks(replace(without, emulation=None))]
+
+
+def test_doctor_on_a_gpu_host_exits_0_for_its_arm64_images(in_tmp: Path, cli: RunCli, monkeypatch: pytest.MonkeyPatch) -> None:
+    (in_tmp / "matrix.yaml").write_text(TWO_PLATFORMS, encoding="utf-8")
+    engine = EngineFacts(True, "20.10.24", ("nvidia", "runc"))
+    gpu = NvidiaInfo(status="ok", driver="580.159.04", gpus=(NvidiaGpu(0, "NVIDIA H200", "9.0", 143771),))
+    monkeypatch.setattr(facts, "gather", lambda **kwargs: HostInfo(engine, gpu, AmdInfo(), EmulationFacts("x86_64", "absent")))
+    result = cli("--matrix", "matrix.yaml", "doctor", "--format", "json")
+    assert result.exit_code == 0, result.output  # the arm64 images are n/a here, not failures
+    images = json.loads(result.stdout)["images"]
+    arm = [i for i in images if i["image"].endswith("-arm64")]
+    assert arm and all(i["status"] == "n/a" and i["reason"].startswith("another CPU architecture") for i in arm)
+    assert not any("binfmt" in i["fix"] or "qemu" in i["fix"] for i in images)
+    table = cli("--matrix", "matrix.yaml", "doctor")
+    assert "Building here (another CPU architecture):" in table.stdout
 
 
 def _table_rows(text: str) -> list[dict[str, Any]]:

@@ -1,13 +1,19 @@
 """hello-gpu: the real script, run in subprocesses against fake frameworks on a host without a GPU.
 
-Fake frameworks are tiny packages named torch/jax/... put first on PYTHONPATH; GPU device nodes are
-simulated with HELLO_GPU_DEV_ROOT pointing at a temp dir, so these tests mean the same on any machine.
+Hermetic, so these tests mean the same on any machine, a GPU workstation with every framework
+installed included (issue 39): the probe runs in an isolated Python (a venv made from the test
+interpreter's base, without its packages: `isolated_python`) that sees only the standard library and
+what the test put on PYTHONPATH (fake frameworks, tiny packages named torch/jax/..., and stand-ins for
+the NVIDIA wheels' libraries), in an environment built from nothing (no LD_LIBRARY_PATH, CUDA_* or
+NUMBA_* of the host), with a PATH holding only the test's own folder (a fake nvidia-smi or none), and
+GPU device nodes simulated with HELLO_GPU_DEV_ROOT pointing at a temp dir.
+tests/integration/test_probe_hermetic.py runs this file in an interpreter that has numba, numba-cuda
+and the NVIDIA runtime wheels installed, and it must pass there too.
 """
 
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
 import os
 import re
@@ -71,8 +77,10 @@ class Tensor:
         self.rows, self.device = rows, device
 
     def __matmul__(self, other):
+        import operator
+
         cols = list(zip(*other.rows))
-        rows = [[sum(x * y for x, y in zip(r, c)) for c in cols] for r in self.rows]
+        rows = [[sum(map(operator.mul, r, c)) for c in cols] for r in self.rows]
         if (MODE == "cpu-wrong" and self.device == "cpu") or (MODE == "gpu-wrong" and self.device != "cpu"):
             rows[0][0] += 1.0
         return Tensor(rows, self.device)
@@ -220,36 +228,54 @@ class ProbeRun:
         return result
 
 
+@pytest.fixture(scope="session")
+def isolated_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Python that sees the standard library and nothing else: a venv of the test interpreter's
+    base made without pip and without its site-packages (made once per session, ~1 s). The probe's
+    children run the same interpreter (sys.executable), so they see no more than it does."""
+    venv = tmp_path_factory.mktemp("isolated") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True, timeout=120)
+    python = venv / "bin" / "python"
+    code = "import importlib.metadata as m; print(sorted(str(d.metadata['Name']) for d in m.distributions()))"
+    seen = subprocess.run([str(python), "-c", code], env={"PATH": ""}, capture_output=True, text=True, check=True, timeout=60)
+    assert seen.stdout.strip() == "[]", f"the isolated Python sees installed packages: {seen.stdout}"
+    return python
+
+
 def run_probe(
     tmp_path: Path,
+    python: Path,
     *args: str,
     fakes: dict[str, str] | None = None,
     gpu_nodes: tuple[str, ...] = (),
     env: dict[str, str] | None = None,
     path: str | None = None,
 ) -> ProbeRun:
-    """Run the real script with fake framework packages and simulated /dev contents."""
-    site, dev = tmp_path / "site", tmp_path / "dev"
-    dev.mkdir(exist_ok=True)
+    """Run the real script in the isolated Python with fake framework packages and simulated /dev contents.
+
+    The environment is built from nothing but what the probe needs: the host's variables (a GPU
+    host's CUDA_VISIBLE_DEVICES, LD_LIBRARY_PATH, NUMBA_*, PYTHON*) never reach it, and PATH is an
+    empty folder of the test's unless `path` names another (one with a fake nvidia-smi)."""
+    site, dev, empty = tmp_path / "site", tmp_path / "dev", tmp_path / "no-tools"
+    for folder in (site, dev, empty):
+        folder.mkdir(exist_ok=True)
     for node in gpu_nodes:
         (dev / node).touch()
     for name, source in (fakes or {}).items():
         (site / name).mkdir(parents=True, exist_ok=True)
         (site / name / "__init__.py").write_text(source)
     full_env = {
-        k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "NUMBA_ENABLE_CUDASIM", "NVIDIA_REQUIRE_CUDA", "CUDA_VERSION"}
+        "PATH": path if path is not None else str(empty),
+        "HOME": str(tmp_path),
+        "LC_ALL": "C.UTF-8",
+        "PYTHONPATH": str(site),
+        "PYTHONNOUSERSITE": "1",
+        "HELLO_GPU_DEV_ROOT": str(dev),
+        **(env or {}),
     }
-    full_env.update(PYTHONPATH=str(site), HELLO_GPU_DEV_ROOT=str(dev), **(env or {}))
-    if path is not None:
-        full_env["PATH"] = path
     started = time.monotonic()
-    done = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, env=full_env, timeout=300, check=False)
+    done = subprocess.run([str(python), str(SCRIPT), *args], capture_output=True, text=True, env=full_env, timeout=300, check=False)
     return ProbeRun(done.returncode, done.stdout, done.stderr, time.monotonic() - started)
-
-
-def absent(name: str) -> bool:
-    """Whether the real framework is absent from the interpreter the tests run under."""
-    return importlib.util.find_spec(name) is None
 
 
 def alive(pid: int) -> bool:
@@ -287,8 +313,8 @@ def test_script_is_a_stdlib_only_python39_executable() -> None:
 # ------------------------------------------------------------------- (a) nothing installed, no GPU
 
 
-def test_nothing_installed_reports_every_framework_not_installed(tmp_path: Path) -> None:
-    run = run_probe(tmp_path, "--json", path=str(tmp_path))  # PATH without nvidia-smi
+def test_nothing_installed_reports_every_framework_not_installed(tmp_path: Path, isolated_python: Path) -> None:
+    run = run_probe(tmp_path, isolated_python, "--json")  # the isolated Python has no framework; PATH no nvidia-smi
     assert run.returncode == 0, run.stderr
     report = run.report
     assert {"probe", "schema", "host", "frameworks", "summary", "ok"} <= report.keys()
@@ -300,15 +326,14 @@ def test_nothing_installed_reports_every_framework_not_installed(tmp_path: Path)
     for name, result in report["frameworks"].items():
         assert set(result) == RESULT_KEYS
         assert result["framework"] == name
-        if absent(name):
-            assert result["status"] == "not-installed"
-            assert result["gpu_check"] is None and result["diagnosis"] is None
-    assert sum(report["summary"].values()) == 5
+        assert result["status"] == "not-installed"
+        assert result["gpu_check"] is None and result["diagnosis"] is None
+    assert report["summary"] == {"passed": 0, "failed": 0, "skipped": 0, "not-installed": 5}
     assert set(report["summary"]) == {"passed", "failed", "skipped", "not-installed"}
 
 
-def test_human_table_without_json(tmp_path: Path) -> None:
-    run = run_probe(tmp_path, "--frameworks", "torch,numba", fakes={"numba": FAKE_NUMBA_OLD, "torch": FAKE_TORCH})
+def test_human_table_without_json(tmp_path: Path, isolated_python: Path) -> None:
+    run = run_probe(tmp_path, isolated_python, "--frameworks", "torch,numba", fakes={"numba": FAKE_NUMBA_OLD, "torch": FAKE_TORCH})
     assert run.returncode == 1
     lines = run.stdout.splitlines()
     assert re.match(r"torch\s+skipped\s+9\.9\.9\+fake", lines[2])
@@ -319,19 +344,19 @@ def test_human_table_without_json(tmp_path: Path) -> None:
     assert "fake torch chatter" not in run.stdout  # framework output goes to stderr
 
 
-def test_unknown_framework_is_a_usage_error(tmp_path: Path) -> None:
-    run = run_probe(tmp_path, "--frameworks", "torch,pytorch")
+def test_unknown_framework_is_a_usage_error(tmp_path: Path, isolated_python: Path) -> None:
+    run = run_probe(tmp_path, isolated_python, "--frameworks", "torch,pytorch")
     assert run.returncode == 2
     assert "pytorch" in run.stderr and run.stdout == ""
 
 
-def test_nvidia_smi_is_reported_when_it_answers(tmp_path: Path) -> None:
+def test_nvidia_smi_is_reported_when_it_answers(tmp_path: Path, isolated_python: Path) -> None:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     smi = bin_dir / "nvidia-smi"
     smi.write_text("#!/bin/sh\necho 'NVIDIA H200, 580.159, 9.0'\necho 'NVIDIA H200, 580.159, 9.0'\n")
     smi.chmod(0o755)
-    run = run_probe(tmp_path, "--json", "--frameworks", "cupy", path=str(bin_dir))
+    run = run_probe(tmp_path, isolated_python, "--json", "--frameworks", "cupy", path=str(bin_dir))
     assert run.report["host"]["nvidia_smi"] == {"name": "NVIDIA H200", "driver_version": "580.159", "compute_cap": "9.0"}
 
 
@@ -347,8 +372,8 @@ def test_parse_nvidia_smi_of_old_drivers_without_compute_cap() -> None:
 # -------------------------------------------------------------- (b) failing, hanging, crashing fakes
 
 
-def test_numba_numpy_import_error_is_failed_with_the_pin(tmp_path: Path) -> None:
-    run = run_probe(tmp_path, "--json", "--frameworks", "numba", fakes={"numba": FAKE_NUMBA_OLD})
+def test_numba_numpy_import_error_is_failed_with_the_pin(tmp_path: Path, isolated_python: Path) -> None:
+    run = run_probe(tmp_path, isolated_python, "--json", "--frameworks", "numba", fakes={"numba": FAKE_NUMBA_OLD})
     assert run.returncode == 1
     numba = run.result("numba")
     assert numba["status"] == "failed"
@@ -363,11 +388,11 @@ NUMBA_FAKES = {"numba": FAKE_NUMBA_BUILTIN, "numpy": FAKE_NUMPY}
 CUDA_IMAGE = {"NVIDIA_REQUIRE_CUDA": "cuda>=11.8 brand=tesla,driver>=470,driver<471"}
 
 
-def test_a_numba_cuda_image_without_nvvm_fails_without_a_gpu_with_the_nvvm_diagnosis(tmp_path: Path) -> None:
+def test_a_numba_cuda_image_without_nvvm_fails_without_a_gpu_with_the_nvvm_diagnosis(tmp_path: Path, isolated_python: Path) -> None:
     # numba's built-in CUDA target on an nvidia/cuda -runtime base: no numba-cuda, no libNVVM, no GPU here
     calls = tmp_path / "calls"
     env = {**CUDA_IMAGE, "FAKE_NVVM": "missing", "FAKE_NUMBA_CALLS": str(calls)}
-    run = run_probe(tmp_path, "--json", "--frameworks", "numba", fakes=NUMBA_FAKES, env=env)
+    run = run_probe(tmp_path, isolated_python, "--json", "--frameworks", "numba", fakes=NUMBA_FAKES, env=env)
     assert run.returncode == 1
     numba = run.result("numba")
     assert numba["status"] == "failed"
@@ -379,10 +404,10 @@ def test_a_numba_cuda_image_without_nvvm_fails_without_a_gpu_with_the_nvvm_diagn
     assert calls.read_text().startswith("compile_ptx (float32[:], float32[:]) (7, 5)")
 
 
-def test_a_numba_cuda_image_with_nvvm_compiles_a_kernel_and_is_skipped_without_a_gpu(tmp_path: Path) -> None:
+def test_a_numba_cuda_image_with_nvvm_compiles_a_kernel_and_is_skipped_without_a_gpu(tmp_path: Path, isolated_python: Path) -> None:
     calls = tmp_path / "calls"
     env = {"CUDA_VERSION": "11.8.0", "FAKE_NUMBA_CALLS": str(calls)}
-    run = run_probe(tmp_path, "--json", "--frameworks", "numba", fakes=NUMBA_FAKES, env=env)
+    run = run_probe(tmp_path, isolated_python, "--json", "--frameworks", "numba", fakes=NUMBA_FAKES, env=env)
     numba = run.result("numba")
     assert numba["status"] == "skipped", numba["reason"]
     assert numba["offline"] == [{"name": "compiles a kernel (compile_ptx)", "ok": True, "detail": numba["offline"][0]["detail"]}]
@@ -390,30 +415,31 @@ def test_a_numba_cuda_image_with_nvvm_compiles_a_kernel_and_is_skipped_without_a
     assert calls.read_text().count("compile_ptx") == 1
 
 
-def test_the_built_in_target_compiles_for_a_fixed_cc_when_the_cuda_runtime_reports_none(tmp_path: Path) -> None:
+def test_the_built_in_target_compiles_for_a_fixed_cc_when_the_cuda_runtime_reports_none(tmp_path: Path, isolated_python: Path) -> None:
     # CUDA 11's runtime reports no supported CC without a driver: the offline compile fixes the target, then restores it
     calls = tmp_path / "calls"
     env = {**CUDA_IMAGE, "FAKE_CUDART": "no-driver", "FAKE_NUMBA_CALLS": str(calls)}
-    run = run_probe(tmp_path, "--json", "--frameworks", "numba", fakes=NUMBA_FAKES, env=env)
+    run = run_probe(tmp_path, isolated_python, "--json", "--frameworks", "numba", fakes=NUMBA_FAKES, env=env)
     numba = run.result("numba")
     assert numba["status"] == "skipped", numba["reason"]
     assert numba["offline"][0]["ok"] is True
     assert calls.read_text().splitlines() == ["compile_ptx (float32[:], float32[:]) (7, 5) forced=(7, 5)", "is_available forced=None"]
 
 
-def test_a_cpu_numba_image_compiles_no_cuda_kernel(tmp_path: Path) -> None:
+def test_a_cpu_numba_image_compiles_no_cuda_kernel(tmp_path: Path, isolated_python: Path) -> None:
     calls = tmp_path / "calls"
     env = {"FAKE_NVVM": "missing", "FAKE_NUMBA_CALLS": str(calls)}
-    run = run_probe(tmp_path, "--json", "--frameworks", "numba", fakes=NUMBA_FAKES, env=env)
+    run = run_probe(tmp_path, isolated_python, "--json", "--frameworks", "numba", fakes=NUMBA_FAKES, env=env)
     numba = run.result("numba")
     assert numba["status"] == "skipped" and numba["offline"] == []
     assert "compile_ptx" not in calls.read_text()
 
 
-def test_hang_is_killed_at_the_timeout_and_the_others_are_still_reported(tmp_path: Path) -> None:
+def test_hang_is_killed_at_the_timeout_and_the_others_are_still_reported(tmp_path: Path, isolated_python: Path) -> None:
     pid_file = tmp_path / "pids"
     run = run_probe(
         tmp_path,
+        isolated_python,
         "--json",
         "--timeout",
         "2",
@@ -429,14 +455,13 @@ def test_hang_is_killed_at_the_timeout_and_the_others_are_still_reported(tmp_pat
     assert 2 <= jax["seconds"] < 30
     assert run.result("numba")["status"] == "failed"  # checked after the hang, still reported
     assert run.result("torch")["status"] == "skipped"
-    if absent("tensorflow") and absent("cupy"):
-        assert run.report["summary"] == {"passed": 0, "failed": 2, "skipped": 1, "not-installed": 2}
+    assert run.report["summary"] == {"passed": 0, "failed": 2, "skipped": 1, "not-installed": 2}
     pids = [int(pid) for pid in pid_file.read_text().split()]
     assert wait_until(lambda: not any(alive(pid) for pid in pids)), "hung child or grandchild left running"
 
 
-def test_segfault_is_failed_as_a_crash_and_the_others_are_still_reported(tmp_path: Path) -> None:
-    run = run_probe(tmp_path, "--json", fakes={"cupy": FAKE_CUPY_SEGV, "torch": FAKE_TORCH, "numba": FAKE_NUMBA_OLD})
+def test_segfault_is_failed_as_a_crash_and_the_others_are_still_reported(tmp_path: Path, isolated_python: Path) -> None:
+    run = run_probe(tmp_path, isolated_python, "--json", fakes={"cupy": FAKE_CUPY_SEGV, "torch": FAKE_TORCH, "numba": FAKE_NUMBA_OLD})
     assert run.returncode == 1
     cupy = run.result("cupy")
     assert cupy["status"] == "failed"
@@ -464,9 +489,12 @@ def test_segfault_is_failed_as_a_crash_and_the_others_are_still_reported(tmp_pat
         ("cpu-wrong", ("nvidiactl",), (), "failed", "CPU check failed: 16x16 float32 matmul on the CPU DIFFERS"),
     ],
 )
-def test_fake_torch_verdicts(tmp_path: Path, mode: str, nodes: tuple[str, ...], flags: tuple[str, ...], status: str, reason: str) -> None:
+def test_fake_torch_verdicts(
+    tmp_path: Path, isolated_python: Path, mode: str, nodes: tuple[str, ...], flags: tuple[str, ...], status: str, reason: str
+) -> None:
     run = run_probe(
         tmp_path,
+        isolated_python,
         "--json",
         "--frameworks",
         "torch",
@@ -488,9 +516,10 @@ def test_fake_torch_verdicts(tmp_path: Path, mode: str, nodes: tuple[str, ...], 
         assert all(str(tmp_path / "dev" / node) in torch["reason"] for node in nodes)
 
 
-def test_fake_torch_on_a_gpu_reports_the_device_and_the_error(tmp_path: Path) -> None:
+def test_fake_torch_on_a_gpu_reports_the_device_and_the_error(tmp_path: Path, isolated_python: Path) -> None:
     run = run_probe(
         tmp_path,
+        isolated_python,
         "--json",
         "--frameworks",
         "torch",
@@ -505,6 +534,7 @@ def test_fake_torch_on_a_gpu_reports_the_device_and_the_error(tmp_path: Path) ->
     assert "256x256 float32 matmul on cuda:0 matches" in torch["gpu_check"]["detail"]
     wrong = run_probe(
         tmp_path,
+        isolated_python,
         "--json",
         "--frameworks",
         "torch",
@@ -516,8 +546,10 @@ def test_fake_torch_on_a_gpu_reports_the_device_and_the_error(tmp_path: Path) ->
     assert wrong["diagnosis"]["cause"].startswith("the GPU computed a different result")
 
 
-def test_a_framework_without_a_driver_on_a_gpu_host_gets_the_driver_diagnosis(tmp_path: Path) -> None:
-    torch = run_probe(tmp_path, "--json", "--frameworks", "torch", fakes={"torch": FAKE_TORCH}, gpu_nodes=("nvidiactl",)).result("torch")
+def test_a_framework_without_a_driver_on_a_gpu_host_gets_the_driver_diagnosis(tmp_path: Path, isolated_python: Path) -> None:
+    torch = run_probe(
+        tmp_path, isolated_python, "--json", "--frameworks", "torch", fakes={"torch": FAKE_TORCH}, gpu_nodes=("nvidiactl",)
+    ).result("torch")
     assert torch["status"] == "failed"
     assert "libcuda is not mounted" in torch["diagnosis"]["cause"]
     assert "--gpus all" in torch["diagnosis"]["fix"]
@@ -650,9 +682,9 @@ def expect_args(libraries: dict[str, str]) -> list[str]:
     return [arg for name, version in sorted(libraries.items()) for arg in ("--expect", f"{name}={version}")]
 
 
-def test_locked_cuda_libraries_load_at_their_versions_and_nvrtc_compiles(fake_wheels: Path, tmp_path: Path) -> None:
+def test_locked_cuda_libraries_load_at_their_versions_and_nvrtc_compiles(fake_wheels: Path, tmp_path: Path, isolated_python: Path) -> None:
     copy_site(fake_wheels, tmp_path)
-    run = run_probe(tmp_path, "--json", "--frameworks", "torch", *expect_args(LOCKED))
+    run = run_probe(tmp_path, isolated_python, "--json", "--frameworks", "torch", *expect_args(LOCKED))
     assert run.returncode == 0, run.stderr
     cuda = run.report["cuda"]
     assert cuda["ok"] and cuda["diagnosis"] is None
@@ -661,12 +693,12 @@ def test_locked_cuda_libraries_load_at_their_versions_and_nvrtc_compiles(fake_wh
     assert all(c["library"].startswith(str(tmp_path)) for c in cuda["checks"] if "library" in c)
     compiled = [c for c in cuda["checks"] if c["name"] == "nvrtc compiles a kernel"]
     assert compiled == [{"name": "nvrtc compiles a kernel", "ok": True, "detail": "1234 bytes of PTX for compute_75"}]
-    assert "cuda        ok" in run_probe(tmp_path, "--frameworks", "torch", *expect_args(LOCKED)).stdout
+    assert "cuda        ok" in run_probe(tmp_path, isolated_python, "--frameworks", "torch", *expect_args(LOCKED)).stdout
 
 
-def test_a_deleted_libcudnn_fails_the_probe_with_the_cudnn_diagnosis(fake_wheels: Path, tmp_path: Path) -> None:
+def test_a_deleted_libcudnn_fails_the_probe_with_the_cudnn_diagnosis(fake_wheels: Path, tmp_path: Path, isolated_python: Path) -> None:
     copy_site(fake_wheels, tmp_path, drop="libcudnn.so.*")
-    run = run_probe(tmp_path, "--json", "--frameworks", "torch", *expect_args(LOCKED))
+    run = run_probe(tmp_path, isolated_python, "--json", "--frameworks", "torch", *expect_args(LOCKED))
     assert run.returncode == 1
     report = run.report
     assert report["ok"] is False
@@ -676,30 +708,30 @@ def test_a_deleted_libcudnn_fails_the_probe_with_the_cudnn_diagnosis(fake_wheels
     assert report["cuda"]["diagnosis"]["cause"] == "the cuDNN library is not in the image (or not on the loader path)"
 
 
-def test_nvrtc_without_its_builtins_cannot_compile(fake_wheels: Path, tmp_path: Path) -> None:
+def test_nvrtc_without_its_builtins_cannot_compile(fake_wheels: Path, tmp_path: Path, isolated_python: Path) -> None:
     copy_site(fake_wheels, tmp_path, drop="libnvrtc-builtins.so.*")
-    run = run_probe(tmp_path, "--json", "--frameworks", "torch", *expect_args(LOCKED))
+    run = run_probe(tmp_path, isolated_python, "--json", "--frameworks", "torch", *expect_args(LOCKED))
     bad = [c for c in run.report["cuda"]["checks"] if not c["ok"]]
     assert [c["name"] for c in bad] == ["nvrtc compiles a kernel"]
     assert run.report["cuda"]["diagnosis"]["cause"] == "the CUDA library libnvrtc-builtins is not in the image (or not on the loader path)"
 
 
-def test_a_library_at_another_version_than_the_lock_fails(fake_wheels: Path, tmp_path: Path) -> None:
+def test_a_library_at_another_version_than_the_lock_fails(fake_wheels: Path, tmp_path: Path, isolated_python: Path) -> None:
     copy_site(fake_wheels, tmp_path)
-    run = run_probe(tmp_path, "--json", "--frameworks", "torch", *expect_args({**LOCKED, "cudnn": "9.10.2.21"}))
+    run = run_probe(tmp_path, isolated_python, "--json", "--frameworks", "torch", *expect_args({**LOCKED, "cudnn": "9.10.2.21"}))
     assert run.returncode == 1
     bad = [c for c in run.report["cuda"]["checks"] if not c["ok"]]
     assert bad[0]["detail"] == "cudnn 9.24.0 loads, but the lock pins 9.10.2.21"
     assert "another copy of the library" in run.report["cuda"]["diagnosis"]["cause"]
 
 
-def test_no_expected_libraries_means_no_library_checks(tmp_path: Path) -> None:
-    run = run_probe(tmp_path, "--json", "--frameworks", "torch")
+def test_no_expected_libraries_means_no_library_checks(tmp_path: Path, isolated_python: Path) -> None:
+    run = run_probe(tmp_path, isolated_python, "--json", "--frameworks", "torch")
     assert run.report["cuda"] == {"checks": [], "ok": True, "diagnosis": None}
 
 
-def test_an_unknown_library_is_a_usage_error(tmp_path: Path) -> None:
-    run = run_probe(tmp_path, "--expect", "cufft=12.0", "--frameworks", "torch")
+def test_an_unknown_library_is_a_usage_error(tmp_path: Path, isolated_python: Path) -> None:
+    run = run_probe(tmp_path, isolated_python, "--expect", "cufft=12.0", "--frameworks", "torch")
     assert run.returncode == 2
     assert "LIB one of cuda-runtime, cudnn, nccl, cublas, nvrtc" in run.stderr
 
@@ -713,3 +745,52 @@ def test_major_of_a_major_wide_wheel() -> None:
     assert hello_gpu.major_in(["jax-cuda13-plugin", "jax-cuda13-pjrt"]) == "13"
     assert hello_gpu.major_in(["cupy-cuda12x"]) == "12"
     assert hello_gpu.major_in(["cupy-rocm-7-0"]) is None
+
+
+@pytest.mark.parametrize(
+    ("found", "expected", "same"),
+    [
+        ("13.1.0", "13.1", True),  # --expect cublas=13.1 against cuBLAS 13.1.0 (issue 39)
+        ("13.0", "13", True),  # --expect cuda-runtime=13 against the runtime's 13.0
+        ("9.24.0", "9.24.0.43", True),  # the library says fewer parts than the lock pins
+        ("13.0", "13.0.96", True),
+        ("13.1", "13.01", True),  # values, not text
+        ("13.1", "13", False),  # 13 is 13.0, not any 13.x
+        ("13.1.0", "13.1.1", False),
+        ("9.10.2", "9.24.0.43", False),
+        ("2.30.7", "2.3", False),  # not a text prefix either
+    ],
+)
+def test_versions_are_compared_as_values(found: str, expected: str, same: bool) -> None:
+    assert hello_gpu.same_release(found, expected) is same
+
+
+def test_expect_takes_a_version_as_a_value(fake_wheels: Path, tmp_path: Path, isolated_python: Path) -> None:
+    copy_site(fake_wheels, tmp_path)
+    loose = {"cuda-runtime": "13", "cublas": "13.1.1.0", "cudnn": "9.24", "nccl": "2.30.7", "nvrtc": "13"}
+    run = run_probe(tmp_path, isolated_python, "--json", "--frameworks", "torch", *expect_args(loose))
+    assert run.returncode == 0 and run.report["cuda"]["ok"], run.report["cuda"]
+    newer = run_probe(tmp_path, isolated_python, "--json", "--frameworks", "torch", *expect_args({"cuda-runtime": "13.1"}))
+    assert [c["detail"] for c in newer.report["cuda"]["checks"]] == ["cuda-runtime 13.0 loads, but the lock pins 13.1"]
+
+
+def test_a_version_too_long_to_be_one_is_a_usage_error(tmp_path: Path, isolated_python: Path) -> None:
+    run = run_probe(tmp_path, isolated_python, "--expect", "cudnn=" + "9" * 5000, "--frameworks", "torch")
+    assert run.returncode == 2 and "expected LIB=VERSION" in run.stderr and "Traceback" not in run.stderr
+
+
+@pytest.mark.parametrize(
+    ("planned", "found", "same"),
+    [
+        ("13.0", "13.0", True),
+        ("13", "13.2", True),
+        ("13.0", "13.00", True),
+        ("12.6", "12.8", False),
+        ("13", None, False),
+        ("13", "x", False),
+    ],
+)
+def test_the_smoke_check_compares_a_builds_cuda_as_values(planned: str, found: str | None, same: bool) -> None:
+    from builder.smoke.checks.test_image import _same_release
+
+    assert _same_release(planned, found) is same

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -110,9 +110,13 @@ class Embedded:
     @staticmethod
     def of(sass: Iterable[Arch], ptx: Iterable[Arch], ptx_isa: Iterable[str] = ()) -> Embedded:
         """From every entry as listed (repeats counted)."""
-        counted = Counter(sass)
+        return Embedded.counted(Counter(sass), ptx, ptx_isa)
+
+    @staticmethod
+    def counted(cubins: Mapping[Arch, int], ptx: Iterable[Arch], ptx_isa: Iterable[str] = ()) -> Embedded:
+        """From each SASS target with its cubin count (a record's), which is never expanded into entries."""
         return Embedded(
-            tuple(sorted(counted)), tuple(sorted(set(ptx))), tuple(sorted(set(ptx_isa), key=_isa_key)), tuple(sorted(counted.items()))
+            tuple(sorted(cubins)), tuple(sorted(set(ptx))), tuple(sorted(set(ptx_isa), key=_isa_key)), tuple(sorted(cubins.items()))
         )
 
     def count(self, arch: Arch) -> int:

@@ -11,16 +11,15 @@ so a framework runs on the compute capabilities ALL of them run on; one that com
 at run time (`Framework.jit`: NVRTC/NVVM) also needs its compiler to know the device, or an older
 target whose PTX the driver JIT-compiles.
 
-NVIDIA's own libraries (the nvidia/* wheels) impose a floor, their lowest SASS target, not the
-exact list: not all their device code is in the fatbin (cuFFT 12's `.nv_fatbin` holds a single
-sm_75 cubin, by cuobjdump too, for a 286 MB library whose kernels it loads by other means), and
-each supports every GPU of its CUDA release from that floor on.
+Which GPU runs a library is fit/rule.py's one rule, the one `fit --library` judges by: NVIDIA's own
+libraries (the nvidia/* wheels) impose a floor, their lowest target, not the exact list (cuFFT 12's
+`.nv_fatbin` holds a single sm_75 cubin for a library that runs on Hopper); any other runs on
+exactly what its SASS and PTX allow.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -33,8 +32,8 @@ from builder.compat.versions import release_tuple
 from builder.engine.port import Container
 from builder.errors import RunFailure
 from builder.fit import driver as drivers
-from builder.fit import fatbin, scan
-from builder.fit.arch import GENERATIONS, Arch, Embedded, decide
+from builder.fit import fatbin, rule, scan
+from builder.fit.arch import Arch, Embedded
 from builder.measured_fit import (
     ComponentFloor,
     DriverNeed,
@@ -48,9 +47,8 @@ from builder.measured_fit import (
 
 SCRIPT = Path(scan.__file__).read_text(encoding="utf-8")
 TIMEOUT_S = 120  # a torch image's ~3 GB of libraries take about a second; a bound, not an estimate
-KNOWN: tuple[Arch, ...] = tuple(Arch(major, minor) for major, minor in sorted(GENERATIONS))
+KNOWN = rule.KNOWN
 READER = "fatbin"
-NVIDIA = "nvidia/"
 
 
 def command(frameworks: Sequence[str]) -> list[str]:
@@ -67,11 +65,6 @@ def measure(container: Container, frameworks: Sequence[str], compat: Compat) -> 
         last = (done.stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
         raise RunFailure(f"measuring the fit in the container exited {done.returncode}: {last[:300]}")
     return parse(done.stdout.decode(errors="replace"), {name: framework(name).jit for name in frameworks}, compat, seconds)
-
-
-def runs_on(embedded: Embedded) -> tuple[str, ...]:
-    """The known compute capabilities a library's device code runs on (SASS or PTX; arch.py's rules)."""
-    return tuple(cc.number for cc in KNOWN if decide(embedded, cc, "").fits)
 
 
 def parse(output: str, frameworks: Mapping[str, bool], compat: Compat, seconds: float) -> MeasuredFit:
@@ -111,14 +104,18 @@ def _library(item: dict[str, Any], fail: jf.Fail) -> LibraryCode:
         sass=tuple(sorted(((a.sm, n) for a, n in embedded.cubins), key=lambda item: target_key(item[0]))),
         ptx=tuple(a.compute for a in embedded.ptx),
         ptx_isa=embedded.ptx_isa,
-        runs_on=runs_on(embedded),
+        runs_on=rule.runs_on(path, embedded),
     )
 
 
 def embedded_of(library: LibraryCode) -> Embedded:
-    """The `Embedded` a record's library stands for (for arch.py's decisions on any device)."""
-    sass = [Arch.parse(target) for target, count in library.sass for _ in range(count)]
-    return Embedded.of(sass, (Arch.parse(p) for p in library.ptx), library.ptx_isa)
+    """The `Embedded` a record's library stands for (for fit/rule.py's verdicts on any device). The
+    cubin counts are kept as counts, never expanded: a record is input, and a count is any number."""
+    counted: dict[Arch, int] = {}
+    for target, count in library.sass:
+        arch = Arch.parse(target)
+        counted[arch] = counted.get(arch, 0) + count
+    return Embedded.counted(counted, (Arch.parse(p) for p in library.ptx), library.ptx_isa)
 
 
 def _owned(path: str, folders: Sequence[str]) -> bool:
@@ -132,38 +129,18 @@ def _framework(
     loads = [lib for lib in libraries if _owned(lib.path, folders.get(name, ())) or not _owned(lib.path, others)]
     ccs = {cc.number for cc in KNOWN}
     for lib in loads:
-        lowest = library_floor(lib)
-        if lowest is None:
-            ccs &= set(lib.runs_on)
-        else:
-            ccs = {cc for cc in ccs if cc_key(cc) >= cc_key(lowest)}
+        ccs &= set(lib.runs_on)  # fit/rule.py's answer per library, NVIDIA's floor included
     if jit:
         lowest = compiler.lowest if compiler else None
         ccs = {cc for cc in ccs if lowest is not None and cc_key(cc) >= cc_key(lowest)}
     return FrameworkFit(name, tuple(lib.path for lib in loads), tuple(sorted(ccs, key=cc_key)), jit)
 
 
-def component(path: str) -> str | None:
-    """The NVIDIA component a library of the nvidia/* wheels belongs to: libcudnn_adv.so.9 -> cudnn; None outside nvidia/."""
-    if not path.startswith(NVIDIA):
-        return None
-    name = os.path.basename(path).removeprefix("lib")
-    return name.split(".", 1)[0].split("_", 1)[0] or None
-
-
-def library_floor(library: LibraryCode) -> str | None:
-    """An NVIDIA component library's floor: the lowest compute capability it runs on. None for
-    any other library (and one that runs on no known GPU), which runs on exactly what its SASS and PTX allow."""
-    if component(library.path) is None or not library.runs_on:
-        return None
-    return min(library.runs_on, key=cc_key)
-
-
 def floors(libraries: Sequence[LibraryCode]) -> tuple[ComponentFloor, ...]:
     """The lowest known compute capability every library of each bundled NVIDIA component runs on."""
     groups: dict[str, list[LibraryCode]] = {}
     for lib in libraries:
-        name = component(lib.path)
+        name = rule.nvidia_component(lib.path)
         if name:
             groups.setdefault(name, []).append(lib)
     out = []

@@ -3,7 +3,13 @@
 Pure functions: no subprocess, no Docker. `host.facts.gather()` does the looking; this module
 turns what it saw into host checks and one verdict per image, each with a reason and the fix.
 Verdicts: `ok`, `warn` (runs, with a caveat), `fail` (cannot work here), `n/a` (this host has
-no GPU of the image's vendor, so the GPU tests will be skipped rather than pass or fail).
+no GPU of the image's vendor, so the GPU tests will be skipped rather than pass or fail; or the
+image is of another CPU architecture, which this host does not run natively).
+
+An image of another CPU architecture is judged apart: doctor answers what this host runs, and a
+GPU image does not run under qemu-user emulation with or without binfmt (qemu-user has no GPU), so
+emulation is never offered as its fix. Whether it can be built and its CPU checks run here under
+emulation is a note of its own (`ImageVerdict.note`), with binfmt's fix where it is missing.
 """
 
 from __future__ import annotations
@@ -18,9 +24,19 @@ from builder.compat import gpu_arch
 from builder.compat.facts import table
 from builder.compat.rules import framework
 from builder.compat.versions import release_tuple  # driver versions compare numerically: 580.159.03 > 580.65.06
-from builder.host.facts import AmdInfo, EmulationFacts, EngineFacts, HostInfo, NvidiaGpu, NvidiaInfo, runs_emulated
+from builder.host.facts import (
+    AmdInfo,
+    EmulationFacts,
+    EngineFacts,
+    HostInfo,
+    NvidiaGpu,
+    NvidiaInfo,
+    host_machine,
+    machine_arch,
+    runs_emulated,
+)
 from builder.lock.files import libraries
-from builder.records import ARM64, Accelerator, ImageSpec, Install
+from builder.records import ARM64, PLATFORM_ARCH, Accelerator, ImageSpec, Install
 
 Status = Literal["ok", "warn", "fail", "n/a"]
 _SEVERITY: dict[Status, int] = {"fail": 0, "warn": 1, "n/a": 2, "ok": 3}
@@ -51,6 +67,7 @@ class ImageVerdict:
     fix: str = ""
     findings: tuple[Check, ...] = ()  # every finding, worst first; reason/fix come from the worst
     unchecked: tuple[str, ...] = ()  # what could not be judged, e.g. no CC facts for a variant
+    note: str = ""  # an image of another CPU architecture: whether it builds here under emulation, and the fix
 
 
 # --- host checks ---------------------------------------------------------------------------
@@ -416,11 +433,31 @@ def _combine(image: ImageSpec, vendor: str, findings: list[Check], unchecked: li
     return ImageVerdict(image.id, vendor, worst.status, reason, worst.fix, ordered, tuple(unchecked))
 
 
-def image_verdict(host: HostInfo, image: ImageSpec) -> ImageVerdict:
-    if image.platform == ARM64 and host.emulation is not None:
+def _another_arch(host: HostInfo, image: ImageSpec, machine: str) -> ImageVerdict:
+    """An image this host does not run natively: `n/a` ("another CPU architecture"), the build-here note apart."""
+    arch = PLATFORM_ARCH.get(image.platform, image.platform)
+    here = machine_arch(machine)
+    gpu = image.accelerator.kind != "cpu"
+    reason = f"another CPU architecture: a {image.platform} image; this host is {here}" + (
+        " (qemu-user emulation has no GPU)" if gpu else ""
+    )
+    checks = " and its CPU checks run" if gpu else " and runs"
+    if image.platform != ARM64 or host.emulation is None:
+        note = f"building it here needs {arch} emulation, which doctor does not check"
+    else:
         check = emulation_check(host.emulation)
-        if check.status != "ok":
-            return ImageVerdict(image.id, image.base.vendor, "fail", f"a linux/arm64 image; {check.detail}", check.fix, (check,))
+        note = (
+            f"builds{checks} here under qemu-aarch64 emulation (slow)"
+            if check.status == "ok"
+            else f"not buildable here: {check.detail}; to build it here: {check.fix}"
+        )
+    return ImageVerdict(image.id, image.base.vendor, "n/a", reason, f"run it on an {arch} host", note=note)
+
+
+def image_verdict(host: HostInfo, image: ImageSpec) -> ImageVerdict:
+    machine = host_machine(host)
+    if runs_emulated(image.platform, machine):
+        return _another_arch(host, image, machine)
     kind = image.accelerator.kind
     if kind == "cuda":
         return _cuda_verdict(host, image)

@@ -282,7 +282,12 @@ _MACHINE_ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64
 def runs_emulated(platform_: str, machine: str) -> bool:
     """Whether an image of `platform_` (linux/arm64) runs under emulation on a host whose `uname -m`
     is `machine`: its architecture is not the host's."""
-    return PLATFORM_ARCH.get(platform_, platform_) != _MACHINE_ARCH.get(machine.lower(), machine.lower())
+    return PLATFORM_ARCH.get(platform_, platform_) != machine_arch(machine)
+
+
+def machine_arch(machine: str) -> str:
+    """`uname -m` as Docker names the architecture: x86_64 -> amd64, aarch64 -> arm64."""
+    return _MACHINE_ARCH.get(machine.lower(), machine.lower())
 
 
 def host_machine(host: HostInfo) -> str:

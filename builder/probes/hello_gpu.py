@@ -750,10 +750,18 @@ def find_library(pattern: str) -> str | None:
     return found[0] if found else None
 
 
-def _same_release(found: str, expected: str) -> bool:
-    """9.24.0 (what the library says) is 9.24.0.43 (what the lock pins); 13.0 is 13.0.96."""
-    have = found.split(".")
-    return have == expected.split(".")[: len(have)]
+def release(version: str) -> tuple[int, ...]:
+    """A version as its numbers ("13.01" -> (13, 1)): versions are compared as values, never as text."""
+    return tuple(int(part) for part in version.split("."))
+
+
+def same_release(found: str, expected: str) -> bool:
+    """Whether the version a library reports is the one expected, as values: 13.1 is 13.1.0 and
+    `cuda-runtime=13` is 13.0 (missing parts are 0), but 13 is not 13.1. A library says fewer parts
+    than a lock pins (cudnnGetVersion 9.24.0 for 9.24.0.43, cudaRuntimeGetVersion 13.0 for 13.0.96),
+    so they are compared to the precision the library reports."""
+    have, want = release(found), release(expected)
+    return have == (want + (0,) * len(have))[: len(have)]
 
 
 def library_checks(expected: dict[str, str]) -> list[dict[str, Any]]:
@@ -769,7 +777,7 @@ def library_checks(expected: dict[str, str]) -> list[dict[str, Any]]:
                 raise OSError(f"{pattern.replace('*', 'N')}: cannot open shared object file: not in the image's NVIDIA wheels")
             lib = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
             check.update(library=path, found=version_of(lib))
-            check["ok"] = _same_release(check["found"], want)
+            check["ok"] = same_release(check["found"], want)
             check["detail"] = f"{name} {check['found']} loads" + ("" if check["ok"] else f", but the lock pins {want}")
             if name == "nvrtc":
                 nvrtc = (lib, path)
@@ -1082,7 +1090,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def _expect_arg(value: str) -> tuple[str, str]:
     name, sep, version = value.partition("=")
-    if not sep or name not in CUDA_LIBRARIES or not re.fullmatch(r"\d+(\.\d+)*", version):
+    if not sep or name not in CUDA_LIBRARIES or not re.fullmatch(r"\d{1,9}(\.\d{1,9}){0,5}", version):
         raise argparse.ArgumentTypeError(f"expected LIB=VERSION with LIB one of {', '.join(CUDA_LIBRARIES)}, got {value!r}")
     return name, version
 

@@ -50,6 +50,11 @@ def render_table(
             markup(verdict.fix),
         )
     console.print(images)
+    notes = [verdict for verdict in verdicts if verdict.note]
+    if notes:
+        console.print("[dim]Building here (another CPU architecture):[/]")
+        for verdict in notes:
+            console.print(f"[dim]  - {markup(verdict.image)}: {markup(verdict.note)}[/]", highlight=False)
     unchecked = sorted({note for verdict in verdicts for note in verdict.unchecked})
     if unchecked:
         console.print("[dim]Not checked:[/]")

@@ -11,7 +11,10 @@ cuDNN and framework releases) against the compat tables, and says "from the comp
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+import stat
+import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -22,14 +25,14 @@ from builder.compat.facts import Compat, table
 from builder.compat.rules import framework, names
 from builder.compat.versions import cc_tuple
 from builder.errors import RunFailure, UserError
-from builder.fit import cuobjdump, fatbin
+from builder.fit import cuobjdump, fatbin, rule
 from builder.fit import driver as drivers
-from builder.fit.arch import Arch, Embedded, decide
+from builder.fit.arch import Arch, Embedded
 from builder.fit.host import FitHost
-from builder.fit.measure import embedded_of, library_floor
+from builder.fit.measure import embedded_of
 from builder.fit.runs_on import cudnn_floor, record_arch
 from builder.fit.runs_on import framework_row as _row
-from builder.measured_fit import MeasuredFit, cc_key
+from builder.measured_fit import LibraryCode, MeasuredFit, cc_key
 from builder.usecases.catalog import find, no_match_message
 
 Status = Literal["fits", "does not fit", "unknown"]
@@ -83,7 +86,7 @@ def judge(record: KnownGood, host: FitHost, compat: Compat) -> RecordFit:
     kind = record.accelerator.kind
     arch = record_arch(record)
     if host.arch != arch:
-        return _no(record, f"an {arch} image; this host is {host.arch}")
+        return _no(record, another_arch(arch, host.arch))
     if kind == "cpu":
         return RecordFit(record.id, "fits", f"a CPU image: runs on any {arch} host", False)
     if kind == "rocm":
@@ -99,8 +102,10 @@ def judge(record: KnownGood, host: FitHost, compat: Compat) -> RecordFit:
 
 def _measured(record: KnownGood, fit: MeasuredFit, host: FitHost, compat: Compat) -> RecordFit:
     """The record's measured fit: driver floor of the runtime it loads, then every GPU against every
-    library each framework loads (a program needs them all) and, for a framework that compiles at
-    run time, its NVRTC's targets. The first refusal wins, naming the library."""
+    library each framework loads (a program needs them all; fit/rule.py's verdict on each, the one
+    `fit --library` gives) and, for a framework that compiles at run time, its NVRTC's targets. The
+    first refusal wins, naming the library. A record is input: its libraries are indexed once and
+    each library is judged once per GPU, however often the frameworks list it."""
 
     def no(reason: str) -> RecordFit:
         return RecordFit(record.id, "does not fit", f"{reason} ({MEASURED})", True)
@@ -119,31 +124,22 @@ def _measured(record: KnownGood, fit: MeasuredFit, host: FitHost, compat: Compat
         said.append(verdict.reason)
     if not host.gpus:
         unknown.append("the GPUs (none detected or given; give --gpu-cc)")
+    judged = _Judged({lib.path: lib for lib in fit.libraries}, host, compat)
     for entry in fit.frameworks:
         label = f"{entry.name} {record.frameworks.get(entry.name, '')}".strip()
         jitted: list[str] = []
         for cc in host.gpus:
             device = Arch.cc(cc)
-            for path in entry.libraries:
-                library = fit.library(path)
+            for path in dict.fromkeys(entry.libraries):
+                library = judged(path, cc)
                 if library is None:
                     continue
-                lowest = library_floor(library)
-                if lowest is not None:
-                    if cc_key(cc) < cc_key(lowest):
-                        return no(
-                            f"{Path(path).name} (NVIDIA's) has no SASS below sm_{lowest.replace('.', '')}: {device.generation} {cc} cannot run {label}"
-                        )
-                    continue
-                decision = decide(embedded_of(library), device, f"{label} ({Path(path).name})")
-                if not decision.fits:
-                    return no(decision.reason)
-                if decision.how == "ptx":
+                if library.status == "does not fit":
+                    return no(judged.reason(path, cc, f"{label} ({Path(path).name})"))
+                if library.status == "unknown":
+                    unknown.append(library.reason)
+                elif library.how == "ptx":
                     jitted.append(f"{cc}: {Path(path).name}")
-                    if host.driver is not None and library.ptx_isa:
-                        ptx = drivers.check_ptx(host.driver, library.ptx_isa[-1], compat)
-                        if not ptx.fits:
-                            return no(ptx.reason)
             if entry.jit:
                 refused = _jit_refusal(fit, device, label)
                 if refused:
@@ -160,8 +156,39 @@ def _measured(record: KnownGood, fit: MeasuredFit, host: FitHost, compat: Compat
             )
         )
     if unknown:
-        return RecordFit(record.id, "unknown", f"not checked: {', '.join(unknown)} ({MEASURED})", True)
+        listed = list(dict.fromkeys(unknown))
+        more = f" (+{len(listed) - 3} more)" if len(listed) > 3 else ""
+        return RecordFit(record.id, "unknown", f"not checked: {'; '.join(listed[:3])}{more} ({MEASURED})", True)
     return RecordFit(record.id, "fits", f"{'; '.join(said)} ({MEASURED})", True)
+
+
+class _Judged:
+    """fit/rule.py's verdict per (library, GPU), each computed once: a record's frameworks may list
+    thousands of libraries, and a hostile one the same library thousands of times."""
+
+    def __init__(self, libraries: dict[str, LibraryCode], host: FitHost, compat: Compat) -> None:
+        self.libraries, self.host, self.compat = libraries, host, compat
+        self.codes: dict[str, Embedded] = {}
+        self.verdicts: dict[tuple[str, str], rule.LibraryFit] = {}
+
+    def code(self, library: LibraryCode) -> Embedded:
+        found = self.codes.get(library.path)
+        if found is None:
+            found = self.codes[library.path] = embedded_of(library)
+        return found
+
+    def __call__(self, path: str, cc: str) -> rule.LibraryFit | None:
+        library = self.libraries.get(path)
+        if library is None:
+            return None
+        key = (path, cc)
+        if key not in self.verdicts:
+            self.verdicts[key] = rule.judge_library(path, self.code(library), Arch.cc(cc), self.host.driver, self.compat)
+        return self.verdicts[key]
+
+    def reason(self, path: str, cc: str, what: str) -> str:
+        """The refusal's reason, naming the software (only the one that is printed is worded)."""
+        return rule.judge_library(path, self.code(self.libraries[path]), Arch.cc(cc), self.host.driver, self.compat, what).reason
 
 
 def _jit_refusal(fit: MeasuredFit, device: Arch, label: str) -> str | None:
@@ -182,6 +209,12 @@ def _vendor_label(host: FitHost) -> str:
 
 def _no(record: KnownGood, reason: str) -> RecordFit:
     return RecordFit(record.id, "does not fit", reason, False)
+
+
+def another_arch(image: str, host: str) -> str:
+    """Why an image of another CPU architecture does not run here: not natively, and a GPU image not
+    under emulation either (qemu-user has no GPU), so no emulation is offered as the fix."""
+    return f"another CPU architecture: an {image} image; this host is {host} (run it on an {image} host)"
 
 
 def _cuda(record: KnownGood, host: FitHost, compat: Compat) -> RecordFit:
@@ -236,35 +269,66 @@ def _cudnn_refusal(cudnn: str, host: FitHost, compat: Compat) -> str | None:
 
 
 MAX_LIBRARIES = 2000  # shared libraries under one --library folder; a whole filesystem is a mistake
+MAX_WALK = 200_000  # files and folders looked at under one --library folder
+DEADLINE_S = 300  # reading every --library; cuobjdump has the same bound per file (fit/cuobjdump.py)
 
 
 def fit_libraries(paths: Sequence[Path], host: FitHost, reader: Reader = "fatbin") -> FitReport:
     """The fit of each library from the device code it embeds, read by builder's fatbin reader or
-    by NVIDIA's cuobjdump (the two agree: tests/test_fit.py). A folder stands for the shared
-    libraries under it that hold device code (a venv's site-packages, an exported image layer):
-    each is judged on its own, since one library of a wheel can lack a target another has."""
+    by NVIDIA's cuobjdump (the two agree: tests/test_fit.py), each judged by fit/rule.py as the
+    image measure judges it. A folder stands for the shared libraries under it that hold device
+    code (a venv's site-packages, an exported image layer): each is judged on its own, since one
+    library of a wheel can lack a target another has.
+
+    Bounded (files are input): regular files only (a FIFO given, or inside a folder, is refused or
+    passed over, never waited on), fit/scan.py's caps on what one file may make it read, at most
+    MAX_LIBRARIES libraries and MAX_WALK entries under a folder, and DEADLINE_S for all of it; each
+    refusal is one line."""
     compat = table()
     binary = cuobjdump.find_binary() if reader == "cuobjdump" else None
+    deadline = time.monotonic() + DEADLINE_S
     rows = []
     for given in paths:
-        files = _shared_libraries(given) if given.is_dir() else [given]
+        folder = given.is_dir()
+        files = _shared_libraries(given) if folder else [given]
         for path in files:
             try:
-                embedded = cuobjdump.measure(path, binary) if binary is not None else fatbin.read(path)
+                if binary is None:
+                    embedded = fatbin.read(path, deadline)
+                else:
+                    _regular(path)
+                    embedded = cuobjdump.measure(path, binary)
             except (fatbin.NotElf, OSError) as exc:
-                if given.is_dir():
+                if folder:
                     continue  # a file named like a library that is not one: not what the folder was given for
-                raise UserError(f"--library {path}: {exc}; give a shared library, an executable or a folder of them") from None
-            if given.is_dir() and not embedded.sass and not embedded.ptx:
+                raise UserError(f"--library {path}: {_said(exc)}; give a shared library, an executable or a folder of them") from None
+            except fatbin.Bounded as exc:
+                raise UserError(f"--library {path}: {exc}; give the CUDA libraries themselves") from None
+            if time.monotonic() > deadline:
+                raise UserError(f"--library: reading took over {DEADLINE_S} s; give fewer or smaller libraries")
+            if folder and not embedded.sass and not embedded.ptx:
                 continue
-            rows.append(judge_embedded(str(path.relative_to(given)) if given.is_dir() else path.name, embedded, host, compat))
+            name = str(path.relative_to(given)) if folder else path.name
+            rows.append(judge_embedded(name, embedded, host, compat, str(path)))
     if not rows:
         raise UserError(f"no library with device code under {', '.join(map(str, paths))}: give the folder of the CUDA libraries")
     return FitReport(host, tuple(rows), catalog=False)
 
 
+def _said(exc: BaseException) -> str:
+    return exc.strerror or str(exc) if isinstance(exc, OSError) else str(exc)
+
+
+def _regular(path: Path) -> None:
+    """cuobjdump would wait on a FIFO as the fatbin reader would: the same refusal, before it runs."""
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise fatbin.NotElf("not a regular file")
+
+
 def _shared_libraries(folder: Path) -> list[Path]:
-    found = sorted(p for p in folder.rglob("*.so*") if p.is_file() and not p.is_symlink() and (p.suffix == ".so" or ".so." in p.name))
+    """The regular shared libraries under a folder (links not followed), sorted; a folder holding more
+    than MAX_LIBRARIES, or more than MAX_WALK entries in all, is refused in one line."""
+    found = sorted(_walk(folder))
     if len(found) > MAX_LIBRARIES:
         raise UserError(
             f"--library {folder} holds {len(found)} shared libraries (at most {MAX_LIBRARIES}): give the folder of the CUDA libraries"
@@ -272,24 +336,44 @@ def _shared_libraries(folder: Path) -> list[Path]:
     return found
 
 
-def judge_embedded(name: str, embedded: Embedded, host: FitHost, compat: Compat) -> RecordFit:
-    """A measured fit: every GPU through a cubin or PTX (arch.py), the PTX's driver when it is JIT-compiled."""
-    if not embedded.sass and not embedded.ptx:
+def _walk(folder: Path) -> Iterator[Path]:
+    seen = 0
+    found = 0
+    for root, dirs, files in os.walk(folder):
+        seen += len(dirs) + len(files)
+        if seen > MAX_WALK:
+            raise UserError(f"--library {folder} holds more than {MAX_WALK:,} files and folders: give the folder of the CUDA libraries")
+        for name in files:
+            if not (name.endswith(".so") or ".so." in name):
+                continue
+            path = Path(root) / name
+            if stat.S_ISREG(os.lstat(path).st_mode):
+                found += 1
+                if found > MAX_LIBRARIES:
+                    yield path  # one more than the cap: the caller refuses
+                    return
+                yield path
+
+
+def judge_embedded(name: str, embedded: Embedded, host: FitHost, compat: Compat, path: str | None = None) -> RecordFit:
+    """A measured fit of one library: fit/rule.py's verdict on every GPU of the host (`path` says
+    which rule applies: NVIDIA's libraries by their floor; the name when not given)."""
+    where = path or name
+    nvidia = rule.nvidia_component(where) is not None
+    if not embedded.sass and not embedded.ptx and not nvidia:
         return RecordFit(name, "fits", "no device code: nothing in it needs a GPU", True)
     if host.vendor != "nvidia":
-        return RecordFit(
-            name, "does not fit", f"CUDA device code ({embedded.label}) needs an NVIDIA GPU; this host has {_vendor_label(host)}", True
-        )
+        what = f"CUDA device code ({embedded.label})" if embedded.sass or embedded.ptx else "NVIDIA's CUDA library"
+        return RecordFit(name, "does not fit", f"{what} needs an NVIDIA GPU; this host has {_vendor_label(host)}", True)
     if not host.gpus:
         return RecordFit(name, "unknown", f"not checked: the GPUs (none detected or given; give --gpu-cc); it has {embedded.label}", True)
-    said = []
+    said: list[str] = []
+    unknown: list[str] = []
     for cc in host.gpus:
-        decision = decide(embedded, Arch.cc(cc), name)
-        if not decision.fits:
-            return RecordFit(name, "does not fit", decision.reason, True)
-        said.append(decision.reason)
-        if decision.how == "ptx" and host.driver is not None and embedded.ptx_isa:
-            jit = drivers.check_ptx(host.driver, embedded.ptx_isa[-1], compat)
-            if not jit.fits:
-                return RecordFit(name, "does not fit", jit.reason, True)
+        verdict = rule.judge_library(where, embedded, Arch.cc(cc), host.driver, compat, name)
+        if verdict.status == "does not fit":
+            return RecordFit(name, "does not fit", verdict.reason, True)
+        (said if verdict.fits else unknown).append(verdict.reason)
+    if unknown:
+        return RecordFit(name, "unknown", "; ".join(dict.fromkeys(unknown)), True)
     return RecordFit(name, "fits", "; ".join(said), True)

@@ -12,6 +12,7 @@ import pytest
 
 from builder.compat.rules import framework
 from builder.probe_report import ProbeReport
+from builder.probes.hello_gpu import release
 
 GPU_VENDORS = ("cuda", "rocm")
 
@@ -70,7 +71,12 @@ def planned_cuda(variant: str) -> str | None:
 
 
 def _same_release(planned: str, found: str | None) -> bool:
-    return found is not None and found.split(".")[: len(planned.split("."))] == planned.split(".")
+    """The build's CUDA is the planned one, as values (13.0 is 13.00) under the release-prefix rule:
+    a major-wide wheel's planned "13" is any 13.x."""
+    if found is None or not re.fullmatch(r"\d{1,9}(\.\d{1,9}){0,5}", found):
+        return False
+    want = release(planned)
+    return release(found)[: len(want)] == want
 
 
 def test_cuda_proven_without_a_gpu(probe: ProbeReport, spec: dict[str, Any]) -> None:
