@@ -170,6 +170,12 @@ def plan(ws: Workspace, select_expr: str | None, fmt: str, explain: bool, contex
         from builder.ui.plan import print_table
 
         print_table(out, ws.decided, images, explain)
+    from datetime import UTC, datetime
+
+    from builder.compat import lifecycle
+
+    for warning in lifecycle.past_vendor_warnings(images, datetime.now(UTC).date()):
+        click.echo(f"warning: {plain(warning, limit=MAX_LINE)}", err=True)
 
 
 @main.command()
@@ -628,6 +634,7 @@ def catalog(ws: Workspace, query: tuple[str, ...], fmt: str, verify: bool, catal
     if fmt == "json":
         data: dict[str, Any] = {"images": [r.to_json() for r in records], "runs_on": {i: r.to_json() for i, r in runs_on.items()}}
         data["end_of_life"] = {r.id: lifecycle.to_json(pulling.record_end_of_life(r)) for r in records}
+        data["support_window"] = {r.id: lifecycle.window_json(pulling.record_end_of_life(r)) for r in records}
         names = {image_name(r.id) for r in records}
         data["indexes"] = {name: index.to_json() for name, index in store.indexes().items() if name in names}
         if verify:
