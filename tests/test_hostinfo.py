@@ -243,3 +243,36 @@ def test_brands_are_read_per_gpu_as_the_container_runtime_names_them() -> None:
     failed = FakeRun((9, "NVIDIA-SMI has failed"))
     assert [g.brand for g in hostinfo.with_brands(two, failed).gpus] == [None, None]
     assert hostinfo.with_brands(NvidiaInfo(status="absent"), FakeRun()) == NvidiaInfo(status="absent")  # nothing asked
+
+
+# The head of `nvidia-smi -q` on this project's GPU machine (H200, driver 580.159.04), 2026-12-04;
+# nvmlDeviceGetBrand answered 14 (NVML_BRAND_NVIDIA) and nvmlSystemGetCudaDriverVersion 13000 there,
+# and `nvidia-smi --help-query-gpu` has no brand field (hence the -q report).
+H200_Q = """
+==============NVSMI LOG==============
+
+Timestamp                                              : Fri Dec  4 17:32:28 2026
+Driver Version                                         : 580.159.04
+CUDA Version                                           : 13.0
+
+Attached GPUs                                          : 1
+GPU 00000000:00:06.0
+    Product Name                                       : NVIDIA H200
+    Product Brand                                      : NVIDIA
+    Product Architecture                               : Hopper
+    Persistence Mode                                   : Enabled
+"""
+
+
+def test_the_h200s_own_report_reads_as_the_runtime_sees_it() -> None:
+    """The brand and the CUDA version libnvidia-container would judge this machine's NVIDIA_REQUIRE_CUDA by."""
+    from builder.compat.facts import table
+    from builder.compat.require import driver_cuda
+    from builder.fit import host as hosts
+
+    def run(argv: list[str]) -> tuple[int, str]:
+        return (0, H200_Q) if argv == ["nvidia-smi", "-q"] else (0, "NVIDIA H200, 580.159.04, 9.0, 143771")
+
+    found = hosts.detect(run, Path("/nonexistent"), "x86_64")
+    assert (found.gpus, found.driver, found.brand) == (("9.0",), "580.159.04", "nvidia")
+    assert str(driver_cuda("580.159.04", table())) == "13.0"  # as its "CUDA Version" line and NVML said
