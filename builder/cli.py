@@ -170,6 +170,12 @@ def plan(ws: Workspace, select_expr: str | None, fmt: str, explain: bool, contex
         from builder.ui.plan import print_table
 
         print_table(out, ws.decided, images, explain)
+    from datetime import UTC, datetime
+
+    from builder.compat import lifecycle
+
+    for warning in lifecycle.past_vendor_warnings(images, datetime.now(UTC).date()):
+        click.echo(f"warning: {plain(warning, limit=MAX_LINE)}", err=True)
 
 
 @main.command()
@@ -486,19 +492,31 @@ FIT_HOST_OPTIONS = (
     click.option("--driver", metavar="VERSION", help="the NVIDIA driver, e.g. 550.54.15 (default: nvidia-smi's)"),
     click.option("--arch", "cpu", metavar="amd64|arm64", help="the host's CPU architecture (default: uname -m)"),
     click.option("--vendor", type=click.Choice(["nvidia", "amd", "none"]), help="the host's GPU vendor (default: detected)"),
+    click.option(
+        "--brand",
+        metavar="BRAND",
+        help="the NVIDIA GPUs' product brand as the container runtime names it, e.g. nvidia, tesla, geforce "
+        "(default: nvidia-smi -q's; it decides images whose NVIDIA_REQUIRE_CUDA admits older branches by brand)",
+    ),
 )
 fit_host_options = _options(*FIT_HOST_OPTIONS)
 
 
-def _fit_host(gpu_cc: Sequence[str], driver: str | None, cpu: str | None, vendor: str | None) -> FitHost:
+def _fit_host(gpu_cc: Sequence[str], driver: str | None, cpu: str | None, vendor: str | None, brand: str | None) -> FitHost:
     """FIT_HOST_OPTIONS as the host they describe (the detected one where they say nothing)."""
     from builder.fit import host as hosts
 
-    return hosts.host_for(gpu_cc=gpu_cc, driver=driver, arch=cpu, vendor=vendor)
+    return hosts.host_for(gpu_cc=gpu_cc, driver=driver, arch=cpu, vendor=vendor, brand=brand)
 
 
-def _given_host_options(gpu_cc: Sequence[str], driver: str | None, cpu: str | None, vendor: str | None) -> list[str]:
-    given = {"--gpu-cc": bool(gpu_cc), "--driver": driver is not None, "--arch": cpu is not None, "--vendor": vendor is not None}
+def _given_host_options(gpu_cc: Sequence[str], driver: str | None, cpu: str | None, vendor: str | None, brand: str | None) -> list[str]:
+    given = {
+        "--gpu-cc": bool(gpu_cc),
+        "--driver": driver is not None,
+        "--arch": cpu is not None,
+        "--vendor": vendor is not None,
+        "--brand": brand is not None,
+    }
     return [name for name, present in given.items() if present]
 
 
@@ -518,6 +536,7 @@ def pull(
     driver: str | None,
     cpu: str | None,
     vendor: str | None,
+    brand: str | None,
     no_fit_check: bool,
     catalog_dir: str | None,
     allowed_signers: Path | None,
@@ -530,10 +549,10 @@ def pull(
     allowed_signers file exists, the record's signatures are checked too (--no-verify skips it)."""
     from builder.usecases import pull as pulling
 
-    given = _given_host_options(gpu_cc, driver, cpu, vendor)
+    given = _given_host_options(gpu_cc, driver, cpu, vendor, brand)
     if no_fit_check and given:
         raise UserError(f"--no-fit-check checks nothing, so {', '.join(given)} would be ignored: drop one of them")
-    check = pulling.FitCheck(skip=True) if no_fit_check else pulling.FitCheck(_fit_host(gpu_cc, driver, cpu, vendor))
+    check = pulling.FitCheck(skip=True) if no_fit_check else pulling.FitCheck(_fit_host(gpu_cc, driver, cpu, vendor, brand))
     try:
         build_repository: str | None = ws.matrix.registry  # builder build's names here: pull never moves them
     except UserError:
@@ -576,6 +595,7 @@ def fit(
     driver: str | None,
     cpu: str | None,
     vendor: str | None,
+    brand: str | None,
     libraries: tuple[Path, ...],
     reader: str,
     fmt: str,
@@ -589,7 +609,7 @@ def fit(
 
     if libraries and query:
         raise UserError("give QUERY (catalog records) or --library (files), not both")
-    host = _fit_host(gpu_cc, driver, cpu, vendor)
+    host = _fit_host(gpu_cc, driver, cpu, vendor, brand)
     if libraries:
         report = fitting.fit_libraries(libraries, host, "cuobjdump" if reader == "cuobjdump" else "fatbin")
     else:
@@ -628,6 +648,7 @@ def catalog(ws: Workspace, query: tuple[str, ...], fmt: str, verify: bool, catal
     if fmt == "json":
         data: dict[str, Any] = {"images": [r.to_json() for r in records], "runs_on": {i: r.to_json() for i, r in runs_on.items()}}
         data["end_of_life"] = {r.id: lifecycle.to_json(pulling.record_end_of_life(r)) for r in records}
+        data["support_window"] = {r.id: lifecycle.window_json(pulling.record_end_of_life(r)) for r in records}
         names = {image_name(r.id) for r in records}
         data["indexes"] = {name: index.to_json() for name, index in store.indexes().items() if name in names}
         if verify:
@@ -786,6 +807,7 @@ def doctor(
     driver: str | None,
     cpu: str | None,
     vendor: str | None,
+    brand: str | None,
     fmt: str,
 ) -> None:
     """What this host can run: engine, GPU vendor, driver, runtime, a verdict per planned image.
@@ -795,13 +817,13 @@ def doctor(
     from builder.host import doctor as doctor_mod
     from builder.host import facts
 
-    given = _given_host_options(gpu_cc, driver, cpu, vendor)
+    given = _given_host_options(gpu_cc, driver, cpu, vendor, brand)
     if image_ref is None and given:
         raise UserError(f"{', '.join(given)} describe the host for --image: give --image REF too")
     if image_ref is not None:
         if select_expr is not None:
             raise UserError("--select picks planned images, --image one local image: give one of them")
-        _doctor_image(image_ref, _fit_host(gpu_cc, driver, cpu, vendor), fmt)
+        _doctor_image(image_ref, _fit_host(gpu_cc, driver, cpu, vendor, brand), fmt)
         return
     host = facts.gather()
     checks = doctor_mod.host_checks(host)

@@ -8,6 +8,8 @@ import json
 import pytest
 from rich.console import Console
 
+from builder.compat.facts import table
+from builder.compat.rules import cuda as rules_cuda
 from builder.engine.diagnose import Diagnosis, diagnose_text
 from builder.host import doctor
 from builder.host.facts import AmdInfo, DeviceNode, EngineFacts, HostInfo, NvidiaGpu, NvidiaInfo
@@ -36,9 +38,12 @@ def cuda_image(
     version: str = "12.4.1",
     min_driver: str | None = "550.54.15",
     mvc_driver: str | None = "525.60.13",
+    require: str | None = "",
 ) -> ImageSpec:
+    """A CUDA image; its NVIDIA_REQUIRE_CUDA is the one the rules render for `version` unless given (None: none)."""
     base = Base(name=f"cuda{version}", vendor="cuda", os="ubuntu22.04", version=version, image="x")
-    acc = Accelerator("cuda", version, min_driver=min_driver, mvc_driver=mvc_driver)
+    require_cuda = rules_cuda.require_cuda(version, table()) if require == "" else require
+    acc = Accelerator("cuda", version, min_driver=min_driver, mvc_driver=mvc_driver, require_cuda=require_cuda)
     return _image(base, acc, installs or (torch("2.5.1", "cu124"),))
 
 
@@ -100,7 +105,7 @@ def test_cuda_image_without_nvidia_gpu_is_not_applicable(status: str) -> None:
 def test_cuda_image_with_nvidia_gpu_is_judged() -> None:
     got = verdict(host(nvidia(H200)), cuda_image())
     assert got.status == "ok"
-    assert got.reason.startswith("driver 580.159.03 >= 550.54.15")
+    assert got.reason.startswith("driver 580.159.03 reports CUDA 13.0, which meets NVIDIA_REQUIRE_CUDA cuda>=12.4"), got.reason
     assert "torch 2.5.1+cu124 supports compute capability 5.0-9.0; GPU 9.0" in got.reason
 
 
@@ -112,20 +117,36 @@ def test_cuda_image_with_broken_driver_fails_with_the_driver_fix() -> None:
     assert "reboot" in got.fix
 
 
-def test_driver_below_mvc_floor_fails() -> None:
-    got = verdict(host(nvidia(H200, driver="470.82.01")), cuda_image())
+def test_a_driver_the_container_runtime_refuses_fails() -> None:
+    """Judged as libnvidia-container judges NVIDIA_REQUIRE_CUDA: R575 reports CUDA 12.9, below cuda>=13.0,
+    and a CUDA-from-wheels image has no brand clause to let it through."""
+    got = verdict(host(nvidia(H200, driver="575.57.08")), cuda_image(torch("2.9.1", "cu130"), version="13.0"))
     assert got.status == "fail"
-    assert got.reason == ("needs driver >= 525.60.13 for CUDA 12.x (minor-version compatibility); host has 470.82.01")
-    assert got.fix == "update the driver or use an older CUDA base"
+    assert got.reason.startswith(
+        "`docker run --gpus all` refuses it: driver 575.57.08 reports CUDA 12.9, NVIDIA_REQUIRE_CUDA asks cuda>=13.0"
+    )
+    assert got.fix == "update the driver, or use an image of an older CUDA"
 
 
-@pytest.mark.parametrize("driver", ["525.60.13", "535.104.05", "550.54.14"])
-def test_driver_between_mvc_and_toolkit_minimum_warns(driver: str) -> None:
+def test_brand_clauses_start_an_nvidia_cuda_image_on_older_data_center_branches() -> None:
+    """nvidia/cuda:13.0.0's requirement admits R535 for data-center brands (forward compatibility), not GeForce."""
+    image = cuda_image(torch("2.9.1", "cu130"), version="13.0.0", min_driver="580.65.06")
+    on = {
+        brand: verdict(host(nvidia(dataclasses.replace(H200, brand=brand), driver="535.104.05")), image)
+        for brand in ("nvidia", "geforce", None)
+    }
+    assert on["nvidia"].status == "ok" and "through its clause brand=nvidia,driver>=535,driver<536" in on["nvidia"].reason
+    assert on["geforce"].status == "fail" and "none of its 60 brand/branch clauses matches" in on["geforce"].reason
+    assert on[None].status == "warn" and "only on GPUs of brand unknown, grid, tesla, nvidia" in on[None].reason
+
+
+@pytest.mark.parametrize("driver", ["550.54.14", "550.40.07"])
+def test_a_driver_below_the_one_its_cuda_release_shipped_with_warns(driver: str) -> None:
     got = verdict(host(nvidia(H200, driver=driver)), cuda_image())
     assert got.status == "warn"
     assert got.reason == (
-        f"driver {driver} is older than 550.54.15, which CUDA 12.4.1 wants; runs through minor "
-        "version compatibility, but PTX JIT of newer PTX fails"
+        f"driver {driver} reports CUDA 12.4, which meets NVIDIA_REQUIRE_CUDA cuda>=12.4; below 550.54.15, the driver of CUDA 12.4.1, "
+        "it runs by minor-version compatibility (PTX newer than the driver is not JIT-compiled)"
     )
     assert got.fix == "update the driver to >= 550.54.15"
 
@@ -141,15 +162,17 @@ def test_driver_versions_compare_numerically_not_as_text() -> None:
     assert verdict(host(nvidia(H200, driver="575.57.08")), image).status == "fail"
 
 
-def test_driver_below_toolkit_minimum_without_known_floor_warns() -> None:
-    got = verdict(host(nvidia(H200, driver="540.1")), cuda_image(mvc_driver=None))
-    assert got.status == "warn" and "only if minor version compatibility covers it" in got.reason
+def test_a_branch_the_table_does_not_list_is_placed_between_its_neighbours() -> None:
+    """R565 shipped with no toolkit (it reports CUDA 12.7): below R570's 12.8, above R560's 12.6."""
+    assert verdict(host(nvidia(H200, driver="565.57.01")), cuda_image(version="12.8", require=None, min_driver=None)).status == "ok"
+    refused = verdict(host(nvidia(H200, driver="565.57.01")), cuda_image(version="12.8", require="cuda>=12.8", min_driver=None))
+    assert refused.status == "fail" and "reports CUDA 12.6 or newer, below 12.8" in refused.reason
 
 
-def test_unknown_driver_minimum_is_reported_as_not_checked() -> None:
-    got = verdict(host(nvidia(H200)), cuda_image(min_driver=None, mvc_driver=None))
+def test_unknown_requirement_is_reported_as_not_checked() -> None:
+    got = verdict(host(nvidia(H200)), cuda_image(min_driver=None, mvc_driver=None, require=None))
     assert got.status == "ok"
-    assert "no driver minimum known for CUDA 12.4.1" in got.unchecked
+    assert "no NVIDIA_REQUIRE_CUDA known for CUDA 12.4.1" in got.unchecked
 
 
 def test_gpu_below_variant_range_fails_and_names_a_variant_that_works() -> None:
@@ -260,7 +283,7 @@ def test_a_host_whose_smoke_checks_cannot_reach_a_container_fails_its_own_row() 
 
 def test_worst_finding_wins_and_the_rest_are_counted() -> None:
     plain = EngineFacts(reachable=True, runtimes=())
-    got = verdict(host(nvidia(P100, driver="470.82.01"), engine=plain), cuda_image(torch("2.9.1", "cu130")))
+    got = verdict(host(nvidia(P100, driver="418.87.01"), engine=plain), cuda_image(torch("2.9.1", "cu130")))
     assert got.status == "fail"
     assert [f.status for f in got.findings] == ["fail", "fail", "warn"]
     assert got.reason.endswith("(+2 more)")
@@ -475,3 +498,21 @@ def test_an_unlocked_cudnn_is_reported_as_not_checked() -> None:
     image = cuda_image(Install("torch", "2.5.1", ("torch==2.5.1",), variant="cu124", cudnn="9.1.0.70"))
     verdict = doctor.image_verdict(host(nvidia(H200)), image)
     assert any("cuDNN is not locked" in note for note in verdict.unchecked)
+
+
+def test_a_driver_branch_past_nvidias_end_of_life_warns() -> None:
+    """NVIDIA publishes an end of life per data-center branch (compat/data/lifecycle.yaml `driver`): R535's was 2026-06-30."""
+    import datetime as dt
+
+    def driver_check(driver: str, today: dt.date) -> doctor.Check:
+        return next(c for c in doctor.host_checks(host(nvidia(H200, driver=driver)), today) if c.name == "nvidia driver")
+
+    old = driver_check("535.104.05", dt.date(2026, 12, 4))
+    assert (
+        old.status == "warn"
+        and old.detail
+        == "driver 535.104.05; 1 GPU; NVIDIA driver R535 (end of life 2026-06-30) is past: NVIDIA no longer fixes this branch"
+    )
+    assert driver_check("535.104.05", dt.date(2026, 6, 30)).status == "ok"
+    assert driver_check("580.159.03", dt.date(2026, 12, 4)).status == "ok"
+    assert driver_check("590.48.01", dt.date(2030, 1, 1)).status == "ok"  # a new feature branch: no date published, none guessed

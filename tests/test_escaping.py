@@ -101,7 +101,14 @@ def _markdown_report(cli: RunCli, write_matrix: Callable[..., Path], tmp_path: P
 def test_markdown_cells_cannot_add_rows_headings_or_html(cli: RunCli, write_matrix: Callable[..., Path], tmp_path: Path) -> None:
     page = _markdown_report(cli, write_matrix, tmp_path)
     headings = [line for line in page.splitlines() if line.startswith("#")]
-    assert headings == ["# Support matrix", "## Base x stack", "## Images", "## Skipped by the rules", "## End of life"]
+    assert headings == [
+        "# Support matrix",
+        "## Base x stack",
+        "## Images",
+        "## Skipped by the rules",
+        "## End of life",
+        "## This project's support window",
+    ]
     images = page.split("## Images")[1].split("## Skipped")[0].strip().splitlines()
     assert len(images) == 3  # header, rule, the one image
     assert len(re.findall(r"(?<!\\)\|", images[2])) == 12  # eleven cells, no more

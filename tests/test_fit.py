@@ -328,7 +328,8 @@ def test_nvidia_smi_gives_the_driver_and_every_gpu(tmp_path: Path) -> None:
 
 def test_given_values_replace_detected_ones() -> None:
     detected = FitHost("amd64", "nvidia", ("8.6",), "550.54.15", ("arch", "vendor", "gpus", "driver"))
-    assert hosts.given(detected, gpu_cc=["12.0"]) == FitHost("amd64", "nvidia", ("12.0",), "550.54.15", ("arch", "vendor", "driver"))
+    assert hosts.given(detected, gpu_cc=["9.0"]) == FitHost("amd64", "nvidia", ("9.0",), "550.54.15", ("arch", "vendor", "driver"))
+    assert hosts.given(detected, brand="tesla").brand == "tesla"
     assert hosts.given(detected, vendor="none", arch="arm64") == FitHost("arm64", "none", (), None, ())
     assert hosts.given(FitHost("amd64", "none", (), None, ("arch", "vendor", "gpus")), gpu_cc=["6.1"]).vendor == "nvidia"
     assert hosts.given(None, driver="550.54.15").vendor == "nvidia"
@@ -368,8 +369,10 @@ def test_generations_against_the_torch_cu130_record(cc: str, status: str) -> Non
 def test_record_reasons() -> None:
     volta = judge(TORCH_CU130, nvidia("7.0"), table()).reason
     assert volta.startswith("torch 2.14.1+cu130 ships kernels for 7.5-12.0: Volta 7.0 cannot run it")
-    old = judge(TORCH_CU130, nvidia("12.0", driver="535.104.05"), table()).reason
-    assert old.startswith("driver 535.104.05 < 580.65.06 needed by CUDA 13.0")
+    old = judge(TORCH_CU130, nvidia("9.0", driver="535.104.05"), table()).reason
+    assert old.startswith(
+        "`docker run --gpus all` refuses it: driver 535.104.05 reports CUDA 12.2, NVIDIA_REQUIRE_CUDA asks cuda>=13.0: update the driver to R580"
+    ), old
     pascal = record("torch2.14-cu126", frameworks={"torch": "2.14.1+cu126"}, accelerator=replace(CU126, cudnn="9.11.0"))
     assert judge(pascal, nvidia("6.1"), table()).reason.startswith("cuDNN 9.11.0 needs compute capability >= 7.5: Pascal 6.1")
     assert judge(TORCH_CU130, nvidia("8.6", driver=None), table()).status == "fits"  # the driver is only noted as unchecked
@@ -417,7 +420,14 @@ def test_fit_json_shape(cli: RunCli, catalog_dir: str) -> None:
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert set(data) == {"host", "records", "newest_fit"}
-    assert data["host"] == {"arch": "amd64", "vendor": "nvidia", "gpus": ["8.9", "7.0"], "driver": "550.54.15", "detected": ["arch"]}
+    assert data["host"] == {
+        "arch": "amd64",
+        "vendor": "nvidia",
+        "gpus": ["8.9", "7.0"],
+        "driver": "550.54.15",
+        "brand": None,
+        "detected": ["arch"],
+    }
     assert [set(r) for r in data["records"]] == [{"id", "status", "reason", "measured"}] * 3
     statuses = {r["id"]: r["status"] for r in data["records"]}
     assert statuses == {"torch2.14-cu130": "does not fit", "torch2.13-cu130": "does not fit", "torch2.14-cpu": "fits"}
@@ -532,3 +542,24 @@ def test_a_folder_stands_for_its_libraries_with_device_code(cli: RunCli, catalog
     both = cli("fit", "--library", str(tmp_path / "site-packages"), "--gpu-cc", "7.5")
     assert both.exit_code == 1, both.output  # a program loads every library: one that does not fit is enough
     assert "not all fit this host: torch/lib/libold.so" in both.stdout
+
+
+def test_brand_decides_an_nvidia_cuda_image_on_an_older_data_center_branch(
+    cli: RunCli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """nvidia/cuda:13.0.0's NVIDIA_REQUIRE_CUDA admits R535 for data-center brands (its forward-compat
+    package): without the brand the answer depends on it (`unknown`, never a guessed yes); with it, the
+    container runtime's answer."""
+    monkeypatch.setattr(hosts, "detect", lambda: FitHost("amd64", "none", (), None, ("arch", "vendor", "gpus")))
+    base_image = record("torch2.14-cu130-ubuntu", frameworks={"torch": "2.14.1+cu130"}, accelerator=replace(CU130, version="13.0.0"))
+    Catalog(tmp_path / "catalog").add([base_image], {})
+    ask = ("fit", "--catalog", str(tmp_path / "catalog"), "--gpu-cc", "9.0", "--driver", "535.104.05", "--format", "json")
+    unknown = cli(*ask)
+    assert unknown.exit_code == 1, unknown.output
+    (row,) = json.loads(unknown.stdout)["records"]
+    assert row["status"] == "unknown" and "give --brand" in row["reason"]
+    data_center = cli(*ask, "--brand", "nvidia")
+    assert data_center.exit_code == 0, data_center.output
+    assert "through its clause brand=nvidia,driver>=535,driver<536" in json.loads(data_center.stdout)["records"][0]["reason"]
+    geforce = cli(*ask, "--brand", "geforce")
+    assert geforce.exit_code == 1 and json.loads(geforce.stdout)["records"][0]["status"] == "does not fit"

@@ -10,7 +10,7 @@ import pytest
 from builder.engine import client as engine
 from builder.errors import UserError
 from builder.host import facts as hostinfo
-from builder.host.facts import EngineFacts, NvidiaGpu
+from builder.host.facts import EngineFacts, NvidiaGpu, NvidiaInfo
 from tests.fake_engine import FakeEngine, connect_to
 
 # Format as measured on the H200 machine (driver there: 580.159.04).
@@ -197,7 +197,7 @@ def test_gather_composes_injected_sources(tmp_path: Path) -> None:
     _dev_tree(tmp_path, "dev/kfd", "dev/dri/renderD128")
     engine = EngineFacts(reachable=True, version="27.1.1", runtimes=("nvidia",))
     host = hostinfo.gather(
-        FakeRun((0, H200)),
+        FakeRun((0, H200), (0, "GPU 00000000:01:00.0\n    Product Name : NVIDIA H200\n    Product Brand : NVIDIA\n")),
         tmp_path,
         lambda: engine,
         identity=lambda: (1000, frozenset()),
@@ -205,6 +205,7 @@ def test_gather_composes_injected_sources(tmp_path: Path) -> None:
     )
     assert host.engine == engine
     assert host.nvidia.has_gpu and host.nvidia.gpus[0].name == "NVIDIA H200"
+    assert host.nvidia.gpus[0].brand == "nvidia"  # nvidia-smi -q's Product Brand, as the container runtime names it
     assert host.amd.present and not host.amd.render_nodes[0].user_in_group
 
 
@@ -226,3 +227,52 @@ def test_engine_facts_unreachable(monkeypatch: pytest.MonkeyPatch) -> None:
     facts = hostinfo.engine_facts()
     assert not facts.reachable
     assert facts.error == "no Docker engine answers at unix:///var/run/docker.sock: refused"
+
+
+def test_brands_are_read_per_gpu_as_the_container_runtime_names_them() -> None:
+    """`nvidia-smi -q` prints "Product Brand" per GPU; libnvidia-container compares its own names
+    (compat/require.py BRANDS) with an image's `brand=` clauses."""
+    report = (
+        "GPU 0\n    Product Brand : NVIDIA RTX\nGPU 1\n    Product Brand                   : GeForce\nGPU 2\n    Product Brand : Made Up\n"
+    )
+    assert hostinfo.parse_brands(report) == ("nvidiartx", "geforce", None)
+    two = NvidiaInfo(status="ok", driver="580.65.06", gpus=(NvidiaGpu(0, "a", "8.6", 1), NvidiaGpu(1, "b", "8.6", 1)))
+    run = FakeRun((0, report))  # three brands for two GPUs: not trusted, the GPUs stay unbranded
+    assert [g.brand for g in hostinfo.with_brands(two, run).gpus] == [None, None]
+    assert run.calls == [["nvidia-smi", "-q"]]
+    failed = FakeRun((9, "NVIDIA-SMI has failed"))
+    assert [g.brand for g in hostinfo.with_brands(two, failed).gpus] == [None, None]
+    assert hostinfo.with_brands(NvidiaInfo(status="absent"), FakeRun()) == NvidiaInfo(status="absent")  # nothing asked
+
+
+# The head of `nvidia-smi -q` on this project's GPU machine (H200, driver 580.159.04), 2026-12-04;
+# nvmlDeviceGetBrand answered 14 (NVML_BRAND_NVIDIA) and nvmlSystemGetCudaDriverVersion 13000 there,
+# and `nvidia-smi --help-query-gpu` has no brand field (hence the -q report).
+H200_Q = """
+==============NVSMI LOG==============
+
+Timestamp                                              : Fri Dec  4 17:32:28 2026
+Driver Version                                         : 580.159.04
+CUDA Version                                           : 13.0
+
+Attached GPUs                                          : 1
+GPU 00000000:00:06.0
+    Product Name                                       : NVIDIA H200
+    Product Brand                                      : NVIDIA
+    Product Architecture                               : Hopper
+    Persistence Mode                                   : Enabled
+"""
+
+
+def test_the_h200s_own_report_reads_as_the_runtime_sees_it() -> None:
+    """The brand and the CUDA version libnvidia-container would judge this machine's NVIDIA_REQUIRE_CUDA by."""
+    from builder.compat.facts import table
+    from builder.compat.require import driver_cuda
+    from builder.fit import host as hosts
+
+    def run(argv: list[str]) -> tuple[int, str]:
+        return (0, H200_Q) if argv == ["nvidia-smi", "-q"] else (0, "NVIDIA H200, 580.159.04, 9.0, 143771")
+
+    found = hosts.detect(run, Path("/nonexistent"), "x86_64")
+    assert (found.gpus, found.driver, found.brand) == (("9.0",), "580.159.04", "nvidia")
+    assert str(driver_cuda("580.159.04", table())) == "13.0"  # as its "CUDA Version" line and NVML said

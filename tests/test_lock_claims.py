@@ -20,6 +20,7 @@ import pytest
 
 from builder.compat import cuda_components
 from builder.compat.facts import table
+from builder.compat.rules import cuda as rules_cuda
 from builder.compat.rules import decide
 from builder.errors import UserError
 from builder.lock.claims import cc_floor, refusals
@@ -90,9 +91,15 @@ def test_every_claim_about_an_image_agrees_with_its_lock(image: str, exceptions:
     assert require is not None and require.group(1) == loaded, image
     assert _minor(entry["accelerator"]["version"]) == loaded
     assert _minor(labels["io.builder.accelerator-version"]) == loaded
-    expected_driver = next((d for cuda, d in table().cuda_toolkits if cuda == entry["accelerator"]["version"]), None)
-    if "." in entry["accelerator"]["version"][len(loaded) :]:  # a patch release: Table 3 names its driver
-        assert entry["accelerator"].get("min_driver") == expected_driver, image
+    # one driver number: Table 3's for the CUDA release the image carries, the lock's update release
+    # (its cudart names it: 13.0.96 is 13.0.2), else the base's patch release; none when the table
+    # does not list the lock's update (13.2.86 is 13.2.2): no other release's number stands in
+    releases = dict(table().cuda_toolkits)
+    if runtime is not None and _minor(runtime) == loaded:
+        release = rules_cuda.update_release(runtime, table())
+        assert entry["accelerator"].get("min_driver") == (releases[release] if release else None), image
+    elif "." in entry["accelerator"]["version"][len(loaded) :]:  # a patch release: Table 3 names its driver
+        assert entry["accelerator"].get("min_driver") == releases.get(entry["accelerator"]["version"]), image
     # cuDNN, cuBLAS, NCCL, the runtime: plan JSON and labels say what the lock pins
     for library, prefix in (
         ("cudnn", "nvidia-cudnn-cu"),
@@ -232,7 +239,7 @@ def test_a_stated_exception_lets_the_lock_through_and_the_claims_follow_it(tmp_p
     assert spec.cuda_exception and spec.lock is not None and spec.constraints == ()
     assert refusals(spec, spec.lock, table()) == []
     assert spec.accelerator.version == "12.4" and spec.accelerator.require_cuda == "cuda>=12.4"
-    assert spec.accelerator.min_driver == dict(table().cuda_toolkits)["12.4.0"]
+    assert spec.accelerator.min_driver == dict(table().cuda_toolkits)["12.4.1"]  # its cudart 12.4.127 is 12.4 Update 1
     assert any("two CUDA user spaces" in w for w in ws.decided.warnings)
     # the same lock, without the exception: constrained to 12.8, and refused
     text = (ROOT / "matrix.yaml").read_text(encoding="utf-8")
@@ -395,4 +402,4 @@ def test_doctor_judges_the_driver_against_the_cuda_the_lock_loads() -> None:
     )
     got = doctor.image_verdict(host, spec)
     assert got.status == "ok", got.reason
-    assert "driver 560.35.03 >= 550.54.14" in got.reason
+    assert "driver 560.35.03 reports CUDA 12.6, which meets NVIDIA_REQUIRE_CUDA cuda>=12.4" in got.reason, got.reason

@@ -307,7 +307,8 @@ MEASURED = "(measured from the image's binaries)"
 )
 def test_every_generation_against_the_measured_images(cc: str, torch: str, numba: str, cupy: str, tf: str, jax: str, torch215: str) -> None:
     for rec, want in ((TORCH, torch), (NUMBA, numba), (CUPY, cupy), (TF, tf), (JAX, jax), (TORCH215, torch215)):
-        got = judge(rec, nvidia(cc), table())
+        driver = "595.58.03" if rec is TORCH215 else "580.65.06"  # one its NVIDIA_REQUIRE_CUDA admits (cuda>=13.2 needs R595)
+        got = judge(rec, nvidia(cc, driver=driver), table())
         assert got.measured and got.reason.endswith(MEASURED), got.reason
         assert got.status == ("fits" if want == "fits" else "does not fit"), (rec.id, cc, got.reason)
 
@@ -322,15 +323,16 @@ def test_measured_reasons_name_the_library_and_the_generation() -> None:
         volta
     )
     old = judge(TORCH, nvidia("12.0", driver="575.51.03"), table())
-    assert old.status == "does not fit" and old.reason.startswith("driver 575.51.03 < 580.65.06 needed by CUDA 13.0"), old.reason
-    assert "cuda-compat-13-0" in old.reason
+    assert old.status == "does not fit" and old.reason.startswith(
+        "`docker run --gpus all` refuses it: driver 575.51.03 reports CUDA 12.9, NVIDIA_REQUIRE_CUDA asks cuda>=13.0: update the driver to R580"
+    ), old.reason
     fits = judge(TORCH, nvidia("12.0", driver="580.65.06"), table())
     assert fits.reason.startswith(
-        "driver 580.65.06 >= 580.65.06 needed by CUDA 13.0; torch 2.14.1 runs on 12.0 through the device code of its 22 libraries"
-    )
+        "driver 580.65.06 reports CUDA 13.0, which meets NVIDIA_REQUIRE_CUDA cuda>=13.0; torch 2.14.1 runs on 12.0 through the device code of its 22 libraries"
+    ), fits.reason
     numba = judge(NUMBA, nvidia("7.5"), table()).reason
     assert "numba 0.68.0 runs on 7.5 through NVRTC 13.0 compiling its kernels" in numba, numba
-    assert judge(TORCH, nvidia("9.0", driver=None), table()).reason.startswith("driver not checked (CUDA 13.0 needs >= 580.65.06")
+    assert judge(TORCH, nvidia("9.0", driver=None), table()).reason.startswith("driver not checked (NVIDIA_REQUIRE_CUDA asks cuda>=13.0")
     assert judge(TORCH, nvidia(), table()).status == "unknown"
     assert judge(TORCH, FitHost("arm64", "nvidia", ("9.0",), None), table()).status == "does not fit"
     both = judge(TORCH, nvidia("8.6", "7.5"), table())
@@ -339,11 +341,25 @@ def test_measured_reasons_name_the_library_and_the_generation() -> None:
     assert pascal_tf.startswith("libcudnn_adv.so.9 (NVIDIA's) has no SASS below sm_75: Pascal 6.1 cannot run tensorflow 2.21.0"), pascal_tf
     jit = judge(TF, nvidia("12.0"), table())
     assert jit.status == "fits" and "the driver JIT-compiles the PTX of 12.0: libtensorflow_cc.so.2" in jit.reason, jit.reason
-    old_jit = judge(TF, nvidia("12.0", driver="535.104.05"), table())  # above CUDA 12.5's floor, below PTX ISA 8.3's
-    assert old_jit.status == "does not fit" and old_jit.reason.startswith(
-        "driver 535.104.05 < 545.23.06 needed to JIT PTX ISA 8.3 (CUDA 12.3)"
-    )
-    assert judge(TF, nvidia("9.0", driver="535.104.05"), table()).status == "fits"  # sm_90 SASS: no JIT, minor-version compatibility
+    # R535 reports CUDA 12.2: minor-version compatibility would run CUDA 12.5 there, but the image's
+    # cuda>=12.5 (no brand clauses on a CUDA-from-wheels base) makes the container runtime refuse it
+    for gpu in ("12.0", "9.0"):
+        refused = judge(TF, nvidia(gpu, driver="535.104.05"), table())
+        assert refused.status == "does not fit" and "NVIDIA_REQUIRE_CUDA asks cuda>=12.5" in refused.reason, refused.reason
+    assert judge(TF, nvidia("9.0", driver="555.42.02"), table()).status == "fits"  # R555 reports CUDA 12.5
+
+
+def test_nothing_fits_below_its_images_own_requirement() -> None:
+    """torch 2.15.0 cu132 says cuda>=13.2: R580, the long-term data-center branch, reports CUDA 13.0
+    and the container runtime refuses it there, though CUDA 13.2's runtime would run by minor-version
+    compatibility (the audit's worst case, which `fit` called a fit)."""
+    on_r580 = judge(TORCH215, nvidia("9.0", driver="580.159.04"), table())
+    assert on_r580.status == "does not fit", on_r580.reason
+    assert "driver 580.159.04 reports CUDA 13.0, NVIDIA_REQUIRE_CUDA asks cuda>=13.2" in on_r580.reason
+    assert "R595 or newer (>= 595.45.04, the driver CUDA 13.2 shipped with)" in on_r580.reason
+    assert judge(TORCH215, nvidia("9.0", driver="595.45.04"), table()).status == "fits"
+    for cc in ("7.5", "8.0", "9.0", "10.0", "12.0"):  # no GPU makes a driver the runtime refuses fit
+        assert judge(TORCH215, nvidia(cc, driver="590.48.01"), table()).status == "does not fit"
     unmeasured = replace(TORCH, fit=None, frameworks={"torch": "2.14.1+cu130"})
     assert not judge(unmeasured, nvidia("9.0"), table()).measured  # no fit: the compat tables, as before
 

@@ -29,7 +29,7 @@ PASSED = "numba0.68.0-cpu-py3.11-debian12"
 FAILED = "tensorflow2.21.0-cu128-py3.12-ubuntu24.04"
 GPU_SKIPPED = "numba0.68.0-cu130-py3.11-debian12"
 NOT_BUILT = "torch2.5.1-rocm6.2-py3.11-ubuntu22.04"
-RUNS_ON = "sm 5.0-9.0, driver >= 525.60.13, amd64 (table)"
+RUNS_ON = "sm 5.0-9.0, driver >= 550.54.14, amd64 (table)"  # cuda>=12.4: the driver CUDA 12.4 shipped with
 EXPECTED = {KNOWN_GOOD: "known-good", PASSED: "passed", FAILED: "failed", GPU_SKIPPED: "gpu-skipped", NOT_BUILT: "not-built"}
 
 

@@ -648,9 +648,22 @@ def test_table_refuses_unsorted_rows(tmp_path: Path) -> None:
 
 def test_table_refuses_an_unknown_key(tmp_path: Path) -> None:
     path, line = broken_copy(
-        tmp_path, '{cuda: "12.4.1", driver: "550.54.15", source: S1}', '{cuda: "12.4.1", driver: "550.54.15", drvier: "1", source: S1}'
+        tmp_path, '{cuda: "12.4.1", driver: "550.54.15", cudart:', '{cuda: "12.4.1", driver: "550.54.15", drvier: "1", cudart:'
     )
     refuses(path, line, "unknown key", "drvier")
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ('{cuda: "12.4.1", driver: "550.54.15", cudart: "12.5.82",', "cudart 12.5.82 of CUDA 12.4.1 is not a 12.4 version"),
+        ('{cuda: "12.4.1", driver: "550.54.15", cudart: "12.4.99",', "cudart 12.4.99 is stated for CUDA 12.4.0 and 12.4.1"),
+    ],
+)
+def test_table_refuses_a_cudart_that_cannot_name_one_release(tmp_path: Path, row: str, message: str) -> None:
+    """A lock's runtime wheel names the update release whose driver the image states: one release per cudart, of its minor."""
+    path, line = broken_copy(tmp_path, '{cuda: "12.4.1", driver: "550.54.15", cudart: "12.4.127",', row)
+    refuses(path, line, message)
 
 
 def test_table_refuses_a_row_without_source(tmp_path: Path) -> None:
@@ -706,3 +719,19 @@ def test_table_refuses_a_numba_nvvm_row_that_is_not_an_exact_nvcc_wheel_pin(tmp_
         '{cuda: "11.8", wheel: "nvidia-cuda-nvcc-cu11>=11.8", source: PYPI_NVCC}',
     )
     refuses(path, line, "builtin_nvvm", "nvidia-cuda-nvcc-cu11>=11.8")
+
+
+def test_the_driver_an_image_states_is_its_locks_update_release() -> None:
+    """One number per fact: Table 3's driver of the CUDA release the lock's cudart names (13.0.96 is
+    13.0 Update 2), not the minor's first release; none when the table does not list that update."""
+    from builder.compat.rules.cuda import release_driver, update_release
+
+    compat = table()
+    assert update_release("13.0.96", compat) == "13.0.2" and update_release("13.1.80", compat) == "13.1.0"
+    assert update_release("13.2.86", compat) is None  # 13.2 Update 2: no Table 3 row here
+    assert release_driver("13.0", compat, "13.0.96") == "580.95.05"
+    assert release_driver("12.4", compat, "12.4.127") == "550.54.15"
+    assert release_driver("13.2", compat, "13.2.86") is None
+    assert release_driver("12.8.1", compat) == "570.124.06"  # an nvidia/cuda base's own release, no cudart wheel
+    assert release_driver("12.8.1", compat, "12.4.127") == "570.124.06"  # a runtime of another minor names nothing here
+    assert release_driver("13.0", compat) == "580.65.06"  # unlocked: the minor read as X.Y.0

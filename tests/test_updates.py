@@ -18,7 +18,8 @@ import pytest
 from click.testing import Result
 
 from builder.compat.facts import table
-from builder.compat.rules import decide
+from builder.compat.requires import Meta
+from builder.compat.rules import decide, framework
 from builder.errors import RunFailure, UserError
 from builder.records import Matrix
 from builder.spec.matrix import load_matrix
@@ -775,3 +776,73 @@ def test_a_mirrors_endless_requires_python_is_cut_in_what_updates_reports(matrix
         assert len(release.requires_python or "") <= 200 and len(release.numpy or "") <= 200, key
         assert "\x1b" not in (release.requires_python or "") + (release.numpy or "")
         assert len(release.reason) <= 4000, key
+
+
+# --- what `builder lock` would refuse is never plannable ---------------------------------------
+
+LOCK_MATRIX = """\
+registry: ghcr.io/example/gpu-images
+bases:
+  cuda12.8-ubuntu24.04:
+    vendor: cuda
+    version: "12.8.1"
+    os: ubuntu24.04
+    image: nvidia/cuda:12.8.1-cudnn-runtime-ubuntu24.04
+  cuda12-debian12:
+    vendor: cuda
+    version: "12.5"
+    os: debian12
+    bootstrap: debootstrap
+python: ["3.11", "3.12"]
+frameworks:
+  tensorflow: ["2.18.0"]
+stacks:
+  tensorflow: [tensorflow]
+"""
+
+
+@pytest.mark.parametrize(
+    ("wheel_base", "exclude", "status", "accepted"),
+    [
+        (True, "", rel.NEEDS_RULES, ()),  # 12.8 images the lock refuses, 12.5 ones it takes: exclude the first
+        (True, 'exclude:\n  - {base: cuda12.8-ubuntu24.04, tensorflow: "2.18"}\n', rel.PLANNABLE, ("cuda12-debian12/py3.11",)),
+        (False, "", rel.NO_IMAGE, ()),  # only the 12.8 base: every image would be refused
+    ],
+)
+def test_a_release_whose_exact_cuda_pins_the_lock_refuses_is_not_plannable(
+    write_matrix: WriteMatrix, index: FakeIndex, wheel_base: bool, exclude: str, status: str, accepted: tuple[str, ...]
+) -> None:
+    """tensorflow[and-cuda] 2.18 pins nvidia-cuda-runtime-cu12==12.5.82 exactly: on a CUDA 12.8 base
+    the lock's one-CUDA check refuses it, so `updates` must not call it plannable there (issue 38)
+    and `--apply` never plans what `builder lock` refuses."""
+    text = LOCK_MATRIX + exclude
+    if not wheel_base:
+        text = text.replace(text[text.index("  cuda12-debian12:") : text.index("python:")], "")
+    matrix = load_matrix(write_matrix(text))
+    index.add("tensorflow", "2.18.0", ">=3.9", tf_dist("12.5.82"))
+    index.add("tensorflow", "2.18.1", ">=3.9", tf_dist("12.5.82"))
+    got = found(matrix, index)[("tensorflow", "2.18.1")]
+    assert got.status == status, got.reason
+    assert got.accepted == accepted
+    if status != rel.PLANNABLE:
+        assert (
+            "`builder lock` would refuse" in got.reason
+            and "nvidia-cuda-runtime-cu12 12.5.82 is CUDA 12.5, the image is CUDA 12.8" in got.reason
+        )
+    if status == rel.NEEDS_RULES:
+        assert "exclude it there in matrix.yaml" in got.reason
+
+
+def test_exact_pins_are_read_for_the_extras_the_install_names() -> None:
+    """Only what the image installs counts: tensorflow-cpu takes no [and-cuda] pins; a marker for
+    another Python does not apply."""
+    fw = framework("tensorflow")
+    meta = Meta(
+        "tensorflow", "2.18.1", ">=3.9", (*tf_dist("12.5.82"), 'nvidia-nccl-cu12==2.21.5; python_version < "3.10" and extra == "and-cuda"')
+    )
+    pub = rel.read_release(fw, "2.18.1", [meta])
+    ws_matrix = make_plan(load_matrix(Path(__file__).resolve().parents[1] / "matrix.yaml"), table())
+    cuda_spec = next(s for s in ws_matrix.images if s.stack == "tensorflow" and s.base.vendor == "cuda")
+    cpu_spec = next(s for s in ws_matrix.images if s.stack == "tensorflow" and s.base.vendor == "cpu")
+    assert rel.exact_pins(pub, cuda_spec) == {"nvidia-cuda-runtime-cu12": "12.5.82", "nvidia-cudnn-cu12": "9.3.0.75"}
+    assert rel.exact_pins(pub, cpu_spec) == {}

@@ -86,7 +86,7 @@ def test_a_record_that_does_not_fit_is_refused_naming_the_newest_that_does(catal
     ("host", "reason"),
     [
         (nvidia("6.1"), "torch 2.14.1+cu130 ships kernels for 7.5-12.0: Pascal 6.1 cannot run it"),
-        (nvidia("9.0", driver="535.104.05"), "driver 535.104.05 < 580.65.06 needed by CUDA 13.0"),
+        (nvidia("9.0", driver="535.104.05"), "driver 535.104.05 reports CUDA 12.2, NVIDIA_REQUIRE_CUDA asks cuda>=13.0"),
         (NO_GPU, "a CUDA image needs an NVIDIA GPU; this host has no GPU"),  # the README's GPU-less amd64 host
         (FitHost("arm64", "nvidia", ("9.0",), None), "an amd64 image; this host is arm64"),
     ],
@@ -102,7 +102,7 @@ def test_a_record_that_fits_is_pulled_and_says_why(catalog: Catalog) -> None:
     fake = FakeEngine()
     pulled = _pull(catalog, fake, "torch=2.14", pulling.FitCheck(nvidia("12.0")))
     assert pulled.record.id == CU130 and len(fake.pulls) == 1
-    assert pulled.fit.startswith("fits this host: driver 580.65.06 >= 580.65.06 needed by CUDA 13.0")
+    assert pulled.fit.startswith("fits this host: driver 580.65.06 reports CUDA 13.0, which meets NVIDIA_REQUIRE_CUDA cuda>=13.0")
     assert "torch 2.14.1+cu130 ships kernels for 7.5-12.0" in pulled.fit
     cpu = _pull(catalog, FakeEngine(), "vendor=cpu", pulling.FitCheck(NO_GPU))
     assert cpu.record.id == CPU and cpu.fit == "fits this host: a CPU image: runs on any amd64 host"
@@ -192,7 +192,7 @@ def engine() -> FakeEngine:
         (nvidia("12.0"), "fits", "torch 2.14.1 ships kernels for 7.5-12.0"),
         (nvidia("13.0"), "fits", "(13.0 through its PTX, slow first start)"),
         (nvidia("7.0"), "does not fit", "torch 2.14.1 ships kernels for 7.5-12.0: Volta 7.0 cannot run it"),
-        (nvidia("8.6", driver="550.54.15"), "does not fit", "driver 550.54.15 < 580.65.06 needed by CUDA 13.0"),
+        (nvidia("8.6", driver="550.54.15"), "does not fit", "driver 550.54.15 reports CUDA 12.4, NVIDIA_REQUIRE_CUDA asks cuda>=13.0"),
         (NO_GPU, "does not fit", "a CUDA image needs an NVIDIA GPU; this host has no GPU"),
         (nvidia(), "unknown", "not checked: the GPUs"),
     ],
@@ -266,17 +266,17 @@ def test_bad_doctor_image_options_are_one_line_exit_2(cli: RunCli, args: list[st
     ("frameworks", "accelerator", "label"),
     [
         ({"torch": "2.14.1+cu130"}, MeasuredAccelerator("cuda", "13.0", cuda="13.0"), "sm 7.5-12.0 (+PTX), driver >= 580.65.06, amd64 (table)"),
-        ({"torch": "2.14.1+cu126"}, MeasuredAccelerator("cuda", "12.6", cuda="12.6"), "sm 5.0-9.0, driver >= 525.60.13, amd64 (table)"),
+        ({"torch": "2.14.1+cu126"}, MeasuredAccelerator("cuda", "12.6", cuda="12.6"), "sm 5.0-9.0, driver >= 560.28.03, amd64 (table)"),
         # cuDNN 9.11 dropped Maxwell, Pascal and Volta: the floor rises to 7.5
-        ({"torch": "2.14.1+cu126"}, MeasuredAccelerator("cuda", "12.6", cuda="12.6", cudnn="9.11.0"), "sm 7.5-9.0, driver >= 525.60.13, amd64 (table)"),
-        ({"torch": "2.5.1"}, MeasuredAccelerator("cuda", "12.4.1", cuda="12.4"), "sm 5.0-9.0, driver >= 525.60.13, amd64 (table)"),
+        ({"torch": "2.14.1+cu126"}, MeasuredAccelerator("cuda", "12.6", cuda="12.6", cudnn="9.11.0"), "sm 7.5-9.0, driver >= 560.28.03, amd64 (table)"),
+        ({"torch": "2.5.1"}, MeasuredAccelerator("cuda", "12.4.1", cuda="12.4"), "sm 5.0-9.0, driver >= 550.54.14, amd64 (table)"),
         ({"jax": "0.9.0"}, MeasuredAccelerator("cuda", "13.0", cuda="13.0"), "sm >= 7.5, driver >= 580.65.06, amd64 (table)"),
         ({"cupy": "14.0.0"}, MeasuredAccelerator("cuda", "13.0", cuda="13.0"), "sm ? (cupy 14.0.0 not in the tables), driver >= 580.65.06, amd64 (table)"),
         ({"cupy": "14.0.0"}, MeasuredAccelerator("cuda", "13.0", cuda="13.0", cudnn="9.28.0.42"), "sm ? (cupy 14.0.0 not in the tables; its cuDNN needs >= 7.5), driver >= 580.65.06, amd64 (table)"),
         ({"torch": "2.14.1"}, MeasuredAccelerator("cpu", None), "any (CPU image), amd64 (table)"),
         ({"torch": "2.5.1"}, MeasuredAccelerator("rocm", "6.2", rocm="6.2"), "gfx targets not in the tables, amd64 (table)"),
         # a hand-edited catalog's odd values give a cell, never a crash
-        ({"torch": "2.5.1\x1b[5m"}, MeasuredAccelerator("cuda", "12.4.1", cuda="12.4[/]\x1b]0;t\x07"), "sm 5.0-9.0, driver >= 525.60.13, amd64 (table)"),
+        ({"torch": "2.5.1\x1b[5m"}, MeasuredAccelerator("cuda", "12.4.1", cuda="12.4[/]\x1b]0;t\x07"), "sm 5.0-9.0, driver >= 550.54.14, amd64 (table)"),
         ({"torch": "2.5.1"}, MeasuredAccelerator("cuda", None, cuda="n/a"), "sm ? (torch 2.5.1 not in the tables), amd64 (table)"),
     ],
 )  # fmt: skip

@@ -44,6 +44,7 @@ class Compat:
     os_python: tuple[OsPython, ...]
     os_glibc: tuple[tuple[str, str], ...]  # os -> glibc version
     cuda_toolkits: tuple[tuple[str, str], ...]  # (cuda patch, driver)
+    cuda_cudart: tuple[tuple[str, str], ...]  # (cuda patch, the cudart version it ships), where known
     mvc_floor: tuple[tuple[str, str], ...]  # (major, driver)
     require_branches: tuple[tuple[str, tuple[int, ...]], ...]
     brands: tuple[tuple[str, tuple[str, ...]], ...]  # (until cuda, brand names)
@@ -80,12 +81,12 @@ def load_compat(path: Path = DEFAULT_PATH, frameworks: Sequence[Framework] | Non
         loaded.append((fw.name, fw.load(source, section)))
     cuda = t.mapping(doc, "cuda")
     t.only(cuda, CUDA_KEYS, "section 'cuda'")
+    toolkits = t.rows(t.section(cuda, "toolkits"), ("cuda", "driver"), "cuda", cuda.line, optional=("cudart",))
     return Compat(
         os_python=_os_python(t, doc),
         os_glibc=tuple((str(r["os"]), str(r["glibc"])) for r in t.rows(t.section(doc, "os_glibc"), ("os", "glibc"), None, doc.line)),
-        cuda_toolkits=tuple(
-            (str(row["cuda"]), str(row["driver"])) for row in t.rows(t.section(cuda, "toolkits"), ("cuda", "driver"), "cuda", cuda.line)
-        ),
+        cuda_toolkits=tuple((str(row["cuda"]), str(row["driver"])) for row in toolkits),
+        cuda_cudart=_cudart(t, toolkits),
         mvc_floor=tuple(
             (str(row["major"]), str(row["driver"])) for row in t.rows(t.section(cuda, "mvc_floor"), ("major", "driver"), "major", cuda.line)
         ),
@@ -111,6 +112,26 @@ def load_compat(path: Path = DEFAULT_PATH, frameworks: Sequence[Framework] | Non
         frameworks=tuple(loaded),
         platform_wheels=load_platforms(t, doc),
     )
+
+
+def _cudart(t: Table, rows: list[LDict]) -> tuple[tuple[str, str], ...]:
+    """(release, cudart) of the rows that state it: the cudart of release X.Y.Z is an X.Y version, and no
+    two rows state the same one (a lock's runtime wheel must name one release)."""
+    out: list[tuple[str, str]] = []
+    seen: dict[str, str] = {}
+    for row in rows:
+        if "cudart" not in row:
+            continue
+        release, cudart = str(row["cuda"]), str(row["cudart"])
+        if t.version(cudart, row.line).release[:2] != t.version(release, row.line).release[:2]:
+            raise t.fail(f"cudart {cudart} of CUDA {release} is not a {'.'.join(release.split('.')[:2])} version", row.line_of("cudart"))
+        if cudart in seen:
+            raise t.fail(
+                f"cudart {cudart} is stated for CUDA {seen[cudart]} and {release}: keep it on the first release", row.line_of("cudart")
+            )
+        seen[cudart] = release
+        out.append((release, cudart))
+    return tuple(out)
 
 
 def _components(t: Table, row: LDict) -> tuple[tuple[str, str], ...]:

@@ -1,5 +1,9 @@
 """The driver a CUDA runtime needs, and whether a host's driver has it (pure).
 
+Whether the container runtime starts an image at all is its NVIDIA_REQUIRE_CUDA's to say
+(compat/require.py `started`, judged first); this module says what the CUDA runtime inside needs once
+it runs:
+
 Minor-version compatibility: a CUDA X.y runtime runs on any driver of the X.x floor (Table 2 of
 the toolkit release notes, compat.yaml `cuda.mvc_floor`), never below the driver CUDA X.0 shipped
 with (Table 3, `cuda.toolkits`: a driver older than the major's first release cannot know it). So

@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from builder.compat import drivers
+from builder.compat.facts import table
+from builder.compat.require import BRAND_NAMES
 from builder.errors import UserError
 from builder.fit.arch import Arch
 from builder.host import facts
@@ -35,10 +38,18 @@ class FitHost:
     vendor: Vendor
     gpus: tuple[str, ...]  # NVIDIA: compute capabilities ("8.6"); AMD: gfx targets ("gfx90a")
     driver: str | None  # NVIDIA driver version; None when not known
-    detected: tuple[str, ...] = ()  # which of arch, vendor, gpus, driver were detected, not given
+    detected: tuple[str, ...] = ()  # which of arch, vendor, gpus, driver, brand were detected, not given
+    brand: str | None = None  # NVIDIA: the GPUs' product brand as libnvidia-container names it; None when not known (or mixed)
 
     def to_json(self) -> dict[str, object]:
-        return {"arch": self.arch, "vendor": self.vendor, "gpus": list(self.gpus), "driver": self.driver, "detected": list(self.detected)}
+        return {
+            "arch": self.arch,
+            "vendor": self.vendor,
+            "gpus": list(self.gpus),
+            "driver": self.driver,
+            "brand": self.brand,
+            "detected": list(self.detected),
+        }
 
 
 def cpu_arch(machine: str) -> CpuArch:
@@ -96,8 +107,11 @@ def detect(run: facts.Runner = facts.run_command, root: Path = Path("/"), machin
     arch = cpu_arch(machine or platform.machine())
     nvidia = facts.gather_nvidia(run, root)
     if nvidia.has_gpu:
+        nvidia = facts.with_brands(nvidia, run)
         ccs = tuple(gpu.compute_cap for gpu in nvidia.gpus if gpu.compute_cap is not None)
-        return FitHost(arch, "nvidia", ccs, nvidia.driver, ("arch", "vendor", "gpus", "driver"))
+        brands = {gpu.brand for gpu in nvidia.gpus}
+        brand = brands.pop() if len(brands) == 1 else None
+        return FitHost(arch, "nvidia", ccs, nvidia.driver, ("arch", "vendor", "gpus", "driver", "brand"), brand)
     gfx = amd_targets(root)
     if not gfx:
         rc, out = run(["rocminfo"])
@@ -114,31 +128,54 @@ def given(
     driver: str | None = None,
     arch: str | None = None,
     vendor: str | None = None,
+    brand: str | None = None,
 ) -> FitHost:
     """The host with the given options in place of detected values (`detected` None: nothing detected).
 
-    --gpu-cc and --driver imply an NVIDIA host; --vendor none drops the GPUs; a value that is neither given
-    nor detected stays unknown (no driver: the driver is not checked)."""
+    --gpu-cc, --driver and --brand imply an NVIDIA host; --vendor none drops the GPUs; a value that is
+    neither given nor detected stays unknown (no driver: the driver is not checked). A described host
+    that cannot exist (a GPU on a driver branch that does not drive it) is a UserError."""
     for cc in gpu_cc:
         Arch.cc(cc)
     if vendor is not None:
         _vendor(vendor)
-    if vendor in ("amd", "none") and gpu_cc:
-        raise UserError(f"--gpu-cc is an NVIDIA compute capability, but --vendor is {vendor}: drop one of them")
-    if vendor in ("amd", "none") and driver is not None:
-        raise UserError(f"--driver is an NVIDIA driver version, but --vendor is {vendor}: drop one of them")
+    if brand is not None and brand not in BRAND_NAMES:
+        raise UserError(f"--brand {brand!r} is not a GPU brand the container runtime names: give one of {', '.join(BRAND_NAMES)}")
+    for option, value in (("--gpu-cc", gpu_cc), ("--driver", driver), ("--brand", brand)):
+        if vendor in ("amd", "none") and value:
+            what = (
+                "an NVIDIA compute capability"
+                if option == "--gpu-cc"
+                else "an NVIDIA driver version"
+                if option == "--driver"
+                else "an NVIDIA GPU brand"
+            )
+            raise UserError(f"{option} is {what}, but --vendor is {vendor}: drop one of them")
     base = detected or FitHost(cpu_arch(platform.machine()), "none", (), None, ("arch",))
-    chosen: Vendor = _vendor(vendor) if vendor is not None else "nvidia" if gpu_cc or driver is not None else base.vendor
+    nvidia_given = bool(gpu_cc) or driver is not None or brand is not None
+    chosen: Vendor = _vendor(vendor) if vendor is not None else "nvidia" if nvidia_given else base.vendor
     same = chosen == base.vendor
     gpus = tuple(cc.strip() for cc in gpu_cc) if gpu_cc else base.gpus if same else ()
-    replaced = {"arch": arch is not None, "vendor": not same, "gpus": bool(gpu_cc) or not same, "driver": driver is not None or not same}
-    return FitHost(
+    replaced = {
+        "arch": arch is not None,
+        "vendor": not same,
+        "gpus": bool(gpu_cc) or not same,
+        "driver": driver is not None or not same,
+        "brand": brand is not None or not same,
+    }
+    host = FitHost(
         arch=cpu_arch(arch) if arch is not None else base.arch,
         vendor=chosen,
         gpus=gpus,
         driver=check_driver(driver) if driver is not None else base.driver if same else None,
         detected=tuple(key for key in base.detected if not replaced[key]),
+        brand=brand if brand is not None else base.brand if same else None,
     )
+    if (gpu_cc or driver is not None) and host.driver is not None:
+        refused = drivers.impossible(host.gpus, host.driver, table())
+        if refused:
+            raise UserError(f"this host cannot exist: {refused}")
+    return host
 
 
 def _vendor(value: str) -> Vendor:
@@ -148,9 +185,11 @@ def _vendor(value: str) -> Vendor:
     raise UserError(f"--vendor {value!r} is not one of {', '.join(VENDORS)}: pick one")
 
 
-def host_for(*, gpu_cc: Sequence[str] = (), driver: str | None = None, arch: str | None = None, vendor: str | None = None) -> FitHost:
+def host_for(
+    *, gpu_cc: Sequence[str] = (), driver: str | None = None, arch: str | None = None, vendor: str | None = None, brand: str | None = None
+) -> FitHost:
     """The host `builder fit` judges for: detected, with the options in place of what they name.
     Nothing is detected when the options already say it all (GPUs and driver, or no GPU), so a
     described host never waits on this machine's nvidia-smi."""
     described = (bool(gpu_cc) and driver is not None) or vendor == "none"
-    return given(None if described else detect(), gpu_cc=gpu_cc, driver=driver, arch=arch, vendor=vendor)
+    return given(None if described else detect(), gpu_cc=gpu_cc, driver=driver, arch=arch, vendor=vendor, brand=brand)

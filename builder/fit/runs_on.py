@@ -14,10 +14,13 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from packaging.version import InvalidVersion
+
 from builder.catalog.records import KnownGood
-from builder.compat import gpu_arch
+from builder.compat import gpu_arch, runtime_fit
 from builder.compat.facts import Compat
 from builder.compat.rules import framework, names
+from builder.compat.rules.cuda import require_cuda
 from builder.compat.versions import cc_tuple, release_tuple
 from builder.fit import driver as drivers
 from builder.records import PLATFORM_ARCH
@@ -29,7 +32,9 @@ _CUDA_VARIANT = re.compile(r"^cu(?:da)?(\d{2,3})$")
 @dataclass(frozen=True)
 class RunsOn:
     gpus: str  # "sm 7.5-12.0 (+PTX)", "sm >= 7.5", "any (CPU image)", or what is not known and why
-    driver: str | None  # the oldest NVIDIA driver its CUDA runtime accepts; None: no CUDA, or not in the tables
+    driver: (
+        str | None
+    )  # the oldest NVIDIA driver `docker run --gpus all` starts it on (its NVIDIA_REQUIRE_CUDA); None: no CUDA, or not known
     arch: str  # the CPU architecture, "amd64" or "arm64"
     source: Source  # "table": from the compat tables; "measured": from the image's binaries
 
@@ -57,11 +62,25 @@ def runs_on(record: KnownGood, compat: Compat) -> RunsOn:
         return RunsOn("any (CPU image)", None, arch, "table")
     if kind == "rocm":
         return RunsOn("gfx targets not in the tables", None, arch, "table")
+    requirement = requirement_of(record, compat)
+    started = runtime_fit.first_driver(requirement, compat) if requirement else None  # what `docker run` starts it on
     if record.fit is not None:  # measured from the image's own binaries when it was smoke-tested
-        return RunsOn(f"sm {record.fit.cc_label()}", record.fit.driver_floor(), arch, "measured")
+        return RunsOn(f"sm {record.fit.cc_label()}", started or record.fit.driver_floor(), arch, "measured")
     cuda = cuda_mm(record.accelerator.cuda or record.accelerator.version or "")
     floor = drivers.floor_for(cuda, compat) if cuda else None
-    return RunsOn(_cuda_gpus(record, cuda, compat), floor.floor if floor else None, arch, "table")
+    return RunsOn(_cuda_gpus(record, cuda, compat), started or (floor.floor if floor else None), arch, "table")
+
+
+def requirement_of(record: KnownGood, compat: Compat) -> str | None:
+    """The NVIDIA_REQUIRE_CUDA the record's image was rendered with: the same function (compat/rules/cuda.py)
+    from the CUDA it declares (its accelerator version, the lock's when the lock loads another minor)."""
+    version = record.accelerator.version
+    if record.accelerator.kind != "cuda" or not version:
+        return None
+    try:
+        return require_cuda(version, compat)
+    except (InvalidVersion, IndexError):
+        return None
 
 
 def _cuda_gpus(record: KnownGood, cuda: str | None, compat: Compat) -> str:

@@ -15,12 +15,13 @@ emulation is a note of its own (`ImageVerdict.note`), with binfmt's fix where it
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from builder.compat import gpu_arch
+from builder.compat import gpu_arch, lifecycle, runtime_fit
 from builder.compat.facts import table
 from builder.compat.rules import framework
 from builder.compat.versions import release_tuple  # driver versions compare numerically: 580.159.03 > 580.65.06
@@ -137,7 +138,21 @@ def _gpu_check(gpu: NvidiaGpu) -> Check:
     )
 
 
-def _nvidia_checks(nvidia: NvidiaInfo, engine: EngineFacts) -> list[Check]:
+def _branch_check(driver: str | None, count: int, today: dt.date) -> Check:
+    """The driver, and whether NVIDIA has ended its branch (compat/data/lifecycle.yaml: vendor dates only)."""
+    detail = f"driver {driver}; {count} GPU{'s' * (count != 1)}"
+    ended = lifecycle.load().find("driver", lifecycle.driver_line(driver))
+    if ended is not None and ended.date < today:
+        return Check(
+            "nvidia driver",
+            "warn",
+            f"{detail}; {ended} is past: NVIDIA no longer fixes this branch",
+            "move to a supported branch (a long-term support branch such as R580)",
+        )
+    return Check("nvidia driver", "ok", detail)
+
+
+def _nvidia_checks(nvidia: NvidiaInfo, engine: EngineFacts, today: dt.date) -> list[Check]:
     if nvidia.status == "absent":
         return [
             Check(
@@ -159,13 +174,7 @@ def _nvidia_checks(nvidia: NvidiaInfo, engine: EngineFacts) -> list[Check]:
             )
         ]
     count = len(nvidia.gpus)
-    checks = [
-        Check(
-            "nvidia driver",
-            "ok",
-            f"driver {nvidia.driver}; {count} GPU{'s' * (count != 1)}",
-        )
-    ]
+    checks = [_branch_check(nvidia.driver, count, today)]
     checks += [_gpu_check(gpu) for gpu in nvidia.gpus]
     if engine.reachable:
         checks.append(_runtime_check(engine))
@@ -252,13 +261,14 @@ def emulation_refusal(platforms: Iterable[str], emulation: EmulationFacts) -> st
     return f"arm64 image needs emulation: install qemu-user-static (scripts/setup.sh does); here {check.detail.split(':')[0]}"
 
 
-def host_checks(host: HostInfo) -> list[Check]:
+def host_checks(host: HostInfo, today: dt.date | None = None) -> list[Check]:
     """The host section of `builder doctor`: engine (and the smoke checks' way into its containers),
-    NVIDIA driver and GPUs, AMD device nodes, arm64 emulation."""
+    NVIDIA driver (and whether its branch is past NVIDIA's end of life on `today`) and GPUs, AMD
+    device nodes, arm64 emulation."""
     return [
         _engine_check(host.engine),
         *_checks_check(host.engine),
-        *_nvidia_checks(host.nvidia, host.engine),
+        *_nvidia_checks(host.nvidia, host.engine, today or dt.datetime.now(dt.UTC).date()),
         *_amd_checks(host.amd),
         *([emulation_check(host.emulation)] if host.emulation is not None else []),
     ]
@@ -273,38 +283,23 @@ def _install_label(install: Install) -> str:
     return f"{install.framework} {install.version}" + (f" ({install.variant})" if install.variant else "")
 
 
-def _cuda_label(version: str | None) -> str:
-    major = (version or "?").split(".")[0]
-    return f"CUDA {major}.x"
-
-
-def _driver_finding(driver: str | None, acc: Accelerator) -> Check | None:
-    floor, wanted = acc.mvc_driver, acc.min_driver
-    if floor is None and wanted is None:
+def _driver_finding(driver: str | None, acc: Accelerator, gpus: Sequence[NvidiaGpu]) -> Check | None:
+    """The image's NVIDIA_REQUIRE_CUDA judged as the container runtime judges it (compat/runtime_fit.py:
+    the one driver rule `builder fit` shares), then the driver of the CUDA release the image carries."""
+    if acc.require_cuda is None:
         return None
     if driver is None:
-        return Check(
-            "driver",
-            "warn",
-            "nvidia-smi reported no driver version; driver not checked",
-        )
-    have = release_tuple(driver)
-    if floor is not None and have < release_tuple(floor):
-        return Check(
-            "driver",
-            "fail",
-            f"needs driver >= {floor} for {_cuda_label(acc.version)} (minor-version compatibility); host has {driver}",
-            "update the driver or use an older CUDA base",
-        )
-    if wanted is not None and have < release_tuple(wanted):
-        how = "through minor version compatibility" if floor else "only if minor version compatibility covers it"
-        return Check(
-            "driver",
-            "warn",
-            f"driver {driver} is older than {wanted}, which CUDA {acc.version} wants; runs {how}, but PTX JIT of newer PTX fails",
-            f"update the driver to >= {wanted}",
-        )
-    return Check("driver", "ok", f"driver {driver} >= {wanted or floor}")
+        return Check("driver", "warn", "nvidia-smi reported no driver version; driver not checked")
+    devices = runtime_fit.devices_of([g.compute_cap for g in gpus], [g.brand for g in gpus])
+    verdict = runtime_fit.started(acc.require_cuda, driver, devices, table())
+    if verdict.status == "does not fit":
+        return Check("driver", "fail", verdict.reason, "update the driver, or use an image of an older CUDA")
+    if verdict.status == "unknown":
+        return Check("driver", "warn", verdict.reason, "check the GPUs' brand (nvidia-smi -q: Product Brand)")
+    below = "" if verdict.forward_compat else runtime_fit.full_features(driver, acc.version, acc.min_driver)
+    if below:
+        return Check("driver", "warn", verdict.reason + below, f"update the driver to >= {acc.min_driver}")
+    return Check("driver", "ok", verdict.reason)
 
 
 def _suggest(install: Install, ccs: Sequence[str]) -> str:
@@ -401,9 +396,9 @@ def _cuda_verdict(host: HostInfo, image: ImageSpec) -> ImageVerdict:
     if not nvidia.has_gpu:
         return ImageVerdict(image.id, "cuda", "n/a", NO_NVIDIA)
     unchecked: list[str] = []
-    findings = [_driver_finding(nvidia.driver, image.accelerator)]
+    findings = [_driver_finding(nvidia.driver, image.accelerator, nvidia.gpus)]
     if findings[0] is None:
-        unchecked.append(f"no driver minimum known for CUDA {image.accelerator.version}")
+        unchecked.append(f"no NVIDIA_REQUIRE_CUDA known for CUDA {image.accelerator.version}")
     findings += [_arch_finding(install, nvidia.gpus, unchecked) for install in image.installs]
     findings.append(_cudnn_finding(image, nvidia.gpus, unchecked))
     if host.engine.reachable and not _has_nvidia_runtime(host.engine):

@@ -7,6 +7,7 @@ engine, the user's groups) is a parameter, so tests hand in fixtures and the ver
 
 from __future__ import annotations
 
+import dataclasses
 import grp
 import os
 import platform
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from builder.compat.require import BRANDS
 from builder.errors import UserError
 from builder.records import PLATFORM_ARCH
 from builder.text import redact
@@ -56,6 +58,7 @@ class NvidiaGpu:
     name: str
     compute_cap: str | None  # "9.0"; None when the driver does not report it
     memory_mib: int | None
+    brand: str | None = None  # libnvidia-container's name of its product brand ("nvidia", "geforce"); None: not read
 
 
 @dataclass(frozen=True)
@@ -207,6 +210,28 @@ def gather_nvidia(run: Runner = run_command, dev_root: Path = Path("/")) -> Nvid
     return NvidiaInfo(status="ok", driver=driver, gpus=gpus, device_nodes=nodes)
 
 
+NVIDIA_SMI_BRANDS = ("nvidia-smi", "-q")  # the full report: its "Product Brand" line has no --query-gpu field
+_PRODUCT_BRAND = re.compile(r"^\s*Product Brand\s*:\s*(.+?)\s*$", re.MULTILINE)
+
+
+def parse_brands(output: str) -> tuple[str | None, ...]:
+    """Each GPU's "Product Brand" from `nvidia-smi -q`, in order, as libnvidia-container names it
+    (compat/require.py BRANDS: "NVIDIA RTX" -> nvidiartx); None for one it does not name."""
+    return tuple(BRANDS.get(re.sub(r"\s+", "", found).lower()) for found in _PRODUCT_BRAND.findall(output))
+
+
+def with_brands(info: NvidiaInfo, run: Runner = run_command) -> NvidiaInfo:
+    """The GPUs with their product brands (what an image's `brand=` requirement clauses are judged
+    by), read from `nvidia-smi -q`; the GPUs unchanged when it fails or lists another number of GPUs."""
+    if not info.has_gpu:
+        return info
+    rc, out = run(list(NVIDIA_SMI_BRANDS))
+    brands = parse_brands(out) if rc == 0 else ()
+    if len(brands) != len(info.gpus):
+        return info
+    return dataclasses.replace(info, gpus=tuple(dataclasses.replace(g, brand=b) for g, b in zip(info.gpus, brands, strict=True)))
+
+
 def _device_node(path: Path, dev_root: Path, uid: int, gids: frozenset[int], name: GroupName) -> DeviceNode:
     gid = path.stat().st_gid
     return DeviceNode(
@@ -306,7 +331,7 @@ def gather(
     """Collect everything doctor judges. `engine=None` asks builder.engine."""
     return HostInfo(
         engine=(engine or engine_facts)(),
-        nvidia=gather_nvidia(run, dev_root),
+        nvidia=with_brands(gather_nvidia(run, dev_root), run),
         amd=gather_amd(dev_root, identity, name),
         emulation=gather_emulation(dev_root),
     )

@@ -83,7 +83,8 @@ def with_lock_claims(spec: ImageSpec, compat: Compat) -> ImageSpec:
     if spec.base.vendor != "cuda" or (spec.lock is None and spec.cuda_exception is None):
         return spec
     cuda = declared_cuda(spec, spec.lock)
-    cudnn = libraries(spec.lock).get("cudnn") if spec.lock else None
+    pinned = libraries(spec.lock) if spec.lock else {}
+    cudnn = pinned.get("cudnn")
     installs = tuple(replace(i, cudnn=cudnn) if i.cudnn and cudnn else i for i in spec.installs)
     warnings = spec.warnings
     if cuda != spec.base.version:
@@ -91,7 +92,7 @@ def with_lock_claims(spec: ImageSpec, compat: Compat) -> ImageSpec:
             f"{spec.id}: its wheels load CUDA {cuda} on base {spec.base.name} (CUDA {spec.base.version}), two CUDA user spaces: "
             f"matrix.yaml cuda_exceptions: {spec.cuda_exception}",
         )
-    return replace(spec, accelerator=accelerator(spec.base, compat, cuda), installs=installs, warnings=warnings)
+    return replace(spec, accelerator=accelerator(spec.base, compat, cuda, pinned.get("cuda-runtime")), installs=installs, warnings=warnings)
 
 
 def refuse_other_cuda(matrix_path: str, specs: Sequence[ImageSpec], locks: Mapping[str, Lock]) -> None:

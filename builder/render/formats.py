@@ -36,15 +36,16 @@ def plan_json(images: tuple[ImageSpec, ...], skipped: tuple[Skipped, ...]) -> di
     only when it is not linux/amd64) and its lines' end-of-life dates, which are not part of image.json:
     a date passing must not change an image's content hash."""
     return {
-        "images": [{**image_entry(s), "platform": s.platform, "end_of_life": end_of_life(s)} for s in images],
+        "images": [{**image_entry(s), "platform": s.platform, **end_of_life(s)} for s in images],
         "skipped": [skipped_entry(s) for s in skipped],
     }
 
 
-def end_of_life(spec: ImageSpec) -> dict[str, str]:
-    """`kind line` -> the ISO date that line's support ends (compat/data/lifecycle.yaml)."""
-    cuda = spec.accelerator.version if spec.base.vendor == "cuda" else None
-    return lifecycle.to_json(lifecycle.for_image(spec.python, spec.base.os, cuda, spec.versions))
+def end_of_life(spec: ImageSpec) -> dict[str, dict[str, str]]:
+    """`end_of_life`: `kind line` -> the ISO day its vendor ends it; `support_window`: `framework line` ->
+    the day this project's own window for it ends, which is no end of life (compat/data/lifecycle.yaml)."""
+    dates = lifecycle.for_image(spec.python, spec.base.os, spec.versions)
+    return {"end_of_life": lifecycle.to_json(dates), "support_window": lifecycle.window_json(dates)}
 
 
 def github_matrix(images: tuple[ImageSpec, ...]) -> dict[str, Any]:

@@ -86,7 +86,16 @@ def render_markdown(report: Report) -> str:
     lines += ["", "## Skipped by the rules", "", "| base | stack | python | frameworks | reason |", "|---|---|---|---|---|"]
     for r in (r for r in report.rows if r.status == "skipped"):
         lines.append("| " + " | ".join(text(c) for c in (r.base, r.stack, r.python, r.frameworks, r.detail)) + " |")
-    lines += ["", "## End of life", "", "| line | support ends | images | |", "|---|---|---|---|"]
-    for e in report.end_of_life:
+    lines += ["", "## End of life", "", "As each vendor publishes it (Python, the base OS).", ""]
+    lines += ["| line | end of life | images | |", "|---|---|---|---|"]
+    for e in (e for e in report.end_of_life if not e.policy):
+        lines.append(f"| {text(e.line)} | {text(e.date)} | {e.images} | {'past' if e.past else ''} |")
+    lines += ["", "## This project's support window", ""]
+    lines += [
+        "Framework release lines have no vendor end of life; this project keeps each for 24 months from its first release (SPEC 0).",
+        "",
+    ]
+    lines += ["| line | window ends | images | |", "|---|---|---|---|"]
+    for e in (e for e in report.end_of_life if e.policy):
         lines.append(f"| {text(e.line)} | {text(e.date)} | {e.images} | {'past' if e.past else ''} |")
     return "\n".join(lines) + "\n"

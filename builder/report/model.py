@@ -50,6 +50,7 @@ class EndOfLifeRow:
     date: str  # ISO
     images: int  # how many planned images use it
     past: bool  # already past on the report's day
+    policy: bool = False  # this project's support window (a framework line), not a vendor's end of life
 
 
 @dataclass(frozen=True)
@@ -148,11 +149,10 @@ def build_report(
 
 
 def end_of_life_rows(specs: Sequence[ImageSpec], today: dt.date) -> tuple[EndOfLifeRow, ...]:
-    """Each line the planned images use that has a published end of life, soonest first."""
+    """Each line the planned images use that has a vendor's end of life or this project's window, soonest first."""
     used: dict[lifecycle.EndOfLife, int] = {}
     for spec in specs:
-        cuda = spec.accelerator.version if spec.base.vendor == "cuda" else None
-        for found in lifecycle.for_image(spec.python, spec.base.os, cuda, spec.versions):
+        for found in lifecycle.for_image(spec.python, spec.base.os, spec.versions):
             used[found] = used.get(found, 0) + 1
     ordered = sorted(used, key=lambda e: (e.date, e.kind, e.line))
-    return tuple(EndOfLifeRow(str(e).rsplit(" (", 1)[0], e.date.isoformat(), used[e], e.date < today) for e in ordered)
+    return tuple(EndOfLifeRow(e.name, e.date.isoformat(), used[e], e.date < today, e.policy) for e in ordered)

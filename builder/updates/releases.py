@@ -10,9 +10,14 @@ rules for every base and Python of the matrix:
   row (rows apply "from here on" and must not silently cover it), or its metadata contradicts the
   rules (a Python it excludes, another CUDA build, a missing cudaNN extra, a NumPy the rules would
   pin that it refuses); the reason says what to add or confirm in compat.yaml.
-- "no image here": the rules know it, but this matrix gets no image of it (with the first reason).
+- "no image here": the rules know it, but this matrix gets no image of it (with the first reason), or
+  `builder lock` would refuse every image of it for what its metadata pins exactly (the lock's own
+  one-CUDA-per-image check, builder/lock/claims.py: tensorflow[and-cuda] 2.18 pins CUDA 12.5 on a 12.8 base).
+- "needs rules" also when the lock would refuse some of its images: matrix.yaml must exclude them first,
+  so `--apply` never plans what `builder lock` refuses.
 - "waiting": a release whose companion (jax's jaxlib) is not on the index yet.
-- "plannable": planning the matrix with it added makes images; `accepted` lists them.
+- "plannable": planning the matrix with it added makes images whose locks the lock's check lets
+  through; `accepted` lists them.
 """
 
 from __future__ import annotations
@@ -22,15 +27,18 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol
 
+from packaging.markers import InvalidMarker, UndefinedComparison, UndefinedEnvironmentName
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from builder.compat.facts import Compat, table
-from builder.compat.requires import Meta
+from builder.compat.requires import Meta, pinned, requirements
 from builder.compat.rules import Framework, Placed, Row, registry
 from builder.compat.rules.numpy import pick_numpy
 from builder.compat.versions import mm
 from builder.errors import UserError
-from builder.records import Base, Matrix, Verdict
+from builder.lock import claims
+from builder.records import Base, ImageSpec, Lock, Matrix, Verdict
 from builder.spec.plan import make_plan
 from builder.text import printable
 from builder.updates.metadata import available, candidates, numpy_allows, numpy_bounds, python_allows, read_meta
@@ -206,23 +214,75 @@ def _pairs_text(pairs: Sequence[tuple[str, str]]) -> str:
     return ", ".join(f"{base} ({', '.join(pythons)})" for base, pythons in by_base.items())
 
 
-def planned(matrix: Matrix, framework: str, version: str, compat: Compat) -> tuple[tuple[tuple[str, str], ...], str]:
-    """Plan the matrix with this version added: the (base, python) pairs that get an image of it, and
-    else why none does (the plan's first skip reason). The plan is the one list of images."""
+def planned(matrix: Matrix, framework: str, version: str, compat: Compat) -> tuple[tuple[ImageSpec, ...], str]:
+    """Plan the matrix with this version added: the images of it, and else why none (the plan's first
+    skip reason). The plan is the one list of images."""
     grown = replace(matrix, frameworks=tuple((n, (*vs, version) if n == framework else vs) for n, vs in matrix.frameworks))
     try:
         plan = make_plan(grown, compat)
     except UserError as exc:
         return (), f"planning the matrix with it fails: {exc}"
-    got = {(s.base.name, s.python) for s in plan.images if s.versions.get(framework) == version}
-    order = {(b.name, p): i for i, (b, p) in enumerate((b, p) for b in matrix.bases for p in matrix.python)}
-    pairs = tuple(sorted(got, key=lambda pair: (order.get(pair, len(order)), pair)))
-    if pairs:
-        return pairs, ""
+    images = tuple(s for s in plan.images if s.versions.get(framework) == version)
+    if images:
+        return images, ""
     skip = next((s for s in plan.skipped if dict(s.frameworks).get(framework) == version), None)
     if skip is None:
         return (), f"no stack of {matrix.path} uses {framework}"
     return (), f"{skip.reason} ({skip.base}, Python {skip.python}; and every other combination)"
+
+
+def _pairs(matrix: Matrix, images: Sequence[ImageSpec]) -> tuple[tuple[str, str], ...]:
+    """The (base, python) pairs of the images, in matrix order."""
+    got = {(s.base.name, s.python) for s in images}
+    order = {(b.name, p): i for i, (b, p) in enumerate((b, p) for b in matrix.bases for p in matrix.python)}
+    return tuple(sorted(got, key=lambda pair: (order.get(pair, len(order)), pair)))
+
+
+def exact_pins(pub: Published, spec: ImageSpec) -> dict[str, str]:
+    """What the release's own metadata pins exactly (`==`) for the install the image makes of it: its
+    Requires-Dist lines without an extra, and those of the extras its requirement names
+    (tensorflow[and-cuda] pins nvidia-cuda-runtime-cu12==12.5.82), for the image's Python."""
+    install = next((i for i in spec.installs if i.framework == pub.framework.name), None)
+    if install is None:
+        return {}
+    meta = pub.meta(pub.framework.install_project(install, pub.metas)) or pub.meta()
+    if meta is None:
+        return {}
+    wanted = {""}
+    for line in requirements(install.requirements):
+        if canonicalize_name(line.name) == canonicalize_name(meta.project):
+            wanted |= {canonicalize_name(e) for e in line.extras}
+    out: dict[str, str] = {}
+    for req in requirements(meta.requires_dist):
+        version = pinned(req.specifier)
+        if version is None:
+            continue
+        if req.marker is not None:
+            env = {
+                "python_version": spec.python,
+                "python_full_version": f"{spec.python}.0",
+                "sys_platform": "linux",
+                "platform_system": "Linux",
+            }
+            try:
+                if not any(req.marker.evaluate({**env, "extra": extra}) for extra in wanted):
+                    continue
+            except (InvalidMarker, UndefinedComparison, UndefinedEnvironmentName):
+                continue
+        out[canonicalize_name(req.name)] = version
+    return out
+
+
+def lock_refusals(pub: Published, images: Sequence[ImageSpec], compat: Compat) -> list[tuple[ImageSpec, str]]:
+    """The images whose lock `builder lock` would refuse for what the release itself pins exactly: the
+    lock's own check (builder/lock/claims.py, one CUDA per image), run on those pins before any lock."""
+    out = []
+    for spec in images:
+        pins = exact_pins(pub, spec)
+        found = claims.refusals(spec, Lock(text="", inputs="", pins=tuple(sorted(pins.items()))), compat) if pins else []
+        if found:
+            out.append((spec, found[0]))
+    return out
 
 
 def place(pub: Published, matrix: Matrix, compat: Compat) -> Release:
@@ -254,13 +314,30 @@ def place(pub: Published, matrix: Matrix, compat: Compat) -> Release:
             NO_IMAGE,
             f"the rules place it on none of this matrix's bases and Pythons, e.g. {first[0].name}, Python {first[1]}: {first[2].reason}",
         )
-    pairs, why_not = planned(matrix, fw, version, compat)
-    if not pairs:
+    images, why_not = planned(matrix, fw, version, compat)
+    if not images:
         return _release(
             pub,
             NO_IMAGE,
             f"the rules accept it ({_pairs_text([(b.name, p) for b, p, _ in ok])}), but the matrix makes no image of it: {why_not}",
         )
+    refused = lock_refusals(pub, images, compat)
+    if refused:
+        spec, problem = refused[0]
+        where = _pairs_text(_pairs(matrix, [s for s, _ in refused]))
+        detail = (
+            f"`builder lock` would refuse {len(refused)} of its {len(images)} image(s), on {where}: {spec.id}: {problem} "
+            f"(what {fw} {version} itself pins exactly; one CUDA per image)"
+        )
+        if len(refused) == len(images):
+            return _release(pub, NO_IMAGE, f"{detail}; no image of it can be locked here")
+        return _release(
+            pub,
+            NEEDS_RULES,
+            f'{detail}: exclude it there in matrix.yaml (`exclude: [{{base: {spec.base.name}, {fw}: "{version}"}}]`), or name those '
+            "images under cuda_exceptions: with a reason, then it is plannable",
+        )
+    pairs = _pairs(matrix, images)
     if pub.companion_missing:
         return _release(
             pub,

@@ -21,7 +21,9 @@ from typing import Literal
 
 from builder.catalog.records import KnownGood
 from builder.catalog.store import Catalog
+from builder.compat import runtime_fit
 from builder.compat.facts import Compat, table
+from builder.compat.rules import cuda as rules_cuda
 from builder.compat.rules import framework, names
 from builder.compat.versions import cc_tuple
 from builder.errors import RunFailure, UserError
@@ -30,7 +32,7 @@ from builder.fit import driver as drivers
 from builder.fit.arch import Arch, Embedded
 from builder.fit.host import FitHost
 from builder.fit.measure import embedded_of
-from builder.fit.runs_on import cudnn_floor, record_arch
+from builder.fit.runs_on import cudnn_floor, record_arch, requirement_of
 from builder.fit.runs_on import framework_row as _row
 from builder.measured_fit import LibraryCode, MeasuredFit, cc_key
 from builder.usecases.catalog import find, no_match_message
@@ -112,16 +114,16 @@ def _measured(record: KnownGood, fit: MeasuredFit, host: FitHost, compat: Compat
 
     said: list[str] = []
     unknown: list[str] = []
+    runtime = _started(record, host, compat, said, unknown)
+    if runtime is not None and runtime.status == "does not fit":
+        return no(runtime.reason)
     need = fit.driver
     if need is None:
         unknown.append("the driver floor (no CUDA runtime was read in the image)")
-    elif host.driver is None:
-        said.append(f"driver not checked (CUDA {need.cuda} needs >= {need.floor}; give --driver)")
-    else:
+    elif host.driver is not None and _mvc_applies(runtime):
         verdict = drivers.check(host.driver, drivers.DriverFloor(need.cuda, need.floor, need.full))
         if not verdict.fits:
             return no(verdict.reason)
-        said.append(verdict.reason)
     if not host.gpus:
         unknown.append("the GPUs (none detected or given; give --gpu-cc)")
     judged = _Judged({lib.path: lib for lib in fit.libraries}, host, compat)
@@ -191,6 +193,33 @@ class _Judged:
         return rule.judge_library(path, self.code(self.libraries[path]), Arch.cc(cc), self.host.driver, self.compat, what).reason
 
 
+def _started(record: KnownGood, host: FitHost, compat: Compat, said: list[str], unknown: list[str]) -> runtime_fit.RuntimeFit | None:
+    """The container runtime's verdict on the record's NVIDIA_REQUIRE_CUDA for the host (the one driver
+    rule `fit`, `pull`, `fit --planned` and `doctor --image` share); what it fits or leaves open is
+    added to `said` / `unknown`. A driver that was not given is only noted, as the GPUs are."""
+    requirement = requirement_of(record, compat)
+    if requirement is None:
+        unknown.append("the image's NVIDIA_REQUIRE_CUDA (no CUDA version recorded)")
+        return None
+    verdict = runtime_fit.started(requirement, host.driver, runtime_fit.devices_of(host.gpus, (host.brand,)), compat)
+    if verdict.status == "fits" and host.driver is not None:
+        release_driver = rules_cuda.release_driver(record.accelerator.version or "", compat, record.libraries.get("cuda-runtime"))
+        below = "" if verdict.forward_compat else runtime_fit.full_features(host.driver, record.accelerator.version, release_driver)
+        said.append(verdict.reason + below)
+    elif verdict.status == "unknown" and host.driver is None:
+        said.append(verdict.reason)
+    elif verdict.status == "unknown":
+        unknown.append(verdict.reason)
+    return verdict
+
+
+def _mvc_applies(runtime: runtime_fit.RuntimeFit | None) -> bool:
+    """Whether the runtime's minor-version-compatibility floor still decides: not where the container
+    runtime starts the image through a forward-compat clause (its cuda-compat package runs a newer
+    CUDA), nor where that start is undecided (the GPU's brand decides it, not this floor)."""
+    return runtime is None or (runtime.status == "fits" and not runtime.forward_compat)
+
+
 def _jit_refusal(fit: MeasuredFit, device: Arch, label: str) -> str | None:
     """A framework that compiles its kernels at run time needs its NVRTC to target the device, or an
     older target whose PTX the driver JIT-compiles for it: a device below the lowest target cannot."""
@@ -224,16 +253,16 @@ def _cuda(record: KnownGood, host: FitHost, compat: Compat) -> RecordFit:
     cuda = record.accelerator.cuda or record.accelerator.version or ""
     said: list[str] = []
     unknown: list[str] = []
+    runtime = _started(record, host, compat, said, unknown)
+    if runtime is not None and runtime.status == "does not fit":
+        return _no(record, f"{runtime.reason} ({FROM_TABLE})")
     floor = drivers.floor_for(cuda, compat) if cuda else None
     if floor is None:
         unknown.append(f"the driver floor of CUDA {cuda or '?'}")
-    elif host.driver is None:
-        said.append(f"driver not checked (CUDA {floor.cuda} needs >= {floor.floor}; give --driver)")
-    else:
+    elif host.driver is not None and _mvc_applies(runtime):
         verdict = drivers.check(host.driver, floor)
         if not verdict.fits:
             return _no(record, f"{verdict.reason} ({FROM_TABLE})")
-        said.append(verdict.reason)
     if not host.gpus:
         unknown.append("the GPUs (none detected or given; give --gpu-cc)")
     for name, version in sorted(record.frameworks.items()):

@@ -163,14 +163,14 @@ LIFECYCLE_NOTE = "lifecycle: "
 
 def past_end_of_life(specs: Sequence[ImageSpec], options: NightlyOptions) -> tuple[list[ImageSpec], list[str]]:
     """The images the nightly rebuilds, and a note for each it stops rebuilding because one of its
-    lines (Python, base OS, CUDA, a framework) is past its end of life; `rebuild_past_eol` keeps
-    them. Their published digests and records stay: nothing here deletes anything."""
+    lines (Python, base OS) is past the end of life its vendor publishes; `rebuild_past_eol` keeps
+    them. This project's own support window for a framework line stops nothing (a date nobody
+    published must not stop a rebuild). Their published digests and records stay: nothing here deletes anything."""
     today = options.today or dt.datetime.now(dt.UTC).date()
     kept: list[ImageSpec] = []
     notes: list[str] = []
     for spec in specs:
-        cuda = spec.accelerator.version if spec.base.vendor == "cuda" else None
-        expired = lifecycle.past(lifecycle.for_image(spec.python, spec.base.os, cuda, spec.versions), today)
+        expired = lifecycle.past(lifecycle.for_image(spec.python, spec.base.os, spec.versions), today, vendor_only=True)
         if expired and not options.rebuild_past_eol:
             notes.append(
                 f"{LIFECYCLE_NOTE}{spec.id}: not rebuilt: {', '.join(str(e) for e in expired)} is past; its published digests stay "

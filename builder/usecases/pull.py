@@ -198,16 +198,21 @@ def _pull_once(engine: Engine, reference: str, log: Callable[[str], None]) -> No
 
 
 def end_of_life_note(record: KnownGood, today: dt.date | None = None) -> str:
-    """A warning when one of the image's lines is past its end of life (compat/data/lifecycle.yaml)."""
-    expired = lifecycle.past(record_end_of_life(record), today or dt.datetime.now(dt.UTC).date())
-    if not expired:
-        return ""
-    return f"warning: {', '.join(str(e) for e in expired)} is past: this image gets no more fixes for it; pick a newer line"
+    """A warning when one of the image's lines is past the end of life its vendor publishes; a note when a
+    framework line is past this project's support window (compat/data/lifecycle.yaml)."""
+    dates = lifecycle.past(record_end_of_life(record), today or dt.datetime.now(dt.UTC).date())
+    vendor = [e for e in dates if not e.policy]
+    window = [e for e in dates if e.policy]
+    lines = []
+    if vendor:
+        lines.append(f"warning: {', '.join(str(e) for e in vendor)} is past: this image gets no more fixes for it; pick a newer line")
+    if window:
+        lines.append(f"note: {', '.join(str(e) for e in window)} is past; the image still works, a newer line gets this project's builds")
+    return "\n".join(lines)
 
 
 def record_end_of_life(record: KnownGood) -> tuple[lifecycle.EndOfLife, ...]:
-    cuda = record.accelerator.cuda or record.accelerator.version if record.accelerator.kind == "cuda" else None
-    return lifecycle.for_image(record.python, record.os, cuda, record.frameworks)
+    return lifecycle.for_image(record.python, record.os, record.frameworks)
 
 
 def host_note(record: KnownGood, host: hostinfo.HostInfo) -> str:
