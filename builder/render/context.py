@@ -19,6 +19,7 @@ import jinja2
 
 from builder.errors import UserError
 from builder.lock.files import LOCK_NAME
+from builder.locked_fit import FIT_NAME
 from builder.records import ImageSpec, Matrix
 from builder.render.templates import constraints, dockerfile, environment, requirements
 
@@ -26,8 +27,9 @@ PROBE = Path(__file__).resolve().parents[1] / "probes" / "hello_gpu.py"
 PROBE_NAME = "hello_gpu.py"
 CONSTRAINTS = "constraints.txt"
 CONTEXT = ("Dockerfile", "requirements.txt", CONSTRAINTS, LOCK_NAME, PROBE_NAME)  # what the engine builds; all of it is hashed
-# What images/<id>/ holds: the constraints only for CUDA from wheels, the lock when there is one.
-COMMITTED = ("Dockerfile", "requirements.txt", CONSTRAINTS, LOCK_NAME, "image.json")
+# What images/<id>/ holds: the constraints only for CUDA from wheels, the lock when there is one, and
+# the fit measured from the lock's wheels (not built: what it says is in the Dockerfile's labels).
+COMMITTED = ("Dockerfile", "requirements.txt", CONSTRAINTS, LOCK_NAME, FIT_NAME, "image.json")
 Files = dict[str, bytes]
 
 
@@ -46,6 +48,8 @@ def context_files(spec: ImageSpec, env: jinja2.Environment, source: str, probe: 
         files[CONSTRAINTS] = constraints(spec).encode()
     if spec.lock is not None:
         files[LOCK_NAME] = spec.lock.text.encode()
+    if spec.locked_fit is not None:
+        files[FIT_NAME] = spec.locked_fit.text().encode()
     return files
 
 

@@ -16,26 +16,32 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from builder.catalog.records import KnownGood
+from builder.catalog.query import matching, parse_query, unknown_keys
+from builder.catalog.records import BaseIdentity, KnownGood, MeasuredAccelerator
 from builder.catalog.store import Catalog
 from builder.compat.facts import Compat, table
-from builder.compat.rules import framework, names
+from builder.compat.rules import below_lowest, framework, names
 from builder.compat.versions import cc_tuple
 from builder.errors import RunFailure, UserError
 from builder.fit import cuobjdump, fatbin
 from builder.fit import driver as drivers
 from builder.fit.arch import Arch, Embedded, decide
 from builder.fit.host import FitHost
-from builder.fit.measure import embedded_of, library_floor
-from builder.fit.runs_on import cudnn_floor, record_arch
+from builder.fit.measure import embedded_of, library_floor, nvrtc_of
+from builder.fit.runs_on import cuda_mm, cudnn_floor, record_arch
 from builder.fit.runs_on import framework_row as _row
+from builder.lock.files import libraries as locked_libraries
 from builder.measured_fit import MeasuredFit, cc_key
+from builder.records import ImageSpec
+from builder.results import TestedOn
 from builder.usecases.catalog import find, no_match_message
 
 Status = Literal["fits", "does not fit", "unknown"]
 Reader = Literal["fatbin", "cuobjdump"]
 FROM_TABLE = "from the compat table, not measured"
 MEASURED = "measured from the image's binaries"
+MEASURED_WHEELS = "measured from its locked wheels"
+NOT_MEASURED = "planned: not measured, and no table is guessed from"
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,7 @@ class FitReport:
     host: FitHost
     records: tuple[RecordFit, ...]  # newest first, as the catalog query orders them
     catalog: bool = True  # False: the rows are libraries (--library), not records to pull
+    planned: bool = False  # the rows are planned images (--planned): to build, not to pull
 
     @property
     def newest_fit(self) -> str | None:
@@ -67,7 +74,12 @@ class FitReport:
         return all(r.status == "fits" for r in self.records)
 
     def to_json(self) -> dict[str, object]:
-        return {"host": self.host.to_json(), "records": [r.to_json() for r in self.records], "newest_fit": self.newest_fit}
+        return {
+            "host": self.host.to_json(),
+            "records": [r.to_json() for r in self.records],
+            "newest_fit": self.newest_fit,
+            **({"planned": True} if self.planned else {}),
+        }
 
 
 def fit(catalog: Catalog, query: str, host: FitHost) -> FitReport:
@@ -80,6 +92,16 @@ def fit(catalog: Catalog, query: str, host: FitHost) -> FitReport:
 
 
 def judge(record: KnownGood, host: FitHost, compat: Compat) -> RecordFit:
+    refused = _platform(record, host)
+    if refused is not None:
+        return refused
+    if record.fit is not None:
+        return _measured(record, record.fit, host, compat)
+    return _cuda(record, host, compat)
+
+
+def _platform(record: KnownGood, host: FitHost) -> RecordFit | None:
+    """The answer where the CPU architecture or the GPU vendor decides it; None for a CUDA image on an NVIDIA host."""
     kind = record.accelerator.kind
     arch = record_arch(record)
     if host.arch != arch:
@@ -92,9 +114,88 @@ def judge(record: KnownGood, host: FitHost, compat: Compat) -> RecordFit:
         return RecordFit(record.id, "unknown", "a ROCm image: its gfx targets are not in the compat tables yet, not checked", False)
     if host.vendor != "nvidia":
         return _no(record, f"a CUDA image needs an NVIDIA GPU; this host has {_vendor_label(host)}")
-    if record.fit is not None:
-        return _measured(record, record.fit, host, compat)
-    return _cuda(record, host, compat)
+    return None
+
+
+# -- planned images (`builder fit --planned`) ---------------------------------------------------
+
+
+def fit_planned(specs: Sequence[ImageSpec], query: str, host: FitHost) -> FitReport:
+    """The fit of every planned image the query matches (the same terms as for records: torch=2.14
+    cuda=13 platform=linux/arm64), judged by the same `judge` from its fit measured from its locked
+    wheels (images/<id>/fit.json), before anything is built or pulled. An image without one is
+    `unknown` with the reason: nothing is guessed from a table."""
+    records = {spec.id: planned_record(spec) for spec in specs}
+    terms = parse_query(query)
+    bad = unknown_keys(list(records.values()), terms)
+    if bad:
+        raise UserError(f"query key {bad[0]!r} is in no planned image; `builder plan --format json` shows their fields")
+    hits = matching(list(records.values()), terms)
+    if not hits:
+        raise RunFailure(f"no planned image matches {query!r}; `builder plan` lists all {len(records)}")
+    compat = table()
+    why = {spec.id: not_measured(spec) for spec in specs}
+    return FitReport(host, tuple(_judge_planned(record, why[record.id], host, compat) for record in hits), planned=True)
+
+
+def _judge_planned(record: KnownGood, why: str | None, host: FitHost, compat: Compat) -> RecordFit:
+    refused = _platform(record, host)
+    if refused is not None:
+        return refused
+    if record.fit is None:
+        return RecordFit(record.id, "unknown", f"not checked: {why or 'its fit is not measured'} ({NOT_MEASURED})", False)
+    return judge(record, host, compat)
+
+
+def not_measured(spec: ImageSpec) -> str | None:
+    """Why a planned CUDA image has no fit measured from its locked wheels; None when it has one."""
+    if spec.base.vendor != "cuda" or (spec.locked_fit is not None and spec.locked_fit.fit is not None):
+        return None
+    if spec.lock is None:
+        return f"it has no lock ({spec.unlocked or 'run `builder lock`'}), so no wheels to measure"
+    if spec.locked_fit is None:
+        return f"images/{spec.id}/fit.json is missing or stale: `builder lock --select id={spec.id}` measures it"
+    return spec.locked_fit.unknown
+
+
+def planned_record(spec: ImageSpec) -> KnownGood:
+    """A planned image as the record `judge` reads: its frameworks, platform and accelerator as
+    planned, the CUDA and cuDNN its lock pins and its measured fit (nothing built, pushed or tested)."""
+    pinned = locked_libraries(spec.lock) if spec.lock else {}
+    measured = spec.locked_fit.fit if spec.locked_fit else None
+    cuda = None
+    if spec.accelerator.kind == "cuda":
+        cuda = measured.driver.cuda if measured and measured.driver else cuda_mm(spec.accelerator.version or "")
+    return KnownGood(
+        id=spec.id,
+        tag=spec.tag,
+        digest="",
+        floating=(),
+        content_hash=spec.content_hash,
+        stack=spec.stack,
+        os=spec.base.os,
+        base=BaseIdentity(spec.base.name, spec.base.from_ref, ""),
+        lock_sha256=None,
+        frameworks=dict(spec.versions),
+        accelerator=MeasuredAccelerator(
+            spec.accelerator.kind,
+            spec.accelerator.version,
+            cuda=cuda,
+            cudnn=pinned.get("cudnn"),
+            rocm=spec.accelerator.version if spec.accelerator.kind == "rocm" else None,
+        ),
+        python=spec.python,
+        libraries=pinned,
+        verdict="not-built",
+        gpu_skipped_accepted=False,
+        tests={},
+        host=TestedOn("not built"),
+        tested="",
+        published="",
+        builder_version="",
+        fit=measured,
+        platform=spec.platform,
+    )
 
 
 def _measured(record: KnownGood, fit: MeasuredFit, host: FitHost, compat: Compat) -> RecordFit:
@@ -102,8 +203,10 @@ def _measured(record: KnownGood, fit: MeasuredFit, host: FitHost, compat: Compat
     library each framework loads (a program needs them all) and, for a framework that compiles at
     run time, its NVRTC's targets. The first refusal wins, naming the library."""
 
+    source = MEASURED_WHEELS if fit.reader == "wheels" else MEASURED
+
     def no(reason: str) -> RecordFit:
-        return RecordFit(record.id, "does not fit", f"{reason} ({MEASURED})", True)
+        return RecordFit(record.id, "does not fit", f"{reason} ({source})", True)
 
     said: list[str] = []
     unknown: list[str] = []
@@ -145,7 +248,7 @@ def _measured(record: KnownGood, fit: MeasuredFit, host: FitHost, compat: Compat
                         if not ptx.fits:
                             return no(ptx.reason)
             if entry.jit:
-                refused = _jit_refusal(fit, device, label)
+                refused = _jit_refusal(fit, device, label, entry.name, record.frameworks.get(entry.name, ""), compat)
                 if refused:
                     return no(refused)
         how = [f"the device code of its {len(entry.libraries)} libraries"] if entry.libraries else []
@@ -160,20 +263,20 @@ def _measured(record: KnownGood, fit: MeasuredFit, host: FitHost, compat: Compat
             )
         )
     if unknown:
-        return RecordFit(record.id, "unknown", f"not checked: {', '.join(unknown)} ({MEASURED})", True)
-    return RecordFit(record.id, "fits", f"{'; '.join(said)} ({MEASURED})", True)
+        return RecordFit(record.id, "unknown", f"not checked: {', '.join(unknown)} ({source})", True)
+    return RecordFit(record.id, "fits", f"{'; '.join(said)} ({source})", True)
 
 
-def _jit_refusal(fit: MeasuredFit, device: Arch, label: str) -> str | None:
-    """A framework that compiles its kernels at run time needs its NVRTC to target the device, or an
-    older target whose PTX the driver JIT-compiles for it: a device below the lowest target cannot."""
+def _jit_refusal(fit: MeasuredFit, device: Arch, label: str, name: str, release: str, compat: Compat) -> str | None:
+    """A framework that compiles its kernels at run time needs its NVRTC to compile something the
+    device runs, by the framework's own rule (compat/rules: numba-cuda's arch-specific targets,
+    CuPy's capped cubins; the shared rule: nothing below NVRTC's lowest target)."""
     compiler = fit.jit
     if compiler is None:
         return f"{label} compiles its kernels at run time, but no NVRTC was found in the image"
-    lowest = compiler.lowest
-    if lowest is None or cc_key(device.number) < cc_key(lowest):
-        return f"{label} compiles its kernels with NVRTC {compiler.version}, which targets {lowest or 'nothing'} and newer: {device.generation} {device.number} cannot run it"
-    return None
+    cc, nvrtc = (device.major, device.minor), nvrtc_of(compiler)
+    why = framework(name).jit_refusal(cc, nvrtc, release, compat) if name in names() else below_lowest(cc, nvrtc)
+    return f"{label}: {why}: {device.generation} {device.number} cannot run it" if why else None
 
 
 def _vendor_label(host: FitHost) -> str:
