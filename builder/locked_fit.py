@@ -147,13 +147,18 @@ class LockedFit:
 
     @property
     def ptx(self) -> bool:
-        """Whether any library a framework loads carries PTX (what the driver may JIT for a newer GPU)."""
+        """Whether every library of the frameworks' own that holds device code (not NVIDIA's, which are
+        judged by their floor) also carries PTX: what lets a GPU newer than all their SASS JIT-compile
+        them. False when any lacks it (torch's libtorch_cuda.so) or there is none (numba's kernels are
+        compiled at run time)."""
         if self.fit is None:
             return False
         loaded = {path for f in self.fit.frameworks for path in f.libraries}
-        return any(lib.ptx for lib in self.fit.libraries if lib.path in loaded)
+        own = [lib for lib in self.fit.libraries if lib.path in loaded and not lib.path.startswith(NVIDIA_WHEELS)]
+        return bool(own) and all(lib.ptx for lib in own)
 
 
+NVIDIA_WHEELS = "nvidia/"  # where NVIDIA's own libraries install (fit/measure.py judges them by their floor)
 BASE = "nvidia/cuda base: "  # how a library of the base image, read from its PyPI wheel, is named in a fit
 
 
@@ -191,11 +196,11 @@ def _named(role: Role, path: str, foreign: set[str]) -> str | None:
 
 def variant_properties(runs_on: tuple[str, ...], require_cuda: str | None) -> tuple[str, ...]:
     """The image's measured facts as wheel-variant properties (`namespace :: feature :: value`):
-    the CUDA the driver must support (the image's NVIDIA_REQUIRE_CUDA, `cuda>=13.0` -> 13.0) and one
+    the CUDA the driver must support (the `cuda>=13.0` of the image's NVIDIA_REQUIRE_CUDA -> 13.0) and one
     `sm_arch` value per compute capability it runs on (`90_real`: the provider offers a GPU of 9.x
     every `9Y_real` with Y at or below its minor, so a GPU matches where the image runs)."""
     out = []
-    found = re.fullmatch(r"cuda>=(\d+\.\d+)", require_cuda or "")
+    found = re.match(r"cuda>=(\d+\.\d+)(?:\s|$)", require_cuda or "")  # its first clause; brand=... clauses are the base's way out
     if found:
         out.append(f"{VARIANT_CUDA} :: {found.group(1)}")
     out += [f"{VARIANT_SM} :: {cc.replace('.', '')}_real" for cc in sorted(runs_on, key=cc_key)]

@@ -124,6 +124,7 @@ FOUNDATIONS = (
     "results",
     "probe_report",
     "measured_fit",
+    "locked_fit",
     "probes",
 )
 # Each stage may import the foundations and the stages before it, never one after it.

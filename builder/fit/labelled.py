@@ -20,7 +20,9 @@ from builder.results import TestedOn
 from builder.spec import grammar
 
 _CC = re.compile(r"^\d{1,2}\.\d$")
+_CCS = re.compile(r"^\d{1,2}\.\d( \d{1,2}\.\d)*$")
 MAX_FRAMEWORKS = 16
+MAX_CCS = 64
 
 
 @dataclass(frozen=True)
@@ -31,8 +33,9 @@ class LabelledImage:
     python: str
     frameworks: tuple[tuple[str, str], ...]  # (name, version), as the label lists them
     accelerator: MeasuredAccelerator  # kind, the base's version, the locked CUDA runtime's major.minor and cuDNN
-    cc_min: str | None  # the lowest compute capability its wheels and cuDNN run on, as rendered
+    cc_min: str | None  # the lowest compute capability it runs on, as rendered
     content_hash: str = ""
+    runs_on: tuple[str, ...] | None = None  # every compute capability it runs on, measured from its locked wheels; None: not labelled
 
 
 def from_labels(ref: str, labels: Mapping[str, str]) -> LabelledImage:
@@ -72,7 +75,17 @@ def from_labels(ref: str, labels: Mapping[str, str]) -> LabelledImage:
         accelerator=MeasuredAccelerator(kind, version, cuda=cuda, cudnn=cudnn, rocm=version if kind == "rocm" else None),
         cc_min=label(lb.CC_MIN_LABEL, _CC, required=False),
         content_hash=labels.get(lb.HASH_LABEL, "")[:80],
+        runs_on=_runs_on(ref, label(lb.RUNS_ON_LABEL, _CCS, required=False)),
     )
+
+
+def _runs_on(ref: str, value: str | None) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    found = tuple(value.split())
+    if len(found) > MAX_CCS:
+        raise UserError(f"--image {ref}: label {lb.RUNS_ON_LABEL} lists more than {MAX_CCS} compute capabilities")
+    return found
 
 
 def _version(ref: str, labels: Mapping[str, str], name: str) -> str | None:

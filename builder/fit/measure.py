@@ -34,8 +34,9 @@ from builder.engine.port import Container
 from builder.errors import RunFailure
 from builder.fit import driver as drivers
 from builder.fit import fatbin, scan
-from builder.fit.arch import GENERATIONS, Arch, Embedded, decide
+from builder.fit.arch import Arch, Embedded, decide
 from builder.measured_fit import (
+    GENERATIONS,
     ComponentFloor,
     DriverNeed,
     FrameworkFit,

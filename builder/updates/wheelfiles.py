@@ -32,7 +32,7 @@ from builder.engine.retry import GaveUp, retry_network
 from builder.lock.wheels import IndexFile
 from builder.text import printable, redact
 from builder.updates import transport
-from builder.updates.index import _split_url
+from builder.updates.index import _LOOPBACK, _split_url
 
 MAX_LISTING = 64 * 2**20  # a project page with every file of every release (torch's is a few MB)
 MAX_WHEEL = 8 * 2**30
@@ -170,7 +170,10 @@ class WheelFiles:
         shown = printable(redact(url), 300)
         where = transport.origin(url)
         auth = self._auth.get(where) if where is not None else None
-        opener = transport.opener(self._context, self._proxies, (where, auth) if where is not None and auth is not None else None)
+        local = urlsplit(url).hostname in _LOOPBACK  # no proxy can reach this machine's loopback
+        opener = transport.opener(
+            self._context, {} if local else self._proxies, (where, auth) if where is not None and auth is not None else None
+        )
 
         def once(attempt: int) -> tuple[bytes | None, str]:
             request = urllib.request.Request(url, headers={"Accept": _ACCEPT, "User-Agent": f"gpu-image-builder/{__version__}"})

@@ -31,7 +31,7 @@ from builder.fit.measure import embedded_of, library_floor, nvrtc_of
 from builder.fit.runs_on import cuda_mm, cudnn_floor, record_arch
 from builder.fit.runs_on import framework_row as _row
 from builder.lock.files import libraries as locked_libraries
-from builder.measured_fit import MeasuredFit, cc_key
+from builder.measured_fit import KNOWN_CCS, MeasuredFit, cc_key
 from builder.records import ImageSpec
 from builder.results import TestedOn
 from builder.usecases.catalog import find, no_match_message
@@ -115,6 +115,50 @@ def _platform(record: KnownGood, host: FitHost) -> RecordFit | None:
     if host.vendor != "nvidia":
         return _no(record, f"a CUDA image needs an NVIDIA GPU; this host has {_vendor_label(host)}")
     return None
+
+
+def judge_runs_on(record: KnownGood, ccs: tuple[str, ...], host: FitHost, compat: Compat) -> RecordFit:
+    """A record whose fit is known only as the set of compute capabilities it runs on (a local
+    image's io.builder.runs-on label, measured from its locked wheels): the driver floor of its
+    CUDA, then every GPU in that set; a GPU newer than every one the set was measured against is
+    not guessed."""
+    refused = _platform(record, host)
+    if refused is not None:
+        return refused
+    cuda = record.accelerator.cuda or record.accelerator.version or ""
+    said: list[str] = []
+    unknown: list[str] = []
+    floor = drivers.floor_for(cuda, compat) if cuda else None
+    if floor is None:
+        unknown.append(f"the driver floor of CUDA {cuda or '?'}")
+    elif host.driver is None:
+        said.append(f"driver not checked (CUDA {floor.cuda} needs >= {floor.floor}; give --driver)")
+    else:
+        verdict = drivers.check(host.driver, floor)
+        if not verdict.fits:
+            return RecordFit(record.id, "does not fit", f"{verdict.reason} ({MEASURED_WHEELS})", True)
+        said.append(verdict.reason)
+    if not host.gpus:
+        unknown.append("the GPUs (none detected or given; give --gpu-cc)")
+    label = ", ".join(f"{name} {version}" for name, version in sorted(record.frameworks.items()))
+    newest = max(KNOWN_CCS, key=cc_key)
+    for cc in host.gpus:
+        if cc in ccs:
+            continue
+        if cc_key(cc) > cc_key(newest):
+            unknown.append(f"compute capability {cc} (newer than every GPU its runs-on set was measured for)")
+            continue
+        return RecordFit(
+            record.id,
+            "does not fit",
+            f"{label} runs on {' '.join(ccs) or 'no GPU'}: {Arch.cc(cc).generation} {cc} cannot run it ({MEASURED_WHEELS})",
+            True,
+        )
+    if host.gpus and not unknown:
+        said.append(f"{label} runs on {' '.join(host.gpus)}")
+    if unknown:
+        return RecordFit(record.id, "unknown", f"not checked: {', '.join(unknown)} ({MEASURED_WHEELS})", True)
+    return RecordFit(record.id, "fits", f"{'; '.join(said)} ({MEASURED_WHEELS})", True)
 
 
 # -- planned images (`builder fit --planned`) ---------------------------------------------------
@@ -276,7 +320,7 @@ def _jit_refusal(fit: MeasuredFit, device: Arch, label: str, name: str, release:
         return f"{label} compiles its kernels at run time, but no NVRTC was found in the image"
     cc, nvrtc = (device.major, device.minor), nvrtc_of(compiler)
     why = framework(name).jit_refusal(cc, nvrtc, release, compat) if name in names() else below_lowest(cc, nvrtc)
-    return f"{label}: {why}: {device.generation} {device.number} cannot run it" if why else None
+    return f"{label} {why}: {device.generation} {device.number} cannot run it" if why else None
 
 
 def _vendor_label(host: FitHost) -> str:

@@ -181,7 +181,7 @@ def measure_images(
         try:
             made[spec.id] = measure_one(spec, run, compat)
             result = MeasureResult(spec.id, "measured", made[spec.id].unknown or "", time.monotonic() - started, run.fetched - before)
-        except MeasureFailed as exc:
+        except (MeasureFailed, FetchFailed) as exc:  # an index that cannot be reached or read: this image, in one line
             result = MeasureResult(spec.id, "failed", str(exc), time.monotonic() - started, run.fetched - before)
         results.append(result)
         done(result)
@@ -276,6 +276,8 @@ def wheel_files(specs: Sequence[ImageSpec], settings: BuildSettings) -> WheelFil
     indexes: list[str] = []
     folders: list[Path] = []
     for spec in specs:
+        if not measured(spec):
+            continue
         where = sources(staging.needed_indexes(spec, set()), settings)
         indexes += [i for i in where.indexes if i not in indexes]
         folders += [Path(f) for f in where.find_links if Path(f) not in folders]

@@ -82,10 +82,12 @@ class Nvrtc:
 def below_lowest(device: Cc, nvrtc: Nvrtc) -> str | None:
     """The rule every framework that compiles at run time obeys: NVRTC cannot target a GPU older
     than its lowest architecture (a newer one gets the newest target, as PTX the driver compiles).
-    The reason it cannot, as a clause (`NVRTC 13.0 targets 7.5-12.1`); None when it can."""
+    Why it cannot, as a clause after the framework's name (`compiles its kernels with NVRTC 13.0,
+    which targets 7.5 and newer`); None when it can."""
     ccs = nvrtc.ccs
     if not ccs or device < ccs[0]:
-        return f"its kernels are compiled at run time by NVRTC {nvrtc.version}, which targets {nvrtc.span}"
+        lowest = f"{ccs[0][0]}.{ccs[0][1]} and newer" if ccs else "nothing"
+        return f"compiles its kernels with NVRTC {nvrtc.version}, which targets {lowest}"
     return None
 
 
@@ -172,7 +174,7 @@ class Framework(ABC):
 
     def jit_refusal(self, device: Cc, nvrtc: Nvrtc, release: str, compat: Compat) -> str | None:
         """Why the kernels this release compiles at run time with this NVRTC cannot run on `device`,
-        as a clause; None when they can. The shared rule (`below_lowest`) unless its own code
+        as a clause after its name (`below_lowest`); None when they can. The shared rule (`below_lowest`) unless its own code
         asks NVRTC for something else (numba-cuda's arch-specific targets, CuPy's capped cubins)."""
         return below_lowest(device, nvrtc)
 

@@ -177,11 +177,11 @@ class Cupy(Framework):
         target = min(device, cap)
         sm = f"sm_{target[0]}{target[1]}"
         if target not in nvrtc.ccs:
-            return f"CuPy compiles its kernels for {sm} with NVRTC {nvrtc.version}, which does not know {sm} (it targets {nvrtc.span})"
+            return f"compiles its kernels for {sm} with NVRTC {nvrtc.version}, which does not know {sm} (it targets {nvrtc.span})"
         if target != device and (target[0] != device[0] or device[1] < target[1]):
             return (
-                f"CuPy caps the kernels it compiles with NVRTC {nvrtc.version} at {sm}, "
-                f"and {sm} code does not run on compute capability {device[0]}.{device[1]}"
+                f"compiles its kernels with NVRTC {nvrtc.version} for {sm} at most (CuPy's cap for that NVRTC), "
+                f"and {sm} code does not run on {device[0]}.{device[1]}"
             )
         return None
 

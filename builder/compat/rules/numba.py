@@ -179,8 +179,8 @@ class Numba(Framework):
         if device >= (9, 0) and device not in nvrtc.ccs:
             major, minor = device
             return (
-                f"numba-cuda asks NVRTC {nvrtc.version} for the arch-specific compute_{major}{minor}a on a GPU of 9.0 or newer, "
-                f"and NVRTC {nvrtc.version} does not know sm_{major}{minor} (it targets {nvrtc.span})"
+                f"compiles its kernels with NVRTC {nvrtc.version} for the GPU's arch-specific compute_{major}{minor}a "
+                f"(numba-cuda does so on 9.0 and newer), which NVRTC {nvrtc.version} does not know (it targets {nvrtc.span})"
             )
         return None
 
