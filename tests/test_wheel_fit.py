@@ -632,3 +632,17 @@ def test_doctor_judges_a_measured_image_by_its_set() -> None:
     assert on("9.0").startswith("ok")
     assert on("11.0").startswith("fail") and "measured from its locked wheels" in on("11.0")
     assert on("7.5", "9.0").startswith("warn"), "one GPU it runs on: restrict to it"
+
+
+def test_a_record_carries_its_variant_properties_and_an_old_one_keeps_its_form() -> None:
+    from builder.catalog.records import from_json as record_from_json
+    from tests.catalog_fixtures import record
+
+    old = record("torch2.14.1-cu130-py3.11-debian12")
+    assert "variants" not in old.to_json(), "records published before variants keep the form their signatures cover"
+    properties = variant_properties(("8.0", "9.0"), "cuda>=13.0 brand=tesla,driver>=535,driver<536")
+    assert properties == ("nvidia :: cuda_version_lower_bound :: 13.0", "nvidia :: sm_arch :: 80_real", "nvidia :: sm_arch :: 90_real")
+    new = dataclasses.replace(old, variants=properties)
+    assert record_from_json(new.to_json(), "catalog") == new
+    with pytest.raises(ValueError, match="variants"):
+        record_from_json({**new.to_json(), "variants": "nvidia :: sm_arch :: 80_real"}, "catalog")

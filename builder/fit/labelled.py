@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from builder.catalog.records import BaseIdentity, KnownGood, MeasuredAccelerator
 from builder.errors import UserError
-from builder.records import VENDORS
+from builder.measured_fit import MeasuredFit
+from builder.records import AMD64, VENDORS
 from builder.render import labels as lb
 from builder.results import TestedOn
 from builder.spec import grammar
@@ -111,27 +112,60 @@ def _frameworks(ref: str, value: str) -> tuple[tuple[str, str], ...]:
 
 
 def as_record(image: LabelledImage) -> KnownGood:
-    """The view as the record `judge` and `runs_on` read (accelerator, frameworks, id). It was not
-    published: no digest, no base identity, no smoke verdict (`not-built` stands for "none recorded")."""
-    return KnownGood(
-        id=image.id,
-        tag=image.ref,
-        digest="",
-        floating=(),
-        content_hash=image.content_hash,
+    """The view as the record `judge` and `runs_on` read (accelerator, frameworks, id)."""
+    return unpublished(
+        image.id,
+        image.ref,
         stack=image.stack,
         os="",
         base=BaseIdentity("", "", "", None),
-        lock_sha256=None,
         frameworks=dict(image.frameworks),
         accelerator=image.accelerator,
         python=image.python,
         libraries={},
+        content_hash=image.content_hash,
+    )
+
+
+def unpublished(
+    id: str,  # noqa: A002 - the record's field
+    tag: str,
+    *,
+    stack: str,
+    os: str,
+    base: BaseIdentity,
+    frameworks: dict[str, str],
+    accelerator: MeasuredAccelerator,
+    python: str,
+    libraries: dict[str, str],
+    content_hash: str = "",
+    fit: MeasuredFit | None = None,
+    platform: str = AMD64,
+    host: str = "not recorded",
+) -> KnownGood:
+    """An image that was not published (a local image, a planned one) as the record `judge` reads:
+    no digest, no base identity, no smoke verdict (`not-built` stands for "none recorded")."""
+    return KnownGood(
+        id=id,
+        tag=tag,
+        digest="",
+        floating=(),
+        content_hash=content_hash,
+        stack=stack,
+        os=os,
+        base=base,
+        lock_sha256=None,
+        frameworks=frameworks,
+        accelerator=accelerator,
+        python=python,
+        libraries=libraries,
         verdict="not-built",
         gpu_skipped_accepted=False,
         tests={},
-        host=TestedOn("not recorded"),
+        host=TestedOn(host),
         tested="",
         published="",
         builder_version="",
+        fit=fit,
+        platform=platform,
     )

@@ -28,7 +28,8 @@ PROBE_NAME = "hello_gpu.py"
 CONSTRAINTS = "constraints.txt"
 CONTEXT = ("Dockerfile", "requirements.txt", CONSTRAINTS, LOCK_NAME, PROBE_NAME)  # what the engine builds; all of it is hashed
 # What images/<id>/ holds: the constraints only for CUDA from wheels, the lock when there is one, and
-# the fit measured from the lock's wheels (not built: what it says is in the Dockerfile's labels).
+# the fit measured from the lock's wheels (not part of the build context: what it says is in the
+# Dockerfile's labels; render/tree.py writes it beside them).
 COMMITTED = ("Dockerfile", "requirements.txt", CONSTRAINTS, LOCK_NAME, FIT_NAME, "image.json")
 Files = dict[str, bytes]
 
@@ -48,8 +49,6 @@ def context_files(spec: ImageSpec, env: jinja2.Environment, source: str, probe: 
         files[CONSTRAINTS] = constraints(spec).encode()
     if spec.lock is not None:
         files[LOCK_NAME] = spec.lock.text.encode()
-    if spec.locked_fit is not None:
-        files[FIT_NAME] = spec.locked_fit.text().encode()
     return files
 
 

@@ -27,13 +27,13 @@ from builder.fit import cuobjdump, fatbin
 from builder.fit import driver as drivers
 from builder.fit.arch import Arch, Embedded, decide
 from builder.fit.host import FitHost
+from builder.fit.labelled import unpublished
 from builder.fit.measure import embedded_of, library_floor, nvrtc_of
 from builder.fit.runs_on import cuda_mm, cudnn_floor, record_arch
 from builder.fit.runs_on import framework_row as _row
 from builder.lock.files import libraries as locked_libraries
 from builder.measured_fit import KNOWN_CCS, MeasuredFit, cc_key
 from builder.records import ImageSpec
-from builder.results import TestedOn
 from builder.usecases.catalog import find, no_match_message
 
 Status = Literal["fits", "does not fit", "unknown"]
@@ -125,19 +125,11 @@ def judge_runs_on(record: KnownGood, ccs: tuple[str, ...], host: FitHost, compat
     refused = _platform(record, host)
     if refused is not None:
         return refused
-    cuda = record.accelerator.cuda or record.accelerator.version or ""
     said: list[str] = []
     unknown: list[str] = []
-    floor = drivers.floor_for(cuda, compat) if cuda else None
-    if floor is None:
-        unknown.append(f"the driver floor of CUDA {cuda or '?'}")
-    elif host.driver is None:
-        said.append(f"driver not checked (CUDA {floor.cuda} needs >= {floor.floor}; give --driver)")
-    else:
-        verdict = drivers.check(host.driver, floor)
-        if not verdict.fits:
-            return RecordFit(record.id, "does not fit", f"{verdict.reason} ({MEASURED_WHEELS})", True)
-        said.append(verdict.reason)
+    old_driver = _driver_floor(record, host, compat, said, unknown)
+    if old_driver is not None:
+        return RecordFit(record.id, "does not fit", f"{old_driver} ({MEASURED_WHEELS})", True)
     if not host.gpus:
         unknown.append("the GPUs (none detected or given; give --gpu-cc)")
     label = ", ".join(f"{name} {version}" for name, version in sorted(record.frameworks.items()))
@@ -210,16 +202,12 @@ def planned_record(spec: ImageSpec) -> KnownGood:
     cuda = None
     if spec.accelerator.kind == "cuda":
         cuda = measured.driver.cuda if measured and measured.driver else cuda_mm(spec.accelerator.version or "")
-    return KnownGood(
-        id=spec.id,
-        tag=spec.tag,
-        digest="",
-        floating=(),
-        content_hash=spec.content_hash,
+    return unpublished(
+        spec.id,
+        spec.tag,
         stack=spec.stack,
         os=spec.base.os,
         base=BaseIdentity(spec.base.name, spec.base.from_ref, ""),
-        lock_sha256=None,
         frameworks=dict(spec.versions),
         accelerator=MeasuredAccelerator(
             spec.accelerator.kind,
@@ -230,15 +218,10 @@ def planned_record(spec: ImageSpec) -> KnownGood:
         ),
         python=spec.python,
         libraries=pinned,
-        verdict="not-built",
-        gpu_skipped_accepted=False,
-        tests={},
-        host=TestedOn("not built"),
-        tested="",
-        published="",
-        builder_version="",
+        content_hash=spec.content_hash,
         fit=measured,
         platform=spec.platform,
+        host="not built",
     )
 
 
@@ -338,16 +321,9 @@ def _cuda(record: KnownGood, host: FitHost, compat: Compat) -> RecordFit:
     cuda = record.accelerator.cuda or record.accelerator.version or ""
     said: list[str] = []
     unknown: list[str] = []
-    floor = drivers.floor_for(cuda, compat) if cuda else None
-    if floor is None:
-        unknown.append(f"the driver floor of CUDA {cuda or '?'}")
-    elif host.driver is None:
-        said.append(f"driver not checked (CUDA {floor.cuda} needs >= {floor.floor}; give --driver)")
-    else:
-        verdict = drivers.check(host.driver, floor)
-        if not verdict.fits:
-            return _no(record, f"{verdict.reason} ({FROM_TABLE})")
-        said.append(verdict.reason)
+    refused = _driver_floor(record, host, compat, said, unknown)
+    if refused is not None:
+        return _no(record, f"{refused} ({FROM_TABLE})")
     if not host.gpus:
         unknown.append("the GPUs (none detected or given; give --gpu-cc)")
     for name, version in sorted(record.frameworks.items()):
@@ -369,6 +345,23 @@ def _cuda(record: KnownGood, host: FitHost, compat: Compat) -> RecordFit:
     if unknown:
         return RecordFit(record.id, "unknown", f"not checked: {', '.join(unknown)} ({FROM_TABLE})", False)
     return RecordFit(record.id, "fits", f"{'; '.join(said)} ({FROM_TABLE})", False)
+
+
+def _driver_floor(record: KnownGood, host: FitHost, compat: Compat, said: list[str], unknown: list[str]) -> str | None:
+    """The host's driver against the floor of the record's CUDA (its runtime, else its base's):
+    the refusal, or None with what was said or not known added to `said` / `unknown`."""
+    cuda = record.accelerator.cuda or record.accelerator.version or ""
+    floor = drivers.floor_for(cuda, compat) if cuda else None
+    if floor is None:
+        unknown.append(f"the driver floor of CUDA {cuda or '?'}")
+    elif host.driver is None:
+        said.append(f"driver not checked (CUDA {floor.cuda} needs >= {floor.floor}; give --driver)")
+    else:
+        verdict = drivers.check(host.driver, floor)
+        if not verdict.fits:
+            return verdict.reason
+        said.append(verdict.reason)
+    return None
 
 
 def _cudnn_refusal(cudnn: str, host: FitHost, compat: Compat) -> str | None:
