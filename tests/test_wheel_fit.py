@@ -646,3 +646,43 @@ def test_a_record_carries_its_variant_properties_and_an_old_one_keeps_its_form()
     assert record_from_json(new.to_json(), "catalog") == new
     with pytest.raises(ValueError, match="variants"):
         record_from_json({**new.to_json(), "variants": "nvidia :: sm_arch :: 80_real"}, "catalog")
+
+
+def test_a_remote_index_cannot_point_at_this_machines_files(tmp_path: Path) -> None:
+    listing = json.dumps(
+        {
+            "files": [
+                {"filename": "pkg-1.0-py3-none-any.whl", "url": "file:///etc/passwd", "hashes": {"sha256": "ab" * 32}},
+                {"filename": "pkg-1.0-py3-none-any.whl", "url": "ftp://elsewhere/pkg.whl", "hashes": {"sha256": "ab" * 32}},
+                {"filename": "pkg-1.0-py3-none-any.whl", "url": "/files/pkg.whl", "hashes": {"sha256": "ab" * 32}},
+            ]
+        }
+    ).encode()
+    with serve_index(files_dir=tmp_path) as index:
+        index.answer(listing, "application/vnd.pypi.simple.v1+json")
+        found = WheelFiles([index.simple_url.rstrip("/")]).files("pkg")
+    assert [f.url for f in found] == [f"{index.url}/files/pkg.whl"]
+
+
+def test_a_fit_json_is_read_only_when_it_is_this_locks_and_refused_in_one_line_when_broken(tmp_path: Path) -> None:
+    from builder.errors import UserError
+    from builder.workspace import current_fit
+
+    spec = spec_of("numba0.68.0-cu130-py3.11-debian12")
+    assert spec.lock is not None and spec.locked_fit is not None
+    path = tmp_path / FIT_NAME
+    path.write_text(spec.locked_fit.text(), encoding="utf-8")
+    assert current_fit(spec.id, spec.lock, path) == spec.locked_fit
+    assert current_fit("another-image", spec.lock, path) is None, "another image's fit is not this one's"
+    assert current_fit(spec.id, None, path) is None
+    assert current_fit(spec.id, spec.lock, tmp_path / "absent.json") is None
+    link = tmp_path / "link.json"
+    link.symlink_to(path)
+    assert current_fit(spec.id, spec.lock, link) is None, "a link is not a file render wrote"
+    path.write_text('{"schema": 1, "fit": ', encoding="utf-8")
+    with pytest.raises(UserError, match="not valid JSON") as caught:
+        current_fit(spec.id, spec.lock, path)
+    assert "\n" not in str(caught.value) and str(path) in str(caught.value)
+    path.write_text(json.dumps({**spec.locked_fit.to_json(), "lock": "md5:x"}), encoding="utf-8")
+    with pytest.raises(UserError, match="'lock' must be sha256"):
+        current_fit(spec.id, spec.lock, path)

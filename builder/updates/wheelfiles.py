@@ -143,9 +143,12 @@ class WheelFiles:
         if body is None:
             return []
         try:
-            return parse_listing(body, kind, page)
+            listed = parse_listing(body, kind, page)
         except ValueError as exc:
             raise FetchFailed(f"the index {printable(redact(base))} answered {printable(redact(page))} with no file list ({exc})") from None
+        # a remote index names files on the network only: a file:// (or any other) URL it lists would
+        # have this machine read its own files for it
+        return [f for f in listed if transport.origin(f.url) is not None]
 
     def fetch(self, file: IndexFile, sha256: str, folder: Path) -> Path:
         """The wheel as a local file whose sha256 is `sha256`: a local one where it is, a remote one
