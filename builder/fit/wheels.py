@@ -25,7 +25,6 @@ import shutil
 import stat
 import subprocess
 import sys
-import tempfile
 import zipfile
 from collections import Counter
 from pathlib import Path
@@ -164,8 +163,3 @@ def load(kind: str, library: Path) -> str | tuple[str, tuple[int, ...]] | None:
     if isinstance(value, dict) and isinstance(value.get("version"), str) and isinstance(value.get("archs"), list):
         return value["version"], tuple(int(a) for a in value["archs"] if isinstance(a, int))
     return None
-
-
-def work_folder(under: Path) -> tempfile.TemporaryDirectory[str]:
-    under.mkdir(parents=True, exist_ok=True)
-    return tempfile.TemporaryDirectory(prefix="wheel-", dir=under)
