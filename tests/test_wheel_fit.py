@@ -388,43 +388,24 @@ def verdicts(result: Result) -> dict[str, str]:
     return {row["id"]: row["status"] for row in json.loads(result.stdout)["records"]}
 
 
+ARM64_TORCH = "torch2.14.1-cu130-py3.11-debian12-arm64"
+
+
 @pytest.mark.parametrize(
-    ("query", "host", "image", "status"),
+    ("image", "cc", "status"),
     [
-        # aarch64 torch (PyPI's wheels start at sm_80): a T4G (Graviton2, 7.5) no, a GH200 (9.0) yes
-        (
-            "torch=2.14.1 platform=linux/arm64",
-            ["--arch", "arm64", "--gpu-cc", "7.5"],
-            "torch2.14.1-cu130-py3.11-debian12-arm64",
-            "does not fit",
-        ),
-        ("torch=2.14.1 platform=linux/arm64", ["--arch", "arm64", "--gpu-cc", "9.0"], "torch2.14.1-cu130-py3.11-debian12-arm64", "fits"),
-        # x86 torch 2.14.1 cu130: libtorch_cuda_linalg.so starts at sm_80
-        (
-            "id=torch2.14.1-cu130-py3.11-debian12",
-            ["--arch", "amd64", "--gpu-cc", "7.5"],
-            "torch2.14.1-cu130-py3.11-debian12",
-            "does not fit",
-        ),
-        # numba-cuda with NVRTC 12.4: compute_120a unknown to it; Hopper fine
-        (
-            "id=numba0.68.0-cu124-py3.11-ubuntu22.04",
-            ["--arch", "amd64", "--gpu-cc", "12.0"],
-            "numba0.68.0-cu124-py3.11-ubuntu22.04",
-            "does not fit",
-        ),
-        ("id=numba0.68.0-cu124-py3.11-ubuntu22.04", ["--arch", "amd64", "--gpu-cc", "9.0"], "numba0.68.0-cu124-py3.11-ubuntu22.04", "fits"),
-        # numba-cuda with NVRTC 12.8: no compute_103a (B300)
-        (
-            "id=numba0.68.0-cu128-py3.12-ubuntu24.04",
-            ["--arch", "amd64", "--gpu-cc", "10.3"],
-            "numba0.68.0-cu128-py3.12-ubuntu24.04",
-            "does not fit",
-        ),
+        (ARM64_TORCH, "7.5", "does not fit"),  # PyPI's aarch64 torch starts at sm_80: a T4G (Graviton2) no
+        (ARM64_TORCH, "9.0", "fits"),  # a GH200 yes
+        ("torch2.14.1-cu130-py3.11-debian12", "7.5", "does not fit"),  # x86: libtorch_cuda_linalg.so starts at sm_80
+        ("numba0.68.0-cu124-py3.11-ubuntu22.04", "12.0", "does not fit"),  # NVRTC 12.4 knows no compute_120a
+        ("numba0.68.0-cu124-py3.11-ubuntu22.04", "9.0", "fits"),
+        ("numba0.68.0-cu128-py3.12-ubuntu24.04", "10.3", "does not fit"),  # NVRTC 12.8 knows no compute_103a (B300)
     ],
 )
-def test_planned_images_are_judged_from_their_measured_wheels(cli: RunCli, query: str, host: list[str], image: str, status: str) -> None:
-    result = planned(cli, *query.split(), *host, "--vendor", "nvidia", "--driver", "580.65.06")
+def test_planned_images_are_judged_from_their_measured_wheels(cli: RunCli, image: str, cc: str, status: str) -> None:
+    arm64 = image == ARM64_TORCH
+    query = ["torch=2.14.1", "platform=linux/arm64"] if arm64 else [f"id={image}"]  # the audit's query, and one image's
+    result = planned(cli, *query, "--arch", "arm64" if arm64 else "amd64", "--gpu-cc", cc, "--vendor", "nvidia", "--driver", "580.65.06")
     assert verdicts(result)[image] == status, result.output
     assert result.exit_code == (0 if status == "fits" else 1), result.output
     row = next(r for r in json.loads(result.stdout)["records"] if r["id"] == image)
