@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from builder.errors import UserError
-from builder.measured_fit import GENERATIONS
+from builder.measured_fit import GENERATIONS as GENERATIONS  # re-exported: the rules of this stage name generations from here
 
 _ARCH = re.compile(r"^(?:sm_|compute_)?(\d{2,3})([af]?)$")
 _CC = re.compile(r"^(\d{1,2})\.(\d)$")
