@@ -366,12 +366,18 @@ def run(ws: Workspace, /, select_expr: str | None, gpu: str, timeout_s: int, **k
 @click.option("--upgrade", is_flag=True, help="re-resolve every selected image to the newest versions its pins allow")
 @click.option("-j", "--jobs", default=2, show_default=True, type=click.IntRange(1, MAX_JOBS), help="resolutions in parallel")
 @click.option("--keep-going", is_flag=True, help="lock the rest after a failure, and list what failed")
+@click.option(
+    "--no-measure", is_flag=True, help="do not measure the CUDA images' fits from their locked wheels (fit.json stays missing or stale)"
+)
 @_options(*BUILD_SOURCE_OPTIONS)
 @click.pass_obj
 @user_errors
-def lock(ws: Workspace, /, select_expr: str | None, check: bool, upgrade: bool, jobs: int, keep_going: bool, **kwargs: Any) -> None:
-    """Resolve each image for its target into images/<id>/requirements.lock (every package, sha256 hashes)."""
-    from builder.ui.lock import LockLines, print_lock_summary
+def lock(
+    ws: Workspace, /, select_expr: str | None, check: bool, upgrade: bool, jobs: int, keep_going: bool, no_measure: bool, **kwargs: Any
+) -> None:
+    """Resolve each image for its target into images/<id>/requirements.lock (every package, sha256
+    hashes), then measure each CUDA image's fit from its locked wheels into images/<id>/fit.json."""
+    from builder.ui.lock import LockLines, MeasureLines, print_lock_summary
     from builder.usecases import lock as locking
 
     specs = ws.selected(select_expr, use_default=False)
@@ -379,20 +385,32 @@ def lock(ws: Workspace, /, select_expr: str | None, check: bool, upgrade: bool, 
         results = locking.check(specs)
         bad = [r for r in results if r.status in ("missing", "stale")]
         for r in bad:
-            click.echo(f"{r.status}: {ws.images_dir.name}/{r.id}/requirements.lock ({r.detail})")
+            click.echo(f"{r.status}: {ws.images_dir.name}/{r.id}/{r.file} ({r.detail})")
         unlocked = sum(r.status == "unlocked" for r in results)
         tail = f"; {unlocked} unlocked by matrix.yaml" if unlocked else ""
         click.echo(f"{len(results) - len(bad) - unlocked} locks current, {len(bad)} missing or stale{tail}", err=True)
         _exit_for(not bad)
     options = locking.LockOptions(
-        jobs=jobs, upgrade=upgrade, keep_going=keep_going, include_unlocked=select_expr is not None, sources=_sources(kwargs)
+        jobs=jobs,
+        upgrade=upgrade,
+        keep_going=keep_going,
+        include_unlocked=select_expr is not None,
+        sources=_sources(kwargs),
+        measure=not no_measure,
     )
     results = locking.lock_images(ws, specs, options, LockLines(err))
     print_lock_summary(out, results)
     for r in results:
         if r.status in locking.FAILED:
             click.echo(f"error: {r.id}: {r.detail}", err=True)
-    _exit_for(not any(r.status in (*locking.FAILED, "not-locked") for r in results))
+    failed = any(r.status in (*locking.FAILED, "not-locked") for r in results)
+    if not failed or keep_going:
+        measured = locking.measure_locked(ws, specs, options, MeasureLines(err))
+        for m in measured:
+            if m.status == "failed":
+                click.echo(f"error: {m.id}: fit not measured: {m.detail}", err=True)
+        failed |= any(m.status == "failed" for m in measured)
+    _exit_for(not failed)
 
 
 @main.command()
@@ -584,6 +602,9 @@ def pull(
     help="judge this library's own device code (or each library's under a folder) instead of catalog records (repeatable)",
 )
 @click.option("--reader", type=click.Choice(["fatbin", "cuobjdump"]), default="fatbin", show_default=True, help="how --library is read")
+@click.option(
+    "--planned", is_flag=True, help="judge the matrix's planned images (their fit measured from their locked wheels), not catalog records"
+)
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @catalog_option
 @click.pass_obj
@@ -598,20 +619,26 @@ def fit(
     brand: str | None,
     libraries: tuple[Path, ...],
     reader: str,
+    planned: bool,
     fmt: str,
     catalog_dir: str | None,
 ) -> None:
-    """Say whether each known-good image matching QUERY (or each --library) runs on this host, or the one described, and why.
+    """Say whether each known-good image matching QUERY (or each --library, or with --planned each
+    planned image) runs on this host, or the one described, and why.
 
     Exit 0 when an image fits (with --library: when every library does), else 1."""
     from builder.ui.fit import print_fit
     from builder.usecases import fit as fitting
 
-    if libraries and query:
-        raise UserError("give QUERY (catalog records) or --library (files), not both")
+    if libraries and (query or planned):
+        raise UserError("give QUERY (catalog records, or planned images with --planned) or --library (files), not both")
+    if planned and catalog_dir:
+        raise UserError("--planned judges the matrix's planned images, not a catalog: drop --catalog or --planned")
     host = _fit_host(gpu_cc, driver, cpu, vendor, brand)
     if libraries:
         report = fitting.fit_libraries(libraries, host, "cuobjdump" if reader == "cuobjdump" else "fatbin")
+    elif planned:
+        report = fitting.fit_planned(ws.decided.images, " ".join(query), host)
     else:
         report = fitting.fit(ws.store.catalog(catalog_dir, must_exist=True), " ".join(query), host)
     if fmt == "json":

@@ -26,6 +26,31 @@ from typing import Any
 
 from builder import jsonfields as jf
 
+# The compute capabilities NVIDIA lists (its CUDA GPU compute capability list), with their
+# generation for reason lines (fit/arch.py); a CC not listed is named by its number alone. A fit says
+# "runs on" for these; a GPU newer than all of them is not guessed.
+GENERATIONS: dict[tuple[int, int], str] = {
+    (5, 0): "Maxwell",
+    (5, 2): "Maxwell",
+    (5, 3): "Maxwell",
+    (6, 0): "Pascal",
+    (6, 1): "Pascal",
+    (6, 2): "Pascal",
+    (7, 0): "Volta",
+    (7, 2): "Volta",
+    (7, 5): "Turing",
+    (8, 0): "Ampere",
+    (8, 6): "Ampere",
+    (8, 7): "Ampere",
+    (8, 9): "Ada",
+    (9, 0): "Hopper",
+    (10, 0): "Blackwell",
+    (10, 3): "Blackwell",
+    (11, 0): "Blackwell",
+    (12, 0): "Blackwell",
+    (12, 1): "Blackwell",
+}
+KNOWN_CCS: tuple[str, ...] = tuple(f"{major}.{minor}" for major, minor in sorted(GENERATIONS))
 SASS = re.compile(r"^sm_\d{2,3}[af]?$")
 PTX = re.compile(r"^compute_\d{2,3}[af]?$")
 CC = re.compile(r"^\d{1,2}\.\d$")

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from builder.locked_fit import LockedFit
+
 Vendor = Literal["cuda", "rocm", "cpu"]
 VENDORS: tuple[Vendor, ...] = ("cuda", "rocm", "cpu")
 AMD64 = "linux/amd64"
@@ -199,6 +201,7 @@ class ImageSpec:
     lock: Lock | None = None  # the image's requirements.lock, when `builder lock` made one
     unlocked: str | None = None  # why matrix.yaml lets this image build without a lock
     cuda_exception: str | None = None  # why matrix.yaml lets its CUDA wheels leave the base's CUDA minor
+    locked_fit: LockedFit | None = None  # images/<id>/fit.json: its fit measured from the wheels of this lock
 
     @property
     def versions(self) -> dict[str, str]:

@@ -15,9 +15,12 @@ from pathlib import Path
 from builder.catalog.store import Catalog
 from builder.compat.facts import table
 from builder.errors import UserError
+from builder.fsio import read_json
 from builder.lock.claims import keep_older_gpus, with_lock_claims
 from builder.lock.files import LOCK_NAME, load, verify
 from builder.lock.target import target_for
+from builder.locked_fit import FIT_NAME, LockedFit, lock_digest
+from builder.locked_fit import from_json as fit_from_json
 from builder.query import matches
 from builder.records import ImageSpec, Lock, Matrix, Plan
 from builder.render.context import Files, content_hash, contexts
@@ -29,6 +32,7 @@ from builder.spec.select import fields_of, no_match, parse_select, select
 
 MATRIX_ENV = "BUILDER_MATRIX"
 MAX_LOCK = 2 * 2**20  # a lock of every CUDA wheel with every hash is ~0.2 MB
+MAX_FIT = 16 * 2**20  # a fit.json with every reading of a torch image is ~0.1 MB
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,11 @@ class Store:
         return self.nightly / "summary.md"
 
     @property
+    def wheel_readings(self) -> Path:
+        """What each wheel's device code was read to be, by the file's sha256 (usecases/measure.py)."""
+        return self.build / "wheel-fit"
+
+    @property
     def report_markdown(self) -> Path:
         return self.root / "docs" / "support-matrix.md"
 
@@ -88,6 +97,7 @@ class Store:
 class Workspace:
     matrix_path: Path
     lock_overrides: tuple[tuple[str, Lock], ...] = ()  # image id -> the lock to use instead of the one on disk
+    fit_overrides: tuple[tuple[str, LockedFit], ...] = ()  # image id -> the measured fit to use instead of its fit.json
 
     @staticmethod
     def locate(option: str | None) -> Workspace:
@@ -131,13 +141,16 @@ class Workspace:
         exceptions = [(parse_select(expr), reason) for expr, reason, _ in self.matrix.cuda_exceptions]
         older_gpus = [parse_select(expr) for expr, _, _ in self.matrix.keep_older_gpus]
         overrides = dict(self.lock_overrides)
+        fits = dict(self.fit_overrides)
         images = []
         for spec in plan.images:
             fields = fields_of(spec)
             exception = next((reason for selector, reason in exceptions if matches(selector, fields)), None)
+            lock = overrides.get(spec.id) or checked_lock(spec, self.images_dir / spec.id / LOCK_NAME)
             spec = replace(
                 spec,
-                lock=overrides.get(spec.id) or checked_lock(spec, self.images_dir / spec.id / LOCK_NAME),
+                lock=lock,
+                locked_fit=fits.get(spec.id) or current_fit(spec.id, lock, self.images_dir / spec.id / FIT_NAME),
                 unlocked=next((reason for selector, reason in policy if matches(selector, fields)), None),
                 cuda_exception=exception,
                 # an exception's CUDA wheels may leave the base's minor: nothing holds them to it
@@ -151,7 +164,11 @@ class Workspace:
 
     def with_locks(self, locks: dict[str, Lock]) -> Workspace:
         """This workspace as if these images had these locks (what `builder lock` is about to write)."""
-        return Workspace(self.matrix_path, tuple(sorted({**dict(self.lock_overrides), **locks}.items())))
+        return Workspace(self.matrix_path, tuple(sorted({**dict(self.lock_overrides), **locks}.items())), self.fit_overrides)
+
+    def with_fits(self, fits: dict[str, LockedFit]) -> Workspace:
+        """This workspace as if these images had these measured fits (what `builder lock` measured)."""
+        return Workspace(self.matrix_path, self.lock_overrides, tuple(sorted({**dict(self.fit_overrides), **fits}.items())))
 
     @functools.cached_property
     def _contexts(self) -> dict[str, Files]:
@@ -203,6 +220,25 @@ def checked_lock(spec: ImageSpec, path: Path) -> Lock | None:
     if lock is not None:
         verify(lock, target_for(spec, table()), _shown(path))
     return lock
+
+
+def current_fit(image: str, lock: Lock | None, path: Path) -> LockedFit | None:
+    """The image's fit.json when it was measured from this very lock; None when there is none, or it
+    is another lock's (stale: the next write of images/ drops it, `builder lock` measures again)."""
+    if lock is None:
+        return None
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    shown = _shown(path)
+    found = fit_from_json(
+        read_json(path, MAX_FIT, "measured fit"),
+        lambda what: UserError(f"{what}: not a fit.json `builder lock` wrote; restore it from git or run `builder lock`", shown),
+    )
+    return found if found.image == image and found.lock == lock_digest(lock.text) else None
 
 
 def _shown(path: Path) -> str:

@@ -37,13 +37,14 @@ PURE = (
     "lock/target.py",
     "lock/files.py",
     "lock/claims.py",
+    "lock/wheels.py",
     "fit/arch.py",
     "fit/driver.py",
     "fit/rule.py",
     "fit/runs_on.py",
     "fit/labelled.py",
 )
-PURE_FOUNDATIONS = ("errors.py", "records.py", "frameworks.py", "yamlsrc.py", "query.py", "sources.py", "workspace.py")
+PURE_FOUNDATIONS = ("errors.py", "records.py", "frameworks.py", "yamlsrc.py", "query.py", "sources.py", "workspace.py", "locked_fit.py")
 IMPURE_FOR_PURE = ("docker", "rich", "builder.engine", "builder.host", "builder.smoke", "builder.ui", "builder.usecases", "builder.cli")
 PRESENTATION = ("rich", "builder.ui", "builder.cli")
 
@@ -125,6 +126,7 @@ FOUNDATIONS = (
     "results",
     "probe_report",
     "measured_fit",
+    "locked_fit",
     "probes",
 )
 # Each stage may import the foundations and the stages before it, never one after it.

@@ -156,10 +156,15 @@ def test_every_image_has_exactly_its_files(rendered: Rendered) -> None:
     assert locked, "the embedded matrix has locked images"
     constrained = {s.id for s in rendered.plan.images if s.constraints}
     assert constrained, "the embedded matrix has CUDA-from-wheels images"
+    measured = {s.id for s in rendered.plan.images if s.locked_fit is not None}
+    assert measured == {s.id for s in rendered.plan.images if s.lock is not None and s.base.vendor == "cuda"}, (
+        "every locked CUDA image is measured"
+    )
     for image_id, files in rendered.files.items():
         lock = {"requirements.lock"} if image_id in locked else set()
         lock |= {"constraints.txt"} if image_id in constrained else set()
-        assert set(files) == {"Dockerfile", "requirements.txt", "image.json"} | lock  # the probe is not committed per image
+        fit = {"fit.json"} if image_id in measured else set()  # committed beside the lock, not built
+        assert set(files) == {"Dockerfile", "requirements.txt", "image.json"} | lock | fit  # the probe is not committed per image
     for image_id, context in rendered.contexts.items():
         lock = {"requirements.lock"} if image_id in locked else set()
         lock |= {"constraints.txt"} if image_id in constrained else set()

@@ -186,23 +186,39 @@ def engine() -> FakeEngine:
     return fake
 
 
+MEASURED_RUNS_ON = "8.0 8.6 8.7 8.9 9.0 10.0 10.3 12.0 12.1"  # images/torch2.14.1-cu130-py3.11-debian12/fit.json
+
+
 @pytest.mark.parametrize(
     ("host", "status", "says"),
     [
-        (nvidia("12.0"), "fits", "torch 2.14.1 ships kernels for 7.5-12.0"),
-        (nvidia("13.0"), "fits", "(13.0 through its PTX, slow first start)"),
-        (nvidia("7.0"), "does not fit", "torch 2.14.1 ships kernels for 7.5-12.0: Volta 7.0 cannot run it"),
+        (nvidia("12.0"), "fits", "torch 2.14.1 runs on 12.0"),
+        (nvidia("7.5"), "does not fit", f"torch 2.14.1 runs on {MEASURED_RUNS_ON}: Turing 7.5 cannot run it"),
+        (nvidia("11.0"), "does not fit", "Blackwell 11.0 cannot run it"),  # a set, not a range: no sm_110 in its wheels
+        (nvidia("13.0"), "unknown", "compute capability 13.0 (newer than every GPU"),  # no PTX in its wheels: not guessed
+        (nvidia("7.0"), "does not fit", "Volta 7.0 cannot run it"),
         (nvidia("8.6", driver="550.54.15"), "does not fit", "driver 550.54.15 reports CUDA 12.4, NVIDIA_REQUIRE_CUDA asks cuda>=13.0"),
         (NO_GPU, "does not fit", "a CUDA image needs an NVIDIA GPU; this host has no GPU"),
         (nvidia(), "unknown", "not checked: the GPUs"),
     ],
 )
 def test_doctor_image_judges_a_labelled_image(engine: FakeEngine, host: FitHost, status: str, says: str) -> None:
+    """Its io.builder.runs-on label: the compute capabilities measured from its locked wheels (fit.json)."""
     result = doctoring.image_fit(f"{REPO}:{TORCH_IMAGE}", host, connect_to(engine))
     assert (result.fit.status, result.image.id) == (status, TORCH_IMAGE)
-    assert says in result.fit.reason and result.ok == (status != "does not fit")
+    assert says in result.fit.reason and result.ok == (status != "does not fit"), result.fit.reason
     assert result.image.accelerator == MeasuredAccelerator("cuda", "13.0", cuda="13.0", cudnn=result.image.accelerator.cudnn)
-    assert result.image.cc_min == "7.5" and result.runs_on.label == "sm 7.5-12.0 (+PTX), driver >= 580.65.06, amd64 (table)"
+    assert result.image.cc_min == "8.0" and result.image.runs_on == tuple(MEASURED_RUNS_ON.split())
+    assert result.runs_on.label == f"sm {MEASURED_RUNS_ON}, driver >= 580.65.06, amd64 (measured)"
+
+
+def test_doctor_image_without_a_runs_on_label_is_judged_from_the_table(engine: FakeEngine) -> None:
+    """An image rendered before its fit was measured from its wheels (no io.builder.runs-on) says it is the table's."""
+    engine.add_image(
+        "sha256:old", f"{REPO}:old", labels={k: v for k, v in rendered_labels(TORCH_IMAGE).items() if k != "io.builder.runs-on"}
+    )
+    result = doctoring.image_fit(f"{REPO}:old", nvidia("12.0"), connect_to(engine))
+    assert result.fit.status == "fits" and result.runs_on.source == "table" and "from the compat table" in result.fit.reason
 
 
 def test_doctor_image_of_a_cpu_image_fits_a_gpu_less_host(engine: FakeEngine) -> None:
@@ -238,12 +254,12 @@ def test_doctor_image_on_the_command_line(cli: RunCli, engine: FakeEngine, monke
     monkeypatch.setattr(doctoring, "image_fit", functools.partial(doctoring.image_fit, connect=connect_to(engine)))
     refused = cli("doctor", "--image", f"{REPO}:{TORCH_IMAGE}", "--gpu-cc", "7.0", "--driver", "580.65.06")
     assert refused.exit_code == 1, refused.output
-    assert "does not fit" in refused.stdout and "Volta 7.0 cannot run it" in refused.stdout and "runs on: sm 7.5-12.0" in refused.stdout
+    assert "does not fit" in refused.stdout and "Volta 7.0 cannot run it" in refused.stdout and "runs on: sm 8.0 8.6" in refused.stdout
     fits = cli("doctor", "--image", f"{REPO}:{TORCH_IMAGE}", "--gpu-cc", "12.0", "--driver", "580.65.06", "--format", "json")
     assert fits.exit_code == 0, fits.output
     data = json.loads(fits.stdout)
     assert set(data) == {"image", "id", "host", "fit", "runs_on"} and data["fit"]["status"] == "fits"
-    assert data["runs_on"]["source"] == "table" and data["runs_on"]["driver"] == "580.65.06"
+    assert data["runs_on"]["source"] == "measured" and data["runs_on"]["driver"] == "580.65.06"
     one_line_exit_2(cli("doctor", "--image", "debian:12", "--vendor", "none"), "--image debian:12 has no io.builder.id")
     one_line_exit_2(cli("doctor", "--image", "nope:1", "--vendor", "none"), "no such local image")
 

@@ -23,33 +23,13 @@ from dataclasses import dataclass
 from typing import Literal
 
 from builder.errors import UserError
+from builder.measured_fit import GENERATIONS as GENERATIONS  # re-exported: the rules of this stage name generations from here
 
 _ARCH = re.compile(r"^(?:sm_|compute_)?(\d{2,3})([af]?)$")
 _CC = re.compile(r"^(\d{1,2})\.(\d)$")
 
-# Generation names for the reason lines (NVIDIA's CUDA GPU compute capability list); a CC not
-# listed is named by its number alone.
-GENERATIONS: dict[tuple[int, int], str] = {
-    (5, 0): "Maxwell",
-    (5, 2): "Maxwell",
-    (5, 3): "Maxwell",
-    (6, 0): "Pascal",
-    (6, 1): "Pascal",
-    (6, 2): "Pascal",
-    (7, 0): "Volta",
-    (7, 2): "Volta",
-    (7, 5): "Turing",
-    (8, 0): "Ampere",
-    (8, 6): "Ampere",
-    (8, 7): "Ampere",
-    (8, 9): "Ada",
-    (9, 0): "Hopper",
-    (10, 0): "Blackwell",
-    (10, 3): "Blackwell",
-    (11, 0): "Blackwell",
-    (12, 0): "Blackwell",
-    (12, 1): "Blackwell",
-}
+# Generation names for the reason lines: builder/measured_fit.py (a foundation, so the stages before
+# this one name the known compute capabilities too).
 
 
 @dataclass(frozen=True, order=True)

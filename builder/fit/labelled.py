@@ -14,13 +14,16 @@ from dataclasses import dataclass
 
 from builder.catalog.records import BaseIdentity, KnownGood, MeasuredAccelerator
 from builder.errors import UserError
-from builder.records import VENDORS
+from builder.measured_fit import MeasuredFit
+from builder.records import AMD64, VENDORS
 from builder.render import labels as lb
 from builder.results import TestedOn
 from builder.spec import grammar
 
 _CC = re.compile(r"^\d{1,2}\.\d$")
+_CCS = re.compile(r"^\d{1,2}\.\d( \d{1,2}\.\d)*$")
 MAX_FRAMEWORKS = 16
+MAX_CCS = 64
 
 
 @dataclass(frozen=True)
@@ -31,8 +34,9 @@ class LabelledImage:
     python: str
     frameworks: tuple[tuple[str, str], ...]  # (name, version), as the label lists them
     accelerator: MeasuredAccelerator  # kind, the base's version, the locked CUDA runtime's major.minor and cuDNN
-    cc_min: str | None  # the lowest compute capability its wheels and cuDNN run on, as rendered
+    cc_min: str | None  # the lowest compute capability it runs on, as rendered
     content_hash: str = ""
+    runs_on: tuple[str, ...] | None = None  # every compute capability it runs on, measured from its locked wheels; None: not labelled
 
 
 def from_labels(ref: str, labels: Mapping[str, str]) -> LabelledImage:
@@ -72,7 +76,17 @@ def from_labels(ref: str, labels: Mapping[str, str]) -> LabelledImage:
         accelerator=MeasuredAccelerator(kind, version, cuda=cuda, cudnn=cudnn, rocm=version if kind == "rocm" else None),
         cc_min=label(lb.CC_MIN_LABEL, _CC, required=False),
         content_hash=labels.get(lb.HASH_LABEL, "")[:80],
+        runs_on=_runs_on(ref, label(lb.RUNS_ON_LABEL, _CCS, required=False)),
     )
+
+
+def _runs_on(ref: str, value: str | None) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    found = tuple(value.split())
+    if len(found) > MAX_CCS:
+        raise UserError(f"--image {ref}: label {lb.RUNS_ON_LABEL} lists more than {MAX_CCS} compute capabilities")
+    return found
 
 
 def _version(ref: str, labels: Mapping[str, str], name: str) -> str | None:
@@ -98,27 +112,60 @@ def _frameworks(ref: str, value: str) -> tuple[tuple[str, str], ...]:
 
 
 def as_record(image: LabelledImage) -> KnownGood:
-    """The view as the record `judge` and `runs_on` read (accelerator, frameworks, id). It was not
-    published: no digest, no base identity, no smoke verdict (`not-built` stands for "none recorded")."""
-    return KnownGood(
-        id=image.id,
-        tag=image.ref,
-        digest="",
-        floating=(),
-        content_hash=image.content_hash,
+    """The view as the record `judge` and `runs_on` read (accelerator, frameworks, id)."""
+    return unpublished(
+        image.id,
+        image.ref,
         stack=image.stack,
         os="",
         base=BaseIdentity("", "", "", None),
-        lock_sha256=None,
         frameworks=dict(image.frameworks),
         accelerator=image.accelerator,
         python=image.python,
         libraries={},
+        content_hash=image.content_hash,
+    )
+
+
+def unpublished(
+    id: str,  # noqa: A002 - the record's field
+    tag: str,
+    *,
+    stack: str,
+    os: str,
+    base: BaseIdentity,
+    frameworks: dict[str, str],
+    accelerator: MeasuredAccelerator,
+    python: str,
+    libraries: dict[str, str],
+    content_hash: str = "",
+    fit: MeasuredFit | None = None,
+    platform: str = AMD64,
+    host: str = "not recorded",
+) -> KnownGood:
+    """An image that was not published (a local image, a planned one) as the record `judge` reads:
+    no digest, no base identity, no smoke verdict (`not-built` stands for "none recorded")."""
+    return KnownGood(
+        id=id,
+        tag=tag,
+        digest="",
+        floating=(),
+        content_hash=content_hash,
+        stack=stack,
+        os=os,
+        base=base,
+        lock_sha256=None,
+        frameworks=frameworks,
+        accelerator=accelerator,
+        python=python,
+        libraries=libraries,
         verdict="not-built",
         gpu_skipped_accepted=False,
         tests={},
-        host=TestedOn("not recorded"),
+        host=TestedOn(host),
         tested="",
         published="",
         builder_version="",
+        fit=fit,
+        platform=platform,
     )

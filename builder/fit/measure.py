@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from builder import jsonfields as jf
 from builder.compat.facts import Compat
-from builder.compat.rules import framework
+from builder.compat.rules import Nvrtc, below_lowest, framework
 from builder.compat.versions import release_tuple
 from builder.engine.port import Container
 from builder.errors import RunFailure
@@ -45,6 +45,7 @@ from builder.measured_fit import (
     target_key,
 )
 
+JitRule = Callable[[Arch, JitCompiler], str | None]  # a GPU, the NVRTC -> why the kernels compiled at run time cannot run, or None
 SCRIPT = Path(scan.__file__).read_text(encoding="utf-8")
 TIMEOUT_S = 120  # a torch image's ~3 GB of libraries take about a second; a bound, not an estimate
 KNOWN = rule.KNOWN
@@ -56,19 +57,41 @@ def command(frameworks: Sequence[str]) -> list[str]:
     return ["timeout", "-s", "KILL", str(TIMEOUT_S), "python", "-I", "-c", SCRIPT, *frameworks]
 
 
-def measure(container: Container, frameworks: Sequence[str], compat: Compat) -> MeasuredFit:
-    """Run the scan in a started container and read its answer; a RunFailure in one line when it fails."""
+def measure(container: Container, frameworks: Mapping[str, str] | Sequence[str], compat: Compat) -> MeasuredFit:
+    """Run the scan in a started container and read its answer; a RunFailure in one line when it fails.
+    `frameworks`: name -> release (each framework's own rule for what it compiles at run time is the release's)."""
+    releases = dict(frameworks) if isinstance(frameworks, Mapping) else dict.fromkeys(frameworks, "")
     started = time.monotonic()
-    done = container.exec(command(frameworks))
+    done = container.exec(command(sorted(releases)))
     seconds = round(time.monotonic() - started, 2)
     if done.returncode != 0:
         last = (done.stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
         raise RunFailure(f"measuring the fit in the container exited {done.returncode}: {last[:300]}")
-    return parse(done.stdout.decode(errors="replace"), {name: framework(name).jit for name in frameworks}, compat, seconds)
+    return parse(done.stdout.decode(errors="replace"), jit_rules(releases, compat), compat, seconds)
 
 
-def parse(output: str, frameworks: Mapping[str, bool], compat: Compat, seconds: float) -> MeasuredFit:
-    """The record from the scan's JSON; `frameworks` maps each framework to whether it JIT-compiles."""
+def nvrtc_of(compiler: JitCompiler) -> Nvrtc:
+    return Nvrtc(compiler.version, tuple(int(a.removeprefix("sm_").rstrip("af")) for a in compiler.archs))
+
+
+def jit_rules(releases: Mapping[str, str], compat: Compat) -> dict[str, JitRule | None]:
+    """Each framework's rule for the kernels it compiles at run time (compat/rules: numba-cuda's
+    arch-specific targets, CuPy's capped cubins), for its release; None for one that compiles none."""
+
+    def rule(name: str, release: str) -> JitRule:
+        found = framework(name)
+        return lambda device, compiler: found.jit_refusal((device.major, device.minor), nvrtc_of(compiler), release, compat)
+
+    return {name: rule(name, release) if framework(name).jit else None for name, release in releases.items()}
+
+
+def _below_lowest(device: Arch, compiler: JitCompiler) -> str | None:
+    return below_lowest((device.major, device.minor), nvrtc_of(compiler))
+
+
+def parse(output: str, frameworks: Mapping[str, bool | JitRule | None], compat: Compat, seconds: float) -> MeasuredFit:
+    """The record from the scan's JSON; `frameworks` maps each framework to its rule for what it
+    compiles at run time (`jit_rules`), True for the shared one, False or None when it compiles nothing."""
 
     def fail(what: str) -> RunFailure:
         return RunFailure(f"the fit scan's output is not what fit/scan.py prints: {what}")
@@ -123,7 +146,11 @@ def _owned(path: str, folders: Sequence[str]) -> bool:
 
 
 def _framework(
-    name: str, jit: bool, libraries: Sequence[LibraryCode], folders: Mapping[str, Sequence[str]], compiler: JitCompiler | None
+    name: str,
+    jit: bool | JitRule | None,
+    libraries: Sequence[LibraryCode],
+    folders: Mapping[str, Sequence[str]],
+    compiler: JitCompiler | None,
 ) -> FrameworkFit:
     others = [f for other, found in folders.items() if other != name for f in found]
     loads = [lib for lib in libraries if _owned(lib.path, folders.get(name, ())) or not _owned(lib.path, others)]
@@ -131,9 +158,9 @@ def _framework(
     for lib in loads:
         ccs &= set(lib.runs_on)  # fit/rule.py's answer per library, NVIDIA's floor included
     if jit:
-        lowest = compiler.lowest if compiler else None
-        ccs = {cc for cc in ccs if lowest is not None and cc_key(cc) >= cc_key(lowest)}
-    return FrameworkFit(name, tuple(lib.path for lib in loads), tuple(sorted(ccs, key=cc_key)), jit)
+        refusal = jit if callable(jit) else _below_lowest
+        ccs = {cc for cc in ccs if compiler is not None and refusal(Arch.cc(cc), compiler) is None}
+    return FrameworkFit(name, tuple(lib.path for lib in loads), tuple(sorted(ccs, key=cc_key)), bool(jit))
 
 
 def floors(libraries: Sequence[LibraryCode]) -> tuple[ComponentFloor, ...]:

@@ -37,6 +37,7 @@ from builder.host.facts import (
     runs_emulated,
 )
 from builder.lock.files import libraries
+from builder.measured_fit import KNOWN_CCS
 from builder.records import ARM64, PLATFORM_ARCH, Accelerator, ImageSpec, Install
 
 Status = Literal["ok", "warn", "fail", "n/a"]
@@ -358,6 +359,32 @@ def _arch_finding(install: Install, gpus: Sequence[NvidiaGpu], unchecked: list[s
     return Check("compute capability", "ok", f"{supports}; GPU {ccs}")
 
 
+def _measured_finding(image: ImageSpec, runs_on: tuple[str, ...], gpus: Sequence[NvidiaGpu], unchecked: list[str]) -> Check | None:
+    """Each GPU against the compute capabilities the image runs on, measured from its locked wheels
+    (a set: a GPU between two it runs on may still not run it, like 11.0 for x86 torch cu130)."""
+    known = [gpu for gpu in gpus if gpu.compute_cap is not None]
+    unchecked += [f"GPU {g.index} ({g.name}): compute capability not reported" for g in gpus if g.compute_cap is None]
+    newest = max(KNOWN_CCS, key=release_tuple)
+    newer = [g for g in known if release_tuple(g.compute_cap or "0") > release_tuple(newest)]
+    unchecked += [
+        f"GPU {g.index} ({g.name}): compute capability {g.compute_cap} is newer than every GPU it was measured for" for g in newer
+    ]
+    judged = [g for g in known if g not in newer]
+    if not judged:
+        return None
+    outside = [g for g in judged if g.compute_cap not in runs_on]
+    supports = f"{image.id} runs on compute capability {' '.join(runs_on) or 'none'} (measured from its locked wheels)"
+    if outside:
+        usable = [gpu for gpu in judged if gpu not in outside]
+        detail = f"{supports}; {_who(outside[0], len(gpus) > 1)}"
+        if usable:
+            ids = ",".join(str(gpu.index) for gpu in usable)
+            return Check("compute capability", "warn", detail, f"restrict it to GPU {ids} (NVIDIA_VISIBLE_DEVICES={ids})")
+        return Check("compute capability", "fail", detail, "use an image that runs on it: `builder fit --planned` lists them")
+    ccs = ", ".join(sorted({gpu.compute_cap or "" for gpu in judged}))
+    return Check("compute capability", "ok", f"{supports}; GPU {ccs}")
+
+
 def _cudnn_finding(image: ImageSpec, gpus: Sequence[NvidiaGpu], unchecked: list[str]) -> Check | None:
     """cuDNN releases drop GPU generations (9.11: Maxwell, Pascal, Volta): judged on the cuDNN the lock pins."""
     cudnn = libraries(image.lock).get("cudnn") if image.lock else None
@@ -399,8 +426,12 @@ def _cuda_verdict(host: HostInfo, image: ImageSpec) -> ImageVerdict:
     findings = [_driver_finding(nvidia.driver, image.accelerator, nvidia.gpus)]
     if findings[0] is None:
         unchecked.append(f"no NVIDIA_REQUIRE_CUDA known for CUDA {image.accelerator.version}")
-    findings += [_arch_finding(install, nvidia.gpus, unchecked) for install in image.installs]
-    findings.append(_cudnn_finding(image, nvidia.gpus, unchecked))
+    measured = image.locked_fit.runs_on if image.locked_fit is not None else None
+    if measured is not None:  # its fit measured from its locked wheels (fit.json): every library, cuDNN's included
+        findings.append(_measured_finding(image, measured, nvidia.gpus, unchecked))
+    else:
+        findings += [_arch_finding(install, nvidia.gpus, unchecked) for install in image.installs]
+        findings.append(_cudnn_finding(image, nvidia.gpus, unchecked))
     if host.engine.reachable and not _has_nvidia_runtime(host.engine):
         findings.append(_runtime_check(host.engine))
     return _combine(image, "cuda", [f for f in findings if f is not None], unchecked)

@@ -2,9 +2,9 @@
 
 The rules decide an image from tables; once `builder lock` has pinned its wheels, the lock knows
 better. Every claim an image makes (NVIDIA_REQUIRE_CUDA and the driver floors, the cuDNN of the
-plan JSON and labels, the compute-capability floor) is computed here from the versions the lock
-pins, with the table facts only for what a lock cannot say (the driver of a CUDA release, which
-GPUs a cuDNN release dropped, which GPUs a wheel has kernels for). And a lock whose CUDA wheels
+plan JSON and labels) is computed here from the versions the lock pins, with the table facts only
+for what a lock cannot say (the driver of a CUDA release); which GPUs it runs on is measured from
+the lock's wheels themselves (images/<id>/fit.json, builder/locked_fit.py). And a lock whose CUDA wheels
 leave the image's CUDA minor is refused here, unless matrix.yaml's `cuda_exceptions` names it.
 """
 

@@ -23,6 +23,7 @@ from builder.engine import push
 from builder.engine.port import Engine, EngineFault
 from builder.errors import RunFailure, UserError
 from builder.host.facts import HostInfo
+from builder.locked_fit import variant_properties
 from builder.publish.inventory import Inventory, read_inventory, run_script
 from builder.publish.tags import floating_tags, newest_of_line
 from builder.records import ImageSpec
@@ -233,6 +234,7 @@ def build_record(spec: ImageSpec, local: Local, result: SmokeResult, repository:
         size_mb=local.size_mb,
         manifest=f"manifests/{spec.id}.txt",
         fit=result.fit,
+        variants=variant_properties(result.fit.runs_on, spec.accelerator.require_cuda) if result.fit else (),
         platform=spec.platform,
         emulated=result.emulated,
         notes=tuple(note for i in spec.installs for note in i.notes)

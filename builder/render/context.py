@@ -19,6 +19,7 @@ import jinja2
 
 from builder.errors import UserError
 from builder.lock.files import LOCK_NAME
+from builder.locked_fit import FIT_NAME
 from builder.records import ImageSpec, Matrix
 from builder.render.templates import constraints, dockerfile, environment, requirements
 
@@ -26,8 +27,10 @@ PROBE = Path(__file__).resolve().parents[1] / "probes" / "hello_gpu.py"
 PROBE_NAME = "hello_gpu.py"
 CONSTRAINTS = "constraints.txt"
 CONTEXT = ("Dockerfile", "requirements.txt", CONSTRAINTS, LOCK_NAME, PROBE_NAME)  # what the engine builds; all of it is hashed
-# What images/<id>/ holds: the constraints only for CUDA from wheels, the lock when there is one.
-COMMITTED = ("Dockerfile", "requirements.txt", CONSTRAINTS, LOCK_NAME, "image.json")
+# What images/<id>/ holds: the constraints only for CUDA from wheels, the lock when there is one, and
+# the fit measured from the lock's wheels (not part of the build context: what it says is in the
+# Dockerfile's labels; render/tree.py writes it beside them).
+COMMITTED = ("Dockerfile", "requirements.txt", CONSTRAINTS, LOCK_NAME, FIT_NAME, "image.json")
 Files = dict[str, bytes]
 
 

@@ -10,9 +10,9 @@ from typing import Any
 from builder.compat import lifecycle
 from builder.compat.facts import table
 from builder.errors import UserError
-from builder.lock.claims import cc_floor
 from builder.lock.files import libraries
 from builder.lock.target import lock_state
+from builder.locked_fit import variant_properties
 from builder.records import AMD64, ImageSpec, Skipped, Vendor
 
 # Where a leg of .github/workflows/images.yml runs: GPU images on self-hosted runners with that
@@ -103,9 +103,27 @@ def image_entry(spec: ImageSpec) -> dict[str, Any]:
         "warnings": list(spec.warnings),
         "lock": lock_state(spec, table()),
         "libraries": libraries(spec.lock) if spec.lock else {},
-        **({"cc_min": floor} if (floor := cc_floor(spec, table())) else {}),
+        **runs_on_entry(spec),
         **({"platform": spec.platform} if spec.platform != AMD64 else {}),
     }
+
+
+def runs_on_entry(spec: ImageSpec) -> dict[str, Any]:
+    """What an image runs on, measured from its locked wheels (images/<id>/fit.json): `cc_min`,
+    `runs_on` (the set of known compute capabilities, whether any library it loads carries PTX, or
+    what the wheels cannot tell) and the same facts as wheel-variant properties. Nothing for an
+    image that is not measured (not CUDA, not locked): no claim is taken from a table."""
+    measured = spec.locked_fit
+    if measured is None:
+        return {}
+    if measured.fit is None:
+        return {"runs_on": {"gpus": None, "unknown": measured.unknown, "source": "wheels"}}
+    found = measured.runs_on or ()
+    entry: dict[str, Any] = {"runs_on": {"gpus": list(found), "ptx": measured.ptx, "source": "wheels"}}
+    if found:
+        entry["cc_min"] = measured.cc_min
+        entry["variants"] = list(variant_properties(found, spec.accelerator.require_cuda))
+    return entry
 
 
 def skipped_entry(skip: Skipped) -> dict[str, Any]:

@@ -20,7 +20,9 @@ FRAMEWORKS_LABEL = "io.builder.frameworks"  # name=version,name=version
 PYTHON_LABEL = "io.builder.python"
 ACCELERATOR_LABEL = "io.builder.accelerator"  # cuda | rocm | cpu
 ACCELERATOR_VERSION_LABEL = "io.builder.accelerator-version"  # the base's CUDA / ROCm
-CC_MIN_LABEL = "io.builder.cc-min"  # the lowest compute capability its wheels and cuDNN run on
+CC_MIN_LABEL = "io.builder.cc-min"  # the lowest compute capability it runs on, measured from its locked wheels
+RUNS_ON_LABEL = "io.builder.runs-on"  # every known compute capability it runs on (a set: "7.5 8.0 ... 12.0"), measured
+VARIANTS_LABEL = "io.builder.variants"  # the same facts as wheel-variant properties ("nvidia :: sm_arch :: 90_real, ...")
 
 
 def library_label(library: str) -> str:

@@ -14,9 +14,8 @@ from typing import Any
 import jinja2
 from packaging.version import Version
 
-from builder.compat.facts import table
-from builder.lock.claims import cc_floor
 from builder.lock.files import libraries
+from builder.locked_fit import variant_properties
 from builder.records import AMD64, ImageSpec
 from builder.render import labels as lb
 from builder.render import sandbox
@@ -63,9 +62,11 @@ def labels(spec: ImageSpec, source: str) -> list[tuple[str, str]]:
         out.append((lb.ACCELERATOR_VERSION_LABEL, spec.accelerator.version))
     if spec.lock is not None:  # measured from the lock, not guessed from the rules
         out += [(lb.library_label(name), version) for name, version in sorted(libraries(spec.lock).items())]
-    floor = cc_floor(spec, table())
-    if floor is not None:  # the wheels' kernels and the locked cuDNN, whichever needs the newer GPU
-        out.append((lb.CC_MIN_LABEL, floor))
+    measured = spec.locked_fit
+    if measured is not None and measured.runs_on:  # measured from the locked wheels (fit.json), never from a table
+        out.append((lb.CC_MIN_LABEL, measured.cc_min or ""))
+        out.append((lb.RUNS_ON_LABEL, " ".join(measured.runs_on)))
+        out.append((lb.VARIANTS_LABEL, ", ".join(variant_properties(measured.runs_on, spec.accelerator.require_cuda))))
     return out
 
 

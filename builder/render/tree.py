@@ -25,6 +25,7 @@ from pathlib import Path
 from builder.errors import UserError
 from builder.fsio import parse_json
 from builder.lock.files import LOCK_NAME
+from builder.locked_fit import FIT_NAME
 from builder.records import ImageSpec
 from builder.render import swap
 from builder.render.context import COMMITTED, PROBE_NAME, Files, content_hash, image_json
@@ -41,7 +42,8 @@ LEGACY_PROBE = b'#!/usr/bin/env python3\n"""hello-gpu:'  # images/<id>/hello_gpu
 
 def expected_tree(specs: Iterable[ImageSpec], rendered: Mapping[str, Files]) -> Files:
     """Every file images/ should hold, by relative path: `<id>/Dockerfile`, `<id>/requirements.txt`,
-    `<id>/image.json` (the plan entry with the hash of the full build context), and the manifest.
+    `<id>/image.json` (the plan entry with the hash of the full build context), a locked CUDA
+    image's `<id>/fit.json` (its fit measured from the lock's wheels), and the manifest.
     `rendered` maps each image id to its build context (render.context.contexts)."""
     out: Files = {}
     for spec in specs:
@@ -49,6 +51,8 @@ def expected_tree(specs: Iterable[ImageSpec], rendered: Mapping[str, Files]) -> 
         for name in COMMITTED:
             if name in files:
                 out[f"{spec.id}/{name}"] = files[name]
+        if spec.locked_fit is not None:
+            out[f"{spec.id}/{FIT_NAME}"] = spec.locked_fit.text().encode()
         out[f"{spec.id}/image.json"] = image_json(image_entry(replace(spec, content_hash=content_hash(files))))
     out[MANIFEST] = manifest_bytes(out)
     return out

@@ -204,7 +204,7 @@ class Checked:
 
 def measure_fit(container: Container, spec: ImageSpec) -> MeasuredFit:
     """The image's fit, read by its own Python in this locked-down container (fit/measure.py)."""
-    return measure.measure(container, sorted(spec.versions), table())
+    return measure.measure(container, spec.versions, table())
 
 
 def _fit_of(job: Future[MeasuredFit] | None) -> tuple[MeasuredFit | None, str]:

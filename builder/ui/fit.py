@@ -29,6 +29,8 @@ def print_fit(out: Console, report: FitReport) -> None:
     if not report.catalog:
         left = [row.id for row in report.records if row.status != "fits"]
         out.print(markup(f"not all fit this host: {', '.join(left)}") if left else "all fit this host")
+    elif report.newest_fit and report.planned:
+        out.print(markup(f"newest planned image that fits: {report.newest_fit} (builder build --select id={report.newest_fit})"))
     elif report.newest_fit:
         out.print(markup(f"newest that fits: {report.newest_fit} (builder pull id={report.newest_fit})"))
     else:

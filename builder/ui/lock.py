@@ -10,6 +10,7 @@ from builder.ui.rows import print_rows
 from builder.ui.status import styled
 from builder.ui.text import markup
 from builder.usecases.lock import LockResult
+from builder.usecases.measure import MeasureResult
 
 
 class LockLines:
@@ -18,6 +19,20 @@ class LockLines:
 
     def __call__(self, result: LockResult) -> None:
         self.err.print(f"{styled(result.status)} {markup(result.id)} ({result.seconds:.1f}s)")
+
+
+class MeasureLines:
+    """A line per CUDA image as its fit is measured from its locked wheels."""
+
+    def __init__(self, err: Console) -> None:
+        self.err = err
+
+    def __call__(self, result: MeasureResult) -> None:
+        if result.status == "current":
+            return
+        fetched = f", {result.fetched} wheel(s) fetched" if result.fetched else ""
+        detail = f": {markup(result.detail)}" if result.detail else ""
+        self.err.print(f"{styled(result.status)} fit of {markup(result.id)} ({result.seconds:.1f}s{fetched}){detail}")
 
 
 def print_lock_summary(out: Console, results: Sequence[LockResult]) -> None:

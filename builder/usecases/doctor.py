@@ -15,7 +15,7 @@ from builder.errors import UserError
 from builder.fit import labelled
 from builder.fit.host import FitHost
 from builder.fit.runs_on import RunsOn, runs_on
-from builder.usecases.fit import RecordFit, judge
+from builder.usecases.fit import RecordFit, judge, judge_runs_on
 
 
 @dataclass(frozen=True)
@@ -49,4 +49,8 @@ def image_fit(ref: str, host: FitHost, connect: Connect = open_engine) -> ImageF
     image = labelled.from_labels(ref, info.labels)
     record = labelled.as_record(image)
     compat = table()
+    if image.runs_on is not None:  # measured from its locked wheels when it was rendered
+        found = runs_on(record, compat)
+        measured = RunsOn(f"sm {' '.join(image.runs_on) or 'none'}", found.driver, found.arch, "measured")
+        return ImageFit(ref, image, host, judge_runs_on(record, image.runs_on, host, compat), measured)
     return ImageFit(ref, image, host, judge(record, host, compat), runs_on(record, compat))

@@ -19,28 +19,34 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from builder.catalog.records import KnownGood
+from builder.catalog.query import matching, parse_query, unknown_keys
+from builder.catalog.records import BaseIdentity, KnownGood, MeasuredAccelerator
 from builder.catalog.store import Catalog
 from builder.compat import runtime_fit
 from builder.compat.facts import Compat, table
+from builder.compat.rules import below_lowest, framework, names
 from builder.compat.rules import cuda as rules_cuda
-from builder.compat.rules import framework, names
 from builder.compat.versions import cc_tuple
 from builder.errors import RunFailure, UserError
 from builder.fit import cuobjdump, fatbin, rule
 from builder.fit import driver as drivers
 from builder.fit.arch import Arch, Embedded
 from builder.fit.host import FitHost
-from builder.fit.measure import embedded_of
-from builder.fit.runs_on import cudnn_floor, record_arch, requirement_of
+from builder.fit.labelled import unpublished
+from builder.fit.measure import embedded_of, nvrtc_of
+from builder.fit.runs_on import cuda_mm, cudnn_floor, record_arch, requirement_of
 from builder.fit.runs_on import framework_row as _row
-from builder.measured_fit import LibraryCode, MeasuredFit, cc_key
+from builder.lock.files import libraries as locked_libraries
+from builder.measured_fit import KNOWN_CCS, LibraryCode, MeasuredFit, cc_key
+from builder.records import ImageSpec
 from builder.usecases.catalog import find, no_match_message
 
 Status = Literal["fits", "does not fit", "unknown"]
 Reader = Literal["fatbin", "cuobjdump"]
 FROM_TABLE = "from the compat table, not measured"
 MEASURED = "measured from the image's binaries"
+MEASURED_WHEELS = "measured from its locked wheels"
+NOT_MEASURED = "planned: not measured, and no table is guessed from"
 
 
 @dataclass(frozen=True)
@@ -59,6 +65,7 @@ class FitReport:
     host: FitHost
     records: tuple[RecordFit, ...]  # newest first, as the catalog query orders them
     catalog: bool = True  # False: the rows are libraries (--library), not records to pull
+    planned: bool = False  # the rows are planned images (--planned): to build, not to pull
 
     @property
     def newest_fit(self) -> str | None:
@@ -72,7 +79,12 @@ class FitReport:
         return all(r.status == "fits" for r in self.records)
 
     def to_json(self) -> dict[str, object]:
-        return {"host": self.host.to_json(), "records": [r.to_json() for r in self.records], "newest_fit": self.newest_fit}
+        return {
+            "host": self.host.to_json(),
+            "records": [r.to_json() for r in self.records],
+            "newest_fit": self.newest_fit,
+            **({"planned": True} if self.planned else {}),
+        }
 
 
 def fit(catalog: Catalog, query: str, host: FitHost) -> FitReport:
@@ -85,6 +97,16 @@ def fit(catalog: Catalog, query: str, host: FitHost) -> FitReport:
 
 
 def judge(record: KnownGood, host: FitHost, compat: Compat) -> RecordFit:
+    refused = _platform(record, host)
+    if refused is not None:
+        return refused
+    if record.fit is not None:
+        return _measured(record, record.fit, host, compat)
+    return _cuda(record, host, compat)
+
+
+def _platform(record: KnownGood, host: FitHost) -> RecordFit | None:
+    """The answer where the CPU architecture or the GPU vendor decides it; None for a CUDA image on an NVIDIA host."""
     kind = record.accelerator.kind
     arch = record_arch(record)
     if host.arch != arch:
@@ -97,9 +119,115 @@ def judge(record: KnownGood, host: FitHost, compat: Compat) -> RecordFit:
         return RecordFit(record.id, "unknown", "a ROCm image: its gfx targets are not in the compat tables yet, not checked", False)
     if host.vendor != "nvidia":
         return _no(record, f"a CUDA image needs an NVIDIA GPU; this host has {_vendor_label(host)}")
-    if record.fit is not None:
-        return _measured(record, record.fit, host, compat)
-    return _cuda(record, host, compat)
+    return None
+
+
+def judge_runs_on(record: KnownGood, ccs: tuple[str, ...], host: FitHost, compat: Compat) -> RecordFit:
+    """A record whose fit is known only as the set of compute capabilities it runs on (a local
+    image's io.builder.runs-on label, measured from its locked wheels): the driver floor of its
+    CUDA, then every GPU in that set; a GPU newer than every one the set was measured against is
+    not guessed."""
+    refused = _platform(record, host)
+    if refused is not None:
+        return refused
+    said: list[str] = []
+    unknown: list[str] = []
+    old_driver = _driver_floor(record, host, compat, said, unknown)
+    if old_driver is not None:
+        return RecordFit(record.id, "does not fit", f"{old_driver} ({MEASURED_WHEELS})", True)
+    if not host.gpus:
+        unknown.append("the GPUs (none detected or given; give --gpu-cc)")
+    label = ", ".join(f"{name} {version}" for name, version in sorted(record.frameworks.items()))
+    newest = max(KNOWN_CCS, key=cc_key)
+    for cc in host.gpus:
+        if cc in ccs:
+            continue
+        if cc_key(cc) > cc_key(newest):
+            unknown.append(f"compute capability {cc} (newer than every GPU its runs-on set was measured for)")
+            continue
+        return RecordFit(
+            record.id,
+            "does not fit",
+            f"{label} runs on {' '.join(ccs) or 'no GPU'}: {Arch.cc(cc).generation} {cc} cannot run it ({MEASURED_WHEELS})",
+            True,
+        )
+    if host.gpus and not unknown:
+        said.append(f"{label} runs on {' '.join(host.gpus)}")
+    if unknown:
+        return RecordFit(record.id, "unknown", f"not checked: {', '.join(unknown)} ({MEASURED_WHEELS})", True)
+    return RecordFit(record.id, "fits", f"{'; '.join(said)} ({MEASURED_WHEELS})", True)
+
+
+# -- planned images (`builder fit --planned`) ---------------------------------------------------
+
+
+def fit_planned(specs: Sequence[ImageSpec], query: str, host: FitHost) -> FitReport:
+    """The fit of every planned image the query matches (the same terms as for records: torch=2.14
+    cuda=13 platform=linux/arm64), judged by the same `judge` from its fit measured from its locked
+    wheels (images/<id>/fit.json), before anything is built or pulled. An image without one is
+    `unknown` with the reason: nothing is guessed from a table."""
+    records = {spec.id: planned_record(spec) for spec in specs}
+    terms = parse_query(query)
+    bad = unknown_keys(list(records.values()), terms)
+    if bad:
+        raise UserError(f"query key {bad[0]!r} is in no planned image; `builder plan --format json` shows their fields")
+    hits = matching(list(records.values()), terms)
+    if not hits:
+        raise RunFailure(f"no planned image matches {query!r}; `builder plan` lists all {len(records)}")
+    compat = table()
+    why = {spec.id: not_measured(spec) for spec in specs}
+    return FitReport(host, tuple(_judge_planned(record, why[record.id], host, compat) for record in hits), planned=True)
+
+
+def _judge_planned(record: KnownGood, why: str | None, host: FitHost, compat: Compat) -> RecordFit:
+    refused = _platform(record, host)
+    if refused is not None:
+        return refused
+    if record.fit is None:
+        return RecordFit(record.id, "unknown", f"not checked: {why or 'its fit is not measured'} ({NOT_MEASURED})", False)
+    return judge(record, host, compat)
+
+
+def not_measured(spec: ImageSpec) -> str | None:
+    """Why a planned CUDA image has no fit measured from its locked wheels; None when it has one."""
+    if spec.base.vendor != "cuda" or (spec.locked_fit is not None and spec.locked_fit.fit is not None):
+        return None
+    if spec.lock is None:
+        return f"it has no lock ({spec.unlocked or 'run `builder lock`'}), so no wheels to measure"
+    if spec.locked_fit is None:
+        return f"images/{spec.id}/fit.json is missing or stale: `builder lock --select id={spec.id}` measures it"
+    return spec.locked_fit.unknown
+
+
+def planned_record(spec: ImageSpec) -> KnownGood:
+    """A planned image as the record `judge` reads: its frameworks, platform and accelerator as
+    planned, the CUDA and cuDNN its lock pins and its measured fit (nothing built, pushed or tested)."""
+    pinned = locked_libraries(spec.lock) if spec.lock else {}
+    measured = spec.locked_fit.fit if spec.locked_fit else None
+    cuda = None
+    if spec.accelerator.kind == "cuda":
+        cuda = measured.driver.cuda if measured and measured.driver else cuda_mm(spec.accelerator.version or "")
+    return unpublished(
+        spec.id,
+        spec.tag,
+        stack=spec.stack,
+        os=spec.base.os,
+        base=BaseIdentity(spec.base.name, spec.base.from_ref, ""),
+        frameworks=dict(spec.versions),
+        accelerator=MeasuredAccelerator(
+            spec.accelerator.kind,
+            spec.accelerator.version,
+            cuda=cuda,
+            cudnn=pinned.get("cudnn"),
+            rocm=spec.accelerator.version if spec.accelerator.kind == "rocm" else None,
+        ),
+        python=spec.python,
+        libraries=pinned,
+        content_hash=spec.content_hash,
+        fit=measured,
+        platform=spec.platform,
+        host="not built",
+    )
 
 
 def _measured(record: KnownGood, fit: MeasuredFit, host: FitHost, compat: Compat) -> RecordFit:
@@ -109,8 +237,10 @@ def _measured(record: KnownGood, fit: MeasuredFit, host: FitHost, compat: Compat
     first refusal wins, naming the library. A record is input: its libraries are indexed once and
     each library is judged once per GPU, however often the frameworks list it."""
 
+    source = MEASURED_WHEELS if fit.reader == "wheels" else MEASURED
+
     def no(reason: str) -> RecordFit:
-        return RecordFit(record.id, "does not fit", f"{reason} ({MEASURED})", True)
+        return RecordFit(record.id, "does not fit", f"{reason} ({source})", True)
 
     said: list[str] = []
     unknown: list[str] = []
@@ -143,7 +273,7 @@ def _measured(record: KnownGood, fit: MeasuredFit, host: FitHost, compat: Compat
                 elif library.how == "ptx":
                     jitted.append(f"{cc}: {Path(path).name}")
             if entry.jit:
-                refused = _jit_refusal(fit, device, label)
+                refused = _jit_refusal(fit, device, label, entry.name, record.frameworks.get(entry.name, ""), compat)
                 if refused:
                     return no(refused)
         how = [f"the device code of its {len(entry.libraries)} libraries"] if entry.libraries else []
@@ -160,8 +290,8 @@ def _measured(record: KnownGood, fit: MeasuredFit, host: FitHost, compat: Compat
     if unknown:
         listed = list(dict.fromkeys(unknown))
         more = f" (+{len(listed) - 3} more)" if len(listed) > 3 else ""
-        return RecordFit(record.id, "unknown", f"not checked: {'; '.join(listed[:3])}{more} ({MEASURED})", True)
-    return RecordFit(record.id, "fits", f"{'; '.join(said)} ({MEASURED})", True)
+        return RecordFit(record.id, "unknown", f"not checked: {'; '.join(listed[:3])}{more} ({source})", True)
+    return RecordFit(record.id, "fits", f"{'; '.join(said)} ({source})", True)
 
 
 class _Judged:
@@ -220,16 +350,16 @@ def _mvc_applies(runtime: runtime_fit.RuntimeFit | None) -> bool:
     return runtime is None or (runtime.status == "fits" and not runtime.forward_compat)
 
 
-def _jit_refusal(fit: MeasuredFit, device: Arch, label: str) -> str | None:
-    """A framework that compiles its kernels at run time needs its NVRTC to target the device, or an
-    older target whose PTX the driver JIT-compiles for it: a device below the lowest target cannot."""
+def _jit_refusal(fit: MeasuredFit, device: Arch, label: str, name: str, release: str, compat: Compat) -> str | None:
+    """A framework that compiles its kernels at run time needs its NVRTC to compile something the
+    device runs, by the framework's own rule (compat/rules: numba-cuda's arch-specific targets,
+    CuPy's capped cubins; the shared rule: nothing below NVRTC's lowest target)."""
     compiler = fit.jit
     if compiler is None:
         return f"{label} compiles its kernels at run time, but no NVRTC was found in the image"
-    lowest = compiler.lowest
-    if lowest is None or cc_key(device.number) < cc_key(lowest):
-        return f"{label} compiles its kernels with NVRTC {compiler.version}, which targets {lowest or 'nothing'} and newer: {device.generation} {device.number} cannot run it"
-    return None
+    cc, nvrtc = (device.major, device.minor), nvrtc_of(compiler)
+    why = framework(name).jit_refusal(cc, nvrtc, release, compat) if name in names() else below_lowest(cc, nvrtc)
+    return f"{label} {why}: {device.generation} {device.number} cannot run it" if why else None
 
 
 def _vendor_label(host: FitHost) -> str:
@@ -253,16 +383,9 @@ def _cuda(record: KnownGood, host: FitHost, compat: Compat) -> RecordFit:
     cuda = record.accelerator.cuda or record.accelerator.version or ""
     said: list[str] = []
     unknown: list[str] = []
-    runtime = _started(record, host, compat, said, unknown)
-    if runtime is not None and runtime.status == "does not fit":
-        return _no(record, f"{runtime.reason} ({FROM_TABLE})")
-    floor = drivers.floor_for(cuda, compat) if cuda else None
-    if floor is None:
-        unknown.append(f"the driver floor of CUDA {cuda or '?'}")
-    elif host.driver is not None and _mvc_applies(runtime):
-        verdict = drivers.check(host.driver, floor)
-        if not verdict.fits:
-            return _no(record, f"{verdict.reason} ({FROM_TABLE})")
+    refused = _driver_floor(record, host, compat, said, unknown)
+    if refused is not None:
+        return _no(record, f"{refused} ({FROM_TABLE})")
     if not host.gpus:
         unknown.append("the GPUs (none detected or given; give --gpu-cc)")
     for name, version in sorted(record.frameworks.items()):
@@ -284,6 +407,25 @@ def _cuda(record: KnownGood, host: FitHost, compat: Compat) -> RecordFit:
     if unknown:
         return RecordFit(record.id, "unknown", f"not checked: {', '.join(unknown)} ({FROM_TABLE})", False)
     return RecordFit(record.id, "fits", f"{'; '.join(said)} ({FROM_TABLE})", False)
+
+
+def _driver_floor(record: KnownGood, host: FitHost, compat: Compat, said: list[str], unknown: list[str]) -> str | None:
+    """The host's driver against the record's own NVIDIA_REQUIRE_CUDA (whether the container runtime
+    starts it), then the minor-version-compatibility floor of its CUDA (its runtime, else its
+    base's) where that still decides: the refusal, or None with what was said or not known added
+    to `said` / `unknown`."""
+    runtime = _started(record, host, compat, said, unknown)
+    if runtime is not None and runtime.status == "does not fit":
+        return runtime.reason
+    cuda = record.accelerator.cuda or record.accelerator.version or ""
+    floor = drivers.floor_for(cuda, compat) if cuda else None
+    if floor is None:
+        unknown.append(f"the driver floor of CUDA {cuda or '?'}")
+    elif host.driver is not None and _mvc_applies(runtime):
+        verdict = drivers.check(host.driver, floor)
+        if not verdict.fits:
+            return verdict.reason
+    return None
 
 
 def _cudnn_refusal(cudnn: str, host: FitHost, compat: Compat) -> str | None:

@@ -25,9 +25,11 @@ from builder.lock.claims import refusals, refuse_other_cuda
 from builder.lock.files import LOCK_NAME, drift, load, lock_text, verify
 from builder.lock.resolve import LockFailed, resolve, sources, uv_binary
 from builder.lock.target import lock_state, target_for
+from builder.locked_fit import FIT_NAME
 from builder.records import ImageSpec, Lock
 from builder.render.tree import write_tree
 from builder.sources import Sources
+from builder.usecases import measure as measuring
 from builder.workspace import Workspace
 
 MAX_JOBS = 16
@@ -41,6 +43,7 @@ class LockOptions:
     keep_going: bool = False
     sources: Sources = Sources()
     include_unlocked: bool = False  # also try images matrix.yaml's `unlocked:` names (an explicit --select does)
+    measure: bool = True  # then measure each locked CUDA image's fit from its wheels (usecases/measure.py)
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,7 @@ class LockResult:
     detail: str = ""
     pins: int = 0  # packages in the new lock
     changes: tuple[tuple[str, str | None, str | None], ...] = ()  # (package, old, new) when an existing lock changed
+    file: str = LOCK_NAME  # the file of images/<id>/ the status is about (requirements.lock, or fit.json for `check`)
 
 
 Done = Callable[[LockResult], None]
@@ -59,7 +63,9 @@ Done = Callable[[LockResult], None]
 def check(specs: Sequence[ImageSpec], images_dir: str = "images") -> list[LockResult]:
     """Offline: every lock against its inputs; a missing lock counts unless matrix.yaml's `unlocked` names the image.
     Every lock must be, line for line, what `builder lock` writes, for this image and (unless stale)
-    for its inputs (files.load, files.verify): anything else is a UserError naming the file and line."""
+    for its inputs (files.load, files.verify): anything else is a UserError naming the file and line.
+    A current lock of a CUDA image must have its fit measured from it (fit.json), and that fit must be
+    what its readings give by today's rules (usecases/measure.py `stale`)."""
     out = []
     for spec in specs:
         found = lock_state(spec, table())
@@ -70,7 +76,15 @@ def check(specs: Sequence[ImageSpec], images_dir: str = "images") -> list[LockRe
         second = refusals(spec, spec.lock, table()) if found == "locked" and spec.lock is not None else []
         if second:  # one CUDA per image: a lock that carries another is not current, whatever its inputs
             found, detail["stale"] = "stale", f"its lock carries a second CUDA: {second[0]}"
-        out.append(LockResult(spec.id, "current" if found == "locked" else found, detail=detail.get(found, "")))
+        status = "current" if found == "locked" else found
+        fit_problem = measuring.stale(spec, table()) if status == "current" else None
+        if fit_problem is not None:
+            status = "missing" if spec.locked_fit is None else "stale"
+            out.append(
+                LockResult(spec.id, status, detail=f"{fit_problem}; `builder lock --select id={spec.id}` measures it", file=FIT_NAME)
+            )
+            continue
+        out.append(LockResult(spec.id, status, detail=detail.get(found, "")))
     return out
 
 
@@ -109,6 +123,15 @@ def lock_images(ws: Workspace, specs: Sequence[ImageSpec], options: LockOptions,
         updated = ws.with_locks(new)
         write_tree(ws.images_dir, updated.rendered_tree())
     return [results[s.id] for s in specs]
+
+
+def measure_locked(ws: Workspace, specs: Sequence[ImageSpec], options: LockOptions, done: measuring.Done) -> list[measuring.MeasureResult]:
+    """After the locks: each selected CUDA image's fit measured from its lock as now on disk, where
+    its fit.json is missing or stale (usecases/measure.py), through the same sources as the lock."""
+    if not options.measure:
+        return []
+    chosen = build_settings.for_sources(os.environ, options.sources, ws.matrix.ca_bundle)
+    return measuring.measure_workspace(Workspace(ws.matrix_path), [spec.id for spec in specs], chosen, done)
 
 
 def _lock_one(spec: ImageSpec, settings: BuildSettings, cache: Path, uv: str, upgrade: bool) -> tuple[LockResult, Lock | None]:

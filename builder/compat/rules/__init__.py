@@ -58,6 +58,37 @@ class Built:
 
 
 Placed = tuple[Base, str, Install]  # a base and Python the rules accept a release on, with its install
+Cc = tuple[int, int]  # a compute capability, (major, minor)
+
+
+@dataclass(frozen=True)
+class Nvrtc:
+    """The NVRTC a framework compiles its kernels with at run time: nvrtcVersion and
+    nvrtcGetSupportedArchs (75 for sm_75), as measured from the library."""
+
+    version: str  # 13.0
+    archs: tuple[int, ...]
+
+    @property
+    def ccs(self) -> tuple[Cc, ...]:
+        return tuple(sorted((a // 10, a % 10) for a in self.archs))
+
+    @property
+    def span(self) -> str:
+        ccs = self.ccs
+        return f"{ccs[0][0]}.{ccs[0][1]}-{ccs[-1][0]}.{ccs[-1][1]}" if ccs else "nothing"
+
+
+def below_lowest(device: Cc, nvrtc: Nvrtc) -> str | None:
+    """The rule every framework that compiles at run time obeys: NVRTC cannot target a GPU older
+    than its lowest architecture (a newer one gets the newest target, as PTX the driver compiles).
+    Why it cannot, as a clause after the framework's name (`compiles its kernels with NVRTC 13.0,
+    which targets 7.5 and newer`); None when it can."""
+    ccs = nvrtc.ccs
+    if not ccs or device < ccs[0]:
+        lowest = f"{ccs[0][0]}.{ccs[0][1]} and newer" if ccs else "nothing"
+        return f"compiles its kernels with NVRTC {nvrtc.version}, which targets {lowest}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -138,6 +169,19 @@ class Framework(ABC):
     def built(self, build: Mapping[str, object]) -> Built:
         """The cuDNN and ROCm its probe report's `build` names."""
         return Built()
+
+    # --- run-time compilation (its measured fit) ------------------------------------------------
+
+    def jit_refusal(self, device: Cc, nvrtc: Nvrtc, release: str, compat: Compat) -> str | None:
+        """Why the kernels this release compiles at run time with this NVRTC cannot run on `device`,
+        as a clause after its name (`below_lowest`); None when they can. The shared rule (`below_lowest`) unless its own code
+        asks NVRTC for something else (numba-cuda's arch-specific targets, CuPy's capped cubins)."""
+        return below_lowest(device, nvrtc)
+
+    def jit_unknown(self, pins: Mapping[str, str]) -> str | None:
+        """What its locked wheels (`pins`: project -> version) cannot tell about how it compiles at
+        run time, so its fit is not measured from them; None when they tell."""
+        return None
 
 
 _registered: tuple[Framework, ...] = ()

@@ -11,7 +11,7 @@ from packaging.version import Version
 
 from builder.compat.facts import Compat
 from builder.compat.requires import Meta
-from builder.compat.rules import Framework, Row
+from builder.compat.rules import Cc, Framework, Nvrtc, Row, below_lowest
 from builder.compat.tables import PyRange, Table
 from builder.compat.versions import in_range, mm, newest_at_or_below, span
 from builder.records import Base, Install, Verdict
@@ -28,6 +28,9 @@ class CupyRelease:
     python: PyRange
     numpy: tuple[str, str]
     ctk: bool = False  # has the [ctk] extra: the CUDA toolkit libraries as wheels
+    # The newest architecture it compiles its kernels for at run time, by NVRTC version: (the newest
+    # NVRTC major.minor a step covers, its cap), ascending; empty when not read for this release.
+    jit_max: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,7 @@ class CupyFacts:
 def load(t: Table, section: LDict) -> CupyFacts:
     keys = ("release", "cuda", "packages", "python", "numpy")
     out = []
-    for row in t.rows(t.section(section, "releases"), keys, "release", section.line, optional=("ctk",)):
+    for row in t.rows(t.section(section, "releases"), keys, "release", section.line, optional=("ctk", "jit_max")):
         packages = row["packages"]
         if not isinstance(packages, dict) or not all(str(p).startswith("cupy-cuda") for p in packages.values()):
             raise t.fail("cupy packages must map a CUDA major to a cupy-cudaNNx package", row.line)
@@ -51,9 +54,29 @@ def load(t: Table, section: LDict) -> CupyFacts:
                 t.pyrange(row["python"], row.line),
                 t.pyrange(row["numpy"], row.line),
                 ctk=t.flag(row.get("ctk", False), "`ctk`", row.line),
+                jit_max=_jit_max(t, row.get("jit_max", {}), row.line),
             )
         )
     return CupyFacts(releases=tuple(out), rocm_note=str(t.section(section, "rocm_note")))
+
+
+def _jit_max(t: Table, value: object, line: int) -> tuple[tuple[str, str], ...]:
+    """`{"12.7": "9.0", "12.8": "12.0", "99.0": "12.1"}`: NVRTC up to 12.7 caps at 9.0, and so on."""
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise t.fail('cupy jit_max must map an NVRTC version (quoted, "12.7") to a compute capability ("9.0")', line)
+    steps = sorted(((k, v) for k, v in value.items()), key=lambda kv: mm(kv[0]))
+    for nvrtc, cc in steps:
+        if not re.fullmatch(r"\d+\.\d+", nvrtc) or not re.fullmatch(r"\d+\.\d", cc):
+            raise t.fail(f"cupy jit_max {nvrtc!r}: {cc!r} is not NVRTC major.minor -> compute capability major.minor", line)
+    return tuple(steps)
+
+
+def jit_cap(row: CupyRelease, nvrtc: str) -> tuple[int, int] | None:
+    """The newest architecture this release compiles for with NVRTC `nvrtc`; None when the table does not say."""
+    for limit, cc in row.jit_max:
+        if mm(nvrtc) <= mm(limit):
+            return mm(cc)
+    return None
 
 
 def decide_cupy(base: Base, python: str, version: str, compat: Compat) -> Verdict:
@@ -137,6 +160,30 @@ class Cupy(Framework):
     def install_project(self, install: Install, metas: Sequence[Meta]) -> str:
         """The package its requirement names (cupy-cuda12x[ctk]==14.0.0 -> cupy-cuda12x), published or not."""
         return re.split(r"[\[=<>!~ ]", install.requirements[0], maxsplit=1)[0]
+
+    def jit_refusal(self, device: Cc, nvrtc: Nvrtc, release: str, compat: Compat) -> str | None:
+        """CuPy's own choice of target (cupy/cuda/compiler.py `_get_arch`,
+        `_get_arch_for_options_for_nvrtc`; compat.yaml cupy `jit_max`): a cubin for the GPU's own
+        architecture, capped at the newest one CuPy trusts its NVRTC version with; NVRTC must know that
+        architecture, and a capped cubin runs only within its own major (sm_90 code never runs on 10.0)."""
+        lower = below_lowest(device, nvrtc)
+        if lower is not None:
+            return lower
+        rows = compat.facts(CupyFacts).releases
+        i = newest_at_or_below(release, [r.release for r in rows]) if release else len(rows) - 1
+        cap = jit_cap(rows[i], nvrtc.version) if i is not None else None
+        if cap is None:
+            return None  # not read for this release: the shared rule only
+        target = min(device, cap)
+        sm = f"sm_{target[0]}{target[1]}"
+        if target not in nvrtc.ccs:
+            return f"compiles its kernels for {sm} with NVRTC {nvrtc.version}, which does not know {sm} (it targets {nvrtc.span})"
+        if target != device and (target[0] != device[0] or device[1] < target[1]):
+            return (
+                f"compiles its kernels with NVRTC {nvrtc.version} for {sm} at most (CuPy's cap for that NVRTC), "
+                f"and {sm} code does not run on {device[0]}.{device[1]}"
+            )
+        return None
 
 
 FRAMEWORK = Cupy("cupy", SECTION_KEYS, jit=True)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from packaging.version import Version
 
 from builder.compat.facts import Compat
-from builder.compat.rules import Framework, Row
+from builder.compat.rules import Cc, Framework, Nvrtc, Row, below_lowest
 from builder.compat.tables import PyRange, Table
 from builder.compat.versions import in_range, mm, newest_at_or_below, span
 from builder.records import Base, Install, Verdict
@@ -166,6 +167,30 @@ class Numba(Framework):
 
     def row_hint(self, version: str) -> str:
         return f'a numba.releases row for "{version}" (python, numpy: its import-time ceiling, numba/__init__.py _ensure_critical_deps)'
+
+    def jit_refusal(self, device: Cc, nvrtc: Nvrtc, release: str, compat: Compat) -> str | None:
+        """numba-cuda's own choice of target (0.30.4: numba/cuda/codegen.py `_ensure_cc`,
+        cudadrv/nvrtc.py `get_arch_option`): on a GPU of 9.0 or newer it asks NVRTC for the
+        arch-specific `compute_XYa` of the GPU itself and raises when NVRTC lacks that architecture
+        (no fallback to an older one); below 9.0, NVRTC's closest architecture at or below the GPU."""
+        lower = below_lowest(device, nvrtc)
+        if lower is not None:
+            return lower
+        if device >= (9, 0) and device not in nvrtc.ccs:
+            major, minor = device
+            return (
+                f"compiles its kernels with NVRTC {nvrtc.version} for the GPU's arch-specific compute_{major}{minor}a "
+                f"(numba-cuda does so on 9.0 and newer), which NVRTC {nvrtc.version} does not know (it targets {nvrtc.span})"
+            )
+        return None
+
+    def jit_unknown(self, pins: Mapping[str, str]) -> str | None:
+        if "numba-cuda" in pins:
+            return None
+        return (
+            "numba's own (deprecated) CUDA target compiles with the NVVM of its CUDA toolkit and numba's own table of "
+            "architectures, which its wheels do not state as a library can be asked"
+        )
 
 
 FRAMEWORK = Numba("numba", SECTION_KEYS, gpu_arch=True, jit=True)
