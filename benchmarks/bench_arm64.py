@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from builder.records import AMD64, ARM64  # noqa: E402
+from builder.model.plan import AMD64, ARM64  # noqa: E402
 from builder.workspace import Workspace  # noqa: E402
 
 BUILDER = [sys.executable, "-m", "builder"]

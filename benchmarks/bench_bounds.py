@@ -25,7 +25,7 @@ EXCLUDES = 20_000  # yamlsrc.MAX_EVENTS (200,000 values) refuses 80,000 four-key
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from builder.compat.facts import table  # noqa: E402
+from builder.compat.rules import table  # noqa: E402
 from builder.spec import expand as expand_mod  # noqa: E402
 from builder.spec.matrix import load_matrix  # noqa: E402
 from builder.spec.plan import make_plan  # noqa: E402

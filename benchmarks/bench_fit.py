@@ -27,9 +27,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from builder.errors import UserError  # noqa: E402
 from builder.fit import cuobjdump, fatbin  # noqa: E402
 from builder.fit.arch import Embedded  # noqa: E402
+from builder.util.errors import UserError  # noqa: E402
 
 DEFAULT = ROOT / "tests" / "fixtures" / "cuobjdump" / "probe.o"
 
@@ -50,7 +50,7 @@ def bench_image(image_id: str, repeat: int) -> int:
     """The smoke test of one built image, then its fit measured alone in the same kind of container."""
     import tempfile
 
-    from builder.compat.facts import table
+    from builder.compat.rules import table
     from builder.engine.client import open_engine
     from builder.fit import measure
     from builder.host import facts as hostinfo

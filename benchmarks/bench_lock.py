@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from builder.compat.facts import table  # noqa: E402
+from builder.compat.rules import table  # noqa: E402
 from builder.engine import settings as build_settings  # noqa: E402
 from builder.engine import staging  # noqa: E402
 from builder.lock.resolve import command, environment, sources, uv_binary  # noqa: E402

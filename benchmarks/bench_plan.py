@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from builder.compat.facts import table  # noqa: E402
+from builder.compat.rules import table  # noqa: E402
 from builder.render import tree as render  # noqa: E402
 from builder.spec.expand import expand  # noqa: E402
 from builder.workspace import Workspace  # noqa: E402

@@ -21,7 +21,7 @@ if str(ROOT) not in sys.path:
 
 from builder.engine import client as engine  # noqa: E402
 from builder.engine import sizes  # noqa: E402
-from builder.records import ImageSpec  # noqa: E402
+from builder.model.plan import ImageSpec  # noqa: E402
 from builder.workspace import Workspace  # noqa: E402
 
 TARGET = 1.05

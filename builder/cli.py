@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 from rich.console import Console
 
-from builder.errors import Interrupted, RunFailure, UserError
+from builder.model.sources import Sources
 from builder.render import tree as render_tree
 from builder.render.formats import github_matrix, plan_json
-from builder.sources import Sources
-from builder.text import redact
 from builder.ui.text import MAX_LINE, plain
+from builder.util.errors import Interrupted, RunFailure, UserError
+from builder.util.text import redact
 from builder.workspace import Workspace
 
 if TYPE_CHECKING:
@@ -305,7 +305,7 @@ def build(ws: Workspace, /, select_expr: str | None, **kwargs: Any) -> None:
 @user_errors
 def test(ws: Workspace, select_expr: str | None, gpu: str, timeout_s: int) -> None:
     """Smoke-test built images in locked-down containers; results in build/results/."""
-    from builder.results import is_good
+    from builder.model.results import is_good
     from builder.ui.test import TestLines, print_test_summary
     from builder.usecases.test import TestOptions, test_images
 

@@ -13,22 +13,22 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from builder.catalog.store import Catalog
-from builder.compat.facts import table
-from builder.errors import UserError
-from builder.fsio import read_json
+from builder.compat.rules import table
 from builder.lock.claims import keep_older_gpus, with_lock_claims
 from builder.lock.files import LOCK_NAME, load, verify
 from builder.lock.target import target_for
-from builder.locked_fit import FIT_NAME, LockedFit, lock_digest
-from builder.locked_fit import from_json as fit_from_json
-from builder.query import matches
-from builder.records import ImageSpec, Lock, Matrix, Plan
+from builder.model.locked_fit import FIT_NAME, LockedFit, lock_digest
+from builder.model.locked_fit import from_json as fit_from_json
+from builder.model.plan import ImageSpec, Lock, Matrix, Plan
 from builder.render.context import Files, content_hash, contexts
 from builder.render.swap import recover
 from builder.render.tree import expected_tree
 from builder.spec.matrix import load_matrix
 from builder.spec.plan import make_plan
 from builder.spec.select import fields_of, no_match, parse_select, select
+from builder.util.errors import UserError
+from builder.util.fsio import read_json
+from builder.util.query import matches
 
 MATRIX_ENV = "BUILDER_MATRIX"
 MAX_LOCK = 2 * 2**20  # a lock of every CUDA wheel with every hash is ~0.2 MB

@@ -272,8 +272,8 @@ def _file_by_file(folder: Path, rows: Sequence[dict[str, Any]], env: dict[str, s
     """cuobjdump refused something in the folder (its `fit --library` stops at the first refusal):
     each library the fatbin reader listed, read by both readers on its own. A library cuobjdump
     cannot read ("Invalid ELF file" on some of CUDA 13.2's) has nothing to compare; it is listed."""
-    from builder.errors import RunFailure
     from builder.fit import cuobjdump
+    from builder.util.errors import RunFailure
 
     binary = cuobjdump.find_binary(env)
     paths = [folder / row["id"] for row in rows]

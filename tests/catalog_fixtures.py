@@ -6,8 +6,8 @@ from dataclasses import replace
 from typing import Any
 
 from builder.catalog.records import BaseIdentity, KnownGood, MeasuredAccelerator
-from builder.records import Vendor
-from builder.results import GpuUse, SmokeResult, TestCounts, TestedOn, Verdict
+from builder.model.plan import Vendor
+from builder.model.results import GpuUse, SmokeResult, TestCounts, TestedOn, Verdict
 
 SHA = "0123456789abcdef" * 4
 

@@ -66,7 +66,7 @@ ENGINE2_ENV = "BUILDER_TEST_ENGINE2"
 ANY_WORKER = (f"{INTEGRATION}test_probe_hermetic.py",)
 
 from builder.engine.client import DEFAULT_SOCKET, engine_endpoint  # noqa: E402
-from builder.errors import UserError  # noqa: E402
+from builder.util.errors import UserError  # noqa: E402
 
 
 def two_lanes(workers: int) -> bool:
@@ -98,7 +98,7 @@ if lane_two and os.environ.get("BUILDER_TEST_LANE") != "2":  # once (a test impo
     os.environ["BUILDER_LOCK_DIR"] = str(Path(tempfile.gettempdir()) / "builder-engine2")
 
 from builder.cli import main  # noqa: E402
-from builder.records import ImageSpec, Matrix, Plan  # noqa: E402
+from builder.model.plan import ImageSpec, Matrix, Plan  # noqa: E402
 from builder.spec.matrix import load_matrix  # noqa: E402
 from builder.workspace import MATRIX_ENV, Workspace  # noqa: E402
 

@@ -39,8 +39,8 @@ from builder.engine.port import (
     Progress,
 )
 from builder.lock import files as lockfiles
+from builder.model.plan import Lock
 from builder.publish.inventory import INVENTORY_SCRIPT
-from builder.records import Lock
 
 IMAGES = Path(__file__).resolve().parents[1] / "images"
 

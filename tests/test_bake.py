@@ -20,11 +20,11 @@ from builder.engine.build import git_revision
 from builder.engine.image_build import Run
 from builder.engine.settings import BuildSettings
 from builder.engine.staging import Staged
-from builder.errors import UserError
-from builder.records import ImageSpec, Plan
+from builder.model.plan import ImageSpec, Plan
 from builder.render import bake, labels
 from builder.render.context import PROBE_NAME
 from builder.render.labels import build_labels
+from builder.util.errors import UserError
 from tests.fake_engine import FakeEngine
 
 RunCli = Callable[..., Result]

@@ -44,7 +44,7 @@ PURE = (
     "fit/runs_on.py",
     "fit/labelled.py",
 )
-PURE_FOUNDATIONS = ("errors.py", "records.py", "frameworks.py", "yamlsrc.py", "query.py", "sources.py", "workspace.py", "locked_fit.py")
+PURE_FOUNDATIONS = ("model", "util", "frameworks.py", "workspace.py")
 IMPURE_FOR_PURE = ("docker", "rich", "builder.engine", "builder.host", "builder.smoke", "builder.ui", "builder.usecases", "builder.cli")
 PRESENTATION = ("rich", "builder.ui", "builder.cli")
 
@@ -114,20 +114,10 @@ def test_every_subpackage_says_what_it_owns() -> None:
 # Shared by every stage; they import only each other (acyclic, test_no_package_cycles).
 FOUNDATIONS = (
     "__init__",
-    "errors",
-    "text",
-    "fsio",
-    "jsonfields",
-    "records",
-    "frameworks",
-    "yamlsrc",
-    "query",
-    "sources",
-    "results",
-    "probe_report",
-    "measured_fit",
-    "locked_fit",
-    "probes",
+    "util",  # errors, message hygiene, atomic files, YAML with line numbers, the query language
+    "model",  # the documents that cross stages: plan records, results, probe report, measured fit, sources, versions
+    "frameworks",  # the framework registry: each name and the module implementing it
+    "probes",  # hello_gpu.py, stdlib only, copied into every image
 )
 # Each stage may import the foundations and the stages before it, never one after it.
 STAGES = (
@@ -268,14 +258,52 @@ def test_a_backward_import_fails_naming_it(tmp_path: Path) -> None:
     for name, text in {
         "spec/plan.py": "from builder.render.formats import image_entry\n",
         "render/tree.py": "import os\nfrom builder.spec import plan\n",
-        "query.py": "def f() -> None:\n    from builder.spec.select import SELECT_KEYS\n",
+        "util/query.py": "def f() -> None:\n    from builder.spec.select import SELECT_KEYS\n",
     }.items():
         (fake / name).parent.mkdir(parents=True, exist_ok=True)
         (fake / name).write_text(text, encoding="utf-8")
     graph = dependencies(sorted(fake.rglob("*.py")), fake)
     assert backward_imports(graph) == [
-        "builder/query.py:2 imports builder.spec.select: query is a foundation and may import only the foundations, not spec",
         "builder/spec/plan.py:1 imports builder.render.formats: render comes after spec in the stage order "
         "(tests/test_boundaries.py STAGES); move the importing code to render or later, or what it uses to spec or earlier",
+        "builder/util/query.py:2 imports builder.spec.select: util is a foundation and may import only the foundations, not spec",
     ]
     assert cycles(graph) == [["render", "spec"]]
+
+
+def module_graph(files: list[Path], root: Path = PACKAGE) -> dict[str, dict[str, str]]:
+    """module -> module of the package it imports -> the first import that does, for messages:
+    the structure drawing's granularity, where two modules of one stage can still import each other."""
+    known = {".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__") for p in files}
+    graph: dict[str, dict[str, str]] = {}
+    for path in files:
+        source = ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+        for line, name in sorted(imports(path)):
+            parts = name.split(".")[1:] if name.split(".")[0] == "builder" else []
+            target = next((".".join(parts[:n]) for n in range(len(parts), 0, -1) if ".".join(parts[:n]) in known), None)
+            if target is not None and target != source:
+                graph.setdefault(source, {}).setdefault(target, f"builder/{path.relative_to(root)}:{line} imports {name}")
+    return graph
+
+
+def test_no_module_cycles() -> None:
+    """No two modules import each other, directly or round a circle, not even inside one stage
+    (compat/facts.py and compat/rules/ once did: the loader now takes the frameworks it reads)."""
+    graph = module_graph(sorted(PACKAGE.rglob("*.py")))
+    shown = [
+        f"{', '.join(group)} import each other: " + "; ".join(graph[a][b] for a in group for b in group if b in graph.get(a, {}))
+        for group in cycles(graph)
+    ]
+    assert shown == []
+
+
+def test_a_module_cycle_is_found(tmp_path: Path) -> None:
+    fake = tmp_path / "builder"
+    for name, text in {
+        "compat/facts.py": "def f() -> None:\n    from builder.compat.rules import registry\n",
+        "compat/rules/__init__.py": "from builder.compat.facts import Compat\n",
+        "compat/rules/torch.py": "from builder.compat.rules import Framework\n",
+    }.items():
+        (fake / name).parent.mkdir(parents=True, exist_ok=True)
+        (fake / name).write_text(text, encoding="utf-8")
+    assert cycles(module_graph(sorted(fake.rglob("*.py")), fake)) == [["compat.facts", "compat.rules"]]

@@ -15,12 +15,12 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from builder import yamlsrc
-from builder.errors import UserError
-from builder.query import SelectorIndex, matches
 from builder.spec.expand import Excluder, excluded_by, expand
 from builder.spec.matrix import MAX_COMBINATIONS, load_matrix
-from builder.yamlsrc import MAX_BYTES, MAX_DEPTH, MAX_EVENTS
+from builder.util import yamlsrc
+from builder.util.errors import UserError
+from builder.util.query import SelectorIndex, matches
+from builder.util.yamlsrc import MAX_BYTES, MAX_DEPTH, MAX_EVENTS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,7 +39,7 @@ def test_an_alias_bomb_is_one_line_and_small(tmp_path: Path) -> None:
     assert len(path.read_bytes()) < 500
     code = (  # VmHWM: this process's own peak (ru_maxrss would include the forking pytest's)
         "import re, sys\n"
-        "from builder.errors import UserError\n"
+        "from builder.util.errors import UserError\n"
         "from builder.spec.matrix import load_matrix\n"
         "from pathlib import Path\n"
         "try:\n    load_matrix(Path(sys.argv[1]))\nexcept UserError as exc:\n    print(exc)\n"

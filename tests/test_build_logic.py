@@ -19,12 +19,12 @@ from builder.engine.image_build import BuildFailed, NetworkFlake, Run
 from builder.engine.port import Layer, Progress
 from builder.engine.settings import BuildSettings
 from builder.engine.staging import Staged
-from builder.errors import UserError
-from builder.records import Accelerator, Base, ImageSpec
+from builder.model.plan import Accelerator, Base, ImageSpec
+from builder.model.results import TestCounts, verdict_of
 from builder.render.tree import write_tree
-from builder.results import TestCounts, verdict_of
 from builder.smoke.runner import Workdir, _junit_counts, checks_env, merge_junit, pytest_argv
 from builder.usecases.build import check_rendered
+from builder.util.errors import UserError
 from builder.workspace import Workspace
 from tests.fake_engine import FakeEngine
 

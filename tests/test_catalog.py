@@ -14,11 +14,11 @@ import pytest
 from builder.catalog.query import closest, matching, parse_query
 from builder.catalog.records import KnownGood, RecordError, from_json
 from builder.catalog.store import Catalog, render
-from builder.errors import UserError
+from builder.model.results import SmokeResult, Verdict
 from builder.publish import gate
 from builder.publish.tags import floating_tags, newest_of_line
-from builder.query import value_matches
-from builder.results import SmokeResult, Verdict
+from builder.util.errors import UserError
+from builder.util.query import value_matches
 from builder.workspace import Workspace
 from tests.catalog_fixtures import CUDA13, SHA, record, smoke
 

@@ -18,9 +18,9 @@ from click.testing import Result
 from builder.catalog.query import parse_query
 from builder.catalog.records import MAX_TEXT, RecordError, from_json
 from builder.catalog.store import Catalog
-from builder.errors import UserError
 from builder.nightly import history
-from builder.query import MAX_TERMS
+from builder.util.errors import UserError
+from builder.util.query import MAX_TERMS
 from tests.catalog_fixtures import record
 
 RunCli = Callable[..., Result]

@@ -17,7 +17,7 @@ from packaging.version import Version
 from builder.engine import staging as context
 from builder.engine.settings import BuildSettings, PipSources
 from builder.engine.staging import local_wheels, needed_indexes, pip_conf, stage
-from builder.records import Accelerator, Base, ImageSpec, Install
+from builder.model.plan import Accelerator, Base, ImageSpec, Install
 from builder.render.context import PROBE, PROBE_NAME
 
 ARCH = platform.machine()
@@ -405,7 +405,7 @@ def test_a_fifo_or_device_named_like_a_wheel_is_no_wheel(tmp_path: Path) -> None
     lock` (its sha256 read) past SIGTERM, for ten minutes until SIGKILL. Only regular files are wheels."""
     import os
 
-    from builder.errors import UserError
+    from builder.util.errors import UserError
 
     folder = tmp_path / "wheelhouse"
     folder.mkdir()

@@ -8,15 +8,15 @@ import json
 import pytest
 from rich.console import Console
 
-from builder.compat.facts import table
 from builder.compat.rules import cuda as rules_cuda
+from builder.compat.rules import table
 from builder.engine.diagnose import Diagnosis, diagnose_text
 from builder.host import doctor
 from builder.host.facts import AmdInfo, DeviceNode, EngineFacts, HostInfo, NvidiaGpu, NvidiaInfo
 from builder.lock.files import lock_text
 from builder.lock.files import parse as parse_lock
+from builder.model.plan import Accelerator, Base, ImageSpec, Install
 from builder.probes import hello_gpu
-from builder.records import Accelerator, Base, ImageSpec, Install
 from builder.ui.doctor import render_table
 
 ENGINE = EngineFacts(reachable=True, version="27.1.1", runtimes=("nvidia",))

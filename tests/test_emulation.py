@@ -17,23 +17,23 @@ from typing import Any
 
 import pytest
 
-from builder import results
 from builder.catalog import records as catalog_records
 from builder.engine import bootstrap
 from builder.engine.client import create_kwargs
 from builder.engine.port import ContainerSpec, ExecResult
-from builder.errors import UserError
 from builder.host import doctor
 from builder.host import facts as hostinfo
 from builder.host.facts import EmulationFacts, runs_emulated
+from builder.model import results
+from builder.model.plan import AMD64, ARM64, ImageSpec
+from builder.model.results import GpuUse, SmokeResult
+from builder.model.sources import Sources
 from builder.probes.hello_gpu import diagnose
-from builder.records import AMD64, ARM64, ImageSpec
 from builder.render.tree import write_tree
-from builder.results import GpuUse, SmokeResult
 from builder.smoke.runner import emulated_diagnoses
-from builder.sources import Sources
 from builder.usecases import build as building
 from builder.usecases import test as testing
+from builder.util.errors import UserError
 from builder.workspace import Workspace
 from tests.catalog_fixtures import record
 from tests.fake_engine import FakeEngine, connect_to

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from builder.engine import client as engine
-from builder.errors import UserError
+from builder.util.errors import UserError
 
 DEAD = "unix:///nonexistent/builder-test/docker.sock"
 

@@ -19,13 +19,13 @@ from builder.env import shell
 from builder.env.derive import derived_spec
 from builder.env.envfile import EnvFile, load
 from builder.env.render import LOCK_LABEL, build_context, dockerfile
-from builder.errors import UserError
 from builder.lock import files
 from builder.lock.files import REQUIREMENTS, Contents, Package
 from builder.lock.resolve import LockFailed
 from builder.lock.target import LockTarget
-from builder.results import GpuUse, SmokeResult, TestCounts
+from builder.model.results import GpuUse, SmokeResult, TestCounts
 from builder.usecases import env as envs
+from builder.util.errors import UserError
 from builder.workspace import Workspace
 from tests.catalog_fixtures import record
 from tests.usecase_fixtures import MATRIX
@@ -358,8 +358,8 @@ def test_devcontainer_schema_refuses_what_the_spec_refuses(tmp_path: Path) -> No
 
 
 def test_shell_refuses_a_host_the_base_does_not_fit(team: tuple[Workspace, Catalog, Path], monkeypatch: pytest.MonkeyPatch) -> None:
-    from builder.errors import RunFailure
     from builder.fit.host import FitHost
+    from builder.util.errors import RunFailure
 
     ws, catalog, folder = team
     env = write_env(folder, GOOD)

@@ -17,10 +17,10 @@ from click.testing import Result
 from rich.console import Console
 
 from builder.catalog.records import MeasuredAccelerator
+from builder.model.results import TestedOn
 from builder.nightly.compare import NightlyReport, Outcome, compare
 from builder.nightly.summary import render as render_summary
 from builder.report.markdown import code, text
-from builder.results import TestedOn
 from builder.ui.rows import RICH_ROWS, print_rows
 from builder.ui.text import markup, plain
 from tests.catalog_fixtures import record

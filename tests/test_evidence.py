@@ -16,19 +16,19 @@ from typing import Any
 
 import pytest
 
-from builder import results
 from builder.catalog.store import Catalog
-from builder.errors import RunFailure
 from builder.host import facts as hostinfo
 from builder.host.facts import AmdInfo, EngineFacts, HostInfo, NvidiaInfo
+from builder.model import results
+from builder.model.plan import Lock
 from builder.publish import attestation, evidence, inventory, sbom, signing
 from builder.publish.inventory import DebPackage, Distribution
 from builder.publish.signing import Unverified
 from builder.publish.verify import verify_record
-from builder.records import Lock
 from builder.usecases import catalog as catalogs
 from builder.usecases import publish as publishing
 from builder.usecases import pull as pulling
+from builder.util.errors import RunFailure
 from builder.workspace import Store, Workspace
 from tests.catalog_fixtures import SHA, record, smoke
 from tests.fake_engine import FakeEngine, built, connect_to
@@ -257,7 +257,7 @@ def test_an_unsigned_publish_removes_an_earlier_signature_and_pull_without_allow
 
 
 def test_a_key_that_is_not_a_file_stops_publish_before_anything(tmp_path: Path, spec: Any, fake: FakeEngine) -> None:
-    from builder.errors import UserError
+    from builder.util.errors import UserError
 
     with pytest.raises(UserError, match="--sign-key .*: no such key file"):
         publish(tmp_path, spec, fake, tmp_path / "missing")

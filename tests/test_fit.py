@@ -16,14 +16,14 @@ from click.testing import Result
 from builder.catalog.records import MeasuredAccelerator
 from builder.catalog.store import Catalog
 from builder.compat import ptx_isa
-from builder.compat.facts import table
-from builder.errors import RunFailure, UserError
+from builder.compat.rules import table
 from builder.fit import cuobjdump, fatbin
 from builder.fit import driver as drivers
 from builder.fit import host as hosts
 from builder.fit.arch import Arch, Embedded, decide
 from builder.fit.host import FitHost
 from builder.usecases.fit import judge, judge_embedded
+from builder.util.errors import RunFailure, UserError
 from tests.catalog_fixtures import record
 from tests.conftest import RunCli
 

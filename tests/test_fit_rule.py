@@ -26,11 +26,11 @@ import pytest
 from click.testing import Result
 
 from builder.catalog.records import MeasuredAccelerator
-from builder.compat.facts import table
+from builder.compat.rules import table
 from builder.fit import cuobjdump, fatbin, measure, rule, scan
 from builder.fit.arch import GENERATIONS, Arch, Embedded
 from builder.fit.host import FitHost
-from builder.measured_fit import FrameworkFit, LibraryCode, MeasuredFit
+from builder.model.measured_fit import FrameworkFit, LibraryCode, MeasuredFit
 from builder.usecases import fit as fitting
 from builder.usecases.fit import judge
 from tests.catalog_fixtures import record
@@ -316,7 +316,7 @@ def test_a_cubin_count_in_a_record_is_never_expanded() -> None:
     code = (
         "import resource; resource.setrlimit(resource.RLIMIT_AS, (2**30, 2**30))\n"
         "from builder.fit.measure import embedded_of\n"
-        "from builder.measured_fit import LibraryCode\n"
+        "from builder.model.measured_fit import LibraryCode\n"
         "from builder.fit.arch import Arch\n"
         "e = embedded_of(LibraryCode('libk.so', (('sm_90', 10**12),), (), (), ('9.0',)))\n"
         "print(e.count(Arch(9, 0)))\n"

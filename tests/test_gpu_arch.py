@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from builder.compat import gpu_arch
-from builder.errors import UserError
+from builder.util.errors import UserError
 
 
 @pytest.mark.parametrize(

@@ -11,9 +11,9 @@ import pytest
 from click.testing import Result
 
 from builder.compat import drivers
-from builder.compat.facts import table
-from builder.errors import UserError
+from builder.compat.rules import table
 from builder.fit import host as hosts
+from builder.util.errors import UserError
 
 RunCli = Callable[..., Result]
 DATA = Path(drivers.__file__).parent / "data" / "gpu_drivers.yaml"

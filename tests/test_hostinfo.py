@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from builder.engine import client as engine
-from builder.errors import UserError
 from builder.host import facts as hostinfo
 from builder.host.facts import EngineFacts, NvidiaGpu, NvidiaInfo
+from builder.util.errors import UserError
 from tests.fake_engine import FakeEngine, connect_to
 
 # Format as measured on the H200 machine (driver there: 580.159.04).
@@ -266,8 +266,8 @@ GPU 00000000:00:06.0
 
 def test_the_h200s_own_report_reads_as_the_runtime_sees_it() -> None:
     """The brand and the CUDA version libnvidia-container would judge this machine's NVIDIA_REQUIRE_CUDA by."""
-    from builder.compat.facts import table
     from builder.compat.require import driver_cuda
+    from builder.compat.rules import table
     from builder.fit import host as hosts
 
     def run(argv: list[str]) -> tuple[int, str]:

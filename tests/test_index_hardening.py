@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 from click.testing import Result
 
-from builder.errors import UserError
 from builder.updates import transport
 from builder.updates.index import DEADLINE_ENV, IndexClient, IndexFailure, index_deadline
+from builder.util.errors import UserError
 from tests.fake_index import self_signed
 from tests.test_wheelmeta import big_wheel
 

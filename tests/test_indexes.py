@@ -13,12 +13,12 @@ import pytest
 
 from builder.catalog import indexes
 from builder.catalog.store import Catalog
-from builder.errors import UserError
 from builder.fit.host import FitHost
+from builder.model.plan import ARM64
 from builder.publish.tags import floating_tags
-from builder.records import ARM64
 from builder.usecases import publish as publishing
 from builder.usecases.pull import FitCheck, host_platform_first
+from builder.util.errors import UserError
 from tests.catalog_fixtures import record
 from tests.fake_registry import FakeRegistry
 

@@ -319,9 +319,9 @@ def test_a_runaway_template_is_stopped_in_one_line(tmp_path: Path) -> None:
 def test_a_lock_written_while_a_render_ran_is_not_dropped(tmp_path: Path) -> None:
     """render computes the tree, `builder lock` writes a new lock meanwhile, render swaps its tree in:
     it must stop rather than exit 0 with the image unlocked."""
-    from builder.errors import UserError
     from builder.lock.files import parse
     from builder.render.tree import write_tree
+    from builder.util.errors import UserError
     from builder.workspace import Workspace
 
     (tmp_path / "matrix.yaml").write_text(MATRIX, encoding="utf-8")

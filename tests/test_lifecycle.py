@@ -12,8 +12,8 @@ import pytest
 from click.testing import Result
 
 from builder.compat import lifecycle
-from builder.errors import UserError
 from builder.usecases import pull as pulling
+from builder.util.errors import UserError
 from tests.catalog_fixtures import record
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,15 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from builder.compat.facts import Compat, table
+from builder.compat.facts import Compat
+from builder.compat.rules import table
 from builder.engine.settings import BuildSettings, PipSources
-from builder.errors import UserError
 from builder.lock.files import drift, libraries, lock_text, parse
 from builder.lock.resolve import classify, command, environment, sources
 from builder.lock.target import LockTarget, lock_state, platform_for, target_for
-from builder.records import ImageSpec, Lock
+from builder.model.plan import ImageSpec, Lock
 from builder.spec.matrix import load_matrix
 from builder.usecases import lock as locking
+from builder.util.errors import UserError
 from builder.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -19,16 +19,15 @@ from typing import Any
 import pytest
 
 from builder.compat import cuda_components
-from builder.compat.facts import table
 from builder.compat.rules import cuda as rules_cuda
-from builder.compat.rules import decide
-from builder.errors import UserError
+from builder.compat.rules import decide, table
 from builder.lock.claims import cc_floor, refusals
 from builder.lock.files import parse
-from builder.records import Base, ImageSpec
-from builder.sources import Sources
+from builder.model.plan import Base, ImageSpec
+from builder.model.sources import Sources
 from builder.spec.matrix import load_matrix
 from builder.usecases import lock as locking
+from builder.util.errors import UserError
 from builder.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parents[1]

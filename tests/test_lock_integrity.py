@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 from click.testing import Result
 
-from builder.compat.facts import table
-from builder.errors import UserError
+from builder.compat.rules import table
 from builder.lock import files
 from builder.lock.target import LockTarget, target_for
+from builder.util.errors import UserError
 from builder.workspace import Workspace, read_lock
 
 ROOT = Path(__file__).resolve().parents[1]

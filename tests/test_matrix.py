@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from click.testing import Result
 
-from builder.errors import UserError
 from builder.spec.matrix import load_matrix
+from builder.util.errors import UserError
 
 SMALL = """\
 registry: ghcr.io/example/gpu-images

@@ -16,18 +16,18 @@ from typing import Any
 
 import pytest
 
-from builder import measured_fit, results
 from builder.catalog.records import KnownGood, MeasuredAccelerator, RecordError
 from builder.catalog.records import from_json as record_from_json
 from builder.catalog.store import Catalog
-from builder.compat.facts import table
+from builder.compat.rules import table
 from builder.engine.port import ExecResult
-from builder.errors import RunFailure, UserError
 from builder.fit import measure, rule, scan
 from builder.fit.host import FitHost
 from builder.fit.runs_on import RunsOn, runs_on
-from builder.measured_fit import MeasuredFit
+from builder.model import measured_fit, results
+from builder.model.measured_fit import MeasuredFit
 from builder.usecases.fit import judge
+from builder.util.errors import RunFailure, UserError
 from tests.catalog_fixtures import record, smoke
 from tests.conftest import RunCli
 

@@ -253,9 +253,9 @@ def test_a_summary_path_builder_may_not_write_stops_the_nightly_before_it_runs(
 def test_an_outcome_reads_the_typed_result_of_this_run_or_the_stored_one(write_matrix: WriteMatrix, tmp_path: Path) -> None:
     """_outcome and _detail read typed fields: the probe's failed frameworks, the diagnosis; an
     up-to-date image keeps its stored result, and one whose file cannot be trusted is not-run."""
-    from builder import results
-    from builder.probe_report import Diagnosis, FrameworkProbe, ProbeHost, ProbeReport
-    from builder.results import Diagnosed
+    from builder.model import results
+    from builder.model.probe_report import Diagnosis, FrameworkProbe, ProbeHost, ProbeReport
+    from builder.model.results import Diagnosed
     from builder.workspace import Workspace
     from tests.catalog_fixtures import smoke
 

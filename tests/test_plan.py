@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from click.testing import Result
 
-from builder.errors import UserError
-from builder.records import Plan, platform_suffix
+from builder.model.plan import Plan, platform_suffix
 from builder.spec import grammar
 from builder.spec.matrix import load_matrix
 from builder.spec.plan import make_plan
 from builder.spec.select import parse_select, select
+from builder.util.errors import UserError
 from builder.workspace import Workspace
 
 RunCli = Callable[..., Result]

@@ -16,15 +16,15 @@ from typing import Any
 import pytest
 from click.testing import Result
 
-from builder.compat.facts import table
 from builder.compat.platforms import platform_reason
+from builder.compat.rules import table
 from builder.engine import bootstrap
 from builder.engine.staging import fits
 from builder.fit.runs_on import record_arch
 from builder.host import doctor, facts
 from builder.host.facts import AmdInfo, EmulationFacts, EngineFacts, HostInfo, NvidiaGpu, NvidiaInfo, gather_emulation
 from builder.lock.target import platform_for, target_for
-from builder.records import AMD64, ARM64, Base, Plan, platform_of_id
+from builder.model.plan import AMD64, ARM64, Base, Plan, platform_of_id
 from builder.render import bake
 from builder.render.formats import github_matrix, image_entry, plan_json
 from builder.spec.matrix import load_matrix
@@ -419,9 +419,9 @@ def _table_rows(text: str) -> list[dict[str, Any]]:
 
 
 def test_the_platform_table_is_guarded(tmp_path: Path) -> None:
-    from builder.compat.facts import load_compat
+    from builder.compat.rules import load_table
     from builder.compat.tables import DATA_DIR
-    from builder.errors import UserError
+    from builder.util.errors import UserError
 
     text = (DATA_DIR / "compat.yaml").read_text(encoding="utf-8")
     assert _table_rows(text), "compat.yaml has platform rows"
@@ -440,7 +440,7 @@ def test_the_platform_table_is_guarded(tmp_path: Path) -> None:
         path = tmp_path / f"{name}.yaml"
         path.write_text(broken, encoding="utf-8")
         with pytest.raises(UserError, match=r"line|sorted|exactly one|kind|amd64"):
-            load_compat(path)
+            load_table(path)
 
 
 def test_the_report_tells_an_arm64_skip_from_the_amd64_one(two: Plan) -> None:

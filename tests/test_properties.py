@@ -17,14 +17,14 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from builder.errors import UserError
-from builder.records import Base, ImageSpec, Matrix
+from builder.model.plan import Base, ImageSpec, Matrix
 from builder.render.context import content_hash, contexts
 from builder.spec import grammar
 from builder.spec.expand import expand
 from builder.spec.matrix import load_matrix
 from builder.spec.plan import make_plan
-from builder.yamlsrc import loads
+from builder.util.errors import UserError
+from builder.util.yamlsrc import loads
 
 FAST = settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 MANY = settings(max_examples=200, deadline=None, derandomize=True)

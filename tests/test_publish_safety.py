@@ -15,20 +15,20 @@ from typing import Any
 
 import pytest
 
-from builder import results
 from builder.catalog.store import Catalog
 from builder.engine import client as engine_client
 from builder.engine import push
 from builder.engine.port import ContainerEntry, NotFound
-from builder.errors import RunFailure, UserError
 from builder.host import facts as hostinfo
 from builder.host.facts import AmdInfo, EngineFacts, HostInfo, NvidiaInfo
-from builder.probe_report import FrameworkProbe, ProbeHost, ProbeReport
+from builder.model import results
+from builder.model.probe_report import FrameworkProbe, ProbeHost, ProbeReport
+from builder.model.results import CudaCheck, Diagnosed, GpuUse, SmokeResult, TestCounts, TestedOn
 from builder.publish import gate
-from builder.results import CudaCheck, Diagnosed, GpuUse, SmokeResult, TestCounts, TestedOn
 from builder.usecases import catalog as catalogs
 from builder.usecases import publish as publishing
 from builder.usecases import pull as pulling
+from builder.util.errors import RunFailure, UserError
 from builder.workspace import Store, Workspace
 from tests.catalog_fixtures import SHA, record
 from tests.fake_engine import FakeEngine, connect_to, digest_of

@@ -1,4 +1,4 @@
-"""The one query language (builder/query.py): `--select`, matrix.yaml's exclude entries and
+"""The one query language (builder/util/query.py): `--select`, matrix.yaml's exclude entries and
 `pull`/`catalog` queries parse and match by the same rules, release prefixes and globs included."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from builder.catalog.query import matching, parse_query
-from builder.errors import UserError
-from builder.query import MAX_TERMS, SelectorIndex, Term, matches, parse_terms, value_matches
-from builder.records import Plan
+from builder.model.plan import Plan
 from builder.spec.matrix import load_matrix
 from builder.spec.plan import make_plan
 from builder.spec.select import parse_select, select
+from builder.util.errors import UserError
+from builder.util.query import MAX_TERMS, SelectorIndex, Term, matches, parse_terms, value_matches
 from tests.catalog_fixtures import record
 
 RunCli = Callable[..., Result]

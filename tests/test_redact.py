@@ -1,5 +1,5 @@
 """Credentials never printed (engine.secrets.redact) and network text never driving the terminal
-(builder.text.printable): examples from the hardening issue, then properties over generated passwords."""
+(builder.util.text.printable): examples from the hardening issue, then properties over generated passwords."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from builder.lock.resolve import classify
-from builder.text import escape_controls, printable, redact
+from builder.util.text import escape_controls, printable, redact
 
 PROPERTY = settings(max_examples=400, deadline=None, derandomize=True)
 
@@ -103,8 +103,8 @@ def test_the_cli_redacts_every_error_line_it_prints(
     cli: Callable[..., Result], write_matrix: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The last guard: a message that forgot to redact still prints no password."""
-    from builder.errors import RunFailure
     from builder.updates import releases
+    from builder.util.errors import RunFailure
     from tests.test_updates import MATRIX
 
     def check(*args: object, **kwargs: object) -> None:
@@ -130,7 +130,7 @@ def test_redact_stays_linear_on_long_hostile_lines() -> None:
 def test_an_error_never_carries_a_credential_whoever_prints_it() -> None:
     """Errors are redacted where they are made: doctor's table and a nightly summary print them
     without the CLI's last-line redaction."""
-    from builder.errors import RunFailure, UserError
+    from builder.util.errors import RunFailure, UserError
 
     assert "s3cret" not in str(UserError("cannot reach https://ci:s3cret@mirror/simple", "matrix.yaml", 3))
     assert "s3cret" not in UserError("cannot reach https://ci:s3cret@mirror/simple").message
@@ -153,7 +153,7 @@ def test_a_docker_host_no_url_parser_reads_is_one_line(host: str, monkeypatch: p
     """Found by the second hostile pass: a $DOCKER_HOST urllib cannot parse was a ValueError traceback
     from `builder clean --dry-run`; now the engine's one-line refusal, its control characters escaped."""
     from builder.engine.client import connect
-    from builder.errors import UserError
+    from builder.util.errors import UserError
 
     monkeypatch.setenv("DOCKER_HOST", host)
     with pytest.raises(UserError, match="no Docker engine answers at") as raised:

@@ -18,8 +18,8 @@ import pytest
 
 from builder import frameworks
 from builder.compat import gpu_arch
-from builder.compat.facts import DEFAULT_PATH, table
-from builder.compat.rules import Framework, framework, names, registered, registry
+from builder.compat.facts import DEFAULT_PATH
+from builder.compat.rules import Framework, framework, names, registered, registry, table
 from builder.probes import hello_gpu
 from builder.render.templates import shipped_templates
 from builder.spec.matrix import rule_keys

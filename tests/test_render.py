@@ -22,7 +22,7 @@ from click.testing import Result
 
 from builder.engine.staging import APT_CA_COPY
 from builder.lock.files import parse
-from builder.records import ImageSpec, platform_suffix
+from builder.model.plan import ImageSpec, platform_suffix
 from builder.render import templates
 from builder.render.context import PROBE
 from builder.render.formats import image_entry

@@ -11,15 +11,15 @@ from typing import Any
 
 import pytest
 
-from builder import results
 from builder.catalog.records import MeasuredAccelerator
-from builder.errors import UserError
-from builder.fsio import dump_json
+from builder.model import results
+from builder.model.results import Diagnosed, GpuUse, SmokeResult, TestedOn, Verdict
 from builder.publish import gate
 from builder.report.html import render_html
 from builder.report.markdown import render_markdown
 from builder.report.model import STATUSES, Report, build_report
-from builder.results import Diagnosed, GpuUse, SmokeResult, TestedOn, Verdict
+from builder.util.errors import UserError
+from builder.util.fsio import dump_json
 from builder.workspace import Workspace
 from tests.catalog_fixtures import record, smoke
 

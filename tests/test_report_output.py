@@ -14,8 +14,8 @@ import pytest
 import yaml
 from click.testing import Result
 
-from builder.errors import UserError
 from builder.report.output import HTML_MARKER, MARKDOWN_MARKER, SUMMARY_MARKER, check_summary, write_summary
+from builder.util.errors import UserError
 
 RunCli = Callable[..., Result]
 WriteMatrix = Callable[..., Path]

@@ -11,7 +11,7 @@ import pytest
 
 from builder.catalog.records import MeasuredAccelerator
 from builder.compat import require, runtime_fit
-from builder.compat.facts import table
+from builder.compat.rules import table
 from builder.compat.rules.cuda import require_cuda
 from builder.fit.host import FitHost
 from builder.fit.runs_on import requirement_of

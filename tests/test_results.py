@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 from click.testing import Result
 
-from builder import probe_report, results
 from builder.catalog import records as catalog_records
-from builder.errors import UserError
+from builder.model import probe_report, results
 from builder.nightly.compare import classify
 from builder.probes import hello_gpu
 from builder.publish import gate
+from builder.util.errors import UserError
 from builder.workspace import Workspace
 
 RunCli = Callable[..., Result]

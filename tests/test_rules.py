@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from builder.compat.facts import DEFAULT_PATH, Compat, load_compat, table
-from builder.compat.rules import decide
+from builder.compat.facts import DEFAULT_PATH, Compat
+from builder.compat.rules import decide, load_table, table
 from builder.compat.rules.cuda import accelerator, mvc_driver, require_cuda, toolkit_driver
 from builder.compat.rules.cupy import decide_cupy
 from builder.compat.rules.jax import decide_jax
@@ -21,8 +21,8 @@ from builder.compat.rules.numpy import pick_numpy
 from builder.compat.rules.python import decide_python
 from builder.compat.rules.tensorflow import decide_tensorflow
 from builder.compat.rules.torch import TorchFacts, decide_torch, pick_variant, variant_from_requires
-from builder.errors import UserError
-from builder.records import Base, Install, Vendor, Verdict
+from builder.model.plan import Base, Install, Vendor, Verdict
+from builder.util.errors import UserError
 
 
 @pytest.fixture(scope="module")
@@ -626,7 +626,7 @@ def broken_copy(tmp_path: Path, old: str, new: str) -> tuple[Path, int]:
 
 def refuses(path: Path, line: int, *words: str) -> None:
     with pytest.raises(UserError) as caught:
-        load_compat(path)
+        load_table(path)
     err = caught.value
     assert (err.file, err.line) == (str(path), line), str(err)
     assert err.message.startswith("broken compatibility table: ")
@@ -636,7 +636,7 @@ def refuses(path: Path, line: int, *words: str) -> None:
 
 
 def test_shipped_table_loads() -> None:
-    assert load_compat() == table()
+    assert load_table() == table()
 
 
 def test_table_refuses_unsorted_rows(tmp_path: Path) -> None:
@@ -700,7 +700,7 @@ def test_table_refuses_a_misspelled_section(tmp_path: Path) -> None:
     # A renamed section must be a UserError naming the file, not a KeyError from deep inside the loader.
     path, _ = broken_copy(tmp_path, "  mvc_floor:\n", "  mvc_flor:\n")
     with pytest.raises(UserError, match="broken compatibility table"):
-        load_compat(path)
+        load_table(path)
 
 
 def test_torch_2_15_is_the_pypi_cu132_build_and_needs_a_cuda_13_2_base(compat: Compat) -> None:

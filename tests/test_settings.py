@@ -14,7 +14,7 @@ import pytest
 
 from builder.engine import settings
 from builder.engine.settings import PROXY_VARS, BuildSettings, PipSources, pip_config_files, read_pip_sources, resolve
-from builder.errors import UserError
+from builder.util.errors import UserError
 
 PROXIES = {
     "HTTP_PROXY": "http://proxy.corp:3128",

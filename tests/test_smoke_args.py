@@ -15,7 +15,7 @@ from docker.types import DeviceRequest
 
 from builder.engine.client import create_kwargs
 from builder.host.facts import AmdInfo, DeviceNode, EngineFacts, HostInfo, NvidiaGpu, NvidiaInfo
-from builder.records import Accelerator, Base, ImageSpec, Install
+from builder.model.plan import Accelerator, Base, ImageSpec, Install
 from builder.smoke import args as smoke
 from builder.smoke.args import GpuAccess, GpuDevices, gpu_access, gpu_devices, run_spec
 

@@ -17,11 +17,9 @@ from pathlib import Path
 import pytest
 from click.testing import Result
 
-from builder.compat.facts import table
 from builder.compat.requires import Meta
-from builder.compat.rules import decide, framework
-from builder.errors import RunFailure, UserError
-from builder.records import Matrix
+from builder.compat.rules import decide, framework, table
+from builder.model.plan import Matrix
 from builder.spec.matrix import load_matrix
 from builder.spec.plan import make_plan
 from builder.updates import apply as apply_mod
@@ -29,6 +27,7 @@ from builder.updates import releases as rel
 from builder.updates import wheelmeta
 from builder.updates.index import IndexClient, IndexFailure, ProjectNotFound
 from builder.updates.metadata import is_linux_wheel
+from builder.util.errors import RunFailure, UserError
 from tests.fake_index import PURE, FakeIndex, closed_port_url, self_signed, serve_index, wheel
 
 MATRIX = """\

@@ -11,8 +11,8 @@ import pytest
 
 from builder.catalog.store import Catalog
 from builder.engine.port import EngineFault, NotFound
-from builder.errors import UserError
 from builder.usecases import catalog as catalogs
+from builder.util.errors import UserError
 from builder.workspace import Workspace
 from tests.catalog_fixtures import record
 from tests.fake_engine import FakeEngine, connect_to

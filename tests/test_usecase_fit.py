@@ -13,8 +13,7 @@ import pytest
 
 from builder.catalog.records import MeasuredAccelerator
 from builder.catalog.store import Catalog
-from builder.compat.facts import table
-from builder.errors import RunFailure, UserError
+from builder.compat.rules import table
 from builder.fit import host as hosts
 from builder.fit import labelled
 from builder.fit.host import FitHost
@@ -23,6 +22,7 @@ from builder.host import facts as hostinfo
 from builder.render.templates import labels
 from builder.usecases import doctor as doctoring
 from builder.usecases import pull as pulling
+from builder.util.errors import RunFailure, UserError
 from builder.workspace import Workspace
 from tests.catalog_fixtures import SHA, record
 from tests.conftest import RunCli

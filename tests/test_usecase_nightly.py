@@ -20,7 +20,6 @@ import pytest
 from builder.catalog.store import Catalog
 from builder.engine import push
 from builder.engine.port import Connect, Engine, Progress
-from builder.errors import RunFailure, UserError
 from builder.host import facts as hostinfo
 from builder.lock.resolve import LockFailed
 from builder.nightly import history
@@ -30,6 +29,7 @@ from builder.updates.releases import Release
 from builder.usecases import lock as locking
 from builder.usecases import nightly as nightlies
 from builder.usecases.build import BuildOptions
+from builder.util.errors import RunFailure, UserError
 from builder.workspace import Workspace
 from tests.fake_engine import FakeEngine, connect_to
 from tests.fake_index import closed_port_url, serve_index

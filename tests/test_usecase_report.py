@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 from builder.catalog.store import Catalog
-from builder.errors import UserError
 from builder.host import facts as hostinfo
 from builder.render.tree import write_tree
 from builder.usecases import build as building
 from builder.usecases import publish as publishing
 from builder.usecases import report as reporting
 from builder.usecases import test as testing
+from builder.util.errors import UserError
 from builder.workspace import Workspace
 from tests.fake_engine import FakeEngine, connect_to
 from tests.usecase_fixtures import (

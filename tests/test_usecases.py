@@ -21,7 +21,6 @@ from typing import Any
 
 import pytest
 
-from builder import fsio
 from builder.catalog.store import Catalog
 from builder.engine import bootstrap, push
 from builder.engine.build import Builder
@@ -30,14 +29,13 @@ from builder.engine.port import ContainerEntry, EngineFault, ExecResult, Progres
 from builder.engine.session import HOST as HOST_NAME
 from builder.engine.session import OWNER_LABEL, SESSION_ID, SESSION_LABEL
 from builder.engine.settings import BuildSettings
-from builder.errors import RunFailure, UserError
 from builder.host import facts as hostinfo
+from builder.model.plan import ImageSpec
+from builder.model.results import SmokeResult
+from builder.model.sources import Sources
 from builder.nightly.compare import BLOCKED
-from builder.records import ImageSpec
 from builder.render.labels import HASH_LABEL
 from builder.render.tree import write_tree
-from builder.results import SmokeResult
-from builder.sources import Sources
 from builder.usecases import build as building
 from builder.usecases import catalog as catalogs
 from builder.usecases import lock as locking
@@ -47,6 +45,8 @@ from builder.usecases import pull as pulling
 from builder.usecases import report as reporting
 from builder.usecases import run as running
 from builder.usecases import test as testing
+from builder.util import fsio
+from builder.util.errors import RunFailure, UserError
 from builder.workspace import Workspace
 from tests.catalog_fixtures import SHA, record
 from tests.fake_engine import FakeEngine, connect_to
@@ -291,7 +291,7 @@ def test_test_runs_the_checks_in_a_locked_down_container_and_writes_results(
         assert json.loads((ws.build_dir / "results" / spec.id / "probe-run.json").read_text())["rc"] == 0
     assert checks.seen == [c.id for c in fake.created] and fake.live == {}, "every container is removed after its run"
     assert (ws.build_dir / "results" / "junit.xml").exists()
-    from builder import results as stored
+    from builder.model import results as stored
 
     assert stored.load(ws.build_dir / "results", specs[0].id) == results[0], "the result is bound to its run"
 

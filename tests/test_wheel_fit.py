@@ -23,14 +23,14 @@ from click.testing import Result
 from packaging.utils import canonicalize_name
 
 from builder.compat import gpu_arch
-from builder.compat.facts import table
-from builder.compat.rules import Nvrtc, framework
+from builder.compat.rules import Nvrtc, framework, table
 from builder.fit import fatbin, scan, wheels
 from builder.lock.claims import cc_floor
 from builder.lock.wheels import IndexFile, Pin, pick, target_tags, twin_of
-from builder.locked_fit import FIT_NAME, WheelCode, from_json, lock_digest, reading_from_json, scan_output, variant_properties
-from builder.measured_fit import KNOWN_CCS, cc_key
-from builder.records import ImageSpec
+from builder.model.locked_fit import FIT_NAME, WheelCode, from_json, lock_digest, reading_from_json, scan_output, variant_properties
+from builder.model.measured_fit import KNOWN_CCS
+from builder.model.plan import ImageSpec
+from builder.model.versions import cc_tuple
 from builder.updates.wheelfiles import FetchFailed, WheelFiles, parse_listing
 from builder.usecases import lock as locking
 from builder.usecases import measure as measuring
@@ -502,15 +502,17 @@ def disagreements(specs: list[ImageSpec]) -> set[str]:
         what = " ".join(f"{i.framework} {i.version} {i.variant}" for i in spec.installs) + f" {spec.platform}"
         floor = cc_floor(spec, compat)
         claimed = {
-            cc for cc in KNOWN_CCS if all(r.contains(cc) or r.jit_only(cc) for r in rows) and (floor is None or cc_key(cc) >= cc_key(floor))
+            cc
+            for cc in KNOWN_CCS
+            if all(r.contains(cc) or r.jit_only(cc) for r in rows) and (floor is None or cc_tuple(cc) >= cc_tuple(floor))
         }
         runs_on = set(measured.runs_on or ())
         if floor is not None and floor != measured.cc_min:
             found.add(f"{what}: floor {floor} in the table, {measured.cc_min} measured")
         if claimed - runs_on:
-            found.add(f"{what}: the table says it runs on {' '.join(sorted(claimed - runs_on, key=cc_key))}, its wheels do not")
+            found.add(f"{what}: the table says it runs on {' '.join(sorted(claimed - runs_on, key=cc_tuple))}, its wheels do not")
         if runs_on - claimed:
-            found.add(f"{what}: its wheels run on {' '.join(sorted(runs_on - claimed, key=cc_key))}, the table does not say so")
+            found.add(f"{what}: its wheels run on {' '.join(sorted(runs_on - claimed, key=cc_tuple))}, the table does not say so")
         if all(r.ptx for r in rows) != measured.ptx:
             found.add(f"{what}: {'+PTX' if measured.ptx else 'no PTX'} measured, the table says {'none' if measured.ptx else '+PTX'}")
     return found
@@ -646,7 +648,7 @@ def test_a_remote_index_cannot_point_at_this_machines_files(tmp_path: Path) -> N
 
 
 def test_a_fit_json_is_read_only_when_it_is_this_locks_and_refused_in_one_line_when_broken(tmp_path: Path) -> None:
-    from builder.errors import UserError
+    from builder.util.errors import UserError
     from builder.workspace import current_fit
 
     spec = spec_of("numba0.68.0-cu130-py3.11-debian12")

@@ -26,9 +26,9 @@ from builder.engine.image_build import BuildResult
 from builder.host.facts import AmdInfo, EngineFacts, HostInfo, NvidiaInfo
 from builder.lock.resolve import LockFailed
 from builder.lock.target import LockTarget
-from builder.records import ImageSpec
-from builder.results import SmokeResult
-from builder.sources import Sources
+from builder.model.plan import ImageSpec
+from builder.model.results import SmokeResult
+from builder.model.sources import Sources
 from builder.usecases import lock as locking
 from builder.usecases import publish as publishing
 from builder.workspace import Workspace

@@ -15,9 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from builder import jsonfields as jf
 from builder.catalog.records import DIGEST, KnownGood
-from builder.records import PLATFORM_ARCH, platform_of_id, platform_suffix
+from builder.model import jsonfields as jf
+from builder.model.plan import PLATFORM_ARCH, platform_of_id, platform_suffix
 
 INDEX_FILE = "indexes.json"
 SCHEMA = 1

@@ -1,6 +1,6 @@
 """`torch=2.14 cuda=13 python=3.11`: which known-good record a person means.
 
-The terms are builder/query.py's, as `--select`'s: a key is any of KnownGood.fields() (id,
+The terms are builder/util/query.py's, as `--select`'s: a key is any of KnownGood.fields() (id,
 stack, os, base, python, vendor, cuda, cudnn, rocm, a framework name, verdict, digest, ...);
 globs, and a version matches by release prefix (2.14 matches 2.14.1, not 2.140).
 """
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from packaging.version import InvalidVersion, Version
 
 from builder.catalog.records import KnownGood
-from builder.query import Term, parse_terms, value_matches
+from builder.util.query import Term, parse_terms, value_matches
 
 EXAMPLE = "torch=2.14 cuda=13 python=3.11"
 

@@ -13,11 +13,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from builder import jsonfields as jf
-from builder import measured_fit
-from builder.measured_fit import MeasuredFit
-from builder.records import AMD64, PLATFORMS, VENDORS, Accelerator, Vendor
-from builder.results import GOOD, TestedOn, Verdict, tested_on
+from builder.model import jsonfields as jf
+from builder.model import measured_fit
+from builder.model.measured_fit import MeasuredFit
+from builder.model.plan import AMD64, PLATFORMS, VENDORS, Accelerator, Vendor
+from builder.model.results import GOOD, TestedOn, Verdict, tested_on
 from builder.spec import grammar
 
 SCHEMA = 1
@@ -78,7 +78,7 @@ class KnownGood:
     fit: MeasuredFit | None = None  # a CUDA image's measured fit (from its smoke result); None: not measured
     platform: str = AMD64  # the image's platform (linux/arm64)
     emulated: bool = False  # its smoke tests ran under qemu-user emulation (an arm64 image tested on an amd64 host)
-    # its measured fit as wheel-variant properties (builder/locked_fit.py `variant_properties`:
+    # its measured fit as wheel-variant properties (builder/model/locked_fit.py `variant_properties`:
     # "nvidia :: sm_arch :: 90_real", ...), so tools that read variants can read the record
     variants: tuple[str, ...] = ()
 

@@ -17,8 +17,8 @@ import filelock
 
 from builder.catalog.indexes import INDEX_FILE, IndexError_, IndexRecord, index_from_json, render_indexes
 from builder.catalog.records import SCHEMA, KnownGood, RecordError, from_json
-from builder.errors import UserError
-from builder.fsio import MiB, dump_json, read_json, write_atomic
+from builder.util.errors import UserError
+from builder.util.fsio import MiB, dump_json, read_json, write_atomic
 
 CATALOG_FILE = "known-good.json"
 MANIFESTS = "manifests"

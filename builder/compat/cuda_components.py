@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from packaging.version import InvalidVersion, Version
 
-from builder.compat.versions import mm
+from builder.model.versions import mm
 
 # Versioned with the toolkit: their X.Y is the CUDA minor they belong to.
 TOOLKIT_VERSIONED = frozenset(

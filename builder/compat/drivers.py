@@ -16,7 +16,7 @@ from pathlib import Path
 
 from builder.compat.facts import Compat
 from builder.compat.tables import DATA_DIR, Table
-from builder.compat.versions import cc_tuple, release_tuple
+from builder.model.versions import cc_tuple, release_tuple
 
 TABLE_PATH = DATA_DIR / "gpu_drivers.yaml"
 

@@ -4,31 +4,40 @@ The shared sections (interpreters per OS, CUDA drivers, NumPy wheels) are read h
 framework's section is read by its own implementation (`rules/<name>.py`: `section_keys`, `load`),
 so a framework's facts and the decisions that use them live side by side. The frameworks are the
 registry in force (builder.compat.rules.registry), so a framework registered for a while has its
-section read too.
+section read too. Which frameworks those are is the caller's to say (`rules.table()` gives the
+registry in force), so this module knows no framework module and none of them imports it back.
 """
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import Protocol, TypeVar
 
 from packaging.version import InvalidVersion, Version
 
 from builder.compat.platforms import PlatformWheels, load_platforms
 from builder.compat.tables import DATA_DIR, PyRange, Table
-from builder.yamlsrc import LDict
-
-if TYPE_CHECKING:
-    from builder.compat.rules import Framework
+from builder.util.yamlsrc import LDict
 
 DEFAULT_PATH = DATA_DIR / "compat.yaml"
 CUDA_KEYS = ("toolkits", "mvc_floor", "require_branches", "brands", "cudnn_cc", "toolkit_components")
 SHARED_SECTIONS = ("schema", "os_python", "os_glibc", "numpy", "cuda", "platforms")
 T = TypeVar("T")
+
+
+class Section(Protocol):
+    """What the loader needs of a framework: its section's name and keys, where it lives, how it is read."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def facts_file(self) -> Path | None: ...
+    @property
+    def section_keys(self) -> tuple[str, ...]: ...
+    def load(self, t: Table, section: LDict) -> object: ...
 
 
 @dataclass(frozen=True)
@@ -62,14 +71,11 @@ class Compat:
         raise KeyError(f"no {kind.__name__} in the compatibility table")
 
 
-def load_compat(path: Path = DEFAULT_PATH, frameworks: Sequence[Framework] | None = None) -> Compat:
-    """The table at `path`, with a section for each framework (default: the registry in force); a
-    framework with its own `facts_file` has its section read from there instead."""
-    from builder.compat.rules import registry  # the framework modules import Compat from here
-
+def load_compat(path: Path, frameworks: Sequence[Section]) -> Compat:
+    """The table at `path`, with a section for each framework; a framework with its own
+    `facts_file` has its section read from there instead."""
     t = Table(path)
     doc = t.doc
-    frameworks = registry() if frameworks is None else frameworks
     t.only(doc, (*SHARED_SECTIONS, *(f.name for f in frameworks if f.facts_file is None)), "the top level")
     loaded: list[tuple[str, object]] = []
     for fw in frameworks:
@@ -154,15 +160,3 @@ def _components(t: Table, row: LDict) -> tuple[tuple[str, str], ...]:
 def _os_python(t: Table, doc: LDict) -> tuple[OsPython, ...]:
     rows = t.rows(t.section(doc, "os_python"), ("os", "python", "packages", "bin"), None, doc.line)
     return tuple(OsPython(str(x["os"]), str(x["python"]), t.strs(x["packages"], x.line), str(x["bin"])) for x in rows)
-
-
-def table() -> Compat:
-    """The shipped table for the registry in force, loaded once per process and registry."""
-    from builder.compat.rules import registry
-
-    return _table(registry())
-
-
-@functools.cache
-def _table(frameworks: tuple[Framework, ...]) -> Compat:
-    return load_compat(DEFAULT_PATH, frameworks)

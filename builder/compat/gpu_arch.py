@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder.compat.tables import DATA_DIR, Table
-from builder.compat.versions import cc_tuple, release_tuple
-from builder.yamlsrc import LDict, LList
+from builder.model.versions import cc_tuple, release_tuple
+from builder.util.yamlsrc import LDict, LList
 
 TABLE_PATH = DATA_DIR / "gpu_arch.yaml"
 

@@ -23,8 +23,8 @@ from typing import Any
 
 from builder.compat.tables import DATA_DIR, Table
 from builder.frameworks import NAMES
-from builder.records import ImageSpec
-from builder.yamlsrc import LDict, LList
+from builder.model.plan import ImageSpec
+from builder.util.yamlsrc import LDict, LList
 
 LIFECYCLE_PATH = DATA_DIR / "lifecycle.yaml"
 VENDOR_SECTIONS = ("python", "os", "driver")

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from packaging.version import Version
 
 from builder.compat.tables import Table
-from builder.records import AMD64, PLATFORMS, VENDORS, Base
-from builder.yamlsrc import LDict
+from builder.model.plan import AMD64, PLATFORMS, VENDORS, Base
+from builder.util.yamlsrc import LDict
 
 SECTION = "platforms"
 

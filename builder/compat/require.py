@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from builder.compat.facts import Compat
-from builder.compat.versions import release_tuple
+from builder.model.versions import release_tuple
 
 Name = Literal["cuda", "driver", "arch", "brand"]
 NAMES: tuple[Name, ...] = ("cuda", "driver", "arch", "brand")

@@ -15,7 +15,7 @@ from typing import Literal
 
 from builder.compat.facts import Compat
 from builder.compat.require import Device, Host, Requirement, RequirementError, brands_for, driver_cuda, judge, parse
-from builder.compat.versions import release_tuple
+from builder.model.versions import release_tuple
 
 Started = Literal["fits", "does not fit", "unknown"]
 

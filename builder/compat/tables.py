@@ -16,8 +16,8 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from builder.errors import UserError
-from builder.yamlsrc import LDict, LList, load, loads
+from builder.util.errors import UserError
+from builder.util.yamlsrc import LDict, LList, load, loads
 
 DATA_DIR = Path(__file__).parent / "data"
 SOURCES_PATH = DATA_DIR / "sources.yaml"

@@ -26,14 +26,14 @@ from pathlib import Path
 
 import filelock
 
-from builder import fsio
-from builder import jsonfields as jf
 from builder.engine.failures import any_network
 from builder.engine.port import Engine, EngineFault
 from builder.engine.retry import GaveUp, retry_network
-from builder.errors import UserError
-from builder.records import PLATFORM_ARCH, Base
-from builder.text import redact
+from builder.model import jsonfields as jf
+from builder.model.plan import PLATFORM_ARCH, Base
+from builder.util import fsio
+from builder.util.errors import UserError
+from builder.util.text import redact
 
 Log = Callable[[str], None]
 

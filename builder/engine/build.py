@@ -27,10 +27,10 @@ from builder.engine import bootstrap, leftovers, secrets
 from builder.engine.failures import is_network_failure
 from builder.engine.image_build import BuildResult, Run, build_image, up_to_date
 from builder.engine.port import Engine, EngineFault
-from builder.errors import UserError
-from builder.records import Base, ImageSpec, platform_suffix
+from builder.model.plan import Base, ImageSpec, platform_suffix
 from builder.render.context import Files
 from builder.render.labels import HASH_LABEL
+from builder.util.errors import UserError
 
 EngineFactory = Callable[[], Engine]  # a fresh connection per worker: an interrupt cuts each one's streams
 STOP_GRACE_S = 3.0  # how long an interrupt waits for cancelled builds to report before it gives up on them

@@ -48,8 +48,8 @@ from builder.engine.session import SESSION_LABEL as SESSION_LABEL
 from builder.engine.session import owner_labels
 from builder.engine.session import process_start as process_start
 from builder.engine.session import session_alive as session_alive
-from builder.errors import UserError
-from builder.text import printable, redact
+from builder.util.errors import UserError
+from builder.util.text import printable, redact
 
 DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 # pytest-testinfra's docker:// backend runs `docker exec` (smoke/checks/conftest.py): without the CLI

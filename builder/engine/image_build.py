@@ -36,7 +36,7 @@ from builder.engine.retry import GaveUp, retry_network
 from builder.engine.secrets import SecretServer, redact, serving
 from builder.engine.session import SESSION_ID
 from builder.engine.settings import BuildSettings
-from builder.records import ImageSpec
+from builder.model.plan import ImageSpec
 from builder.render.labels import HASH_LABEL, build_labels
 
 _STEP_ID = re.compile(r"^ ---> ([0-9a-f]{12})\s*$|^Successfully built ([0-9a-f]{12})\s*$")

@@ -24,11 +24,11 @@ from pathlib import Path
 
 import filelock
 
-from builder import fsio
 from builder.engine import session
 from builder.engine.bootstrap import HASH_LABEL as RECIPE_LABEL
 from builder.engine.port import Engine, EngineFault
 from builder.render.labels import BUILT_BY_LABEL, BUILT_BY_VALUE, HASH_LABEL
+from builder.util import fsio
 
 STAGE_LABEL = "io.builder.stage-of"  # build-stage images of older versions' two-stage Dockerfiles
 

@@ -29,9 +29,9 @@ import filelock
 
 from builder.engine.settings import BuildSettings
 from builder.engine.staging import sha256_of
-from builder.errors import UserError
 from builder.lock.target import PYPI
-from builder.text import redact
+from builder.util.errors import UserError
+from builder.util.text import redact
 
 VERSION = "0.13.9"
 

@@ -26,8 +26,8 @@ from collections.abc import Callable, Iterable, Iterator
 from builder.engine.failures import is_network_failure
 from builder.engine.port import Engine, EngineFault, Progress
 from builder.engine.retry import GaveUp, reason_of, retry_network
-from builder.errors import RunFailure, UserError
-from builder.text import redact
+from builder.util.errors import RunFailure, UserError
+from builder.util.text import redact
 
 ATTEMPTS = 4
 WAIT_S = 2.0  # then 4, 8: about 14 s in all before a registry that is down is reported

@@ -12,7 +12,7 @@ from typing import TypeVar
 from tenacity import RetryCallState, RetryError, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 from tenacity.stop import stop_base
 
-from builder.text import redact
+from builder.util.text import redact
 
 T = TypeVar("T")
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
 
-from builder.text import redact as redact  # re-exported: where the build's callers have always found it
+from builder.util.text import redact as redact  # re-exported: where the build's callers have always found it
 
 LOCALHOST = "127.0.0.1"
 

@@ -14,12 +14,12 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from builder.engine import secrets
-from builder.errors import UserError
-from builder.fsio import MiB, read_text
-from builder.sources import BuildSettings as BuildSettings  # named here too: engine/ and its tests read them here
-from builder.sources import PipSources as PipSources
-from builder.sources import Sources
+from builder.model.sources import BuildSettings as BuildSettings  # named here too: engine/ and its tests read them here
+from builder.model.sources import PipSources as PipSources
+from builder.model.sources import Sources
 from builder.spec import grammar
+from builder.util.errors import UserError
+from builder.util.fsio import MiB, read_text
 
 CA_ENV = "BUILDER_CA_BUNDLE"
 HOST_CA_ENV = ("PIP_CERT", "REQUESTS_CA_BUNDLE", "SSL_CERT_FILE", "CURL_CA_BUNDLE")

@@ -31,9 +31,9 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import Version
 
 from builder.engine.settings import BuildSettings
-from builder.errors import UserError
 from builder.lock.target import ARCH
-from builder.records import ImageSpec
+from builder.model.plan import ImageSpec
+from builder.util.errors import UserError
 
 
 @dataclass(frozen=True)

@@ -19,11 +19,11 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from builder.catalog.records import KnownGood
-from builder.compat.facts import table
-from builder.errors import UserError
+from builder.compat.rules import table
 from builder.lock import files
 from builder.lock.target import platform_for
-from builder.records import platform_of_id
+from builder.model.plan import platform_of_id
+from builder.util.errors import UserError
 
 _FREEZE = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[A-Za-z0-9.!+_-]+)$")
 # `numpy>=2.1`, `numpy>=2,<3` in a resolver's message: a base package with a range it was asked for

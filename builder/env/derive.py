@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from builder.catalog.records import KnownGood
 from builder.env.envfile import EnvFile
-from builder.records import Base, ImageSpec
+from builder.model.plan import Base, ImageSpec
 
 
 def base_of(record: KnownGood) -> Base:

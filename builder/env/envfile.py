@@ -24,9 +24,9 @@ from typing import Any
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from builder import yamlsrc
-from builder.errors import UserError
 from builder.spec import grammar
+from builder.util import yamlsrc
+from builder.util.errors import UserError
 
 ENV_FILE = "gpu-env.yaml"
 LOCK_FILE = "gpu-env.lock"

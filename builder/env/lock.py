@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from builder.env.base import BaseLock, untouched
 from builder.env.envfile import LOCK_FILE, EnvFile
-from builder.errors import UserError
 from builder.lock import files
 from builder.lock.target import LockTarget
-from builder.records import Lock
+from builder.model.plan import Lock
+from builder.util.errors import UserError
 
 
 def target(env: EnvFile, base: BaseLock, indexes: tuple[str, ...] = ()) -> LockTarget:

@@ -11,13 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder.env.envfile import EnvFile
-from builder.errors import UserError
 from builder.lock.files import LOCK_NAME
-from builder.records import Lock
+from builder.model.plan import Lock
 from builder.render import sandbox
 from builder.render.context import Files, content_hash
 from builder.render.templates import environment
 from builder.spec import grammar
+from builder.util.errors import UserError
 
 ENTRY = "env/Dockerfile.j2"
 BASE_LABEL = "io.builder.env.base"  # the base's repository@sha256:...

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from builder.env.envfile import EnvFile
-from builder.errors import UserError
+from builder.util.errors import UserError
 
 DEVCONTAINER = Path(".devcontainer") / "devcontainer.json"
 SCHEMA = Path(__file__).resolve().parent / "data" / "devcontainer.schema.json"

@@ -22,13 +22,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from builder.errors import UserError
-from builder.measured_fit import GENERATIONS as GENERATIONS  # re-exported: the rules of this stage name generations from here
+from builder.model.measured_fit import GENERATIONS as GENERATIONS  # re-exported: the rules of this stage name generations from here
+from builder.util.errors import UserError
 
 _ARCH = re.compile(r"^(?:sm_|compute_)?(\d{2,3})([af]?)$")
 _CC = re.compile(r"^(\d{1,2})\.(\d)$")
 
-# Generation names for the reason lines: builder/measured_fit.py (a foundation, so the stages before
+# Generation names for the reason lines: builder/model/measured_fit.py (a foundation, so the stages before
 # this one name the known compute capabilities too).
 
 

@@ -18,8 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from builder.errors import RunFailure, UserError
 from builder.fit.arch import Arch, Embedded
+from builder.util.errors import RunFailure, UserError
 
 Runner = Callable[[Sequence[str]], tuple[int, str]]
 ENV = "BUILDER_CUOBJDUMP"

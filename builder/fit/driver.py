@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from builder.compat import ptx_isa
 from builder.compat.facts import Compat
 from builder.compat.rules.cuda import mvc_driver, toolkit_driver
-from builder.compat.versions import mm, release_tuple
+from builder.model.versions import mm, release_tuple
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Literal
 
 from builder.compat import drivers
-from builder.compat.facts import table
 from builder.compat.require import BRAND_NAMES
-from builder.errors import UserError
+from builder.compat.rules import table
 from builder.fit.arch import Arch
 from builder.host import facts
+from builder.util.errors import UserError
 
 Vendor = Literal["nvidia", "amd", "none"]
 CpuArch = Literal["amd64", "arm64"]

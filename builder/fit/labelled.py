@@ -13,12 +13,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from builder.catalog.records import BaseIdentity, KnownGood, MeasuredAccelerator
-from builder.errors import UserError
-from builder.measured_fit import MeasuredFit
-from builder.records import AMD64, VENDORS
+from builder.model.measured_fit import MeasuredFit
+from builder.model.plan import AMD64, VENDORS
+from builder.model.results import TestedOn
 from builder.render import labels as lb
-from builder.results import TestedOn
 from builder.spec import grammar
+from builder.util.errors import UserError
 
 _CC = re.compile(r"^\d{1,2}\.\d$")
 _CCS = re.compile(r"^\d{1,2}\.\d( \d{1,2}\.\d)*$")

@@ -3,7 +3,7 @@
 fit/scan.py runs there with the image's Python (`python -I -c`, read-only root, no network,
 non-root): it lists the device code of every shared library under the venv, each framework's
 package folders, the CUDA runtime's version and NVRTC's architectures. `parse` applies the rules
-here (fit/arch.py, fit/driver.py) and returns the typed record (builder/measured_fit.py).
+here (fit/arch.py, fit/driver.py) and returns the typed record (builder/model/measured_fit.py).
 
 Which libraries a framework loads: those in its own package folders and every shared one (the
 nvidia/* wheels, jaxlib, ...), never another framework's. A program needs every library it loads,
@@ -25,25 +25,24 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from builder import jsonfields as jf
 from builder.compat.facts import Compat
 from builder.compat.rules import Nvrtc, below_lowest, framework
-from builder.compat.versions import release_tuple
 from builder.engine.port import Container
-from builder.errors import RunFailure
 from builder.fit import driver as drivers
 from builder.fit import fatbin, rule, scan
 from builder.fit.arch import Arch, Embedded
-from builder.measured_fit import (
+from builder.model import jsonfields as jf
+from builder.model.measured_fit import (
     ComponentFloor,
     DriverNeed,
     FrameworkFit,
     JitCompiler,
     LibraryCode,
     MeasuredFit,
-    cc_key,
     target_key,
 )
+from builder.model.versions import cc_tuple, release_tuple
+from builder.util.errors import RunFailure
 
 JitRule = Callable[[Arch, JitCompiler], str | None]  # a GPU, the NVRTC -> why the kernels compiled at run time cannot run, or None
 SCRIPT = Path(scan.__file__).read_text(encoding="utf-8")
@@ -160,7 +159,7 @@ def _framework(
     if jit:
         refusal = jit if callable(jit) else _below_lowest
         ccs = {cc for cc in ccs if compiler is not None and refusal(Arch.cc(cc), compiler) is None}
-    return FrameworkFit(name, tuple(lib.path for lib in loads), tuple(sorted(ccs, key=cc_key)), bool(jit))
+    return FrameworkFit(name, tuple(lib.path for lib in loads), tuple(sorted(ccs, key=cc_tuple)), bool(jit))
 
 
 def floors(libraries: Sequence[LibraryCode]) -> tuple[ComponentFloor, ...]:
@@ -174,7 +173,7 @@ def floors(libraries: Sequence[LibraryCode]) -> tuple[ComponentFloor, ...]:
     for name, libs in sorted(groups.items()):
         common = set.intersection(*(set(lib.runs_on) for lib in libs))
         if common:
-            out.append(ComponentFloor(name, min(common, key=cc_key), tuple(lib.path for lib in libs)))
+            out.append(ComponentFloor(name, min(common, key=cc_tuple), tuple(lib.path for lib in libs)))
     return tuple(out)
 
 

@@ -21,9 +21,9 @@ from builder.compat import gpu_arch, runtime_fit
 from builder.compat.facts import Compat
 from builder.compat.rules import framework, names
 from builder.compat.rules.cuda import require_cuda
-from builder.compat.versions import cc_tuple, release_tuple
 from builder.fit import driver as drivers
-from builder.records import PLATFORM_ARCH
+from builder.model.plan import PLATFORM_ARCH
+from builder.model.versions import cc_tuple, release_tuple
 
 Source = Literal["table", "measured"]
 _CUDA_VARIANT = re.compile(r"^cu(?:da)?(\d{2,3})$")

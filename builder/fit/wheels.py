@@ -30,7 +30,7 @@ from collections import Counter
 from pathlib import Path
 
 from builder.fit import scan
-from builder.locked_fit import Compiler, Library, WheelCode
+from builder.model.locked_fit import Compiler, Library, WheelCode
 
 MAX_MEMBERS = 100_000
 MAX_MEMBER = 8 * 2**30  # uncompressed; libtorch_cuda.so is ~1.5 GB

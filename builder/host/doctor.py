@@ -22,9 +22,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from builder.compat import gpu_arch, lifecycle, runtime_fit
-from builder.compat.facts import table
-from builder.compat.rules import framework
-from builder.compat.versions import release_tuple  # driver versions compare numerically: 580.159.03 > 580.65.06
+from builder.compat.rules import framework, table
 from builder.host.facts import (
     AmdInfo,
     EmulationFacts,
@@ -37,8 +35,9 @@ from builder.host.facts import (
     runs_emulated,
 )
 from builder.lock.files import libraries
-from builder.measured_fit import KNOWN_CCS
-from builder.records import ARM64, PLATFORM_ARCH, Accelerator, ImageSpec, Install
+from builder.model.measured_fit import KNOWN_CCS
+from builder.model.plan import ARM64, PLATFORM_ARCH, Accelerator, ImageSpec, Install
+from builder.model.versions import release_tuple  # driver versions compare numerically: 580.159.03 > 580.65.06
 
 Status = Literal["ok", "warn", "fail", "n/a"]
 _SEVERITY: dict[Status, int] = {"fail": 0, "warn": 1, "n/a": 2, "ok": 3}

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Literal
 
 from builder.compat.require import BRANDS
-from builder.errors import UserError
-from builder.records import PLATFORM_ARCH
-from builder.text import redact
+from builder.model.plan import PLATFORM_ARCH
+from builder.util.errors import UserError
+from builder.util.text import redact
 
 Runner = Callable[[list[str]], tuple[int, str]]
 Identity = Callable[[], tuple[int, frozenset[int]]]  # (effective uid, group ids)

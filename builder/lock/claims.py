@@ -4,7 +4,7 @@ The rules decide an image from tables; once `builder lock` has pinned its wheels
 better. Every claim an image makes (NVIDIA_REQUIRE_CUDA and the driver floors, the cuDNN of the
 plan JSON and labels) is computed here from the versions the lock pins, with the table facts only
 for what a lock cannot say (the driver of a CUDA release); which GPUs it runs on is measured from
-the lock's wheels themselves (images/<id>/fit.json, builder/locked_fit.py). And a lock whose CUDA wheels
+the lock's wheels themselves (images/<id>/fit.json, builder/model/locked_fit.py). And a lock whose CUDA wheels
 leave the image's CUDA minor is refused here, unless matrix.yaml's `cuda_exceptions` names it.
 """
 
@@ -14,12 +14,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from builder.compat import cuda_components, gpu_arch
-from builder.compat.facts import Compat, table
+from builder.compat.facts import Compat
+from builder.compat.rules import table
 from builder.compat.rules.cuda import accelerator
-from builder.compat.versions import cc_tuple
-from builder.errors import UserError
 from builder.lock.files import libraries
-from builder.records import ImageSpec, Lock
+from builder.model.plan import ImageSpec, Lock
+from builder.model.versions import cc_tuple
+from builder.util.errors import UserError
 
 
 def base_minor(spec: ImageSpec) -> str | None:

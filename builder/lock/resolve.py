@@ -18,8 +18,8 @@ from pathlib import Path
 
 from builder.lock import children
 from builder.lock.target import PYPI, LockTarget
-from builder.sources import BuildSettings
-from builder.text import printable, redact
+from builder.model.sources import BuildSettings
+from builder.util.text import printable, redact
 
 TIMEOUT_S = 900
 _FETCH = re.compile(r"Failed to fetch: `?(\S+?)`?$", re.MULTILINE)
@@ -130,7 +130,7 @@ def resolve(
 
 def classify(returncode: int, stderr: str) -> LockFailed:
     """uv's failure as one line: credentials in any URL masked (engine.secrets.redact), and what the
-    index sent (an error page, a name) with its control characters escaped (builder.text)."""
+    index sent (an error page, a name) with its control characters escaped (builder.util.text)."""
     failed = _classify(returncode, redact(stderr))
     return LockFailed(failed.kind, printable(failed.message, 2000))
 

@@ -13,8 +13,8 @@ import json
 from dataclasses import dataclass
 
 from builder.compat.facts import Compat
-from builder.errors import UserError
-from builder.records import AMD64, ARM64, ImageSpec
+from builder.model.plan import AMD64, ARM64, ImageSpec
+from builder.util.errors import UserError
 
 SCHEMA = 1  # bump when the resolution procedure changes what a lock holds
 MAX_MANYLINUX = (2, 40)  # the newest manylinux tag uv knows (x86_64 and aarch64 alike)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
-from builder.records import Lock
+from builder.model.plan import Lock
 
 _PLATFORM = re.compile(r"^(?P<arch>x86_64|aarch64)-manylinux_(?P<major>\d+)_(?P<minor>\d+)$")
 _LEGACY = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}  # PEP 600's aliases of the old names

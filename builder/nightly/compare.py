@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from builder.results import is_good
+from builder.model.results import is_good
 from builder.updates.releases import Release
 
 BAD = ("failed", "build-failed", "lock-failed", "not-built")
@@ -55,7 +55,7 @@ class Change:
 
 
 def classify(before: str | None, now: str) -> str:
-    """The good statuses are the smoke verdicts that count as good (builder.results.GOOD)."""
+    """The good statuses are the smoke verdicts that count as good (builder.model.results.GOOD)."""
     if not is_good(now) and now not in BAD:
         return "not-run"
     if before is not None and is_good(before):

@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from builder.catalog.records import KnownGood
-from builder.errors import UserError
-from builder.fsio import MiB, dump_json, read_json, write_atomic
+from builder.model.results import is_good
 from builder.nightly.compare import BAD, Outcome
-from builder.results import is_good
+from builder.util.errors import UserError
+from builder.util.fsio import MiB, dump_json, read_json, write_atomic
 
 SCHEMA = 1
 MAX_BYTES = 16 * MiB  # one short entry per image

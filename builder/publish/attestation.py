@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from builder.catalog.records import KnownGood
-from builder.errors import RunFailure, UserError
-from builder.fsio import dump_json, parse_json
-from builder.results import SmokeResult
+from builder.model.results import SmokeResult
+from builder.util.errors import RunFailure, UserError
+from builder.util.fsio import dump_json, parse_json
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://github.com/example/gpu-image-builder/docs/evidence.md#smoke-evidence-v1"

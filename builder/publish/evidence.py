@@ -22,9 +22,9 @@ from pathlib import Path
 from builder.catalog.records import KnownGood
 from builder.engine.port import BuildRequest, Engine, EngineFault
 from builder.engine.session import OWNER_LABEL, OWNER_VALUE
-from builder.errors import RunFailure
-from builder.fsio import dump_json
 from builder.publish.publisher import PushNames, push_verified
+from builder.util.errors import RunFailure
+from builder.util.fsio import dump_json
 
 EVIDENCE = "evidence"  # catalog/evidence/
 SBOM_SUFFIX = ".sbom.cdx.json"

@@ -7,10 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder import results
-from builder.errors import UserError
-from builder.records import ImageSpec
-from builder.results import SmokeResult
+from builder.model import results
+from builder.model.plan import ImageSpec
+from builder.model.results import SmokeResult
+from builder.util.errors import UserError
 
 
 @dataclass(frozen=True)

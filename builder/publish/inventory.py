@@ -10,10 +10,10 @@ from dataclasses import dataclass, replace
 from packaging.utils import canonicalize_name
 
 from builder.engine.port import Engine, EngineFault
-from builder.errors import RunFailure
 from builder.host.facts import HostInfo
-from builder.records import ImageSpec
+from builder.model.plan import ImageSpec
 from builder.smoke.args import gpu_access, run_spec
+from builder.util.errors import RunFailure
 
 PYTHON_SECTION = "## python"
 DPKG_SECTION = "## dpkg"

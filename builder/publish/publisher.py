@@ -21,13 +21,13 @@ from builder.catalog.records import BaseIdentity, KnownGood, MeasuredAccelerator
 from builder.compat.rules import framework
 from builder.engine import push
 from builder.engine.port import Engine, EngineFault
-from builder.errors import RunFailure, UserError
 from builder.host.facts import HostInfo
-from builder.locked_fit import variant_properties
+from builder.model.locked_fit import variant_properties
+from builder.model.plan import ImageSpec
+from builder.model.results import SmokeResult, TestedOn
 from builder.publish.inventory import Inventory, read_inventory, run_script
 from builder.publish.tags import floating_tags, newest_of_line
-from builder.records import ImageSpec
-from builder.results import SmokeResult, TestedOn
+from builder.util.errors import RunFailure, UserError
 
 REPOSITORY = re.compile(r"^(?:[a-z0-9.-]+(?::\d{1,5})?/)?[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$")
 MANIFEST_ENV = re.compile(r"^(PATH|VIRTUAL_ENV|LD_LIBRARY_PATH|NVIDIA_[A-Z_]+|CUDA_[A-Z_]+|PYTHON[A-Z_]*|NUMBA_[A-Z_]+|HSA_[A-Z_]+)=")

@@ -29,10 +29,10 @@ from cyclonedx.schema import SchemaVersion
 from packageurl import PackageURL
 from packaging.version import InvalidVersion, Version
 
-from builder.errors import RunFailure
-from builder.fsio import parse_json
+from builder.model.plan import Lock
 from builder.publish.inventory import Inventory
-from builder.records import Lock
+from builder.util.errors import RunFailure
+from builder.util.fsio import parse_json
 
 SPEC_VERSION = SchemaVersion.V1_6
 VENV_TOOLS = ("pip", "setuptools")  # what `python -m venv` installs (ensurepip), outside the lock

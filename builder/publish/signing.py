@@ -18,7 +18,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from builder.errors import RunFailure, UserError
+from builder.util.errors import RunFailure, UserError
 
 RECORD_NAMESPACE = "record@gpu-image-builder"
 ATTESTATION_NAMESPACE = "attestation@gpu-image-builder"

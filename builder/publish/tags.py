@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from packaging.version import InvalidVersion, Version
 
 from builder.catalog.records import KnownGood
-from builder.records import platform_of_id, platform_suffix
+from builder.model.plan import platform_of_id, platform_suffix
 
 ID = re.compile(
     r"^(?P<name>[a-z][a-z_-]*?)(?P<version>\d+\.\d+)(?:\.[0-9a-z.]+)?-(?P<accel>[a-z]+[0-9.]*)(?P<rest>(?:-on-[a-z0-9.]+)?-py\d+\.\d+-.+)$"

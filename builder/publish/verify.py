@@ -9,10 +9,10 @@ import hashlib
 from pathlib import Path
 
 from builder.catalog.records import KnownGood
-from builder.errors import RunFailure
-from builder.fsio import MiB, read_text
 from builder.publish import attestation, evidence, signing
 from builder.publish.signing import Unverified
+from builder.util.errors import RunFailure
+from builder.util.fsio import MiB, read_text
 
 MAX_BYTES = 64 * MiB
 

@@ -17,11 +17,11 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from builder.compat.facts import table
-from builder.errors import UserError
+from builder.compat.rules import table
 from builder.lock.target import platform_for
-from builder.records import Base, ImageSpec
+from builder.model.plan import Base, ImageSpec
 from builder.render.labels import build_labels
+from builder.util.errors import UserError
 
 NAME = re.compile(r"^[A-Za-z0-9_-]+$")  # bake's rule for target and group names
 PLATFORMS = {"x86_64": "linux/amd64", "aarch64": "linux/arm64"}  # lock platform arch -> OCI platform

@@ -17,11 +17,11 @@ from typing import Any
 
 import jinja2
 
-from builder.errors import UserError
 from builder.lock.files import LOCK_NAME
-from builder.locked_fit import FIT_NAME
-from builder.records import ImageSpec, Matrix
+from builder.model.locked_fit import FIT_NAME
+from builder.model.plan import ImageSpec, Matrix
 from builder.render.templates import constraints, dockerfile, environment, requirements
+from builder.util.errors import UserError
 
 PROBE = Path(__file__).resolve().parents[1] / "probes" / "hello_gpu.py"
 PROBE_NAME = "hello_gpu.py"

@@ -8,12 +8,12 @@ from __future__ import annotations
 from typing import Any
 
 from builder.compat import lifecycle
-from builder.compat.facts import table
-from builder.errors import UserError
+from builder.compat.rules import table
 from builder.lock.files import libraries
 from builder.lock.target import lock_state
-from builder.locked_fit import variant_properties
-from builder.records import AMD64, ImageSpec, Skipped, Vendor
+from builder.model.locked_fit import variant_properties
+from builder.model.plan import AMD64, ImageSpec, Skipped, Vendor
+from builder.util.errors import UserError
 
 # Where a leg of .github/workflows/images.yml runs: GPU images on self-hosted runners with that
 # vendor's GPU (the labels a runner is registered with), the rest on GitHub's hosted runners.

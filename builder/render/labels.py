@@ -3,7 +3,7 @@ Dockerfile): one definition for the engine's build and the bake file's targets."
 
 from __future__ import annotations
 
-from builder.records import ImageSpec
+from builder.model.plan import ImageSpec
 
 # On every image a build makes, from the Dockerfile's first step on (templates/Dockerfile.j2), so
 # the untagged intermediate images of a failed or interrupted build can be found and removed.

@@ -24,8 +24,8 @@ from jinja2.compiler import CodeGenerator, Frame
 from jinja2.loaders import split_template_path
 from jinja2.sandbox import SandboxedEnvironment
 
-from builder.errors import UserError
-from builder.fsio import MiB, read_text
+from builder.util.errors import UserError
+from builder.util.fsio import MiB, read_text
 
 MAX_TEMPLATE = MiB  # one template file; the shipped ones are a few kB
 MAX_OUTPUT = 4 * MiB  # one rendered file (render.tree.MAX_FILE: bigger is not render's own)

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from builder.errors import UserError
+from builder.util.errors import UserError
 
 _HELD = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 _AT_FDCWD = -100

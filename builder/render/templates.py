@@ -15,8 +15,8 @@ import jinja2
 from packaging.version import Version
 
 from builder.lock.files import libraries
-from builder.locked_fit import variant_properties
-from builder.records import AMD64, ImageSpec
+from builder.model.locked_fit import variant_properties
+from builder.model.plan import AMD64, ImageSpec
 from builder.render import labels as lb
 from builder.render import sandbox
 

@@ -22,15 +22,15 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 
-from builder.errors import UserError
-from builder.fsio import parse_json
 from builder.lock.files import LOCK_NAME
-from builder.locked_fit import FIT_NAME
-from builder.records import ImageSpec
+from builder.model.locked_fit import FIT_NAME
+from builder.model.plan import ImageSpec
 from builder.render import swap
 from builder.render.context import COMMITTED, PROBE_NAME, Files, content_hash, image_json
 from builder.render.formats import image_entry
 from builder.spec import grammar
+from builder.util.errors import UserError
+from builder.util.fsio import parse_json
 
 MANIFEST = ".rendered.json"
 GENERATOR = "builder render"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from builder.records import AMD64
+from builder.model.plan import AMD64
 from builder.report.model import LABELS, STATUSES, Report, Row
 from builder.report.output import MARKDOWN_MARKER
 

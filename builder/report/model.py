@@ -8,10 +8,10 @@ from dataclasses import dataclass
 
 from builder.catalog.records import KnownGood
 from builder.compat import lifecycle
-from builder.compat.facts import table
+from builder.compat.rules import table
 from builder.fit.runs_on import runs_on
-from builder.records import AMD64, ImageSpec, Plan, platform_suffix
-from builder.results import SmokeResult, is_good
+from builder.model.plan import AMD64, ImageSpec, Plan, platform_suffix
+from builder.model.results import SmokeResult, is_good
 
 # In the order a reader cares: what can be pulled first. `passed`: tested, not published yet.
 STATUSES = ("known-good", "passed", "gpu-skipped", "failed", "not-built", "skipped")

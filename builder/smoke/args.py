@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from builder.engine.port import ContainerSpec
 from builder.host.facts import HostInfo
-from builder.records import ImageSpec
+from builder.model.plan import ImageSpec
 
 GPU_MODES = ("auto", "require", "off")
 MEMORY_LIMIT = "8g"

@@ -22,21 +22,21 @@ from typing import Any
 
 import filelock
 
-from builder import probe_report, results
-from builder.compat.facts import table
+from builder.compat.rules import table
 from builder.engine.diagnose import diagnose_text
 from builder.engine.port import Container, Engine, NotFound
-from builder.errors import RunFailure, UserError
 from builder.fit import measure
-from builder.fsio import read_json
 from builder.host.facts import HostInfo, host_machine, runs_emulated
-from builder.measured_fit import MeasuredFit
-from builder.probe_report import ProbeReport
-from builder.records import ImageSpec
+from builder.model import probe_report, results
+from builder.model.measured_fit import MeasuredFit
+from builder.model.plan import ImageSpec
+from builder.model.probe_report import ProbeReport
+from builder.model.results import CudaCheck, Diagnosed, GpuUse, SmokeResult, TestCounts, TestedOn, verdict_of
 from builder.render.formats import image_entry
 from builder.render.labels import HASH_LABEL
-from builder.results import CudaCheck, Diagnosed, GpuUse, SmokeResult, TestCounts, TestedOn, verdict_of
 from builder.smoke.args import GpuAccess, gpu_access, run_spec
+from builder.util.errors import RunFailure, UserError
+from builder.util.fsio import read_json
 
 CHECKS_DIR = Path(__file__).resolve().parent / "checks"
 

@@ -10,9 +10,9 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import replace
 
-from builder.query import SelectorIndex, matches
-from builder.records import AMD64, Base, Combination, Matrix, Rule
+from builder.model.plan import AMD64, Base, Combination, Matrix, Rule
 from builder.spec.select import combination_fields
+from builder.util.query import SelectorIndex, matches
 
 
 def rule_matches(rule: Rule, combo: Combination) -> bool:

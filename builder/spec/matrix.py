@@ -14,11 +14,11 @@ from typing import Any
 from packaging.version import Version
 
 from builder.compat.rules import names as framework_names
-from builder.errors import UserError
-from builder.query import is_glob, value_matches
-from builder.records import AMD64, PLATFORMS, VENDORS, Base, Matrix, Rule
+from builder.model.plan import AMD64, PLATFORMS, VENDORS, Base, Matrix, Rule
 from builder.spec import grammar
-from builder.yamlsrc import LDict, LList, load
+from builder.util.errors import UserError
+from builder.util.query import is_glob, value_matches
+from builder.util.yamlsrc import LDict, LList, load
 
 TOP_KEYS = (
     "registry", "defaults", "bases", "python", "frameworks", "stacks", "exclude", "include", "indexes", "build", "source", "unlocked",

@@ -10,17 +10,17 @@ import re
 from fnmatch import fnmatchcase
 
 from builder.compat import cuda_components
-from builder.compat.facts import Compat, table
+from builder.compat.facts import Compat
 from builder.compat.platforms import platform_reason
-from builder.compat.rules import decide, framework
+from builder.compat.rules import decide, framework, table
 from builder.compat.rules.cuda import accelerator
 from builder.compat.rules.numpy import pick_numpy
 from builder.compat.rules.python import decide_python
-from builder.compat.versions import mm
-from builder.errors import UserError
-from builder.records import Combination, ImageSpec, Install, Matrix, Plan, Skipped, platform_suffix
+from builder.model.plan import Combination, ImageSpec, Install, Matrix, Plan, Skipped, platform_suffix
+from builder.model.versions import mm
 from builder.spec import grammar
 from builder.spec.expand import Excluder, expand, included
+from builder.util.errors import UserError
 
 WHEEL_VARIANT = re.compile(r"cu\d{3}|rocm\d+(?:\.\d+)*")  # a wheel built for one CUDA/ROCm release (torch's)
 

@@ -1,17 +1,17 @@
-"""Selections over planned images and matrix combinations, in the one query language (builder/query.py).
+"""Selections over planned images and matrix combinations, in the one query language (builder/util/query.py).
 
 `--select EXPR` and matrix.yaml's selects (`defaults.select`, `unlocked:`, `cuda_exceptions:`,
 `keep_older_gpus:`) are terms over an image's fields; `exclude` entries are terms over a
-combination's. Both match with builder.query's rules: globs, and a version matches its release
+combination's. Both match with builder.util.query's rules: globs, and a version matches its release
 prefix (`torch=2.14` selects 2.14.1, never 2.140).
 """
 
 from __future__ import annotations
 
-from builder import query
 from builder.compat.rules import names as framework_names
-from builder.query import matches
-from builder.records import Combination, ImageSpec
+from builder.model.plan import Combination, ImageSpec
+from builder.util import query
+from builder.util.query import matches
 
 SELECT_FIELDS = ("id", "base", "stack", "python", "vendor", "os", "index", "platform")  # and every framework of the registry in force
 Selector = tuple[tuple[str, str], ...]

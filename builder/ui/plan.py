@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from builder.records import ImageSpec, Plan
+from builder.model.plan import ImageSpec, Plan
 from builder.ui.rows import print_rows
 from builder.ui.text import markup
 

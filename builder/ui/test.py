@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from rich.console import Console
 from rich.table import Table
 
-from builder.records import ImageSpec
-from builder.results import SmokeResult
+from builder.model.plan import ImageSpec
+from builder.model.results import SmokeResult
 from builder.ui.status import styled
 from builder.ui.text import markup
 

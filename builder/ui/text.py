@@ -12,9 +12,9 @@ import re
 
 from rich.markup import escape
 
-from builder.text import CONTROL_CLASS
+from builder.util.text import CONTROL_CLASS
 
-# builder.text's table (C0/C1 controls, DEL, separators, bidi and zero-width characters); tab and
+# builder.util.text's table (C0/C1 controls, DEL, separators, bidi and zero-width characters); tab and
 # newline are kept only where asked.
 _CONTROL = re.compile(f"[{CONTROL_CLASS}]")
 _LINE_BREAKS = re.compile("[\t\n]")

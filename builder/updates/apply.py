@@ -26,9 +26,9 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from builder.errors import UserError
 from builder.spec.matrix import load_matrix
 from builder.updates.releases import PLANNABLE, Release, spelling_rank
+from builder.util.errors import UserError
 
 _DASH = re.compile(r"[ \t]*-[ \t]+")
 

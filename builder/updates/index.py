@@ -7,7 +7,7 @@ gives (else the system's); retries with backoff for what a retry can fix (networ
 timeouts, HTTP 5xx and 429) and none for what it cannot (404, other 4xx, TLS verification, a body
 that is not JSON). Credentials stay with their origin. Whatever goes wrong is one `IndexFailure`
 whose message is one line: the index, the cause, and what to do; text the index sent is escaped
-(builder.text.printable) before it is part of one.
+(builder.util.text.printable) before it is part of one.
 """
 
 from __future__ import annotations
@@ -27,12 +27,13 @@ from typing import Any, TypeVar
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 from urllib.request import url2pathname
 
-from builder import __version__, fsio
+from builder import __version__
 from builder.engine.retry import GaveUp, retry_network
 from builder.engine.settings import check_ca_bundle
-from builder.errors import RunFailure, UserError
-from builder.text import escape_controls, printable, redact
 from builder.updates import transport, wheelmeta
+from builder.util import fsio
+from builder.util.errors import RunFailure, UserError
+from builder.util.text import escape_controls, printable, redact
 
 DEFAULT_INDEX_JSON_URL = "https://pypi.org/pypi"
 INDEX_JSON_ENV = "BUILDER_INDEX_JSON_URL"

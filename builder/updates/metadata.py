@@ -17,8 +17,8 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import InvalidVersion, Version
 
 from builder.compat.requires import Meta, extras, requirements
-from builder.errors import RunFailure
 from builder.spec import grammar
+from builder.util.errors import RunFailure
 
 _LINUX_PLATFORM = re.compile(r"(?:manylinux\d*(?:_\d+)*|linux)_x86_64")  # manylinux1/2010/2014, manylinux_2_28, linux
 _LOWER_FIRST = {">=": 0, ">": 0, "~=": 0, "==": 0, "===": 0, "!=": 1, "<": 2, "<=": 2}

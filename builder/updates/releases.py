@@ -31,17 +31,17 @@ from packaging.markers import InvalidMarker, UndefinedComparison, UndefinedEnvir
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from builder.compat.facts import Compat, table
+from builder.compat.facts import Compat
 from builder.compat.requires import Meta, pinned, requirements
-from builder.compat.rules import Framework, Placed, Row, registry
+from builder.compat.rules import Framework, Placed, Row, registry, table
 from builder.compat.rules.numpy import pick_numpy
-from builder.compat.versions import mm
-from builder.errors import UserError
 from builder.lock import claims
-from builder.records import Base, ImageSpec, Lock, Matrix, Verdict
+from builder.model.plan import Base, ImageSpec, Lock, Matrix, Verdict
+from builder.model.versions import mm
 from builder.spec.plan import make_plan
-from builder.text import printable
 from builder.updates.metadata import available, candidates, numpy_allows, numpy_bounds, python_allows, read_meta
+from builder.util.errors import UserError
+from builder.util.text import printable
 
 PLANNABLE = "plannable"
 NEEDS_RULES = "needs rules"

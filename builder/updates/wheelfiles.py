@@ -30,9 +30,9 @@ from urllib.request import url2pathname
 from builder import __version__
 from builder.engine.retry import GaveUp, retry_network
 from builder.lock.wheels import IndexFile
-from builder.text import printable, redact
 from builder.updates import transport
 from builder.updates.index import _LOOPBACK, _split_url
+from builder.util.text import printable, redact
 
 MAX_LISTING = 64 * 2**20  # a project page with every file of every release (torch's is a few MB)
 MAX_WHEEL = 8 * 2**30

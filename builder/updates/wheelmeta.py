@@ -21,8 +21,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import urljoin
 
-from builder.text import escape_controls
 from builder.updates.metadata import is_linux_wheel
+from builder.util.text import escape_controls
 
 BLOCK = 256 * 1024  # zipfile reads in small pieces; fetch aligned blocks and keep them
 MAX_BLOCKS = 64  # at most 16 MiB read per wheel (a central directory of ~100k files)

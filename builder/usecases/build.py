@@ -11,22 +11,22 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Protocol
 
-from builder import fsio
-from builder import results as results_files
-from builder.compat.facts import table
+from builder.compat.rules import table
 from builder.engine import leftovers, settings
 from builder.engine.build import Builder, BuildResult, git_revision
 from builder.engine.client import open_engine
 from builder.engine.image_build import Run
 from builder.engine.port import Connect
 from builder.engine.settings import BuildSettings
-from builder.errors import UserError
 from builder.host import doctor
 from builder.host import facts as hostinfo
 from builder.lock.target import lock_state
-from builder.records import ImageSpec
+from builder.model import results as results_files
+from builder.model.plan import ImageSpec
+from builder.model.sources import Sources
 from builder.render.tree import expected_tree, stale_images
-from builder.sources import Sources
+from builder.util import fsio
+from builder.util.errors import UserError
 from builder.workspace import Workspace
 
 BUILT = ("built", "up-to-date")

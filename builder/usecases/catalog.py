@@ -10,13 +10,13 @@ from pathlib import Path
 from builder.catalog.query import closest, known_keys, matching, parse_query, unknown_keys
 from builder.catalog.records import KnownGood
 from builder.catalog.store import Catalog
-from builder.compat.facts import table
+from builder.compat.rules import table
 from builder.engine.client import open_engine
 from builder.engine.port import Connect, EngineFault, NotFound
-from builder.errors import UserError
 from builder.fit.runs_on import RunsOn, runs_on
 from builder.publish import signing
 from builder.publish.verify import verify_record
+from builder.util.errors import UserError
 
 
 def find(catalog: Catalog, query: str) -> list[KnownGood]:

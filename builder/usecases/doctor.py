@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from builder.compat.facts import table
+from builder.compat.rules import table
 from builder.engine.client import open_engine
 from builder.engine.port import Connect
-from builder.errors import UserError
 from builder.fit import labelled
 from builder.fit.host import FitHost
 from builder.fit.runs_on import RunsOn, runs_on
 from builder.usecases.fit import RecordFit, judge, judge_runs_on
+from builder.util.errors import UserError
 
 
 @dataclass(frozen=True)

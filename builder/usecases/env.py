@@ -24,10 +24,9 @@ from typing import Protocol
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from builder import fsio
 from builder.catalog.records import KnownGood
 from builder.catalog.store import Catalog
-from builder.compat.facts import table
+from builder.compat.rules import table
 from builder.engine import leftovers
 from builder.engine import settings as build_settings
 from builder.engine.build import git_revision
@@ -40,21 +39,22 @@ from builder.env import shell
 from builder.env.derive import derived_spec
 from builder.env.envfile import EnvFile
 from builder.env.render import Context, build_context
-from builder.errors import RunFailure, UserError
 from builder.fit import host as fithost
-from builder.fsio import read_text, write_atomic
 from builder.host import facts as hostinfo
 from builder.lock import children
 from builder.lock.files import LOCK_NAME, drift
 from builder.lock.resolve import LockFailed, resolve, sources, uv_binary
-from builder.records import ImageSpec, Lock
-from builder.results import GpuUse, SmokeResult
+from builder.model.plan import ImageSpec, Lock
+from builder.model.results import GpuUse, SmokeResult
+from builder.model.sources import Sources
 from builder.smoke.args import gpu_flags
 from builder.smoke.runner import smoke_one
-from builder.sources import Sources
 from builder.usecases.catalog import find, no_match_message
 from builder.usecases.fit import RecordFit, judge
 from builder.usecases.test import refuse_blocked_checks
+from builder.util import fsio
+from builder.util.errors import RunFailure, UserError
+from builder.util.fsio import read_text, write_atomic
 from builder.workspace import Workspace
 
 MAX_LOCK = 4 * 2**20

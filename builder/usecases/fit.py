@@ -1,7 +1,7 @@
 """`builder fit QUERY`: does each known-good record the query matches run on this host, and why;
 `builder fit --library FILE`: the same for libraries, measured from their device code.
 
-A record with a measured fit (builder/measured_fit.py: read from the image's own libraries in its
+A record with a measured fit (builder/model/measured_fit.py: read from the image's own libraries in its
 smoke container, fit/measure.py) is judged from it: the driver floor of the CUDA runtime it loads,
 and for every GPU each library of each framework through its SASS or PTX (fit/arch.py), a framework
 that compiles at run time through its NVRTC's targets. Those reasons say "measured". A record
@@ -23,11 +23,9 @@ from builder.catalog.query import matching, parse_query, unknown_keys
 from builder.catalog.records import BaseIdentity, KnownGood, MeasuredAccelerator
 from builder.catalog.store import Catalog
 from builder.compat import runtime_fit
-from builder.compat.facts import Compat, table
-from builder.compat.rules import below_lowest, framework, names
+from builder.compat.facts import Compat
+from builder.compat.rules import below_lowest, framework, names, table
 from builder.compat.rules import cuda as rules_cuda
-from builder.compat.versions import cc_tuple
-from builder.errors import RunFailure, UserError
 from builder.fit import cuobjdump, fatbin, rule
 from builder.fit import driver as drivers
 from builder.fit.arch import Arch, Embedded
@@ -37,9 +35,11 @@ from builder.fit.measure import embedded_of, nvrtc_of
 from builder.fit.runs_on import cuda_mm, cudnn_floor, record_arch, requirement_of
 from builder.fit.runs_on import framework_row as _row
 from builder.lock.files import libraries as locked_libraries
-from builder.measured_fit import KNOWN_CCS, LibraryCode, MeasuredFit, cc_key
-from builder.records import ImageSpec
+from builder.model.measured_fit import KNOWN_CCS, LibraryCode, MeasuredFit
+from builder.model.plan import ImageSpec
+from builder.model.versions import cc_tuple
 from builder.usecases.catalog import find, no_match_message
+from builder.util.errors import RunFailure, UserError
 
 Status = Literal["fits", "does not fit", "unknown"]
 Reader = Literal["fatbin", "cuobjdump"]
@@ -138,11 +138,11 @@ def judge_runs_on(record: KnownGood, ccs: tuple[str, ...], host: FitHost, compat
     if not host.gpus:
         unknown.append("the GPUs (none detected or given; give --gpu-cc)")
     label = ", ".join(f"{name} {version}" for name, version in sorted(record.frameworks.items()))
-    newest = max(KNOWN_CCS, key=cc_key)
+    newest = max(KNOWN_CCS, key=cc_tuple)
     for cc in host.gpus:
         if cc in ccs:
             continue
-        if cc_key(cc) > cc_key(newest):
+        if cc_tuple(cc) > cc_tuple(newest):
             unknown.append(f"compute capability {cc} (newer than every GPU its runs-on set was measured for)")
             continue
         return RecordFit(

@@ -15,21 +15,21 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder.compat.facts import table
+from builder.compat.rules import table
 from builder.engine import settings as build_settings
 from builder.engine import staging
 from builder.engine.settings import BuildSettings
-from builder.errors import UserError
 from builder.lock import children
 from builder.lock.claims import refusals, refuse_other_cuda
 from builder.lock.files import LOCK_NAME, drift, load, lock_text, verify
 from builder.lock.resolve import LockFailed, resolve, sources, uv_binary
 from builder.lock.target import lock_state, target_for
-from builder.locked_fit import FIT_NAME
-from builder.records import ImageSpec, Lock
+from builder.model.locked_fit import FIT_NAME
+from builder.model.plan import ImageSpec, Lock
+from builder.model.sources import Sources
 from builder.render.tree import write_tree
-from builder.sources import Sources
 from builder.usecases import measure as measuring
+from builder.util.errors import UserError
 from builder.workspace import Workspace
 
 MAX_JOBS = 16

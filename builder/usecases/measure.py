@@ -26,23 +26,23 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from builder.compat.facts import Compat, table
-from builder.compat.rules import framework
-from builder.compat.versions import mm
+from builder.compat.facts import Compat
+from builder.compat.rules import framework, table
 from builder.engine import staging
-from builder.errors import UserError
 from builder.fit import measure, wheels
-from builder.fsio import read_json
 from builder.lock import children
 from builder.lock.resolve import sources
 from builder.lock.target import target_for
 from builder.lock.wheels import IndexFile, pick, pins, target_tags, twin_of
-from builder.locked_fit import LockedFit, WheelCode, WheelRead, lock_digest, reading_from_json, scan_output
-from builder.measured_fit import MeasuredFit
-from builder.records import ImageSpec
+from builder.model.locked_fit import LockedFit, WheelCode, WheelRead, lock_digest, reading_from_json, scan_output
+from builder.model.measured_fit import MeasuredFit
+from builder.model.plan import ImageSpec
+from builder.model.sources import BuildSettings
+from builder.model.versions import mm
 from builder.render.tree import write_tree
-from builder.sources import BuildSettings
 from builder.updates.wheelfiles import FetchFailed, WheelFiles
+from builder.util.errors import UserError
+from builder.util.fsio import read_json
 from builder.workspace import Workspace
 
 READER = "wheels"  # MeasuredFit.reader of a fit measured from the locked wheels

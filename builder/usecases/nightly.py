@@ -23,19 +23,19 @@ from builder.compat import lifecycle
 from builder.engine.build import BuildResult
 from builder.engine.client import open_engine
 from builder.engine.port import Connect
-from builder.errors import RunFailure, UserError
+from builder.model.plan import ImageSpec
+from builder.model.results import Diagnosed, SmokeResult, is_good, publishable
 from builder.nightly import history
 from builder.nightly.compare import BLOCKED, NightlyReport, Outcome, compare
 from builder.publish import gate
-from builder.records import ImageSpec
 from builder.render.tree import write_tree
-from builder.results import Diagnosed, SmokeResult, is_good, publishable
 from builder.updates.releases import Release
 from builder.usecases import lock as locking
 from builder.usecases.build import BUILT, BuildEvents, BuildOptions, build_images
 from builder.usecases.publish import PublishEvents, PublishOptions, publish
 from builder.usecases.report import report
 from builder.usecases.test import TestEvents, TestOptions, checks_can_run, test_images
+from builder.util.errors import RunFailure, UserError
 from builder.workspace import Workspace
 
 UNREACHABLE = "unreachable"  # a lock that could not reach its index keeps its old lock: not the image's fault

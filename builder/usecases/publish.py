@@ -13,7 +13,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
-from builder import results
 from builder.catalog import indexes
 from builder.catalog.records import KnownGood
 from builder.catalog.store import Catalog
@@ -23,13 +22,14 @@ from builder.engine.port import Connect, Engine, EngineFault
 from builder.engine.registry import HttpRegistry, Registry
 from builder.engine.session import remove_dead_runs_containers
 from builder.engine.settings import host_ca_bundle
-from builder.errors import RunFailure, UserError
 from builder.host import facts as hostinfo
+from builder.model import results
+from builder.model.plan import ImageSpec
+from builder.model.results import SmokeResult
 from builder.publish import attestation, evidence, gate, sbom, signing
 from builder.publish.publisher import Local, PushNames, check_repository, floating_to_move, move_floating, now, push_immutable, read_local
 from builder.publish.tags import floating_tags
-from builder.records import ImageSpec
-from builder.results import SmokeResult
+from builder.util.errors import RunFailure, UserError
 from builder.workspace import Workspace
 
 

@@ -13,22 +13,22 @@ from builder.catalog.query import parse_query
 from builder.catalog.records import KnownGood
 from builder.catalog.store import Catalog
 from builder.compat import lifecycle
-from builder.compat.facts import table
+from builder.compat.rules import table
 from builder.engine.client import open_engine
 from builder.engine.failures import is_network_failure
 from builder.engine.port import Connect, Engine, EngineFault, NotFound
 from builder.engine.retry import GaveUp, reason_of, retry_network
-from builder.errors import RunFailure, UserError
 from builder.fit import host as fit_hosts
 from builder.fit.host import FitHost
 from builder.host import facts as hostinfo
+from builder.model.plan import PLATFORM_ARCH
 from builder.publish import signing
 from builder.publish.verify import verify_record
-from builder.records import PLATFORM_ARCH
 from builder.smoke.args import docker_run_line
-from builder.text import redact
 from builder.usecases.catalog import NO_MANIFEST, find, no_match_message
 from builder.usecases.fit import judge
+from builder.util.errors import RunFailure, UserError
+from builder.util.text import redact
 
 
 @dataclass(frozen=True)

@@ -6,11 +6,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder import results
 from builder.catalog.store import Catalog
-from builder.errors import UserError
-from builder.records import ImageSpec
-from builder.results import SmokeResult
+from builder.model import results
+from builder.model.plan import ImageSpec
+from builder.model.results import SmokeResult
+from builder.util.errors import UserError
 from builder.workspace import Workspace
 
 

@@ -8,12 +8,12 @@ from typing import Protocol
 from builder.engine.build import BuildResult
 from builder.engine.client import open_engine
 from builder.engine.port import Connect
-from builder.errors import RunFailure, UserError
-from builder.records import ImageSpec
+from builder.model.plan import ImageSpec
+from builder.model.results import SmokeResult, is_good
 from builder.render.tree import stale
-from builder.results import SmokeResult, is_good
 from builder.usecases.build import BUILT, BuildEvents, BuildOptions, build_images, build_ok
 from builder.usecases.test import TestEvents, TestOptions, checks_can_run, test_images
+from builder.util.errors import RunFailure, UserError
 from builder.workspace import Workspace
 
 

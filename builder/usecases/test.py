@@ -12,12 +12,12 @@ from builder.engine import leftovers
 from builder.engine.client import open_engine
 from builder.engine.port import Connect, Engine, EngineFault
 from builder.engine.session import remove_dead_runs_containers
-from builder.errors import UserError
 from builder.host import doctor
 from builder.host import facts as hostinfo
-from builder.records import ImageSpec
-from builder.results import GpuUse, SmokeResult
+from builder.model.plan import ImageSpec
+from builder.model.results import GpuUse, SmokeResult
 from builder.smoke.runner import merge_junit, smoke_one
+from builder.util.errors import UserError
 from builder.workspace import Workspace
 
 

@@ -29,7 +29,7 @@ if str(ROOT) not in sys.path:  # so `pytest tests/integration` works without an 
     sys.path.insert(0, str(ROOT))
 
 from builder.engine import client as engine  # noqa: E402
-from builder.errors import UserError  # noqa: E402
+from builder.util.errors import UserError  # noqa: E402
 
 NO_ENGINE = "no Docker engine: start one with bash .ci/docker-up.sh (the second lane's: BUILDER_SECOND_ENGINE=1 bash .ci/docker-up.sh)"
 SCRATCH_IMAGE = "builder-test/scratch:latest"

@@ -29,7 +29,7 @@ from builder.engine import client as engine
 from builder.engine.leftovers import STAGE_LABEL  # older versions' build stages: none are made now
 from builder.host import doctor
 from builder.host.facts import gather_emulation
-from builder.records import ARM64, Base
+from builder.model.plan import ARM64, Base
 from builder.workspace import Workspace
 
 pytestmark = pytest.mark.docker

@@ -20,8 +20,8 @@ from docker import DockerClient
 from builder.engine import bootstrap
 from builder.engine import client as engine
 from builder.engine.bootstrap import BootstrapResult, DebootstrapFailed, ensure_base
-from builder.errors import UserError
-from builder.records import Base
+from builder.model.plan import Base
+from builder.util.errors import UserError
 from builder.workspace import Workspace
 from tests.fake_engine import FakeEngine
 

@@ -18,7 +18,7 @@ from docker.errors import DockerException, NotFound
 
 from builder.engine import client as engine
 from builder.engine.port import ContainerEntry
-from builder.errors import UserError
+from builder.util.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -25,15 +25,15 @@ from typing import Any
 import pytest
 from docker import DockerClient
 
-from builder import results
 from builder.catalog.store import Catalog
 from builder.engine import client as engine
 from builder.engine import push
-from builder.errors import RunFailure
 from builder.host import facts as hostinfo
 from builder.host.facts import AmdInfo, EngineFacts, HostInfo, NvidiaInfo
-from builder.results import GpuUse, SmokeResult, TestCounts
+from builder.model import results
+from builder.model.results import GpuUse, SmokeResult, TestCounts
 from builder.usecases import publish as publishing
+from builder.util.errors import RunFailure
 from builder.workspace import Store, Workspace
 from tests.integration.registry_faults import mini_image, proxy
 
@@ -182,7 +182,7 @@ def test_a_500_on_the_second_push_leaves_a_record_of_what_the_registry_holds(wor
 SCRIPT = """
 import signal, sys
 from builder.usecases import publish as publishing
-from builder.errors import Interrupted
+from builder.util.errors import Interrupted
 from tests.integration import test_publish_attacks as t
 def interrupt(signum, frame):
     raise Interrupted(signum)

@@ -26,10 +26,10 @@ from typing import Any
 import pytest
 from docker import DockerClient
 
-from builder import results as stored
 from builder.engine import client as engine
+from builder.model import results as stored
+from builder.model.plan import ImageSpec
 from builder.publish import sbom
-from builder.records import ImageSpec
 from builder.workspace import Workspace
 
 pytestmark = pytest.mark.docker

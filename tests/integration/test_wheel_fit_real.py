@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from builder.fit import cuobjdump, fatbin, wheels
-from builder.locked_fit import from_json
+from builder.model.locked_fit import from_json
 from builder.updates import wheelmeta
 from builder.updates.wheelfiles import WheelFiles
 

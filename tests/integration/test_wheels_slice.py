@@ -27,20 +27,20 @@ from typing import Any
 import pytest
 from docker import DockerClient
 
-from builder import results
-from builder.compat.facts import table
+from builder.compat.rules import table
 from builder.engine import client as engine
 from builder.engine.leftovers import STAGE_LABEL
-from builder.errors import RunFailure
 from builder.fit import cuobjdump
 from builder.fit import driver as drivers
 from builder.fit.arch import Embedded
 from builder.fit.measure import embedded_of
-from builder.measured_fit import MeasuredFit
-from builder.records import ImageSpec
-from builder.results import SmokeResult
+from builder.model import results
+from builder.model.measured_fit import MeasuredFit
+from builder.model.plan import ImageSpec
+from builder.model.results import SmokeResult
 from builder.usecases.test import TestOptions
 from builder.usecases.test import test_images as run_smoke_tests  # not test_*: pytest would collect it
+from builder.util.errors import RunFailure
 from builder.workspace import Workspace
 
 pytestmark = pytest.mark.docker

@@ -27,11 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder import frameworks
-from builder.compat.facts import Compat
+from builder.compat.facts import DEFAULT_PATH, Compat, load_compat
 from builder.compat.requires import Meta
 from builder.compat.tables import PyRange, Table
-from builder.records import Base, Install, Verdict
-from builder.yamlsrc import LDict
+from builder.model.plan import Base, Install, Verdict
+from builder.util.yamlsrc import LDict
 
 COMPAT_FILE = "builder/compat/data/compat.yaml"  # as messages name it: where a row is added
 
@@ -232,6 +232,21 @@ def registered(*extra: Framework) -> Iterator[None]:
         yield
     finally:
         _registered = before
+
+
+def load_table(path: Path = DEFAULT_PATH) -> Compat:
+    """The compatibility table at `path`, with a section for each framework in force."""
+    return load_compat(path, registry())
+
+
+def table() -> Compat:
+    """The shipped table for the registry in force, loaded once per process and registry."""
+    return _table(registry())
+
+
+@functools.cache
+def _table(frameworks: tuple[Framework, ...]) -> Compat:
+    return load_compat(DEFAULT_PATH, frameworks)
 
 
 def decide(name: str, base: Base, python: str, version: str, compat: Compat) -> Verdict:

@@ -10,8 +10,8 @@ from __future__ import annotations
 from packaging.version import Version
 
 from builder.compat.facts import Compat
-from builder.compat.versions import mm
-from builder.records import Accelerator, Base
+from builder.model.plan import Accelerator, Base
+from builder.model.versions import mm
 
 
 def toolkit_driver(cuda: str, compat: Compat) -> str | None:

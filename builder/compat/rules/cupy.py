@@ -13,9 +13,9 @@ from builder.compat.facts import Compat
 from builder.compat.requires import Meta
 from builder.compat.rules import Cc, Framework, Nvrtc, Row, below_lowest
 from builder.compat.tables import PyRange, Table
-from builder.compat.versions import in_range, mm, newest_at_or_below, span
-from builder.records import Base, Install, Verdict
-from builder.yamlsrc import LDict
+from builder.model.plan import Base, Install, Verdict
+from builder.model.versions import in_range, mm, newest_at_or_below, span
+from builder.util.yamlsrc import LDict
 
 SECTION_KEYS = ("releases", "rocm_note")
 

@@ -15,9 +15,9 @@ from builder.compat.facts import Compat
 from builder.compat.requires import Meta, extras, pinned, requirements
 from builder.compat.rules import COMPAT_FILE, Framework, Placed, Row
 from builder.compat.tables import PyRange, Table
-from builder.compat.versions import in_range, mm, newest_at_or_below, span
-from builder.records import Base, Install, Verdict
-from builder.yamlsrc import LDict
+from builder.model.plan import Base, Install, Verdict
+from builder.model.versions import in_range, mm, newest_at_or_below, span
+from builder.util.yamlsrc import LDict
 
 SECTION_KEYS = ("bands", "cuda_min", "jaxlib_pins", "rocm_plugins", "numpy_min")
 

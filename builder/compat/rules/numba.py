@@ -11,9 +11,9 @@ from packaging.version import Version
 from builder.compat.facts import Compat
 from builder.compat.rules import Cc, Framework, Nvrtc, Row, below_lowest
 from builder.compat.tables import PyRange, Table
-from builder.compat.versions import in_range, mm, newest_at_or_below, span
-from builder.records import Base, Install, Verdict
-from builder.yamlsrc import LDict
+from builder.model.plan import Base, Install, Verdict
+from builder.model.versions import in_range, mm, newest_at_or_below, span
+from builder.util.yamlsrc import LDict
 
 SECTION_KEYS = ("releases", "builtin_cuda", "builtin_nvvm", "numba_cuda")
 NVVM_WHEEL = re.compile(r"nvidia-cuda-nvcc-cu\d+==\d+(\.\d+)+")

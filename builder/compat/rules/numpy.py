@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from builder.compat.facts import Compat
-from builder.compat.versions import in_range, mm
-from builder.records import Install
+from builder.model.plan import Install
+from builder.model.versions import in_range, mm
 
 
 def pick_numpy(installs: tuple[Install, ...], python: str, compat: Compat) -> str | None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from builder.compat.facts import Compat, OsPython
-from builder.records import Base
+from builder.model.plan import Base
 
 
 def decide_python(base: Base, python: str, compat: Compat) -> OsPython | str:

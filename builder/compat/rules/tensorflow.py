@@ -14,9 +14,9 @@ from builder.compat.facts import Compat
 from builder.compat.requires import Meta, extras, requirements
 from builder.compat.rules import COMPAT_FILE, Framework, Placed, Row
 from builder.compat.tables import PyRange, Table
-from builder.compat.versions import in_range, mm, release_of, span
-from builder.records import Base, Install, Verdict
-from builder.yamlsrc import LDict
+from builder.model.plan import Base, Install, Verdict
+from builder.model.versions import in_range, mm, release_of, span
+from builder.util.yamlsrc import LDict
 
 SECTION_KEYS = ("releases", "and_cuda_from", "rocm_index_url", "rocm")
 

@@ -13,9 +13,9 @@ from builder.compat.facts import Compat
 from builder.compat.requires import Meta
 from builder.compat.rules import COMPAT_FILE, Built, Framework, Placed, Row
 from builder.compat.tables import PyRange, Table
-from builder.compat.versions import in_range, mm, release_of, span, variant_version
-from builder.records import Base, Install, Verdict
-from builder.yamlsrc import LDict
+from builder.model.plan import Base, Install, Verdict
+from builder.model.versions import in_range, mm, release_of, span, variant_version
+from builder.util.yamlsrc import LDict
 
 SECTION_KEYS = ("index_url", "releases")
 

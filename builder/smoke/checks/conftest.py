@@ -25,10 +25,10 @@ from typing import Any
 import pytest
 import testinfra
 
-from builder import probe_report
-from builder.errors import UserError
-from builder.probe_report import ProbeReport
+from builder.model import probe_report
+from builder.model.probe_report import ProbeReport
 from builder.smoke.runner import probe_command
+from builder.util.errors import UserError
 
 CONTAINER_ENV = "BUILDER_SMOKE_CONTAINER"
 COMMANDS = {

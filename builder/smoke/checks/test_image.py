@@ -11,7 +11,7 @@ import docker
 import pytest
 
 from builder.compat.rules import framework
-from builder.probe_report import ProbeReport
+from builder.model.probe_report import ProbeReport
 from builder.probes.hello_gpu import release
 
 GPU_VENDORS = ("cuda", "rocm")

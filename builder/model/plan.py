@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from builder.locked_fit import LockedFit
+from builder.model.locked_fit import LockedFit
 
 Vendor = Literal["cuda", "rocm", "cpu"]
 VENDORS: tuple[Vendor, ...] = ("cuda", "rocm", "cpu")

@@ -20,8 +20,8 @@ from typing import Any
 import yaml
 from yaml.constructor import SafeConstructor
 
-from builder.errors import UserError
-from builder.fsio import read_text
+from builder.util.errors import UserError
+from builder.util.fsio import read_text
 
 MAX_BYTES = 16 * 2**20  # a matrix or table bigger than this is a mistake, not a matrix
 # Aliases may repeat a value (`*defaults`), but not multiply the document: the values produced may

@@ -19,13 +19,13 @@ from typing import Any, Literal, get_args
 
 import filelock
 
-from builder import jsonfields as jf
-from builder import measured_fit, probe_report
-from builder.errors import UserError
-from builder.fsio import MiB, dump_json, parse_json, read_bytes, read_json, write_atomic
-from builder.measured_fit import MeasuredFit
-from builder.probe_report import ProbeReport
-from builder.records import AMD64, PLATFORMS, VENDORS, Vendor
+from builder.model import jsonfields as jf
+from builder.model import measured_fit, probe_report
+from builder.model.measured_fit import MeasuredFit
+from builder.model.plan import AMD64, PLATFORMS, VENDORS, Vendor
+from builder.model.probe_report import ProbeReport
+from builder.util.errors import UserError
+from builder.util.fsio import MiB, dump_json, parse_json, read_bytes, read_json, write_atomic
 
 Verdict = Literal["passed", "gpu-skipped", "failed", "not-built"]
 VERDICTS: tuple[Verdict, ...] = get_args(Verdict)
@@ -124,7 +124,7 @@ class SmokeResult:
     host: TestedOn | None = None  # where it ran: GPU model and driver, or "no GPU"; None: it did not run
     returncode: int = -1  # pytest's exit code (124: timed out): with tests, gpu and vendor it gives the verdict
     vendor: Vendor | Literal[""] = ""  # the image's accelerator vendor ("": the run never started)
-    fit: MeasuredFit | None = None  # a CUDA image's measured fit (builder/measured_fit.py); None: not measured
+    fit: MeasuredFit | None = None  # a CUDA image's measured fit (builder/model/measured_fit.py); None: not measured
     fit_error: str = ""  # why measuring it failed, when it did
     platform: str = AMD64  # the image's platform (linux/arm64): what its checks ran on
     emulated: bool = False  # its platform is not the host's: the checks ran under qemu-user emulation

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from builder.errors import UserError
+from builder.util.errors import UserError
 
 MiB = 2**20
 

@@ -24,7 +24,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from builder import jsonfields as jf
+from builder.model import jsonfields as jf
+from builder.model.versions import cc_tuple
 
 # The compute capabilities NVIDIA lists (its CUDA GPU compute capability list), with their
 # generation for reason lines (fit/arch.py); a CC not listed is named by its number alone. A fit says
@@ -58,11 +59,6 @@ VERSION = re.compile(r"^\d{1,4}(\.\d{1,4}){0,3}$")
 MAX_LIBRARIES = 5000
 MAX_ITEMS = 256  # targets of one library, CCs, folders, archs
 MAX_TEXT = 1024
-
-
-def cc_key(cc: str) -> tuple[int, int]:
-    major, _, minor = cc.partition(".")
-    return int(major), int(minor)
 
 
 def target_key(target: str) -> tuple[int, int, str]:
@@ -124,7 +120,7 @@ class JitCompiler:
     def lowest(self) -> str | None:
         """The lowest compute capability it compiles for: a newer device gets the newest target's PTX, JIT-compiled by the driver."""
         ccs = [_sm_cc(a) for a in self.archs]
-        return min(ccs, key=cc_key) if ccs else None
+        return min(ccs, key=cc_tuple) if ccs else None
 
     def to_json(self) -> dict[str, Any]:
         return {"library": self.library, "version": self.version, "archs": list(self.archs)}
@@ -157,7 +153,7 @@ class MeasuredFit:
         """The known compute capabilities every framework of the image runs on."""
         sets = [set(f.runs_on) for f in self.frameworks]
         common = set.intersection(*sets) if sets else set()
-        return tuple(sorted(common, key=cc_key))
+        return tuple(sorted(common, key=cc_tuple))
 
     def cc_label(self) -> str:
         """`7.5 8.0 8.6 8.9 9.0 10.0 12.0`: the compute capabilities it runs on, for a "runs on" column."""
@@ -257,7 +253,7 @@ def _matching(value: Any, key: str, pattern: re.Pattern[str], want: str, bad: jf
 
 def _ccs(value: Any, key: str, bad: jf.Fail) -> tuple[str, ...]:
     found = _matching(value, key, CC, "a compute capability like 8.6", bad)
-    return tuple(sorted(set(found), key=cc_key))
+    return tuple(sorted(set(found), key=cc_tuple))
 
 
 def _library(value: Any, key: str, bad: jf.Fail) -> LibraryCode:

@@ -28,9 +28,10 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from builder import jsonfields as jf
-from builder import measured_fit
-from builder.measured_fit import MeasuredFit, cc_key
+from builder.model import jsonfields as jf
+from builder.model import measured_fit
+from builder.model.measured_fit import MeasuredFit
+from builder.model.versions import cc_tuple
 
 FIT_NAME = "fit.json"
 SCHEMA = 1
@@ -143,7 +144,7 @@ class LockedFit:
     @property
     def cc_min(self) -> str | None:
         found = self.runs_on
-        return min(found, key=cc_key) if found else None
+        return min(found, key=cc_tuple) if found else None
 
     @property
     def ptx(self) -> bool:
@@ -203,7 +204,7 @@ def variant_properties(runs_on: tuple[str, ...], require_cuda: str | None) -> tu
     found = re.match(r"cuda>=(\d+\.\d+)(?:\s|$)", require_cuda or "")  # its first clause; brand=... clauses are the base's way out
     if found:
         out.append(f"{VARIANT_CUDA} :: {found.group(1)}")
-    out += [f"{VARIANT_SM} :: {cc.replace('.', '')}_real" for cc in sorted(runs_on, key=cc_key)]
+    out += [f"{VARIANT_SM} :: {cc.replace('.', '')}_real" for cc in sorted(runs_on, key=cc_tuple)]
     return tuple(out)
 
 

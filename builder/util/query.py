@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from fnmatch import fnmatchcase
 from typing import NamedTuple
 
-from builder.errors import UserError
+from builder.util.errors import UserError
 
 GLOB_CHARS = "*?["
 MAX_TERMS = 64  # more is not a query a person typed; 3,000 terms against 2,000 records took 29 s

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from builder import jsonfields as jf
-from builder.errors import UserError
+from builder.model import jsonfields as jf
+from builder.util.errors import UserError
 
 Status = Literal["passed", "failed", "skipped", "not-installed"]  # hello_gpu.STATUSES
 STATUSES: tuple[Status, ...] = ("passed", "failed", "skipped", "not-installed")

@@ -3,13 +3,13 @@ while running (exit 1)."""
 
 from __future__ import annotations
 
-from builder.text import redact
+from builder.util.text import redact
 
 
 class UserError(Exception):
     """A problem the user can fix; printed as one line `error: [file:line: ]message`, exit code 2.
 
-    The message is redacted here (builder.text.redact), not only where the CLI prints it: an error
+    The message is redacted here (builder.util.text.redact), not only where the CLI prints it: an error
     travels (doctor's table, a nightly summary, a catalog --verify cell), and a credential in a URL
     it quotes ($DOCKER_HOST, an index URL) must not reach any of them."""
 

@@ -1,0 +1,1 @@
+"""Helpers every stage shares: one-line errors, message hygiene, atomic files, YAML with line numbers, the query language."""
