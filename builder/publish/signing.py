@@ -116,7 +116,8 @@ def _readable(path: Path, named: str) -> Path:
     try:
         read_bytes(path, MAX_SIGNERS, "allowed signers file")  # regular, bounded, never blocks on a FIFO
     except UserError as exc:
-        raise UserError(f"{named}: {exc.message}; {ALLOWED_SIGNERS_FIX}") from None
+        what = exc.message.split("; give a file")[0]  # fsio's own fix is for a file of the tool's; say ours
+        raise UserError(f"{named}: {what}; {ALLOWED_SIGNERS_FIX}") from None
     return path
 
 
