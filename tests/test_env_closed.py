@@ -117,14 +117,22 @@ def sign_catalog(catalog: Catalog, key: Path) -> None:
     catalog.add([], {}, out)
 
 
-@needs_ssh_keygen
-def test_the_env_commands_check_the_bases_evidence_as_pull_does(
+@pytest.fixture
+def signed_team(
     team: tuple[Workspace, Catalog, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    ws, catalog, folder = team
+) -> tuple[Workspace, Catalog, Path, str]:
+    """`team` with its records' evidence signed by ci@example.org; the allowed_signers line (not written)."""
     monkeypatch.delenv(signing.ALLOWED_SIGNERS_ENV, raising=False)
     key, line = make_key(tmp_path, "ci@example.org")
-    sign_catalog(catalog, key)
+    sign_catalog(team[1], key)
+    return (*team, line)
+
+
+@needs_ssh_keygen
+def test_the_env_commands_check_the_bases_evidence_as_pull_does(
+    signed_team: tuple[Workspace, Catalog, Path, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ws, catalog, folder, line = signed_team
     env = write_env(folder, GOOD)
     asked: list[object] = []
     monkeypatch.setattr(envs, "resolve", lambda *a, **k: asked.append(a) or uv_output())  # type: ignore[func-returns-value]
@@ -159,12 +167,9 @@ def test_the_env_commands_check_the_bases_evidence_as_pull_does(
 
 @needs_ssh_keygen
 def test_env_build_refuses_a_signed_catalog_without_signers_on_the_command_line(
-    cli: Any, team: tuple[Workspace, Catalog, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    cli: Any, signed_team: tuple[Workspace, Catalog, Path, str]
 ) -> None:
-    ws, catalog, folder = team
-    monkeypatch.delenv(signing.ALLOWED_SIGNERS_ENV, raising=False)
-    key, _ = make_key(tmp_path, "ci@example.org")
-    sign_catalog(catalog, key)
+    ws, catalog, folder, _ = signed_team
     env = write_env(folder, GOOD)
     for command in ("lock", "build", "test", "shell"):
         result = cli("--matrix", str(ws.matrix_path), "env", command, "--file", str(env.path), "--catalog", str(catalog.root))

@@ -25,40 +25,26 @@ from builder.catalog.store import Catalog
 from builder.engine.port import EngineFault
 from builder.engine.registry import Manifest, digest_of
 from builder.errors import UserError
-from builder.host import facts as hostinfo
 from builder.publish import evidence, signing
 from builder.publish import verify as verification
 from builder.publish.signing import Unverified
 from builder.publish.verify import signers
 from builder.usecases import catalog as catalogs
 from builder.usecases import pull as pulling
-from builder.workspace import Workspace
 from tests.fake_engine import FakeEngine, connect_to
 from tests.fake_registry import FakeRegistry, published
-from tests.test_evidence import HOST, REPO, ROOT, TESTED, TORCH_CPU, make_key, needs_ssh_keygen, publish
+from tests.test_evidence import REPO, TORCH_CPU, fake, make_key, needs_ssh_keygen, publish, spec
 
 OTHER = "sha256:" + "f" * 64
 
 
-@pytest.fixture
-def spec() -> Any:
-    (chosen,) = Workspace.locate(str(ROOT / "matrix.yaml")).selected(f"id={TORCH_CPU}", use_default=False)
-    return chosen
+__all__ = ["fake", "spec"]  # tests/test_evidence.py's fixtures: the torch CPU image, published through the in-memory engine
 
 
 @pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch, spec: Any) -> FakeEngine:
-    engine = FakeEngine()
-    engine.add_image(TESTED, spec.tag)
-    engine.add_image("sha256:" + "b" * 64, spec.base.from_ref)
-    monkeypatch.setattr(hostinfo, "gather", lambda **kwargs: HOST)
-    monkeypatch.delenv(signing.ALLOWED_SIGNERS_ENV, raising=False)
-    return engine
-
-
-@pytest.fixture
-def signed(tmp_path: Path, spec: Any, fake: FakeEngine) -> tuple[Catalog, Path]:
+def signed(tmp_path: Path, spec: Any, fake: FakeEngine, monkeypatch: pytest.MonkeyPatch) -> tuple[Catalog, Path]:
     """A catalog of one record published with a key; its allowed_signers beside it."""
+    monkeypatch.delenv(signing.ALLOWED_SIGNERS_ENV, raising=False)
     key, line = make_key(tmp_path, "ci@example.org")
     outcome, catalog = publish(tmp_path, spec, fake, key)
     assert outcome.status == "published", outcome.reason
@@ -152,7 +138,9 @@ def test_a_signed_catalog_without_allowed_signers_is_refused(signed: tuple[Catal
 
 
 @needs_ssh_keygen
-def test_verified_is_said_only_when_signatures_were_checked(tmp_path: Path, signed: tuple[Catalog, Path], fake: FakeEngine) -> None:
+def test_verified_is_said_only_when_signatures_were_checked(
+    tmp_path: Path, signed: tuple[Catalog, Path], fake: FakeEngine, spec: Any
+) -> None:
     catalog, allowed = signed
     (record,) = catalog.load()
     fake.registry[record.tag] = record.digest.partition("@")[2]
@@ -164,14 +152,9 @@ def test_verified_is_said_only_when_signatures_were_checked(tmp_path: Path, sign
         pulling.pull(catalog, f"id={TORCH_CPU}", log=lambda line: None, connect=connect_to(fake), check=skip)
     pulled = pulling.pull(catalog, f"id={TORCH_CPU}", log=lambda line: None, connect=connect_to(fake), check=skip, verify_signatures=False)
     assert pulled.trust == "not verified (--no-verify)"
-    other = unsigned_catalog(tmp_path / "other", _spec(), fake)
+    other = unsigned_catalog(tmp_path / "other", spec, fake)
     pulled = pulling.pull(other, f"id={TORCH_CPU}", log=lambda line: None, connect=connect_to(fake), check=skip)
     assert pulled.trust == "not verified: the catalog has no signatures and no allowed_signers"
-
-
-def _spec() -> Any:
-    (chosen,) = Workspace.locate(str(ROOT / "matrix.yaml")).selected(f"id={TORCH_CPU}", use_default=False)
-    return chosen
 
 
 def test_no_verify_and_allowed_signers_together_are_refused(cli: Any, tmp_path: Path) -> None:
@@ -386,7 +369,9 @@ def test_catalog_verify_prints_each_finding_and_exits_1(cli: Any, signed: tuple[
 
 
 @needs_ssh_keygen
-def test_pull_says_which_readable_tags_the_registry_moved(signed: tuple[Catalog, Path], fake: FakeEngine) -> None:
+def test_pull_says_which_readable_tags_the_registry_moved(
+    signed: tuple[Catalog, Path], fake: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
     catalog, _ = signed
     (record,) = catalog.load()
     digest = record.digest.partition("@")[2]
@@ -409,6 +394,13 @@ def test_pull_says_which_readable_tags_the_registry_moved(signed: tuple[Catalog,
     catalog.add_index(IndexRecord(TORCH_CPU, record.tag, f"{REPO}@{index}", {"linux/amd64": record.digest}, "2026-12-01T10:05:00Z"))
     pulled = pulling.pull(catalog, f"id={TORCH_CPU}", log=lambda line: None, connect=connect_to(fake), check=skip)
     assert record.tag not in pulled.note and digest not in pulled.note
+    catalog.file.write_text(catalog.file.read_text().replace(f'"{record.floating[0]}"', '"evil.example.org/x:latest"'))
+    asked = fake.registry_digest
+    monkeypatch.setattr(
+        fake, "registry_digest", lambda reference: asked(reference) if reference.startswith(REPO) else pytest.fail(reference)
+    )
+    pulled = pulling.pull(catalog, f"id={TORCH_CPU}", log=lambda line: None, connect=connect_to(fake), check=skip)
+    assert f"note: evil.example.org/x:latest is not a tag of {REPO}; not asked" in pulled.note
 
 
 @needs_ssh_keygen

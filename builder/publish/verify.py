@@ -24,7 +24,7 @@ from builder.catalog.indexes import DOCKER_LIST, OCI_INDEX
 from builder.catalog.records import KnownGood
 from builder.catalog.store import Catalog
 from builder.engine.port import EngineFault
-from builder.engine.registry import Registry
+from builder.engine.registry import Manifest, Registry
 from builder.errors import RunFailure, UserError
 from builder.fsio import MiB, read_bytes
 from builder.publish import attestation, evidence, signing
@@ -155,18 +155,21 @@ def registry_findings(registry: Registry, catalog: Catalog, record: KnownGood) -
     return out
 
 
-def _missing(exc: EngineFault) -> bool:
-    return exc.status == 404
+def _manifest(registry: Registry, repository: str, tag: str) -> Manifest | str:
+    """The manifest at repository:tag, or the line for a tag that is not there; EngineFault otherwise."""
+    try:
+        return registry.manifest(repository, tag)
+    except EngineFault as exc:
+        if exc.status == 404:
+            return "not in the registry (deleted?); publish the record again"
+        raise
 
 
 def _points_at(registry: Registry, repository: str, tag: str, record: KnownGood) -> str | None:
     digest = record.digest.partition("@")[2]
-    try:
-        manifest = registry.manifest(repository, tag)
-    except EngineFault as exc:
-        if _missing(exc):
-            return "not in the registry (deleted?); publish the record again"
-        raise
+    manifest = _manifest(registry, repository, tag)
+    if isinstance(manifest, str):
+        return manifest
     if manifest.digest == digest:
         return None
     if manifest.media_type in INDEXES and digest in _index_entries(manifest.body).get(record.platform, ()):
@@ -229,12 +232,9 @@ def _names(files: Mapping[str, bytes]) -> str:
 
 def _evidence_files(registry: Registry, repository: str, tag: str) -> dict[str, bytes] | str:
     """The regular files of an evidence image (one layer FROM scratch) by name, or what is wrong."""
-    try:
-        manifest = registry.manifest(repository, tag)
-    except EngineFault as exc:
-        if _missing(exc):
-            return "not in the registry (deleted?); publish the record again"
-        raise
+    manifest = _manifest(registry, repository, tag)
+    if isinstance(manifest, str):
+        return manifest
     try:
         doc = json.loads(manifest.body)
     except ValueError:
@@ -246,7 +246,7 @@ def _evidence_files(registry: Registry, repository: str, tag: str) -> dict[str, 
     try:
         blob = registry.blob(repository, layers[0]["digest"], MAX_LAYER)
     except EngineFault as exc:
-        if _missing(exc):
+        if exc.status == 404:
             return "its layer is not in the registry"
         return f"its layer cannot be read: {' '.join(exc.message.split())[:200]}"
     try:

@@ -147,6 +147,9 @@ def moved_tags(engine: Engine, record: KnownGood, indexes: Mapping[str, IndexRec
     listed = {index.digest.partition("@")[2] for index in indexes.values() if index.platforms.get(record.platform) == record.digest}
     out = []
     for tag in (record.tag, *record.floating):
+        if tag.rpartition(":")[0] != record.repository:  # floating tags are not signed: never follow one elsewhere
+            out.append(f"note: {tag} is not a tag of {record.repository}; not asked (restore the catalog from git)")
+            continue
         try:
             found = engine.registry_digest(tag)
         except EngineFault as exc:
