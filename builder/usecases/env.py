@@ -225,7 +225,7 @@ def lock_env(
     old = _parsed(previous)
     write_atomic(env.lock_path, lock.text)
     moved = old_digest if old_digest is not None and old_digest != base.record.digest else None
-    if moved is not None and env.base_digest is not None and not base.record.digest.endswith(env.base_digest):
+    if env.base_digest is not None and not base.record.digest.endswith(env.base_digest):  # --upgrade moved a digest base
         _rewrite_base(env, base.record.digest)
     return EnvLocked(
         env.id, "locked", base.record.id, base.record.digest, envlock.added(lock, base.lock), tuple(drift(old, lock)) if old else (), moved,
