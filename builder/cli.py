@@ -438,13 +438,31 @@ def clean(ws: Workspace, stale: bool, everything: bool, dry_run: bool) -> None:
 
 
 catalog_option = click.option("--catalog", "catalog_dir", metavar="DIR", help="the catalog folder (default: catalog/ beside matrix.yaml)")
-allowed_signers_option = click.option(
-    "--allowed-signers",
-    "allowed_signers",
-    type=click.Path(path_type=Path),
-    metavar="FILE",
-    help="OpenSSH allowed_signers the evidence is checked against (default: $BUILDER_ALLOWED_SIGNERS, else CATALOG/allowed_signers when it exists)",
+# The one evidence check of pull, catalog --verify and the env commands (publish/verify.py's `signers`).
+VERIFY_OPTIONS = (
+    click.option(
+        "--allowed-signers",
+        "allowed_signers",
+        type=click.Path(path_type=Path),
+        metavar="FILE",
+        help="OpenSSH allowed_signers the evidence is checked against (default: $BUILDER_ALLOWED_SIGNERS, else CATALOG/allowed_signers)",
+    ),
+    click.option("--no-verify", "no_verify", is_flag=True, help="do not check the records' signatures (the output says `not verified`)"),
 )
+verify_options = _options(*VERIFY_OPTIONS)
+
+
+def _signers(catalog: Any, allowed_signers: Path | None, no_verify: bool) -> Any:
+    """VERIFY_OPTIONS as the signers a command checks against (exit 2 when they contradict or cannot be used)."""
+    from builder.publish.verify import signers
+
+    _one_of(allowed_signers, no_verify)
+    return signers(catalog, allowed_signers, not no_verify)
+
+
+def _one_of(allowed_signers: Path | None, no_verify: bool) -> None:
+    if no_verify and allowed_signers is not None:
+        raise UserError("--no-verify checks no signatures, so --allowed-signers would be ignored: drop one of them")
 
 
 @main.command()
@@ -543,8 +561,7 @@ def _given_host_options(gpu_cc: Sequence[str], driver: str | None, cpu: str | No
 @fit_host_options
 @click.option("--no-fit-check", is_flag=True, help="pull even a record that does not fit this host (the output says so)")
 @catalog_option
-@allowed_signers_option
-@click.option("--no-verify", "no_verify", is_flag=True, help="do not check the record's signatures against the allowed signers")
+@verify_options
 @click.pass_obj
 @user_errors
 def pull(
@@ -563,8 +580,9 @@ def pull(
     """Pull the newest known-good image matching QUERY (e.g. torch=2.14 cuda=13 python=3.11) by digest.
 
     First checks that it fits this host (or the one the options describe), as `builder fit` does:
-    a record that does not fit is refused (exit 1) naming the newest match that fits. Where an
-    allowed_signers file exists, the record's signatures are checked too (--no-verify skips it)."""
+    a record that does not fit is refused (exit 1) naming the newest match that fits. The record's
+    signatures are checked against the allowed signers; a signed catalog without them is refused
+    (--no-verify pulls it unverified, and says so). A tag the registry moved off the digest is noted."""
     from builder.usecases import pull as pulling
 
     given = _given_host_options(gpu_cc, driver, cpu, vendor, brand)
@@ -575,6 +593,7 @@ def pull(
         build_repository: str | None = ws.matrix.registry  # builder build's names here: pull never moves them
     except UserError:
         build_repository = None  # no matrix beside the catalog: no build names to keep
+    _one_of(allowed_signers, no_verify)
     pulled = pulling.pull(
         ws.store.catalog(catalog_dir, must_exist=True),
         " ".join(query),
@@ -585,7 +604,7 @@ def pull(
         verify_signatures=not no_verify,
     )
     click.echo(plain(pulled.fit, limit=MAX_LINE), err=True)
-    click.echo(plain(f"pulled {pulled.record.digest} ({pulled.record.id}, verified)"), err=True)
+    click.echo(plain(f"pulled {pulled.record.digest} ({pulled.record.id}): digest checked; {pulled.trust}"), err=True)
     if pulled.note:
         click.echo(pulled.note, err=True)
     click.echo(pulled.run_line)
@@ -654,14 +673,20 @@ def fit(
 @click.option(
     "--verify",
     is_flag=True,
-    help="check each listed record's signatures (when allowed signers exist) and that its digest is in its registry",
+    help="check each listed record's signatures, and its tags and evidence in its registry (exit 1 on any mismatch)",
 )
 @catalog_option
-@allowed_signers_option
+@verify_options
 @click.pass_obj
 @user_errors
-def catalog(ws: Workspace, query: tuple[str, ...], fmt: str, verify: bool, catalog_dir: str | None, allowed_signers: Path | None) -> None:
-    """List the known-good records (matching QUERY, newest first)."""
+def catalog(
+    ws: Workspace, query: tuple[str, ...], fmt: str, verify: bool, catalog_dir: str | None, allowed_signers: Path | None, no_verify: bool
+) -> None:
+    """List the known-good records (matching QUERY, newest first).
+
+    --verify checks each one's signed evidence (catalog/evidence/) against the allowed signers, and
+    the registry's side: its immutable and floating tags point at its digest, and its .sbom and
+    .att tags hold that evidence; each mismatch is one line naming the tag (exit 1)."""
     from builder.catalog.indexes import image_name
     from builder.compat import lifecycle
     from builder.ui.catalog import print_catalog
@@ -669,8 +694,11 @@ def catalog(ws: Workspace, query: tuple[str, ...], fmt: str, verify: bool, catal
     from builder.usecases import pull as pulling
 
     store = ws.store.catalog(catalog_dir, must_exist=True)
+    if (allowed_signers is not None or no_verify) and not verify:
+        raise UserError("--allowed-signers and --no-verify say how --verify checks; add --verify")
+    chosen = _signers(store, allowed_signers, no_verify) if verify else None
     records = catalogs.find(store, " ".join(query))
-    checked = catalogs.verify(store, records, allowed_signers=allowed_signers) if verify else []
+    checked = catalogs.verify(store, records, chosen) if chosen is not None else []
     runs_on = catalogs.runs_on_each(records)
     if fmt == "json":
         data: dict[str, Any] = {"images": [r.to_json() for r in records], "runs_on": {i: r.to_json() for i, r in runs_on.items()}}
@@ -679,10 +707,13 @@ def catalog(ws: Workspace, query: tuple[str, ...], fmt: str, verify: bool, catal
         names = {image_name(r.id) for r in records}
         data["indexes"] = {name: index.to_json() for name, index in store.indexes().items() if name in names}
         if verify:
-            data["verify"] = {v.record.id: {"ok": v.ok, "detail": v.detail} for v in checked}
+            data["verify"] = {v.record.id: {"ok": v.ok, "detail": v.detail, "findings": list(v.findings)} for v in checked}
         emit_json(data)
     else:
         print_catalog(out, records, checked, runs_on)
+    for v in checked:
+        for finding in v.findings:
+            click.echo(plain(f"{v.record.id}: {finding}", limit=MAX_LINE), err=True)
     if query and not records:
         click.echo(f"error: {plain(catalogs.no_match_message(store, ' '.join(query)), limit=MAX_LINE)}", err=True)
         sys.exit(1)
@@ -880,7 +911,12 @@ def _doctor_image(ref: str, host: FitHost, fmt: str) -> None:
 # -- team environments (builder/env/, builder/usecases/env.py) -------------------------------------------
 
 env_file_option = click.option(
-    "--file", "env_path", default="gpu-env.yaml", show_default=True, metavar="PATH", help="the env file (its lock is written beside it)"
+    "--file",
+    "env_path",
+    default="gpu-env.yaml",
+    show_default=True,
+    metavar="PATH",
+    help="the env file (its own lock, named after it, is written beside it)",
 )
 
 
@@ -907,29 +943,41 @@ def _env_file(env_path: str) -> Any:
 @click.option(
     "--upgrade", is_flag=True, help="move to the newest record the base names (for a digest: of the same line) and report what moved"
 )
-@click.option("--check", is_flag=True, help="offline: exit 1 when the lock is missing or stale")
+@click.option("--check", is_flag=True, help="offline: exit 1 when the lock is missing or stale (or its base's record changed)")
 @catalog_option
+@verify_options
 @_options(*BUILD_SOURCE_OPTIONS)
 @click.pass_obj
 @user_errors
-def env_lock(ws: Workspace, /, env_path: str, upgrade: bool, check: bool, catalog_dir: str | None, **kwargs: Any) -> None:
-    """Lock the env file's requirements with uv on top of the base image's lock."""
+def env_lock(
+    ws: Workspace, /, env_path: str, upgrade: bool, check: bool, catalog_dir: str | None, allowed_signers: Path | None, no_verify: bool,
+    **kwargs: Any,
+) -> None:  # fmt: skip
+    """Lock the env file's requirements with uv on top of the base image's lock (its evidence checked as `pull` does).
+
+    The lock is named after the env file (gpu-env.yaml -> gpu-env.lock, other.yaml -> other.lock)
+    and names the record and digest it was made on."""
+    from builder.publish.verify import vouch
     from builder.usecases import env as envs
 
     env = _env_file(env_path)
     catalog = ws.store.catalog(catalog_dir, must_exist=True)
+    chosen = _signers(catalog, allowed_signers, no_verify)
     if check:
         try:
             base, _ = envs.locked_base(ws, catalog, env)
         except UserError as exc:
             click.echo(plain(f"stale: {exc}"), err=True)
             sys.exit(1)
-        click.echo(plain(f"current: {env.lock_path.name} on {base.record.id} ({base.record.digest})"))
+        trust = vouch(catalog, base.record, chosen)
+        click.echo(plain(f"current: {env.lock_path.name} on {base.record.id} ({base.record.digest}); {trust}"))
         return
-    done = envs.lock_env(ws, catalog, env, upgrade=upgrade, chosen_sources=_sources(kwargs))
+    done = envs.lock_env(ws, catalog, env, chosen, upgrade=upgrade, chosen_sources=_sources(kwargs))
     if done.moved_from:
         click.echo(plain(f"base moved: {done.moved_from} -> {done.digest}"))
-    click.echo(plain(f"{done.status}: {env.lock_path.name} on {done.base} ({done.digest}); adds {len(done.added)} package(s)"))
+    click.echo(
+        plain(f"{done.status}: {env.lock_path.name} on {done.base} ({done.digest}); adds {len(done.added)} package(s); {done.trust}")
+    )
     for name, version in done.added:
         click.echo(plain(f"  + {name}=={version}"))
     for name, old, new in done.changes:
@@ -946,16 +994,22 @@ class _EnvLines:
 @click.option("--force", is_flag=True, help="rebuild even when the image with this content hash exists")
 @click.option("--no-cache", is_flag=True, help="build every step again (with --force: a rebuild from clean)")
 @catalog_option
+@verify_options
 @_options(*BUILD_SOURCE_OPTIONS)
 @click.pass_obj
 @user_errors
-def env_build(ws: Workspace, /, env_path: str, force: bool, no_cache: bool, catalog_dir: str | None, **kwargs: Any) -> None:
-    """Build the derived image FROM the base's digest (skipped when its content hash is built)."""
+def env_build(
+    ws: Workspace, /, env_path: str, force: bool, no_cache: bool, catalog_dir: str | None, allowed_signers: Path | None, no_verify: bool,
+    **kwargs: Any,
+) -> None:  # fmt: skip
+    """Build the derived image FROM the base's digest (skipped when its content hash is built; the base's evidence checked as `pull` does)."""
     from builder.usecases import env as envs
 
     env = _env_file(env_path)
     catalog = ws.store.catalog(catalog_dir, must_exist=True)
-    ready, result = envs.build_env(ws, catalog, env, _EnvLines(), force, _sources(kwargs), no_cache=no_cache)
+    chosen = _signers(catalog, allowed_signers, no_verify)
+    ready, result = envs.build_env(ws, catalog, env, _EnvLines(), chosen, force, _sources(kwargs), no_cache=no_cache)
+    click.echo(plain(f"base {ready.base.record.id}: {ready.trust}"), err=True)
     click.echo(plain(f"{result.status}: {ready.spec.tag} ({ready.spec.content_hash}) FROM {ready.base.record.digest}"))
     if result.status not in ("built", "up-to-date"):
         click.echo(plain(f"error: {result.error or ''} {result.cause or ''} {result.fix or ''} (log: {result.log})"), err=True)
@@ -967,14 +1021,19 @@ def env_build(ws: Workspace, /, env_path: str, force: bool, no_cache: bool, cata
 @click.option("--gpu", type=click.Choice(["auto", "require", "off"]), default="auto", show_default=True)
 @click.option("--timeout", "timeout_s", default=600, show_default=True, type=click.IntRange(1, MAX_TIMEOUT_S))
 @catalog_option
+@verify_options
 @click.pass_obj
 @user_errors
-def env_test(ws: Workspace, env_path: str, gpu: str, timeout_s: int, catalog_dir: str | None) -> None:
+def env_test(
+    ws: Workspace, env_path: str, gpu: str, timeout_s: int, catalog_dir: str | None, allowed_signers: Path | None, no_verify: bool
+) -> None:
     """The base's smoke tests (and pip check) in the derived image: its verdict must be the base's."""
     from builder.usecases import env as envs
 
     env = _env_file(env_path)
-    ready, tested = envs.test_env(ws, ws.store.catalog(catalog_dir, must_exist=True), env, gpu, timeout_s)
+    catalog = ws.store.catalog(catalog_dir, must_exist=True)
+    ready, tested = envs.test_env(ws, catalog, env, _signers(catalog, allowed_signers, no_verify), gpu, timeout_s)
+    click.echo(plain(f"base {ready.base.record.id}: {ready.trust}"), err=True)
     click.echo(plain(f"{'same' if tested.same else 'DIFFERENT'}: {ready.spec.id}: {tested.note} (base {ready.base.record.id})"))
     for failure in tested.smoke.failures[:5]:
         click.echo(plain(f"  {failure}"), err=True)
@@ -985,17 +1044,24 @@ def env_test(ws: Workspace, env_path: str, gpu: str, timeout_s: int, catalog_dir
 @env_file_option
 @click.option("--print", "print_only", is_flag=True, help="only print the `docker run` line (and write .devcontainer/)")
 @catalog_option
+@verify_options
 @click.pass_obj
 @user_errors
-def env_shell(ws: Workspace, env_path: str, print_only: bool, catalog_dir: str | None) -> None:
-    """Open the environment: fit check, GPU flags for this host, the folder mounted, your uid."""
+def env_shell(
+    ws: Workspace, env_path: str, print_only: bool, catalog_dir: str | None, allowed_signers: Path | None, no_verify: bool
+) -> None:
+    """Open the environment: evidence and fit checks, GPU flags for this host, the folder mounted, your uid.
+
+    Writes .devcontainer/devcontainer.json (another env file: .devcontainer/<name>/), replacing only
+    a file builder wrote there."""
     import os
 
     from builder.usecases import env as envs
 
     env = _env_file(env_path)
     catalog = ws.store.catalog(catalog_dir, must_exist=True)
-    plan = envs.plan_shell(ws, catalog, env, Path.cwd(), os.getuid(), os.getgid())
+    plan = envs.plan_shell(ws, catalog, env, Path.cwd(), os.getuid(), os.getgid(), _signers(catalog, allowed_signers, no_verify))
+    click.echo(plain(f"base: {plan.trust}"), err=True)
     click.echo(plain(f"fit: {plan.fit.status}: {plan.fit.reason}"), err=True)
     click.echo(plain(f"wrote {plan.devcontainer}"), err=True)
     click.echo(plain(plan.line))

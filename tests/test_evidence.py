@@ -24,7 +24,7 @@ from builder.model.plan import Lock
 from builder.publish import attestation, evidence, inventory, sbom, signing
 from builder.publish.inventory import DebPackage, Distribution
 from builder.publish.signing import Unverified
-from builder.publish.verify import verify_record
+from builder.publish.verify import signers, verify_record, vouch
 from builder.usecases import catalog as catalogs
 from builder.usecases import publish as publishing
 from builder.usecases import pull as pulling
@@ -32,6 +32,7 @@ from builder.util.errors import RunFailure
 from builder.workspace import Store, Workspace
 from tests.catalog_fixtures import SHA, record, smoke
 from tests.fake_engine import FakeEngine, built, connect_to
+from tests.fake_registry import published
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCH_CPU = "torch2.13.0-cpu-py3.11-debian12"
@@ -196,9 +197,12 @@ def test_signed_evidence_verifies_and_every_tampering_is_refused(tmp_path: Path,
     allowed.write_text(allowed_line)
     (rec,) = catalog.load()
     assert verify_record(catalog.evidence, rec, allowed) == "ci@example.org"
-    assert pulling.check_signed(catalog, rec, None) == "ci@example.org", "catalog/allowed_signers is used by default"
-    (checked,) = catalogs.verify(catalog, [rec], connect_to(fake))
-    assert checked.ok, checked.detail
+    chosen = signers(catalog, None, True)
+    assert chosen.path == allowed, "catalog/allowed_signers is used by default"
+    assert vouch(catalog, rec, chosen) == "signatures verified (signed by ci@example.org)"
+    registry = published(catalog)
+    (checked,) = catalogs.verify(catalog, [rec], chosen, registry)
+    assert checked.ok and checked.detail == "signatures verified (signed by ci@example.org); the registry's tags match", checked.detail
     # plain OpenSSH verifies the exported files, without this tool
     statement = catalog.evidence / evidence.statement_name(spec.id)
     plain = subprocess.run(
@@ -212,7 +216,7 @@ def test_signed_evidence_verifies_and_every_tampering_is_refused(tmp_path: Path,
         with pytest.raises(Unverified, match=match) as caught:
             pulling.pull(catalog, f"id={spec.id}", log=lambda line: None, connect=connect_to(fake))
         assert "\n" not in caught.value.message
-        (bad,) = catalogs.verify(catalog, [current], connect_to(fake))
+        (bad,) = catalogs.verify(catalog, [current], signers(catalog, None, True), registry)
         assert not bad.ok and bad.detail == caught.value.message
 
     known = catalog.file.read_text()
@@ -231,6 +235,16 @@ def test_signed_evidence_verifies_and_every_tampering_is_refused(tmp_path: Path,
     refused(r"sbom\.cdx\.json is missing or is not the SBOM its attestation names")
     sbom_file.write_bytes(sbom_bytes)
 
+    signature = Path(f"{statement}.sig")
+    signature_bytes = signature.read_bytes()
+    signature.write_bytes(b"x" * (signing.MAX_SIGNATURE + 1))  # a 1 GiB .sig kept ssh-keygen busy for its whole deadline
+    refused(r"intoto\.json\.sig is not an SSH signature \(16385 bytes\)")
+    signature.unlink()
+    os.mkfifo(signature)  # a FIFO: refused at once, not read
+    refused(r"intoto\.json\.sig is not an SSH signature \(not a regular file\)")
+    signature.unlink()
+    signature.write_bytes(signature_bytes)
+
     _, stranger = make_key(tmp_path, "stranger@example.org")
     allowed.write_text(stranger)
     refused(r"is not by a key in .*allowed_signers")
@@ -244,7 +258,7 @@ def test_signed_evidence_verifies_and_every_tampering_is_refused(tmp_path: Path,
 
 
 @needs_ssh_keygen
-def test_an_unsigned_publish_removes_an_earlier_signature_and_pull_without_allowed_signers_skips(
+def test_an_unsigned_publish_removes_an_earlier_signature_and_pull_without_allowed_signers_says_not_verified(
     tmp_path: Path, spec: Any, fake: FakeEngine
 ) -> None:
     key, _ = make_key(tmp_path, "ci@example.org")
@@ -253,7 +267,8 @@ def test_an_unsigned_publish_removes_an_earlier_signature_and_pull_without_allow
     assert outcome.status == "published"
     assert not any(p.name.endswith(".sig") for p in catalog.evidence.iterdir())
     (rec,) = catalog.load()
-    assert pulling.check_signed(catalog, rec, None) is None, "no allowed_signers: nothing to verify against"
+    chosen = signers(catalog, None, True)
+    assert chosen.path is None and vouch(catalog, rec, chosen) == "not verified: the catalog has no signatures and no allowed_signers"
 
 
 def test_a_key_that_is_not_a_file_stops_publish_before_anything(tmp_path: Path, spec: Any, fake: FakeEngine) -> None:

@@ -25,6 +25,7 @@ from builder.model import results
 from builder.model.probe_report import FrameworkProbe, ProbeHost, ProbeReport
 from builder.model.results import CudaCheck, Diagnosed, GpuUse, SmokeResult, TestCounts, TestedOn
 from builder.publish import gate
+from builder.publish.verify import signers
 from builder.usecases import catalog as catalogs
 from builder.usecases import publish as publishing
 from builder.usecases import pull as pulling
@@ -32,6 +33,7 @@ from builder.util.errors import RunFailure, UserError
 from builder.workspace import Store, Workspace
 from tests.catalog_fixtures import SHA, record
 from tests.fake_engine import FakeEngine, connect_to, digest_of
+from tests.fake_registry import FakeRegistry
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCH_CPU = "torch2.13.0-cpu-py3.11-debian12"
@@ -418,10 +420,10 @@ def test_a_malformed_probe_report_is_one_line_naming_its_file(tmp_path: Path, sp
     assert result.probe is None and result.failures == (str(caught.value),) and result.verdict == "failed"
 
 
-def test_catalog_verify_names_a_deleted_digest(tmp_path: Path, fake: FakeEngine) -> None:
+def test_catalog_verify_names_a_deleted_digest(tmp_path: Path) -> None:
     catalog = _pull_catalog(tmp_path)
-    (checked,) = catalogs.verify(catalog, catalog.load(), connect_to(fake))
-    assert not checked.ok and checked.detail.startswith("the registry has no such manifest (deleted?)")
+    (checked,) = catalogs.verify(catalog, catalog.load(), signers(catalog, None, True), FakeRegistry())
+    assert not checked.ok and checked.detail == f"{REPO}:{TORCH_CPU}: not in the registry (deleted?); publish the record again"
 
 
 def test_a_manifest_that_cannot_be_read_stops_publish_before_any_push(tmp_path: Path, spec: Any, fake: FakeEngine) -> None:

@@ -1,6 +1,7 @@
 """The catalog use-case (builder/usecases/catalog.py) offline: which catalog a command reads, `find`
 and the one-line answers when nothing matches, and `verify` against the in-memory registry: each
-record present, missing (deleted), moved to another digest, or not known because the registry failed.
+record present, missing (deleted), moved to another digest, or not known because the registry failed
+(the rest of the registry side, evidence tags and signatures: tests/test_verify_closed.py).
 """
 
 from __future__ import annotations
@@ -10,12 +11,14 @@ from pathlib import Path
 import pytest
 
 from builder.catalog.store import Catalog
-from builder.engine.port import EngineFault, NotFound
+from builder.engine.port import EngineFault
+from builder.publish import attestation, evidence
+from builder.publish.signing import Signers
 from builder.usecases import catalog as catalogs
 from builder.util.errors import UserError
 from builder.workspace import Workspace
-from tests.catalog_fixtures import record
-from tests.fake_engine import FakeEngine, connect_to
+from tests.catalog_fixtures import record, smoke
+from tests.fake_registry import FakeRegistry, published
 
 REPO = "127.0.0.1:5000/gpu-images"
 NUMBA = "numba0.68.0-cpu-py3.11-debian12"
@@ -104,67 +107,63 @@ def test_a_long_query_is_cut_in_the_message_and_so_is_a_long_list_of_differences
     assert "\n" not in message
 
 
-# -- verify -------------------------------------------------------------------------------------------
+# -- verify ---------------------------------------------------------------------------------------
 
 
-class Registry(FakeEngine):
-    """The fake engine with a registry that fails for some references."""
+def with_evidence(catalog: Catalog) -> Catalog:
+    """The catalog's records with unsigned evidence in catalog/evidence/ (an SBOM and the attestation naming it)."""
+    files: dict[str, str | None] = {}
+    for r in catalog.load():
+        sbom = f'{{"bomFormat": "CycloneDX", "for": "{r.id}"}}\n'
+        files[evidence.sbom_name(r.id)] = sbom
+        files[evidence.statement_name(r.id)] = attestation.statement(r, smoke(r.id), sbom)
+    catalog.add([], {}, files)
+    return catalog
 
-    def __init__(self, faults: dict[str, EngineFault]) -> None:
-        super().__init__()
-        self.faults = faults
-        self.asked: list[str] = []
 
-    def registry_digest(self, reference: str) -> str:
-        self.asked.append(reference)
-        if reference in self.faults:
-            raise self.faults[reference]
-        return super().registry_digest(reference)
+UNSIGNED = Signers(None, "not verified: the catalog has no signatures and no allowed_signers")
 
 
 def test_verify_says_for_each_record_whether_the_registry_still_holds_it(catalog: Catalog) -> None:
-    records = catalog.load()
+    records = with_evidence(catalog).load()
     by_id = {r.id: r for r in records}
-    fake = Registry({})
-    fake.registry[f"{REPO}:{NUMBA}"] = by_id[NUMBA].digest.split("@")[1]  # pushed, and still there
-    fake.registry[by_id[JAX].digest] = OTHER  # the registry answers another manifest for this reference
-    # TORCH: never pushed here (or deleted since)
-    found = {v.record.id: (v.ok, v.detail) for v in catalogs.verify(catalog, records, connect_to(fake))}
-    assert found[NUMBA] == (True, "present")
-    assert found[JAX] == (False, f"the registry reports {OTHER}")
-    assert found[TORCH] == (False, f"the registry has no such manifest (deleted?): manifest unknown: {by_id[TORCH].digest}")
-    assert fake.asked == [r.digest for r in records], "one question per record, in the catalog's order"
+    registry = published(catalog)
+    registry.tag(REPO, JAX, OTHER)  # the immutable tag was moved to another image
+    del registry.manifests[REPO, TORCH]  # deleted (or never pushed)
+    found = {v.record.id: (v.ok, v.detail) for v in catalogs.verify(catalog, records, UNSIGNED, registry)}
+    assert found[NUMBA] == (True, f"{UNSIGNED.why}; the registry's tags match")
+    jax = by_id[JAX].digest.split("@")[1]
+    assert found[JAX] == (False, f"{REPO}:{JAX}: points at {OTHER}, not the record's {jax}: the tag was moved to another image")
+    assert found[TORCH] == (False, f"{REPO}:{TORCH}: not in the registry (deleted?); publish the record again")
+    asked = [reference for _, reference in registry.asked]
+    assert asked[:3] == [JAX, f"sha256-{jax[7:]}.sbom", f"sha256-{jax[7:]}.att"], "per record: its tag, then its evidence tags"
 
 
 @pytest.mark.parametrize(
     ("fault", "detail"),
     [
-        (EngineFault("404 Client Error for http://127.0.0.1:5000/v2/gpu-images/manifests/x: Not Found", 404), "deleted?"),
-        (EngineFault("name unknown: repository name not known to registry", 404), "deleted?"),
-        (NotFound("no such manifest"), "deleted?"),
-        (EngineFault("500 Server Error: Internal Server Error", 500), "500 Server Error: Internal Server Error"),
-        (EngineFault("connection refused: 127.0.0.1:5000"), "connection refused: 127.0.0.1:5000"),
+        (EngineFault("127.0.0.1:5000: the registry answered 500 to reading its manifest", 500), "answered 500"),
+        (EngineFault("127.0.0.1:5000: the registry cannot be reached: [Errno 111] Connection refused"), "Connection refused"),
+        (EngineFault("127.0.0.1:5000: the registry asks for a login (run `docker login 127.0.0.1:5000`)", 401), "docker login"),
     ],
 )
-def test_a_registry_error_is_that_records_finding_and_the_others_are_still_asked(catalog: Catalog, fault: EngineFault, detail: str) -> None:
-    records = catalog.load()
-    fake = Registry({records[0].digest: fault})
-    for r in records[1:]:
-        fake.registry[r.digest] = "sha256:" + r.digest.rpartition(":")[2]
-    results = catalogs.verify(catalog, records, connect_to(fake))
-    first, *rest = results
-    assert not first.ok and detail in first.detail and "\n" not in first.detail
-    assert first.detail.startswith("the registry has no such manifest") == (detail == "deleted?"), "only a missing manifest says deleted"
-    assert [(v.ok, v.detail) for v in rest] == [(True, "present")] * len(rest)
+def test_a_registry_that_cannot_be_read_is_one_line_per_record(catalog: Catalog, fault: EngineFault, detail: str) -> None:
+    records = with_evidence(catalog).load()
+    registry = published(catalog)
+    registry.fault = fault
+    results = catalogs.verify(catalog, records, UNSIGNED, registry)
+    for v in results:
+        assert not v.ok and v.findings == (f"{REPO}: the registry cannot be read: {fault.message}",) and detail in v.detail
 
 
 def test_a_long_registry_error_is_cut(catalog: Catalog) -> None:
-    (one,) = catalog.load()[:1]
-    fake = Registry({one.digest: EngineFault("x" * 1000, 502)})
-    (found,) = catalogs.verify(catalog, [one], connect_to(fake))
-    assert found.detail == "x" * 200
+    (one,) = with_evidence(catalog).load()[:1]
+    registry = FakeRegistry()
+    registry.fault = EngineFault("x" * 1000, 502)
+    (found,) = catalogs.verify(catalog, [one], UNSIGNED, registry)
+    assert found.detail == f"{REPO}: the registry cannot be read: " + "x" * 200
 
 
 def test_verify_of_nothing_asks_nothing(catalog: Catalog) -> None:
-    fake = Registry({})
-    assert catalogs.verify(catalog, [], connect_to(fake)) == [] and fake.asked == []
+    registry = FakeRegistry()
+    assert catalogs.verify(catalog, [], UNSIGNED, registry) == [] and registry.asked == []

@@ -52,6 +52,11 @@ class Registry(Protocol):
         """Put `body` as repository:tag; the digest the registry reports (checked against the body)."""
         ...
 
+    def blob(self, repository: str, digest: str, limit: int) -> bytes:
+        """The blob `digest` (sha256:<hex>) of `repository`, checked against its digest; EngineFault
+        when it cannot be read, is larger than `limit` bytes, or is not what its digest says."""
+        ...
+
 
 def split(repository: str) -> tuple[str, str]:
     """127.0.0.1:5000/gpu-images -> ("127.0.0.1:5000", "gpu-images"); Docker Hub names keep their host."""
@@ -76,7 +81,13 @@ class HttpRegistry:
         status, headers, body = self._call("GET", host, path, f"/v2/{path}/manifests/{reference}", {"Accept": ACCEPT}, None, "pull")
         if status != 200:
             raise EngineFault(f"{repository}@{reference}: the registry answered {status} to reading its manifest", status)
-        media_type = headers.get("content-type", "").split(";")[0].strip() or json.loads(body).get("mediaType", "")
+        media_type = headers.get("content-type", "").split(";")[0].strip()
+        if not media_type:
+            try:
+                found = json.loads(body)
+            except ValueError:
+                found = None
+            media_type = str(found.get("mediaType", "")) if isinstance(found, dict) else ""
         return Manifest(media_type, digest_of(body), body)
 
     def put_manifest(self, repository: str, tag: str, media_type: str, body: bytes) -> str:
@@ -91,15 +102,27 @@ class HttpRegistry:
             raise EngineFault(f"{repository}:{tag}: the registry reports digest {reported}, not the {digest_of(body)} that was sent")
         return reported
 
+    def blob(self, repository: str, digest: str, limit: int) -> bytes:
+        host, path = split(repository)
+        status, _, body = self._call("GET", host, path, f"/v2/{path}/blobs/{digest}", {}, None, "pull", limit)
+        if status != 200:
+            raise EngineFault(f"{repository}@{digest}: the registry answered {status} to reading the blob", status)
+        if len(body) > limit:
+            raise EngineFault(f"{repository}@{digest}: the blob is larger than {limit} bytes, which no evidence is")
+        if digest_of(body) != digest:
+            raise EngineFault(f"{repository}@{digest}: the registry sent a blob whose digest is {digest_of(body)}")
+        return body
+
     def _call(
-        self, method: str, host: str, path: str, url_path: str, headers: Mapping[str, str], body: bytes | None, actions: str
-    ) -> tuple[int, dict[str, str], bytes]:
+        self, method: str, host: str, path: str, url_path: str, headers: Mapping[str, str], body: bytes | None, actions: str,
+        limit: int = MAX_MANIFEST,
+    ) -> tuple[int, dict[str, str], bytes]:  # fmt: skip
         scope = f"repository:{path}:{actions}"
         base = f"{'http' if LOOPBACK.match(host) else 'https'}://{host}"
-        status, answer, text = self._open(method, base + url_path, self._with_auth(headers, host, scope), body)
+        status, answer, text = self._open(method, base + url_path, self._with_auth(headers, host, scope), body, limit)
         if status == 401:  # asked to log in: once, as the challenge says, then the same request again
             self._tokens[host, scope] = self._authorize(host, answer.get("www-authenticate", ""), scope)
-            status, answer, text = self._open(method, base + url_path, self._with_auth(headers, host, scope), body)
+            status, answer, text = self._open(method, base + url_path, self._with_auth(headers, host, scope), body, limit)
             if status == 401:
                 raise EngineFault(f"{host}: the registry refused the credentials for {path} (log in with `docker login {host}`)", 401)
         return status, answer, text
@@ -108,7 +131,9 @@ class HttpRegistry:
         token = self._tokens.get((host, scope))
         return {**headers, **({"Authorization": token} if token else {})}
 
-    def _open(self, method: str, url: str, headers: Mapping[str, str], body: bytes | None) -> tuple[int, dict[str, str], bytes]:
+    def _open(
+        self, method: str, url: str, headers: Mapping[str, str], body: bytes | None, limit: int = MAX_MANIFEST
+    ) -> tuple[int, dict[str, str], bytes]:
         request = urllib.request.Request(url, data=body, method=method, headers=dict(headers))
         opener = urllib.request.build_opener(
             urllib.request.ProxyHandler({} if LOOPBACK.match(urllib.parse.urlsplit(url).netloc) else None),
@@ -116,7 +141,7 @@ class HttpRegistry:
         )
         try:
             with opener.open(request, timeout=TIMEOUT_S) as answer:
-                return answer.status, {k.lower(): v for k, v in answer.headers.items()}, answer.read(MAX_MANIFEST + 1)
+                return answer.status, {k.lower(): v for k, v in answer.headers.items()}, answer.read(limit + 1)
         except urllib.error.HTTPError as exc:
             return exc.code, {k.lower(): v for k, v in exc.headers.items()}, exc.read(4096)
         except (urllib.error.URLError, OSError) as exc:

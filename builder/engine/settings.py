@@ -124,9 +124,26 @@ def resolve(
         if not path.is_dir():
             raise UserError(f"wheelhouse {folder!r} is not a folder; pass a folder of .whl files to --wheelhouse")
         extra_dirs.append(path)
+    # A file:// index named on the command line is a local folder, as one in pip's configuration is:
+    # its pinned wheels are served to the build from 127.0.0.1 (staging, secrets), never handed to
+    # pip inside the build verbatim, where that path does not exist.
+    remote_extras = []
+    for url, source in [(index_url, "--index-url"), *((u, "--extra-index-url") for u in extra_index_urls)]:
+        local = _local_path(url) if url is not None and url.startswith("file://") else None
+        if url is None:
+            continue
+        if local is None:
+            if source == "--extra-index-url":
+                remote_extras.append(url)
+            continue
+        if not local.is_dir():
+            raise UserError(f"{source} {url}: no such folder; give a file:// URL of a folder of wheels or a PEP 503 tree")
+        extra_dirs.append(local)
+        if source == "--index-url":
+            index_url = None
     pip = PipSources(
         index_url=index_url or pip.index_url,
-        extra_index_urls=tuple(dict.fromkeys([*extra_index_urls, *pip.extra_index_urls])),
+        extra_index_urls=tuple(dict.fromkeys([*remote_extras, *pip.extra_index_urls])),
         local_dirs=tuple(dict.fromkeys([*extra_dirs, *pip.local_dirs])),
     )
     proxies = tuple((k, env[k]) for k in PROXY_VARS if env.get(k))

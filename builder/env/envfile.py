@@ -29,12 +29,22 @@ from builder.util import yamlsrc
 from builder.util.errors import UserError
 
 ENV_FILE = "gpu-env.yaml"
-LOCK_FILE = "gpu-env.lock"
+LOCK_FILE = "gpu-env.lock"  # gpu-env.yaml's; another env file's is named after it (lock_name)
+DEVCONTAINER = Path(".devcontainer") / "devcontainer.json"
 KEYS = ("name", "base", "requirements", "apt", "workdir")
 DEFAULT_WORKDIR = "/workspace"
 MAX_REQUIREMENTS = 500
 APT_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]{1,62}$")  # Debian policy 5.6.1: package names
-WORKDIR = re.compile(r"^/(?:[A-Za-z0-9._-]+/?)*$")
+# One component after each slash: the pattern cannot match a string two ways, so it runs in linear
+# time (the old `^/(?:[A-Za-z0-9._-]+/?)*$` took exponential time to refuse 40 characters).
+WORKDIR = re.compile(r"^(?:/[A-Za-z0-9._-]+)+/?$")
+MAX_WORKDIR = 255
+# Where the project folder must not be mounted: the system's folders and the image's own (its venv,
+# its user's home, the shell's HOME=/tmp). A mount at, above or inside one hides what the image needs.
+IMAGE_FOLDERS = (
+    "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/root", "/run", "/sbin", "/sys", "/tmp",
+    "/usr", "/var", "/opt/venv", "/home/app",
+)  # fmt: skip
 BASE_DIGEST = re.compile(r"^(?:(?P<repository>[^@\s]+)@)?(?P<digest>sha256:[0-9a-f]{64})$")
 
 
@@ -48,6 +58,7 @@ class EnvFile:
     workdir: str = DEFAULT_WORKDIR
     base_line: int = 0
     requirement_lines: tuple[int, ...] = ()
+    requirements_line: int = 0  # the `requirements:` key's line (the mapping's first line without one)
 
     @property
     def folder(self) -> Path:
@@ -55,7 +66,17 @@ class EnvFile:
 
     @property
     def lock_path(self) -> Path:
-        return self.folder / LOCK_FILE
+        """The env file's own lock beside it: gpu-env.yaml -> gpu-env.lock, other-env.yaml -> other-env.lock."""
+        return self.folder / lock_name(self.path.name)
+
+    @property
+    def devcontainer(self) -> Path:
+        """Where `env shell` writes the Dev Container file: .devcontainer/devcontainer.json for
+        gpu-env.yaml, .devcontainer/<stem>/devcontainer.json (the spec's place for a second
+        configuration) for any other env file, so two environments of a folder never share one."""
+        if self.path.name == ENV_FILE:
+            return self.folder / DEVCONTAINER
+        return self.folder / DEVCONTAINER.parent / _stem(self.path.name) / DEVCONTAINER.name
 
     @property
     def id(self) -> str:
@@ -75,6 +96,19 @@ class EnvFile:
         return {str(canonicalize_name(Requirement(line).name)) for line in self.requirements}
 
 
+def _stem(name: str) -> str:
+    for suffix in (".yaml", ".yml"):
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def lock_name(env_file: str) -> str:
+    """The lock of an env file, named after it (never the env file itself: `x.lock` locks as `x.lock.lock`)."""
+    stem = _stem(env_file)
+    return f"{stem}.lock" if stem != env_file else f"{env_file}.lock"
+
+
 def load(path: Path) -> EnvFile:
     """The env file at `path`, every value checked (UserError naming file:line and the fix)."""
     where = str(path)
@@ -89,9 +123,8 @@ def load(path: Path) -> EnvFile:
     if "base" not in data:
         raise UserError("no base: give a catalog query (e.g. base: torch=2.5 cuda=12.4) or repository@sha256:<digest>", where, data.line)
     base = _base(data["base"], where, data.line_of("base"))
-    requirements, lines = _requirements(
-        data.get("requirements"), where, data.line_of("requirements") if "requirements" in data else data.line
-    )
+    requirements_line = data.line_of("requirements") if "requirements" in data else data.line
+    requirements, lines = _requirements(data.get("requirements"), where, requirements_line)
     return EnvFile(
         path=path,
         name=_name(data.get("name"), path, where, data.line_of("name")),
@@ -101,6 +134,7 @@ def load(path: Path) -> EnvFile:
         workdir=_workdir(data.get("workdir"), where, data.line_of("workdir")),
         base_line=data.line_of("base"),
         requirement_lines=lines,
+        requirements_line=requirements_line,
     )
 
 
@@ -119,10 +153,10 @@ def _base(value: Any, where: str, line: int) -> str:
 
 
 def _name(value: Any, path: Path, where: str, line: int) -> str:
-    if value is None:
-        folder = path.resolve().parent.name.lower()
+    if value is None:  # the folder's name; another env file than gpu-env.yaml adds its own (one image each)
+        folder = path.resolve().parent.name.lower() + ("" if path.name == ENV_FILE else f"-{_stem(path.name).lower()}")
         name = re.sub(r"[^a-z0-9._-]+", "-", folder).strip("._-") or "env"
-        return name[:63]
+        return name[:63].strip("._-") or "env"
     if not isinstance(value, str) or not grammar.NAME.fullmatch(value):
         raise UserError(f"name: {value!r} is not a name; use lowercase letters, digits, '.', '_' and '-' (e.g. vision-team)", where, line)
     return value
@@ -186,6 +220,16 @@ def _apt(value: Any, where: str, line: int) -> tuple[str, ...]:
 def _workdir(value: Any, where: str, line: int) -> str:
     if value is None:
         return DEFAULT_WORKDIR
-    if not isinstance(value, str) or not WORKDIR.fullmatch(value) or "/../" in f"{value}/" or "/./" in f"{value}/" or value == "/":
-        raise UserError(f"workdir: {value!r} must be an absolute folder like /workspace (letters, digits, . _ -; no ..)", where, line)
-    return value.rstrip("/")
+    shown = repr(value)[:80]
+    if not isinstance(value, str) or len(value) > MAX_WORKDIR or not WORKDIR.fullmatch(value) or {".", ".."} & set(value.split("/")):
+        raise UserError(f"workdir: {shown} must be an absolute folder like /workspace (letters, digits, . _ -; no ..)", where, line)
+    folder = value.rstrip("/")
+    for system in IMAGE_FOLDERS:
+        if folder == system or folder.startswith(system + "/") or system.startswith(folder + "/"):
+            raise UserError(
+                f"workdir: {folder} would mount the project over the image's {system} and hide what is there; "
+                f"use a folder of its own like {DEFAULT_WORKDIR}",
+                where,
+                line,
+            )
+    return folder

@@ -9,7 +9,7 @@ base's version with the base's hashes (base.untouched): pip finds them installed
 from __future__ import annotations
 
 from builder.env.base import BaseLock, untouched
-from builder.env.envfile import LOCK_FILE, EnvFile
+from builder.env.envfile import EnvFile
 from builder.lock import files
 from builder.lock.target import LockTarget
 from builder.model.plan import Lock
@@ -28,10 +28,12 @@ def target(env: EnvFile, base: BaseLock, indexes: tuple[str, ...] = ()) -> LockT
     )
 
 
-def lock_text(env: EnvFile, base: BaseLock, goal: LockTarget, resolved: str) -> Lock:
-    """uv's output as the environment's lock, checked: what it claims, and nothing of the base moved."""
+def lock_text(env: EnvFile, base: BaseLock, goal: LockTarget, resolved: str, digest: str) -> Lock:
+    """uv's output as the environment's lock on the record `base` was read from, whose image is
+    `digest` (both in its header), checked: what it claims, and nothing of the base moved."""
     made = f"uv's lock for {env.id}"
-    lock = files.load(files.lock_text(env.id, goal.inputs, goal.python, goal.platform, resolved, files.ENV_TOOL), made)
+    text = files.lock_text(env.id, goal.inputs, goal.python, goal.platform, resolved, files.ENV_TOOL, (base.record, digest))
+    lock = files.load(text, made)
     check(lock, env, base, goal, made)
     return lock
 
@@ -42,9 +44,17 @@ def check(lock: Lock, env: EnvFile, base: BaseLock, goal: LockTarget, where: str
     untouched(contents.packages, base, where)
 
 
+def locked_on(env: EnvFile, text: str) -> tuple[str, str]:
+    """The record id and repository@sha256:... an environment's lock names as its base."""
+    contents = files.read(text, str(env.lock_path))
+    if contents.tool != files.ENV_TOOL or contents.base is None:
+        raise UserError(f"was written by `{contents.tool}`, not `{files.ENV_TOOL}`; restore it from git or re-lock", str(env.lock_path), 1)
+    return contents.base
+
+
 def read(env: EnvFile, base: BaseLock, goal: LockTarget, text: str) -> tuple[Lock, bool]:
     """The committed lock and whether it is current (its inputs are the env file's and the base's now)."""
-    where = str(env.folder / LOCK_FILE)
+    where = str(env.lock_path)
     lock = files.load(text, where)
     if lock.inputs != goal.inputs:
         return lock, False
@@ -56,10 +66,3 @@ def added(lock: Lock, base: BaseLock) -> tuple[tuple[str, str], ...]:
     """(package, version) the environment adds to the base."""
     have = dict(base.pins)
     return tuple((name, version) for name, version in lock.pins if name not in have)
-
-
-def refuse_stale(env: EnvFile, current: bool) -> None:
-    if not current:
-        raise UserError(
-            f"is stale: {env.path.name} or its base changed since it was locked; run `builder env lock`", str(env.folder / LOCK_FILE)
-        )

@@ -15,16 +15,26 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from builder.util.errors import RunFailure, UserError
+from builder.util.fsio import MiB, read_bytes
 
 RECORD_NAMESPACE = "record@gpu-image-builder"
 ATTESTATION_NAMESPACE = "attestation@gpu-image-builder"
 ALLOWED_SIGNERS = "allowed_signers"  # catalog/allowed_signers
 ALLOWED_SIGNERS_ENV = "BUILDER_ALLOWED_SIGNERS"
 TIMEOUT_S = 60
+MAX_SIGNERS = 1 * MiB  # an allowed_signers file: a line per key (~100 bytes); a team's is a few KiB
+MAX_SIGNATURE = 16 * 1024  # an armored SSH signature is ~300 bytes; ssh-keygen reads whatever it is given
+ALLOWED_SIGNERS_FIX = (
+    "give OpenSSH's allowed_signers (a `principal key-type key` line per signer), or --no-verify to use the catalog unverified"
+)
 
 
 class Unverified(RunFailure):
@@ -64,35 +74,91 @@ def sign(data: bytes, key: Path, namespace: str) -> str:
     return signature
 
 
-def allowed_signers_path(catalog_root: Path, given: Path | None = None) -> Path:
-    """Where the allowed signers are: the option, else $BUILDER_ALLOWED_SIGNERS, else catalog/allowed_signers."""
+@dataclass(frozen=True)
+class Signers:
+    """The allowed signers a command checks against: `path`, or None when verification is off
+    (`--no-verify`) or there is nothing to verify with (no allowed_signers, an unsigned catalog);
+    `why` says which, for the line the command prints."""
+
+    path: Path | None
+    why: str = ""
+
+
+def allowed_signers(catalog_root: Path, given: Path | None = None, env: Mapping[str, str] | None = None) -> Path | None:
+    """The allowed signers file: --allowed-signers, else $BUILDER_ALLOWED_SIGNERS, else
+    catalog/allowed_signers. Failing closed: a file named by the option or the variable (also set
+    but empty: an unmounted CI secret), and a catalog/allowed_signers that exists in any form, must
+    be a readable regular file, else a one-line UserError (exit 2) naming it and how it was named.
+    None only when no name was given and catalog/allowed_signers does not exist at all."""
+    values = os.environ if env is None else env
     if given is not None:
-        return given
-    env = os.environ.get(ALLOWED_SIGNERS_ENV, "")
-    return Path(env) if env else catalog_root / ALLOWED_SIGNERS
+        return _readable(given, f"--allowed-signers {given}")
+    if ALLOWED_SIGNERS_ENV in values:
+        named = values[ALLOWED_SIGNERS_ENV]
+        if not named.strip():
+            raise UserError(f"${ALLOWED_SIGNERS_ENV} is set but empty; name the allowed_signers file in it, or unset it")
+        return _readable(Path(named), f"${ALLOWED_SIGNERS_ENV}={named}")
+    default = catalog_root / ALLOWED_SIGNERS
+    try:
+        default.lstat()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise UserError(f"cannot check the catalog's allowed signers file: {exc.strerror}", str(default)) from None
+    return _readable(default, str(default))
+
+
+def _readable(path: Path, named: str) -> Path:
+    """`path` when it is a readable regular file of at most MAX_SIGNERS bytes (a link to one is
+    fine); else one line saying what stands there instead."""
+    if path.is_symlink() and not path.exists():
+        raise UserError(f"{named}: a link to nothing ({os.readlink(path)}); {ALLOWED_SIGNERS_FIX}")
+    try:
+        read_bytes(path, MAX_SIGNERS, "allowed signers file")  # regular, bounded, never blocks on a FIFO
+    except UserError as exc:
+        what = exc.message.split("; give a file")[0]  # fsio's own fix is for a file of the tool's; say ours
+        raise UserError(f"{named}: {what}; {ALLOWED_SIGNERS_FIX}") from None
+    return path
 
 
 def verify(data: bytes, signature: Path, allowed: Path, namespace: str, what: str) -> str:
     """The principal that signed `data` (the content of `what`); Unverified, one line, when it is
-    unsigned, changed since it was signed, or signed by a key `allowed` does not list."""
-    if not signature.is_file():
+    unsigned, changed since it was signed, or signed by a key `allowed` does not list.
+
+    The signature is read here (a regular file of at most MAX_SIGNATURE bytes, never blocking on a
+    FIFO) and handed to ssh-keygen as a private copy, so what is checked is what was read, and a
+    1 GiB `.sig` is refused at once instead of keeping ssh-keygen busy until its deadline."""
+    try:
+        st = signature.stat()
+    except FileNotFoundError:
         raise Unverified(
-            f"{what} is unsigned (no {signature.name}); publish it again with --sign-key, or remove {allowed} to skip verification"
-        )
+            f"{what} is unsigned (no {signature.name}); publish it again with --sign-key, or --no-verify to use it unverified"
+        ) from None
+    except OSError as exc:
+        raise Unverified(f"{what}: {signature.name} cannot be read ({exc.strerror})") from None
+    if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_SIGNATURE:
+        kind = f"{st.st_size} bytes" if stat.S_ISREG(st.st_mode) else "not a regular file"
+        raise Unverified(f"{what}: {signature.name} is not an SSH signature ({kind}); restore catalog/evidence/ from git")
+    try:
+        armored = read_bytes(signature, MAX_SIGNATURE, "signature")
+    except UserError as exc:
+        raise Unverified(f"{what}: {exc}") from None
     tool = ssh_keygen()
-    found = subprocess.run(
-        [tool, "-Y", "find-principals", "-s", str(signature), "-f", str(allowed)], capture_output=True, timeout=TIMEOUT_S, check=False
-    )
-    principals = found.stdout.decode(errors="replace").split()
-    if found.returncode != 0 or not principals:
-        raise Unverified(f"{what}: {signature.name} is not by a key in {allowed} (or the signature is damaged)")
-    checked = subprocess.run(
-        [tool, "-Y", "verify", "-f", str(allowed), "-I", principals[0], "-n", namespace, "-s", str(signature)],
-        input=data,
-        capture_output=True,
-        timeout=TIMEOUT_S,
-        check=False,
-    )
+    with tempfile.TemporaryDirectory(prefix="builder-verify-") as folder:
+        copy = Path(folder) / signature.name
+        copy.write_bytes(armored)
+        found = _keygen([tool, "-Y", "find-principals", "-s", str(copy), "-f", str(allowed)], b"", what)
+        principals = found.stdout.decode(errors="replace").split()
+        if found.returncode != 0 or not principals:
+            raise Unverified(f"{what}: {signature.name} is not by a key in {allowed} (or the signature is damaged)")
+        checked = _keygen([tool, "-Y", "verify", "-f", str(allowed), "-I", principals[0], "-n", namespace, "-s", str(copy)], data, what)
     if checked.returncode != 0:
         raise Unverified(f"{what} does not match {signature.name}: it was changed after it was signed (or signed for another use)")
     return principals[0]
+
+
+def _keygen(argv: list[str], data: bytes, what: str) -> subprocess.CompletedProcess[bytes]:
+    try:
+        return subprocess.run(argv, input=data, capture_output=True, timeout=TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        raise Unverified(f"{what}: ssh-keygen did not answer within {TIMEOUT_S} s (is the allowed signers file a FIFO?)") from None

@@ -211,7 +211,10 @@ def stale_images(out_dir: Path, expected: Mapping[str, bytes], ids: Iterable[str
 
 
 def _not_a_folder(out_dir: Path, st: os.stat_result) -> UserError:
-    return UserError(f"{out_dir} is {_what(st)}, not a folder; give --out a folder (or leave it out for images/ beside the matrix)")
+    return UserError(
+        f"{out_dir} is {_what(st)}, not a folder, so the rendered images cannot go there; move it out of the way "
+        "(or give `builder render --out` a folder of its own)"
+    )
 
 
 def _foreign(path: Path, why: str) -> UserError:

@@ -48,7 +48,7 @@ def print_catalog(
     title = f"known-good ({len(records)})"
     columns = ["image", "frameworks", "accelerator", "python", "verdict", "runs on", "host", "published", "digest"]
     if verified:
-        columns.append("in registry")
+        columns.append("verify")
     rows = []
     for r in records:
         a = r.accelerator
@@ -62,7 +62,8 @@ def print_catalog(
         row = [r.id, frameworks, accel, r.python, r.verdict, where.label if where else "", r.host.gpu, r.published, r.digest]
         if verified:
             check = checks.get(r.id)
-            row.append("present" if check and check.ok else f"missing: {check.detail if check else ''}")
+            more = f" (+{len(check.findings) - 1} more, below)" if check and len(check.findings) > 1 else ""
+            row.append(f"ok: {check.detail}" if check and check.ok else f"FAILED: {check.detail if check else ''}{more}")
         rows.append(row)
     if len(rows) > RICH_ROWS:
         print_rows(out, title, columns, rows)  # escapes every cell itself
@@ -74,6 +75,7 @@ def print_catalog(
         cells = [markup(cell) for cell in row]
         cells[4] = styled(row[4])
         if verified:
-            cells[-1] = styled("present") if row[-1] == "present" else f"[red]missing[/red]{markup(row[-1][len('missing') :])}"
+            word, _, rest = row[-1].partition(":")
+            cells[-1] = f"{'[green]ok[/green]' if word == 'ok' else '[red]FAILED[/red]'}:{markup(rest)}"
         table.add_row(*cells)
     out.print(table)

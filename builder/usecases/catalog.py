@@ -1,21 +1,22 @@
-"""`builder catalog`: the known-good records, their queries and whether the registry still holds each digest."""
+"""`builder catalog`: the known-good records, their queries, and `--verify`: each record's signed evidence and the registry's tags checked against it."""
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from builder.catalog.query import closest, known_keys, matching, parse_query, unknown_keys
 from builder.catalog.records import KnownGood
 from builder.catalog.store import Catalog
 from builder.compat.rules import table
-from builder.engine.client import open_engine
-from builder.engine.port import Connect, EngineFault, NotFound
+from builder.engine.registry import HttpRegistry, Registry
+from builder.engine.settings import host_ca_bundle
 from builder.fit.runs_on import RunsOn, runs_on
 from builder.publish import signing
-from builder.publish.verify import verify_record
+from builder.publish.signing import Signers
+from builder.publish.verify import registry_findings, vouch
 from builder.util.errors import UserError
 
 
@@ -58,34 +59,25 @@ NO_MANIFEST = re.compile(r"manifest unknown|manifest for .* not found|name unkno
 class Verified:
     record: KnownGood
     ok: bool
-    detail: str
+    detail: str  # what was verified (signatures, tags), or the first finding
+    findings: tuple[str, ...] = ()  # every finding, one line each (a tag named in each registry one)
 
 
-def verify(
-    catalog: Catalog, records: Sequence[KnownGood], connect: Connect = open_engine, allowed_signers: Path | None = None
-) -> list[Verified]:
-    """Check each record's signatures (when the allowed signers file exists: --allowed-signers,
-    $BUILDER_ALLOWED_SIGNERS or catalog/allowed_signers), then ask its registry (through the
-    engine) whether its digest still exists."""
-    allowed = signing.allowed_signers_path(catalog.root, allowed_signers)
-    if allowed_signers is not None and not allowed.is_file():
-        raise UserError("no such allowed signers file; give OpenSSH's allowed_signers (principal key-type key per line)", str(allowed))
-    engine = connect()
+def verify(catalog: Catalog, records: Sequence[KnownGood], chosen: Signers, registry: Registry | None = None) -> list[Verified]:
+    """Check each record: its signed local evidence against `chosen` (publish/verify.py's `signers`:
+    the allowed signers, or why there are none), then the registry's side (its immutable and
+    floating tags, its .sbom and .att evidence tags) against the record and that evidence. No
+    engine: the local evidence is checked even where none runs, and the registry is read through
+    its own HTTP API (builder/engine/registry.py)."""
+    talk = registry or HttpRegistry(ca_bundle=host_ca_bundle(os.environ))  # opens nothing until asked
     out = []
     for record in records:
-        if allowed.is_file():
-            try:
-                verify_record(catalog.evidence, record, allowed)
-            except signing.Unverified as exc:
-                out.append(Verified(record, False, exc.message))
-                continue
+        findings: list[str] = []
         try:
-            found = engine.registry_digest(record.digest)
-        except EngineFault as exc:  # the finding, per record
-            message = exc.message[:200]
-            missing = isinstance(exc, NotFound) or NO_MANIFEST.search(message)
-            out.append(Verified(record, False, f"the registry has no such manifest (deleted?): {message}" if missing else message))
-            continue
-        ok = record.digest.endswith("@" + found)
-        out.append(Verified(record, ok, "present" if ok else f"the registry reports {found}"))
+            said = vouch(catalog, record, chosen)
+        except signing.Unverified as exc:
+            said, findings = "", [exc.message]
+        findings += registry_findings(talk, catalog, record)
+        detail = findings[0] if findings else f"{said}; the registry's tags match"
+        out.append(Verified(record, not findings, detail, tuple(findings)))
     return out

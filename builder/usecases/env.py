@@ -15,6 +15,8 @@ environment; `lock --upgrade` moves it to the newest and reports what moved.
 from __future__ import annotations
 
 import os
+import re
+import stat
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -47,6 +49,8 @@ from builder.lock.resolve import LockFailed, resolve, sources, uv_binary
 from builder.model.plan import ImageSpec, Lock
 from builder.model.results import GpuUse, SmokeResult
 from builder.model.sources import Sources
+from builder.publish.signing import Signers
+from builder.publish.verify import vouch
 from builder.smoke.args import gpu_flags
 from builder.smoke.runner import smoke_one
 from builder.usecases.catalog import find, no_match_message
@@ -58,6 +62,8 @@ from builder.util.fsio import read_text, write_atomic
 from builder.workspace import Workspace
 
 MAX_LOCK = 4 * 2**20
+PINNED = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==")  # a pin line of uv's output
+NOT_FOUND = re.compile(r"\b(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*) was not found in the (?:package registry|provided package locations)")
 NO_SOURCES = Sources()  # the build's defaults: pip's configuration, $PIP_INDEX_URL ...
 
 
@@ -80,7 +86,8 @@ class EnvLocked:
     digest: str
     added: tuple[tuple[str, str], ...]  # what the environment adds to the base
     changes: tuple[tuple[str, str | None, str | None], ...] = ()  # pins that moved since the previous lock
-    moved_from: str | None = None  # the previous base's digest, when --upgrade moved it
+    moved_from: str | None = None  # the previous base's digest, when --upgrade (or a re-lock on a changed record) moved it
+    trust: str = ""  # what the evidence check said of the base (publish/verify.py's `vouch`)
 
 
 # -- the base ------------------------------------------------------------------------------------------
@@ -127,44 +134,75 @@ def _planned(ws: Workspace, image: str) -> ImageSpec | None:
 
 
 def _existing_lock(env: EnvFile) -> str | None:
-    return read_text(env.lock_path, MAX_LOCK, "lock") if env.lock_path.is_file() else None
+    """The env file's lock, or None where nothing stands (a folder, FIFO or link to nothing there is one line)."""
+    return read_text(env.lock_path, MAX_LOCK, "lock") if os.path.lexists(env.lock_path) else None
 
 
 def locked_base(ws: Workspace, catalog: Catalog, env: EnvFile) -> tuple[EnvBase, Lock]:
-    """The record the committed lock was made on, and the lock; UserError when there is none or it is stale."""
+    """The record the committed lock names as its base, and the lock; UserError when there is no
+    lock or it is stale: `base:` no longer names that record, the catalog's record no longer has the
+    digest the lock was made on (a swapped digest is never built FROM), or the inputs changed."""
     text = _existing_lock(env)
     if text is None:
-        raise UserError(f"no {env.lock_path.name} beside it; run `builder env lock` first", str(env.path))
-    options = candidates(catalog, env)
-    for record in options:
-        base = base_lock(ws, catalog, record)
-        lock, current = envlock.read(env, base.lock, envlock.target(env, base.lock, base.indexes), text)
-        if current:
-            return base, lock
-    raise UserError(
-        f"is stale: {env.path.name} or its base changed since it was locked (no record `base:` names has its inputs); "
-        "run `builder env lock`",
-        str(env.lock_path),
-    )
+        raise UserError(f"no {env.lock_path.name} beside it; run `builder env lock --file {env.path.name}` first", str(env.path))
+    record_id, digest = envlock.locked_on(env, text)
+    record = next((r for r in candidates(catalog, env) if r.id == record_id), None)
+    if record is None:
+        held = any(r.id == record_id for r in catalog.load())
+        why = f"`base:` in {env.path.name} no longer names it" if held else f"it is no record of {catalog.file}"
+        raise UserError(f"is stale: it was locked on {record_id}, but {why}; run `builder env lock`", str(env.lock_path))
+    if record.digest != digest:
+        raise UserError(
+            f"is stale: it was locked on {record_id} as {digest}, but the catalog's record now names {record.digest}; "
+            "if that change is yours run `builder env lock`, else restore the catalog from git",
+            str(env.lock_path),
+        )
+    base = base_lock(ws, catalog, record)
+    lock, current = envlock.read(env, base.lock, envlock.target(env, base.lock, base.indexes), text)
+    if not current:
+        raise UserError(
+            f"is stale: {env.path.name} or the lock of {record_id} changed since it was locked; run `builder env lock`", str(env.lock_path)
+        )
+    return base, lock
+
+
+def _locked_digest(env: EnvFile, text: str | None) -> str | None:
+    """The base digest a previous lock names, None when there is none that can be read."""
+    try:
+        return envlock.locked_on(env, text)[1] if text is not None else None
+    except UserError:
+        return None
 
 
 # -- lock ----------------------------------------------------------------------------------------------
 
 
-def lock_env(ws: Workspace, catalog: Catalog, env: EnvFile, upgrade: bool = False, chosen_sources: Sources = NO_SOURCES) -> EnvLocked:
+def lock_env(
+    ws: Workspace, catalog: Catalog, env: EnvFile, signers: Signers, upgrade: bool = False, chosen_sources: Sources = NO_SOURCES
+) -> EnvLocked:
     """Resolve the environment on its base (the locked one, or with `upgrade` the newest `base:`
-    names) and write gpu-env.lock; nothing is written when it cannot be locked."""
+    names), its evidence checked as `pull` checks it, and write the env file's lock; nothing is
+    written when it cannot be locked."""
     previous = _existing_lock(env)
     options = candidates(catalog, env)
     old_base = _previous_base(ws, catalog, env, options, previous) if previous is not None else None
     if upgrade and env.base_digest is not None:
         options = newer_in_line(catalog.load(), options[0]) or options
     base = old_base if old_base is not None and not upgrade else base_lock(ws, catalog, options[0])
+    trust = vouch(catalog, base.record, signers)
     goal = envlock.target(env, base.lock, base.indexes)
-    if previous is not None and not upgrade and old_base is not None:
+    old_digest = _locked_digest(env, previous)
+    if previous is not None and not upgrade and old_digest == base.record.digest:
         lock, current = envlock.read(env, base.lock, goal, previous)
-        if current:
-            return EnvLocked(env.id, "current", base.record.id, base.record.digest, envlock.added(lock, base.lock))
+        if current and envlock.locked_on(env, previous)[0] == base.record.id:
+            return EnvLocked(env.id, "current", base.record.id, base.record.digest, envlock.added(lock, base.lock), trust=trust)
+    if not env.requirements:
+        raise UserError(
+            "requirements: is empty: an environment adds packages to its base; list one (e.g. - requests==2.32.3), "
+            f"or use the base itself (`builder pull id={base.record.id}`)",
+            str(env.path),
+            env.requirements_line,
+        )
     settings = build_settings.for_sources(os.environ, chosen_sources, _ca_bundle(ws))
     cache = ws.build_dir / "uv-cache"
     cache.mkdir(parents=True, exist_ok=True)
@@ -176,15 +214,23 @@ def lock_env(ws: Workspace, catalog: Catalog, env: EnvFile, upgrade: bool = Fals
         if exc.kind == "unresolvable":
             raise conflict(ws, catalog, env, base, exc.message) from None
         raise RunFailure(f"{env.lock_path.name}: {exc.message}") from None
-    lock = envlock.lock_text(env, base.lock, goal, resolved)
+    if not any(PINNED.match(line) for line in resolved.splitlines()):
+        raise UserError(
+            f"requirements: none of them applies to python {base.lock.python} on {base.lock.platform} "
+            "(each line's marker excludes it), so there is nothing to lock; fix the markers or add a requirement",
+            str(env.path),
+            env.requirements_line,
+        )
+    lock = envlock.lock_text(env, base.lock, goal, resolved, base.record.digest)
     old = _parsed(previous)
     write_atomic(env.lock_path, lock.text)
-    moved = old_base.record.digest if old_base is not None and old_base.record.digest != base.record.digest else None
-    if moved is not None and env.base_digest is not None:
+    moved = old_digest if old_digest is not None and old_digest != base.record.digest else None
+    if env.base_digest is not None and not base.record.digest.endswith(env.base_digest):  # --upgrade moved a digest base
         _rewrite_base(env, base.record.digest)
     return EnvLocked(
-        env.id, "locked", base.record.id, base.record.digest, envlock.added(lock, base.lock), tuple(drift(old, lock)) if old else (), moved
-    )
+        env.id, "locked", base.record.id, base.record.digest, envlock.added(lock, base.lock), tuple(drift(old, lock)) if old else (), moved,
+        trust,
+    )  # fmt: skip
 
 
 def _previous_base(ws: Workspace, catalog: Catalog, env: EnvFile, options: Sequence[KnownGood], previous: str) -> EnvBase | None:
@@ -223,17 +269,33 @@ def _parsed(text: str | None) -> Lock | None:
 
 
 def conflict(ws: Workspace, catalog: Catalog, env: EnvFile, base: EnvBase, reason: str) -> UserError:
-    """The one line for a requirement the base cannot take: uv's reason, the base package it would
-    move, and the records whose pins would take it."""
+    """The one line for requirements uv cannot resolve: for a base package they would move, the
+    range asked, the base's pin and the records whose pins would take it; for a package no index
+    has, that; else uv's own reason."""
     asked = bases.conflicts(reason, base.lock)
     named = [(str(canonicalize_name(Requirement(r).name)), n) for r, n in zip(env.requirements, env.requirement_lines, strict=True)]
+    missing = NOT_FOUND.search(reason)
+    gone = str(canonicalize_name(missing["name"])) if missing else None
     line = next((n for name, n in named if any(name == asked_name for asked_name, _ in asked)), 0)  # numpy>2 itself
+    line = line or next((n for name, n in named if name == gone), 0)  # the package no index has
     line = line or next((n for name, n in named if name in reason.lower()), 0)  # the requirement the resolver names
     line = line or (env.requirement_lines[0] if env.requirement_lines else env.base_line)
-    what = ", ".join(f"{name}{spec} (the base pins {base.lock.version_of(name)})" for name, spec in asked) or "a package the base pins"
+    said = " ".join(reason.split())[:400]
+    if not asked and missing:
+        return UserError(
+            f"refused: {missing['name']} is on no package index this lock reads ({said}); check its name, "
+            "or name the index that has it (--index-url, --extra-index-url, --wheelhouse)",
+            str(env.path),
+            line,
+        )
+    if not asked:
+        return UserError(
+            f"refused: uv cannot resolve the requirements on {base.record.id}: {said}; change the requirement it names", str(env.path), line
+        )
+    what = ", ".join(f"{name}{spec} (the base pins {base.lock.version_of(name)})" for name, spec in asked)
     fits = []
     for record in catalog.load():
-        if record.id == base.record.id or not asked:
+        if record.id == base.record.id:
             continue
         try:
             other = base_lock(ws, catalog, record)
@@ -242,9 +304,7 @@ def conflict(ws: Workspace, catalog: Catalog, env: EnvFile, base: EnvBase, reaso
         if bases.fits(other.lock, asked):
             fits.append(record.id)
     where = f"; records where it would fit: {', '.join(fits[:5])}" if fits else "; no record in the catalog would take it"
-    return UserError(
-        f"refused: it needs {what}, which would change {base.record.id} ({' '.join(reason.split())[:400]}){where}", str(env.path), line
-    )
+    return UserError(f"refused: it needs {what}, which would change {base.record.id} ({said}){where}", str(env.path), line)
 
 
 def newer_in_line(records: Sequence[KnownGood], record: KnownGood) -> list[KnownGood]:
@@ -284,12 +344,16 @@ class Prepared:
     lock: Lock
     context: Context
     spec: ImageSpec
+    trust: str = ""  # what the evidence check said of the base (publish/verify.py's `vouch`)
 
 
-def prepare(ws: Workspace, catalog: Catalog, env: EnvFile) -> Prepared:
+def prepare(ws: Workspace, catalog: Catalog, env: EnvFile, signers: Signers) -> Prepared:
+    """The locked base (its record's digest still the lock's), its evidence checked as `pull` checks
+    it (Unverified, exit 1, before anything is built, tested or opened), and the build context."""
     base, lock = locked_base(ws, catalog, env)
+    trust = vouch(catalog, base.record, signers)
     context = build_context(env, base.record.digest, base.record.id, lock, [ws.templates])
-    return Prepared(base, lock, context, derived_spec(env, base.record, base.planned, context.content_hash))
+    return Prepared(base, lock, context, derived_spec(env, base.record, base.planned, context.content_hash), trust)
 
 
 def env_build_dir(ws: Workspace, env: EnvFile) -> Path:
@@ -297,11 +361,11 @@ def env_build_dir(ws: Workspace, env: EnvFile) -> Path:
 
 
 def build_env(
-    ws: Workspace, catalog: Catalog, env: EnvFile, events: EnvEvents, force: bool = False,
+    ws: Workspace, catalog: Catalog, env: EnvFile, events: EnvEvents, signers: Signers, force: bool = False,
     chosen_sources: Sources = NO_SOURCES, connect: Connect = open_engine, no_cache: bool = False,
 ) -> tuple[Prepared, BuildResult]:  # fmt: skip
     """Build the derived image unless an image with its content hash is already tagged."""
-    ready = prepare(ws, catalog, env)
+    ready = prepare(ws, catalog, env, signers)
     settings = build_settings.for_sources(os.environ, chosen_sources, _ca_bundle(ws))
     run = Run(
         settings=settings,
@@ -329,11 +393,12 @@ class EnvTested:
 
 
 def test_env(
-    ws: Workspace, catalog: Catalog, env: EnvFile, gpu: str = "auto", timeout_s: int = 600, connect: Connect = open_engine
-) -> tuple[Prepared, EnvTested]:
+    ws: Workspace, catalog: Catalog, env: EnvFile, signers: Signers, gpu: str = "auto", timeout_s: int = 600,
+    connect: Connect = open_engine,
+) -> tuple[Prepared, EnvTested]:  # fmt: skip
     """The base's smoke checks (probe verdicts, versions, NumPy pin, pip check, non-root, labels) in
     the derived image; its verdict must be the one the base was published with."""
-    ready = prepare(ws, catalog, env)
+    ready = prepare(ws, catalog, env, signers)
     engine = connect()
     refuse_blocked_checks(engine)
     try:
@@ -377,14 +442,16 @@ class ShellPlan:
     line: str
     fit: RecordFit
     devcontainer: Path
+    trust: str = ""
 
 
 def plan_shell(
-    ws: Workspace, catalog: Catalog, env: EnvFile, project: Path, uid: int, gid: int,
+    ws: Workspace, catalog: Catalog, env: EnvFile, project: Path, uid: int, gid: int, signers: Signers,
     host: hostinfo.HostInfo | None = None, fit_host: fithost.FitHost | None = None,
 ) -> ShellPlan:  # fmt: skip
-    """The fit check, the `docker run` argv and the devcontainer file (written, checked against the schema)."""
-    ready = prepare(ws, catalog, env)
+    """The evidence and fit checks, the `docker run` argv and the devcontainer file (checked against
+    the schema, written only where builder wrote it before or nothing stands: write_devcontainer)."""
+    ready = prepare(ws, catalog, env, signers)
     record = ready.base.record
     found = judge(record, fit_host or fithost.detect(), table())
     if found.status == "does not fit":
@@ -394,10 +461,49 @@ def plan_shell(
     argv = shell.run_argv(env, ready.spec.tag, flags, project, uid, gid)
     doc = shell.devcontainer(env, ready.spec.tag, flags, record.accelerator.kind)
     check_devcontainer(doc)
-    path = env.folder / shell.DEVCONTAINER
-    path.parent.mkdir(exist_ok=True)
-    write_atomic(path, shell.devcontainer_text(doc))
-    return ShellPlan(ready.spec.tag, tuple(argv), shell.run_line(argv), found, path)
+    path = write_devcontainer(env, shell.devcontainer_text(doc), catalog.root)
+    return ShellPlan(ready.spec.tag, tuple(argv), shell.run_line(argv), found, path, ready.trust)
+
+
+def write_devcontainer(env: EnvFile, text: str, catalog_root: Path) -> Path:
+    """Write the env file's devcontainer.json, replacing only a file that carries builder's marker
+    (as `report` replaces only its own pages). Its folders must be folders of the project: one that
+    is a file, or a link leading out of the env file's folder (or into the catalog), is one line
+    saying what to move, and nothing is written."""
+    path = env.devcontainer
+    root = env.folder.resolve()
+    folder = env.folder
+    for part in path.relative_to(env.folder).parts[:-1]:
+        folder = folder / part
+        try:
+            st = folder.lstat()
+        except FileNotFoundError:
+            break
+        if stat.S_ISLNK(st.st_mode):
+            target = folder.resolve()
+            if not target.is_relative_to(root) or target.is_relative_to(catalog_root.resolve()):
+                raise UserError(
+                    f"is a link to {target}, {'inside the catalog' if target.is_relative_to(root) else 'outside the project'}; "
+                    f"builder writes {path.relative_to(env.folder)} only into the project: replace the link with a folder",
+                    str(folder),
+                )
+        elif not stat.S_ISDIR(st.st_mode):
+            raise UserError(
+                f"is not a folder; `builder env shell` writes {path.relative_to(env.folder)}: move it away (e.g. to {folder.name}.bak) and run it again",
+                str(folder),
+            )
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fsio.write_generated(path, text, shell.MARKER)
+    except UserError as exc:
+        if "not written by builder" in exc.message:
+            raise UserError(
+                f"was not written by builder (it has no {shell.MARKER!r}); it is left as it is: move it away "
+                f"(e.g. to {path.name}.mine) and run `builder env shell` again for builder's",
+                str(path),
+            ) from None
+        raise
+    return path
 
 
 def check_devcontainer(doc: dict[str, object]) -> None:

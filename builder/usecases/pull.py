@@ -1,14 +1,16 @@
-"""`builder pull`: the newest known-good record a query matches, pulled by digest and verified."""
+"""`builder pull`: the newest known-good record a query matches, its evidence verified, pulled by
+digest (the digest checked), and a note for each of its tags the registry moved to another image."""
 
 from __future__ import annotations
 
 import datetime as dt
 import platform
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from builder.catalog.indexes import IndexRecord
 from builder.catalog.query import parse_query
 from builder.catalog.records import KnownGood
 from builder.catalog.store import Catalog
@@ -22,8 +24,7 @@ from builder.fit import host as fit_hosts
 from builder.fit.host import FitHost
 from builder.host import facts as hostinfo
 from builder.model.plan import PLATFORM_ARCH
-from builder.publish import signing
-from builder.publish.verify import verify_record
+from builder.publish.verify import signers, vouch
 from builder.smoke.args import docker_run_line
 from builder.usecases.catalog import NO_MANIFEST, find, no_match_message
 from builder.usecases.fit import judge
@@ -35,8 +36,9 @@ from builder.util.text import redact
 class Pulled:
     record: KnownGood
     run_line: str
-    note: str  # about this host, when it cannot use the image's GPU
+    note: str  # about this host, when it cannot use the image's GPU; tags the registry moved
     fit: str = ""  # what the fit check said: fits, not checked (and what), or skipped
+    trust: str = ""  # what the signature check said: `signatures verified (signed by P)`, or why not
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,9 @@ def pull(
     allowed_signers: Path | None = None,
     verify_signatures: bool = True,
 ) -> Pulled:
-    """Resolve the query to the newest known-good record, pull it by digest and verify the digest.
+    """Resolve the query to the newest known-good record, check its evidence (publish/verify.py's
+    `signers` and `vouch`: `allowed_signers`, or none with `verify_signatures` False), pull it by
+    digest and check the digest; note each of its tags the registry moved.
 
     The record's readable tag is given to the pulled image only where that moves nothing that is not
     ours: the tag must be in the digest's repository, a name of `builder build` (`build_repository`,
@@ -72,6 +76,7 @@ def pull(
     Before any of it, the record's fit for this host (`check`): one that does not fit is refused."""
     if not parse_query(query):
         raise UserError("give a query, e.g. `builder pull torch=2.14 cuda=13 python=3.11` (`builder catalog` lists the records)")
+    chosen = signers(catalog, allowed_signers, verify_signatures)  # a signers file that cannot be used: before anything
     hits = find(catalog, query)
     if not hits:
         raise RunFailure(no_match_message(catalog, query))
@@ -79,8 +84,7 @@ def pull(
     record = hits[0]
     fit = fit_first(hits, check)
     repository, tag = readable_name(record, str(catalog.file))
-    if verify_signatures:
-        check_signed(catalog, record, allowed_signers)
+    trust = vouch(catalog, record, chosen)
     engine = connect()
     try:
         retry_network(
@@ -96,9 +100,10 @@ def pull(
         found = list(info.repo_digests) if info else None
         raise RunFailure(f"pulled {record.digest} but the engine reports {found}: the digest does not verify")
     note = name_pulled(engine, info.id, repository, tag, build_repository)
+    moved = moved_tags(engine, record, catalog.indexes())
     host = hostinfo.gather()
-    notes = "\n".join(filter(None, (note, host_note(record, host), end_of_life_note(record))))
-    return Pulled(record, docker_run_line(record.accelerator.kind, record.digest, host), notes, fit)
+    notes = "\n".join(filter(None, (note, *moved, host_note(record, host), end_of_life_note(record))))
+    return Pulled(record, docker_run_line(record.accelerator.kind, record.digest, host), notes, fit, trust)
 
 
 def host_platform_first(hits: Sequence[KnownGood], query: str, check: FitCheck) -> list[KnownGood]:
@@ -133,17 +138,31 @@ def _instead(others: Sequence[KnownGood], host: FitHost) -> str:
     return f"the newest that fits is {newest} (`builder pull id={newest}`; --no-fit-check pulls this one anyway)"
 
 
-def check_signed(catalog: Catalog, record: KnownGood, allowed_signers: Path | None) -> str | None:
-    """When the allowed signers file exists (--allowed-signers, $BUILDER_ALLOWED_SIGNERS, or
-    catalog/allowed_signers): the principal that signed the record and its attestation, or
-    signing.Unverified (one line, exit 1) for one unsigned, changed, or signed by a key not allowed.
-    None when there is no such file (nothing to verify against)."""
-    allowed = signing.allowed_signers_path(catalog.root, allowed_signers)
-    if not allowed.is_file():
-        if allowed_signers is not None:
-            raise UserError("no such allowed signers file; give OpenSSH's allowed_signers (principal key-type key per line)", str(allowed))
-        return None
-    return verify_record(catalog.evidence, record, allowed)
+def moved_tags(engine: Engine, record: KnownGood, indexes: Mapping[str, IndexRecord]) -> list[str]:
+    """A note for each readable tag of `record` (its immutable and floating tags) that the registry
+    no longer points at its digest: the pull was by digest, so it got the record's image, but
+    whoever pulls the tag gets another. A tag that is the index of a name published for several
+    platforms counts as pointing at it when catalog/indexes.json lists that index with this digest."""
+    digest = record.digest.partition("@")[2]
+    listed = {index.digest.partition("@")[2] for index in indexes.values() if index.platforms.get(record.platform) == record.digest}
+    out = []
+    for tag in (record.tag, *record.floating):
+        if tag.rpartition(":")[0] != record.repository:  # floating tags are not signed: never follow one elsewhere
+            out.append(f"note: {tag} is not a tag of {record.repository}; not asked (restore the catalog from git)")
+            continue
+        try:
+            found = engine.registry_digest(tag)
+        except EngineFault as exc:
+            gone = isinstance(exc, NotFound) or NO_MANIFEST.search(exc.message)
+            out.append(
+                f"note: {tag} is no longer in the registry (this digest still is)"
+                if gone
+                else f"note: {tag} could not be checked in the registry: {' '.join(exc.message.split())[:200]}"
+            )
+            continue
+        if found != digest and found not in listed:
+            out.append(f"note: {tag} in the registry now points at {found}, not this digest: whoever pulls that tag gets another image")
+    return out
 
 
 TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")

@@ -232,7 +232,9 @@ def test_verify_reports_a_digest_the_registry_no_longer_has(published: tuple[Pat
     doc["images"][0]["digest"] = doc["images"][0]["digest"].split("@")[0] + "@sha256:" + "0" * 64
     (tmp_path / "known-good.json").write_text(json.dumps(doc))
     done = builder("catalog", "--verify", "--catalog", str(tmp_path))
-    assert done.returncode == 1 and "missing" in done.stdout
+    moved = doc["images"][0]
+    assert done.returncode == 1 and "FAILED" in done.stdout, done.stdout
+    assert f"{moved['id']}: {moved['tag']}: points at sha256:" in done.stderr and f"not the record's sha256:{'0' * 64}" in done.stderr
 
 
 def test_untested_and_failed_images_are_refused(published: tuple[Path, Any], tmp_path: Path) -> None:
