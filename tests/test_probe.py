@@ -794,3 +794,15 @@ def test_the_smoke_check_compares_a_builds_cuda_as_values(planned: str, found: s
     from builder.smoke.checks.test_image import _same_release
 
     assert _same_release(planned, found) is same
+
+
+def test_a_shadowed_distribution_reports_the_version_that_imports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the GPU machine numpy 2.4.6 was carried on PYTHONPATH over the interpreter's 2.5.2: the probe
+    reported numba's numpy as 2.4.6 (what imported) while the summary said 2.5.2, the shadowed copy."""
+    for folder, version in (("first", "2.4.6"), ("second", "2.5.2")):
+        info = tmp_path / folder / f"numpy-{version}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: numpy\nVersion: {version}\n", encoding="utf-8")
+    monkeypatch.setattr(sys, "path", [str(tmp_path / "first"), str(tmp_path / "second")])
+    assert hello_gpu.dists("numpy") == {"numpy": "2.4.6"}
+    assert hello_gpu.dist_version("numpy") == "2.4.6"

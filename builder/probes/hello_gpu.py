@@ -260,13 +260,15 @@ DIST_NAMES = {
 
 
 def dists(kind: str) -> dict[str, str]:
-    """Installed distributions (normalised name -> version) of one DIST_NAMES kind, or of one exact name."""
+    """Installed distributions (normalised name -> version) of one DIST_NAMES kind, or of one exact name.
+    Where one is installed twice (a folder on PYTHONPATH over the interpreter's own), the first on
+    sys.path, the one `import` loads, is the one reported; the shadowed copy's version is not."""
     pattern = re.compile(DIST_NAMES.get(kind, re.escape(kind)))
     found: dict[str, str] = {}
     for dist in importlib.metadata.distributions():
         name = re.sub(r"[-_.]+", "-", str(dist.metadata["Name"] or "")).lower()
         if pattern.fullmatch(name):
-            found[name] = str(dist.version)
+            found.setdefault(name, str(dist.version))
     return dict(sorted(found.items()))
 
 
