@@ -93,6 +93,13 @@ class Arch:
     def generation(self) -> str:
         return GENERATIONS.get((self.major, self.minor), f"compute capability {self.number}")
 
+    @property
+    def named(self) -> str:
+        """`Ampere 8.6` for a reason line; `compute capability 3.0` where no generation is listed
+        (not the number twice, as `generation` followed by the number would say)."""
+        name = GENERATIONS.get((self.major, self.minor))
+        return f"{name} {self.number}" if name else self.generation
+
 
 @dataclass(frozen=True)
 class Embedded:

@@ -132,7 +132,7 @@ def _measured(record: KnownGood, fit: MeasuredFit, host: FitHost, compat: Compat
                 if lowest is not None:
                     if cc_key(cc) < cc_key(lowest):
                         return no(
-                            f"{Path(path).name} (NVIDIA's) has no SASS below sm_{lowest.replace('.', '')}: {device.generation} {cc} cannot run {label}"
+                            f"{Path(path).name} (NVIDIA's) has no SASS below sm_{lowest.replace('.', '')}: {device.named} cannot run {label}"
                         )
                     continue
                 decision = decide(embedded_of(library), device, f"{label} ({Path(path).name})")
@@ -172,7 +172,7 @@ def _jit_refusal(fit: MeasuredFit, device: Arch, label: str) -> str | None:
         return f"{label} compiles its kernels at run time, but no NVRTC was found in the image"
     lowest = compiler.lowest
     if lowest is None or cc_key(device.number) < cc_key(lowest):
-        return f"{label} compiles its kernels with NVRTC {compiler.version}, which targets {lowest or 'nothing'} and newer: {device.generation} {device.number} cannot run it"
+        return f"{label} compiles its kernels with NVRTC {compiler.version}, which targets {lowest or 'nothing'} and newer: {device.named} cannot run it"
     return None
 
 
@@ -213,7 +213,7 @@ def _cuda(record: KnownGood, host: FitHost, compat: Compat) -> RecordFit:
             continue
         for cc in host.gpus:
             if not row.contains(cc) and not row.jit_only(cc):
-                return _no(record, f"{label} ships kernels for {row.label}: {Arch.cc(cc).generation} {cc} cannot run it ({FROM_TABLE})")
+                return _no(record, f"{label} ships kernels for {row.label}: {Arch.cc(cc).named} cannot run it ({FROM_TABLE})")
         jit = [cc for cc in host.gpus if row.jit_only(cc)]
         said.append(f"{label} ships kernels for {row.label}" + (f" ({', '.join(jit)} through its PTX, slow first start)" if jit else ""))
     refused = _cudnn_refusal(record.accelerator.cudnn or "", host, compat)
@@ -232,7 +232,7 @@ def _cudnn_refusal(cudnn: str, host: FitHost, compat: Compat) -> str | None:
     old = [cc for cc in host.gpus if cc_tuple(cc) < cc_tuple(lowest)]
     if not old:
         return None
-    return f"cuDNN {cudnn} needs compute capability >= {lowest}: {Arch.cc(old[0]).generation} {old[0]} cannot run it"
+    return f"cuDNN {cudnn} needs compute capability >= {lowest}: {Arch.cc(old[0]).named} cannot run it"
 
 
 MAX_LIBRARIES = 2000  # shared libraries under one --library folder; a whole filesystem is a mistake
