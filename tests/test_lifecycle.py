@@ -75,6 +75,14 @@ def test_month_arithmetic_clamps_to_the_months_end() -> None:
             'cuda: []\nframeworks:\n  torch:\n    - {line: "2.5", released: "Oct 2024", eol: "2026-10-18", source: [SPEC0]}',
             r"released 'Oct 2024' is not a date",
         ),
+        (
+            'cuda: []\nframeworks:\n  torch:\n    - {line: "2.5", released: "2024W427", eol: "2026-10-18", source: [SPEC0]}',
+            r"released '2024W427' is not a date",
+        ),
+        (
+            'cuda:\n  - {line: "12.8", branch: R570, branch_eol: "202602", eol: "2026-09-30", source: [S24]}\nframeworks: {}',
+            r"branch_eol '202602' is not a date",
+        ),
         ('cuda: []\nframeworks:\n  pytorch:\n    - {line: "2.5", eol: "2026-10-18", source: [SPEC0]}', r"unknown framework 'pytorch'"),
     ],
 )
@@ -92,6 +100,11 @@ def test_a_date_that_disagrees_with_its_policy_or_an_unknown_framework_is_refuse
         ('  - {line: "3.11", eol: "2027-10"}', r"row has no source"),
         ('  - {line: "3.11", eol: "Oct 2027", source: [PY_CYCLE]}', r"eol 'Oct 2027' is not a date like 2027-10-31"),
         ('  - {line: "3.11", eol: "2027-10-31", source: [NOPE]}', r"unknown source 'NOPE'"),
+        # issue 37: what date.fromisoformat takes besides YYYY-MM-DD (the week date as a day nobody wrote)
+        ('  - {line: "3.11", eol: "20271031", source: [PY_CYCLE]}', r"eol '20271031' is not a date like 2027-10-31"),
+        ('  - {line: "3.11", eol: 20271031, source: [PY_CYCLE]}', r"eol 20271031 is not a date like 2027-10-31"),
+        ('  - {line: "3.11", eol: "2027-W44-7", source: [PY_CYCLE]}', r"eol '2027-W44-7' is not a date like 2027-10-31"),
+        ('  - {line: "3.11", eol: "２０２７-10-31", source: [PY_CYCLE]}', r"is not a date like 2027-10-31"),
     ],
 )
 def test_a_broken_table_is_refused_naming_the_line(tmp_path: Path, row: str, message: str) -> None:

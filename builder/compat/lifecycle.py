@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,14 +58,29 @@ def _month_end(year: int, month: int) -> dt.date:
     return (dt.date(year + month // 12, month % 12 + 1, 1)) - dt.timedelta(days=1)
 
 
+_DAY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+_MONTH = re.compile(r"[0-9]{4}-[0-9]{2}")
+
+
+def day(value: Any) -> dt.date:
+    """A YYYY-MM-DD date (ValueError otherwise): `date.fromisoformat` alone also takes 20271031 and
+    ISO week dates (2027-W44-7), which would pass as a day nobody wrote."""
+    text = str(value)
+    if not _DAY.fullmatch(text):
+        raise ValueError(text)
+    return dt.date.fromisoformat(text)
+
+
 def derived_eol(kind: str, row: Mapping[str, Any]) -> dt.date | None:
     """The end of life a row's policy column implies (None when the row states its date directly)."""
     if kind == "cuda" and "branch_eol" in row:
+        if not _MONTH.fullmatch(str(row["branch_eol"])):
+            raise ValueError(row["branch_eol"])
         year, month = (int(part) for part in str(row["branch_eol"]).split("-"))
         target = add_months(dt.date(year, month, 1), CUDA_TAGS_KEPT_MONTHS)
         return _month_end(target.year, target.month)
     if kind not in ("python", "os", "cuda") and "released" in row:
-        return add_months(dt.date.fromisoformat(str(row["released"])), SPEC0_MONTHS)
+        return add_months(day(row["released"]), SPEC0_MONTHS)
     return None
 
 
@@ -91,7 +107,7 @@ def load(path: Path = LIFECYCLE_PATH) -> Lifecycle:
             if key in rows:
                 raise table.fail(f"{kind} line {row['line']} appears twice", row.line)
             try:
-                date = dt.date.fromisoformat(str(row["eol"]))
+                date = day(row["eol"])
             except ValueError:
                 raise table.fail(f"eol {row['eol']!r} is not a date like 2027-10-31", row.line_of("eol")) from None
             try:

@@ -23,9 +23,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 from builder.errors import UserError
+from builder.text import printable
 
-_ARCH = re.compile(r"^(?:sm_|compute_)?(\d{2,3})([af]?)$")
-_CC = re.compile(r"^(\d{1,2})\.(\d)$")
+# ASCII digits only: \d also takes fullwidth (８.６) and Arabic-Indic digits, which int() reads as 8.6
+_ARCH = re.compile(r"^(?:sm_|compute_)?([0-9]{2,3})([af]?)$")
+_CC = re.compile(r"^([0-9]{1,2})\.([0-9])$")
 
 # Generation names for the reason lines (NVIDIA's CUDA GPU compute capability list); a CC not
 # listed is named by its number alone.
@@ -74,7 +76,9 @@ class Arch:
         """A device's compute capability as nvidia-smi reports it (`8.6`, `12.0`)."""
         match = _CC.fullmatch(text.strip())
         if match is None:
-            raise UserError(f"compute capability {text!r} is not MAJOR.MINOR: give it as nvidia-smi reports it, e.g. 8.6 or 12.0")
+            raise UserError(
+                f"compute capability {printable(text, 40)!r} is not MAJOR.MINOR: give it as nvidia-smi reports it, e.g. 8.6 or 12.0"
+            )
         return Arch(int(match.group(1)), int(match.group(2)))
 
     @property

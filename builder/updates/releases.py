@@ -22,7 +22,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Protocol
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from builder.compat.facts import Compat, table
 from builder.compat.requires import Meta
@@ -296,7 +296,7 @@ def _newest(versions: Iterable[str]) -> str | None:
     for text in versions:
         try:
             parsed.append(Version(text))
-        except InvalidVersion:
+        except ValueError:  # InvalidVersion, or int()'s refusal of a number over 4,300 digits
             continue
     return str(max(parsed)) if parsed else None
 
@@ -333,7 +333,7 @@ def spelling_rank(version: str) -> tuple[bool, int, str]:
     an image of the same release."""
     try:
         normal = str(Version(version)) == version
-    except InvalidVersion:
+    except ValueError:  # InvalidVersion, or int()'s refusal of a number over 4,300 digits
         normal = False
     return (not normal, len(version), version)
 
