@@ -16,15 +16,19 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 from builder.errors import RunFailure, UserError
+from builder.fsio import read_bytes
+from builder.text import printable
 
 RECORD_NAMESPACE = "record@gpu-image-builder"
 ATTESTATION_NAMESPACE = "attestation@gpu-image-builder"
 ALLOWED_SIGNERS = "allowed_signers"  # catalog/allowed_signers
 ALLOWED_SIGNERS_ENV = "BUILDER_ALLOWED_SIGNERS"
 TIMEOUT_S = 60
+MAX_SIGNATURE = 64 * 1024  # an armored SSH signature is under 2 KiB (RSA 4096 included)
 
 
 class Unverified(RunFailure):
@@ -46,22 +50,42 @@ def check_key(key: Path) -> Path:
 
 
 def sign(data: bytes, key: Path, namespace: str) -> str:
-    """The armored SSH signature of `data` with `key` in `namespace`."""
-    done = subprocess.run(
-        [ssh_keygen(), "-Y", "sign", "-f", str(key), "-n", namespace],
-        input=data,
-        capture_output=True,
-        timeout=TIMEOUT_S,
-        check=False,
-        env={**os.environ, "SSH_ASKPASS_REQUIRE": "never"},  # a passphrase prompt would hang a CI job: fail instead
-    )
+    """The armored SSH signature of `data` with `key` in `namespace`; RunFailure (one line) when
+    ssh-keygen refuses, giving its own reason, or does not answer within TIMEOUT_S (a key waiting
+    for a passphrase on a terminal, a hardware key waiting for a touch, an agent that hangs)."""
+    try:
+        done = subprocess.run(
+            [ssh_keygen(), "-Y", "sign", "-f", str(key), "-n", namespace],
+            input=data,
+            capture_output=True,
+            timeout=TIMEOUT_S,
+            check=False,
+            env={**os.environ, "SSH_ASKPASS_REQUIRE": "never"},  # a passphrase prompt would hang a CI job: fail instead
+        )
+    except subprocess.TimeoutExpired:
+        raise RunFailure(
+            f"signing with {key} did not answer within {TIMEOUT_S} s (ssh-keygen waiting for a passphrase or a hardware key's touch?); "
+            "load the key into ssh-agent and give --sign-key its .pub"
+        ) from None
     signature = done.stdout.decode(errors="replace")
     if done.returncode != 0 or "BEGIN SSH SIGNATURE" not in signature:
-        reason = done.stderr.decode(errors="replace").strip().splitlines()
-        raise RunFailure(
-            f"signing with {key} failed: {(reason[-1] if reason else 'no signature')[:200]} (a key with a passphrase needs ssh-agent)"
-        )
+        raise RunFailure(f"signing with {key} failed: {refusal(done.stderr.decode(errors='replace'))}")
     return signature
+
+
+def refusal(stderr: str) -> str:
+    """ssh-keygen's own reason, in one line, with the fix where it is a known one: a key others can
+    read is ignored ("Permissions 0644 ... are too open", then "No private key found"), which is
+    no passphrase matter; a passphrase it cannot ask for is one."""
+    lines = [line.removeprefix("Enter passphrase:").strip() for line in stderr.splitlines()]
+    lines = [line for line in lines if line and not line.startswith("@")]
+    too_open = next((line for line in lines if "are too open" in line), None)
+    if too_open is not None:
+        return f"{printable(too_open)}: ssh-keygen ignores a private key others can read (chmod 600 it)"
+    reason = printable(lines[-1] if lines else "ssh-keygen wrote no signature")
+    if "passphrase" in reason:
+        return f"{reason} (a key with a passphrase is used through ssh-agent: ssh-add it and give --sign-key its .pub)"
+    return reason
 
 
 def allowed_signers_path(catalog_root: Path, given: Path | None = None) -> Path:
@@ -74,25 +98,36 @@ def allowed_signers_path(catalog_root: Path, given: Path | None = None) -> Path:
 
 def verify(data: bytes, signature: Path, allowed: Path, namespace: str, what: str) -> str:
     """The principal that signed `data` (the content of `what`); Unverified, one line, when it is
-    unsigned, changed since it was signed, or signed by a key `allowed` does not list."""
-    if not signature.is_file():
+    unsigned, changed since it was signed, or signed by a key `allowed` does not list.
+
+    The signature is read once, bounded (MAX_SIGNATURE: a 1 GiB `.sig` kept ssh-keygen busy for a
+    minute), and handed to ssh-keygen as a copy of those bytes, so what was checked is what was read."""
+    if not os.path.lexists(signature):  # anything else there (a FIFO, a device, a folder) is refused by the read below
         raise Unverified(
             f"{what} is unsigned (no {signature.name}); publish it again with --sign-key, or remove {allowed} to skip verification"
         )
+    try:
+        armored = read_bytes(signature, MAX_SIGNATURE, "signature")
+    except UserError as exc:
+        raise Unverified(f"{what}: {exc}") from None
     tool = ssh_keygen()
-    found = subprocess.run(
-        [tool, "-Y", "find-principals", "-s", str(signature), "-f", str(allowed)], capture_output=True, timeout=TIMEOUT_S, check=False
-    )
-    principals = found.stdout.decode(errors="replace").split()
-    if found.returncode != 0 or not principals:
-        raise Unverified(f"{what}: {signature.name} is not by a key in {allowed} (or the signature is damaged)")
-    checked = subprocess.run(
-        [tool, "-Y", "verify", "-f", str(allowed), "-I", principals[0], "-n", namespace, "-s", str(signature)],
-        input=data,
-        capture_output=True,
-        timeout=TIMEOUT_S,
-        check=False,
-    )
+    with tempfile.TemporaryDirectory(prefix="builder-verify-") as folder:
+        copy = Path(folder) / signature.name
+        copy.write_bytes(armored)
+        found = _checking([tool, "-Y", "find-principals", "-s", str(copy), "-f", str(allowed)], b"", what)
+        principals = found.stdout.decode(errors="replace").split()
+        if found.returncode != 0 or not principals:
+            raise Unverified(f"{what}: {signature.name} is not by a key in {allowed} (or the signature is damaged)")
+        checked = _checking([tool, "-Y", "verify", "-f", str(allowed), "-I", principals[0], "-n", namespace, "-s", str(copy)], data, what)
     if checked.returncode != 0:
         raise Unverified(f"{what} does not match {signature.name}: it was changed after it was signed (or signed for another use)")
     return principals[0]
+
+
+def _checking(command: list[str], data: bytes, what: str) -> subprocess.CompletedProcess[bytes]:
+    try:
+        return subprocess.run(command, input=data, capture_output=True, timeout=TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        raise Unverified(
+            f"{what}: ssh-keygen did not finish checking its signature within {TIMEOUT_S} s; the evidence is not verified"
+        ) from None

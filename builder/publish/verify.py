@@ -9,8 +9,8 @@ import hashlib
 from pathlib import Path
 
 from builder.catalog.records import KnownGood
-from builder.errors import RunFailure
-from builder.fsio import MiB, read_text
+from builder.errors import RunFailure, UserError
+from builder.fsio import MiB, read_bytes, read_text
 from builder.publish import attestation, evidence, signing
 from builder.publish.signing import Unverified
 
@@ -39,10 +39,22 @@ def verify_record(folder: Path, record: KnownGood, allowed: Path) -> str:
     if f"{subject.name}@sha256:{subject.sha256}" != record.digest:
         raise Unverified(f"the attestation of {what} is about {subject.name}@sha256:{subject.sha256[:12]}..., not {record.digest}")
     sbom_path = folder / evidence.sbom_name(record.id)
-    if not sbom_path.is_file() or hashlib.sha256(sbom_path.read_bytes()).hexdigest() != attestation.sbom_sha256(statement):
+    if not sbom_path.is_file() or hashlib.sha256(_bounded(sbom_path)).hexdigest() != attestation.sbom_sha256(statement):
         raise Unverified(f"{what}: {sbom_path.name} is missing or is not the SBOM its attestation names")
     return principal
 
 
+def _bounded(path: Path) -> bytes:
+    """An evidence file's bytes, at most MAX_BYTES (an 8 GiB sparse SBOM was read whole: MemoryError);
+    past that, or not a regular file, it is evidence that does not hold: Unverified, one line."""
+    try:
+        return read_bytes(path, MAX_BYTES, "evidence file")
+    except UserError as exc:
+        raise Unverified(str(exc)) from None
+
+
 def _read(path: Path) -> str:
-    return read_text(path, MAX_BYTES, "evidence file")
+    try:
+        return read_text(path, MAX_BYTES, "evidence file")
+    except UserError as exc:
+        raise Unverified(str(exc)) from None
