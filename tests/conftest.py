@@ -56,6 +56,7 @@ SECOND_LANE = tuple(
         "test_interrupts.py",
         "test_nightly_end_to_end.py",
         "test_publish_attacks.py",
+        "test_publish_races.py",
         "test_registry_index.py",
         "test_secrets.py",
     )
