@@ -390,24 +390,42 @@ def lock(ws: Workspace, /, select_expr: str | None, check: bool, upgrade: bool, 
 
 
 @main.command()
-@click.option("--stale", is_flag=True, help="also remove this matrix's images that the plan no longer lists")
-@click.option("--all", "everything", is_flag=True, help="also remove the current images and the bootstrapped bases")
+@click.option("--stale", is_flag=True, help="also remove this workspace's images of this matrix that the plan no longer lists")
+@click.option(
+    "--all", "everything", is_flag=True, help="also remove its current images and the bootstrapped bases nothing else is built on"
+)
+@click.option(
+    "--orphans",
+    is_flag=True,
+    help="also remove what no workspace owns any more (a checkout that is gone, older versions' leftovers), listed apart",
+)
 @click.option("--dry-run", is_flag=True, help="list what would be removed, remove nothing")
 @click.pass_obj
 @user_errors
-def clean(ws: Workspace, stale: bool, everything: bool, dry_run: bool) -> None:
-    """Remove the containers, images and files this tool made and no longer needs (only those)."""
+def clean(ws: Workspace, stale: bool, everything: bool, orphans: bool, dry_run: bool) -> None:
+    """Remove the containers, images and files this workspace made and no longer needs (only those:
+    another checkout's images on the same engine are its own to remove)."""
     from builder.engine import client as engine
     from builder.engine import leftovers
+    from builder.engine.ownership import Owner
 
     planned = {s.tag for s in ws.decided.images} if stale else None
+    scope = leftovers.Scope(Owner(ws.root, ws.build_dir), orphans=orphans)
     removed = leftovers.clean(
-        engine.open_engine(), ws.build_dir, repository=ws.matrix.registry, planned=planned, everything=everything, dry_run=dry_run
+        engine.open_engine(),
+        ws.build_dir,
+        scope=scope,
+        repository=ws.matrix.registry,
+        planned=planned,
+        everything=everything,
+        dry_run=dry_run,
     )
     verb = "would remove" if dry_run else "removed"
     for kind, names in (("container", removed.containers), ("image", removed.images), ("folder", removed.folders)):
         for name in names:
             click.echo(f"{verb} {kind} {name}")
+    for name in removed.orphans:
+        click.echo(f"{verb} orphan image {name}")
     for note in removed.skipped:
         click.echo(f"kept {note}", err=True)
     click.echo(f"{verb} {removed.count()} item(s)", err=True)
