@@ -55,6 +55,7 @@ SECOND_LANE = tuple(
     for name in (
         "test_arm64.py",
         "test_bootstrap.py",
+        "test_clean_workspaces.py",
         "test_engine.py",
         "test_faults.py",
         "test_interrupts.py",
