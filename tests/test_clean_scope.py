@@ -161,3 +161,24 @@ def test_the_cli_dry_run_names_no_other_checkouts_image(
 def _spec() -> ImageSpec:
     root = Path(__file__).resolve().parents[1]
     return Workspace.locate(str(root / "matrix.yaml")).selected("id=torch2.13.0-cpu-py3.11-debian12", use_default=False)[0]
+
+
+@pytest.mark.parametrize(
+    ("history", "finished"),
+    [
+        # the classic builder appends one LABEL step per build label, in no set order (measured on 20.10)
+        ((f"LABEL {WORKSPACE_LABEL}=w", "LABEL org.opencontainers.image.revision=r", f"LABEL {HASH_LABEL}=h", "RUN x"), True),
+        ((f"LABEL {HASH_LABEL}=h", f"LABEL {WORKSPACE_LABEL}=w", "RUN x"), True),
+        ((f"LABEL {HASH_LABEL}=h org.opencontainers.image.revision=r", "RUN x"), True),  # BuildKit: one step
+        (("LABEL theirs=1", f"LABEL {HASH_LABEL}=h", "RUN x"), False),  # built FROM ours by someone else
+        (("RUN their-step", f"LABEL {WORKSPACE_LABEL}=w", f"LABEL {HASH_LABEL}=h"), False),
+        ((f"LABEL {WORKSPACE_LABEL}=w", "RUN x"), False),  # no content hash among the build's labels
+    ],
+)
+def test_a_finished_build_is_told_by_its_label_steps_in_any_order(history: tuple[str, ...], finished: bool) -> None:
+    """Before, only the newest step was looked at for the content hash: a real build's last LABEL
+    step is as often its revision or workspace, and such a superseded image was never removed."""
+    fake = FakeEngine()
+    fake.add_image("sha256:x", labels={HASH_LABEL: "h"})
+    fake.histories["sha256:x"] = [Layer(f"/bin/sh -c #(nop)  {step}", 0) for step in history]
+    assert leftovers._finished_here(fake, "sha256:x") is finished

@@ -23,6 +23,7 @@ images older versions built name no workspace and stay.
 from __future__ import annotations
 
 import contextlib
+import re
 import shutil
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -35,7 +36,7 @@ from builder.engine import session
 from builder.engine.bootstrap import HASH_LABEL as RECIPE_LABEL
 from builder.engine.ownership import Owner, Workspaces, forget_steps, owner_of, steps_in
 from builder.engine.port import Engine, EngineFault
-from builder.render.labels import BUILT_BY_LABEL, BUILT_BY_VALUE, HASH_LABEL, ID_LABEL
+from builder.render.labels import BUILD_LABELS, BUILT_BY_LABEL, BUILT_BY_VALUE, HASH_LABEL, ID_LABEL
 
 STAGE_LABEL = "io.builder.stage-of"  # build-stage images of older versions' two-stage Dockerfiles
 
@@ -132,15 +133,27 @@ def unfinished_images(engine: Engine) -> list[str]:
     return [i.id for i in engine.images(f"{BUILT_BY_LABEL}={BUILT_BY_VALUE}", dangling=True) if HASH_LABEL not in i.labels]
 
 
+_LABEL_STEP = re.compile(r"^(?:/bin/sh -c )?(?:#\(nop\)\s+)?LABEL\s+(.*)$")
+_LABEL_KEY = re.compile(r"(?:^|\s)([\w./-]+)=")
+
+
 def _finished_here(engine: Engine, image_id: str) -> bool:
-    """Whether an image with our content hash is one `builder build` finished (its last step is the
-    LABEL the engine appends for the build's labels), not one someone built FROM ours (which
-    inherits the hash label, with their own steps on top)."""
+    """Whether an image with our content hash is one `builder build` finished, not one someone built
+    FROM ours (which inherits the hash label, with their own steps on top): its newest steps are
+    only the LABEL steps the engine appends for the build's labels (one per label, in no set
+    order), and one of them is the content hash."""
     try:
         history = engine.history(image_id)
     except EngineFault:  # unknown means not ours to remove
         return False
-    return bool(history) and HASH_LABEL in history[0].created_by
+    keys: set[str] = set()
+    for layer in history:
+        step = _LABEL_STEP.match(layer.created_by.strip())
+        found = set(_LABEL_KEY.findall(step.group(1))) if step else set()
+        if not found or not found <= set(BUILD_LABELS):
+            break
+        keys |= found
+    return HASH_LABEL in keys
 
 
 def _remove(engine: Engine, ref: str, dry_run: bool) -> bool:
@@ -214,7 +227,7 @@ def clean(
         elif _remove(engine, image.id, dry_run):
             removed.orphans.append(_short(image.id))
     legacy = 0
-    for image in engine.images(HASH_LABEL, intermediate=True):
+    for image in engine.images(HASH_LABEL):  # not the intermediates: a build's label steps but the last are no image of their own
         whose = scope.judge(image.labels, known)
         if whose == "theirs":
             kept["theirs"] += 1

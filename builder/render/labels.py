@@ -12,6 +12,7 @@ BUILT_BY_VALUE = "builder"
 HASH_LABEL = "io.builder.content-hash"  # what incremental builds, publish and the smoke checks compare
 WORKSPACE_LABEL = "io.builder.workspace"  # which checkout built it (engine/ownership.py): what `builder clean` may remove
 REVISION_LABEL = "org.opencontainers.image.revision"
+BUILD_LABELS = (HASH_LABEL, REVISION_LABEL, WORKSPACE_LABEL)  # build_labels' keys: the engine appends a LABEL step for each
 
 # What the Dockerfile's LABEL step says of the image (templates.labels); `builder doctor --image`
 # reads them back (builder/fit/labelled.py).

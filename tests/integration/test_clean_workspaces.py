@@ -35,7 +35,9 @@ silent_base = interrupts.silent_base  # test_interrupts.py's base: its apt-get s
 
 def checkout(folder: Path) -> Path:
     folder.mkdir(parents=True)
-    (folder / "matrix.yaml").write_text(interrupts.MATRIX.replace(f"registry: {interrupts.REGISTRY}\n", f"registry: {REGISTRY}\n"), encoding="utf-8")
+    (folder / "matrix.yaml").write_text(
+        interrupts.MATRIX.replace(f"registry: {interrupts.REGISTRY}\n", f"registry: {REGISTRY}\n"), encoding="utf-8"
+    )
     done = interrupts._builder(folder, "render")
     assert done.returncode == 0, done.stderr
     return folder
