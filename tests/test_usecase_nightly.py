@@ -388,3 +388,24 @@ def test_a_host_whose_checks_cannot_run_is_refused_before_anything_is_written(ni
         night.run()
     assert night.matrix.read_bytes() == matrix and night.fake.builds == [] and night.resolver.asked == []
     assert not (night.matrix.parent / "catalog").exists() and not (night.matrix.parent / "images").exists()
+
+
+def test_an_arm64_image_on_a_host_without_emulation_is_named_and_the_rest_are_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 37: an arm64 image selected on a host that cannot emulate it made `build` refuse the
+    whole batch, so the nightly stopped with no summary. Now the rest are built, tested and
+    published, and the summary names what could not be built and why."""
+    from builder.host.facts import EmulationFacts
+
+    two_platforms = MATRIX.replace("bootstrap: debootstrap}", "bootstrap: debootstrap, platforms: [linux/amd64, linux/arm64]}")
+    night = workspace(tmp_path, monkeypatch, two_platforms)
+    monkeypatch.setattr(hostinfo, "gather_emulation", lambda *args: EmulationFacts("x86_64", "absent"))
+    report = night.run()
+    arm = {o.id: o for o in report.outcomes if o.id.endswith("-arm64")}
+    assert len(arm) == 2 and all(o.status == "build-blocked" for o in arm.values()), report.outcomes
+    assert all("not built on this host: arm64 image needs emulation: install qemu-user-static" in o.detail for o in arm.values())
+    assert {o.status for o in report.outcomes if o.id not in arm} == {"passed"} and night.records().keys() == {JAX, NUMBA}
+    assert not any(b.platform == "linux/arm64" for b in night.fake.builds), "nothing of arm64 reached the engine"
+    summary = render(report)
+    assert all(image in summary for image in arm) and "needs emulation" in summary, summary

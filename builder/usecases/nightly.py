@@ -24,6 +24,8 @@ from builder.engine.build import BuildResult
 from builder.engine.client import open_engine
 from builder.engine.port import Connect
 from builder.errors import RunFailure, UserError
+from builder.host import doctor
+from builder.host import facts as hostinfo
 from builder.nightly import history
 from builder.nightly.compare import BLOCKED, NightlyReport, Outcome, compare
 from builder.publish import gate
@@ -127,7 +129,10 @@ def _nightly(
     specs = [s for s in ws.selected(options.select, use_default=True) if s.id in kept]
 
     events.stage("build")
-    buildable = tuple(s for s in specs if s.id not in lock_failed)
+    # an arm64 image on a host that cannot emulate it is not built (build would refuse the whole run): the rest are
+    emulation = hostinfo.gather_emulation()
+    cannot = {s.id: refusal for s in specs if (refusal := doctor.emulation_refusal((s.platform,), emulation))}
+    buildable = tuple(s for s in specs if s.id not in lock_failed and s.id not in cannot)
     built = (
         {r.id: r for r in build_images(ws, buildable, replace(options.build, keep_going=True), events.build(), connect)}
         if buildable
@@ -139,7 +144,12 @@ def _nightly(
     to_test = tuple(s for s in buildable if built[s.id].status in BUILT and (built[s.id].status == "built" or not _current(results_dir, s)))
     tested = {r.id: r for r in test_images(ws, to_test, options.test, events.test(), connect)} if to_test else {}
 
-    outcomes = [_outcome(s, lock_failed, built, tested, results_dir) for s in specs]
+    outcomes = [
+        Outcome(s.id, BLOCKED, f"not built on this host: {cannot[s.id]}", s.content_hash)
+        if s.id in cannot and s.id not in lock_failed
+        else _outcome(s, lock_failed, built, tested, results_dir)
+        for s in specs
+    ]
     notes += [
         f"build: {o.id}: {o.detail} (the build could not run; nothing is known about the image)" for o in outcomes if o.status == BLOCKED
     ]
