@@ -357,18 +357,39 @@ def run(ws: Workspace, /, select_expr: str | None, gpu: str, timeout_s: int, **k
 @main.command()
 @select_option
 @click.option("--check", is_flag=True, help="offline: exit 1 listing locks that are missing or no longer match their inputs")
+@click.option(
+    "--index",
+    "against_index",
+    is_flag=True,
+    help="with --check, online: also ask the lock's sources that every hash it allows is a file they publish (docs/sources.md)",
+)
 @click.option("--upgrade", is_flag=True, help="re-resolve every selected image to the newest versions its pins allow")
 @click.option("-j", "--jobs", default=2, show_default=True, type=click.IntRange(1, MAX_JOBS), help="resolutions in parallel")
 @click.option("--keep-going", is_flag=True, help="lock the rest after a failure, and list what failed")
 @_options(*BUILD_SOURCE_OPTIONS)
 @click.pass_obj
 @user_errors
-def lock(ws: Workspace, /, select_expr: str | None, check: bool, upgrade: bool, jobs: int, keep_going: bool, **kwargs: Any) -> None:
+def lock(
+    ws: Workspace, /, select_expr: str | None, check: bool, against_index: bool, upgrade: bool, jobs: int, keep_going: bool, **kwargs: Any
+) -> None:
     """Resolve each image for its target into images/<id>/requirements.lock (every package, sha256 hashes)."""
     from builder.ui.lock import LockLines, print_lock_summary
     from builder.usecases import lock as locking
 
+    if against_index and not check:
+        raise UserError("--index goes with --check: `builder lock --check --index` asks the lock's sources about its hashes")
     specs = ws.selected(select_expr, use_default=False)
+    if check and against_index:
+        current = [r for r in locking.check(specs) if r.status in ("missing", "stale")]  # offline first: a stale lock is that
+        for r in current:
+            click.echo(f"{r.status}: {ws.images_dir.name}/{r.id}/requirements.lock ({r.detail})")
+        asked = locking.check_index(ws, [s for s in specs if s.id not in {r.id for r in current}], _sources(kwargs))
+        unpublished = [r for r in asked if r.status in ("unpublished", "unchecked")]
+        for r in unpublished:
+            click.echo(f"{r.status}: {ws.images_dir.name}/{r.id}/requirements.lock: {r.detail}")
+        good = sum(r.status == "published" for r in asked)
+        click.echo(f"{good} locks' hashes published by their sources, {len(unpublished)} not, {len(current)} missing or stale", err=True)
+        _exit_for(not current and not unpublished)
     if check:
         results = locking.check(specs)
         bad = [r for r in results if r.status in ("missing", "stale")]
@@ -723,6 +744,7 @@ def updates(ws: Workspace, do_apply: bool, max_new: int, fmt: str, index_json_ur
 @select_option
 @click.option("--no-updates", is_flag=True, help="do not ask the index for new releases (locks still upgrade)")
 @click.option("--no-apply", is_flag=True, help="report new releases, do not add them to matrix.yaml")
+@click.option("--no-index-check", is_flag=True, help="do not ask the locks' sources about their hashes (`builder lock --check --index`)")
 @index_json_option
 @click.option("--registry", metavar="REPO", help="repository to publish to (default: matrix.yaml's registry)")
 @click.option("--no-publish", is_flag=True, help="build and test, publish nothing")
@@ -773,6 +795,7 @@ def nightly(
         accept_gpu_skipped=kwargs["accept_gpu_skipped"],
         catalog_dir=kwargs["catalog_dir"],
         rebuild_past_eol=kwargs["rebuild_past_eol"],
+        check_index=not kwargs["no_index_check"],
     )
     if options.publish:  # a bad repository is a usage error before anything runs
         from builder.publish.publisher import check_repository

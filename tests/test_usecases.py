@@ -668,7 +668,7 @@ def test_a_nightly_builds_tests_publishes_and_reports_then_rebuilds_nothing(
 ) -> None:
     monkeypatch.setattr(subprocess, "run", Checks(fake))
     monkeypatch.setattr(locking, "lock_images", lambda ws, specs, options, done: [])  # resolving needs the index
-    options = nightlies.NightlyOptions(updates=False, registry=REPO, build=OFFLINE, today=TODAY)
+    options = nightlies.NightlyOptions(check_index=False, updates=False, registry=REPO, build=OFFLINE, today=TODAY)
     events = NightlyEvents()
     first = nightlies.nightly(ws.matrix_path, options, events, connect=connect_to(fake))
     assert events.stages == ["plan", "lock", "build", "test", "publish", "report"]
@@ -687,7 +687,7 @@ def test_a_nightly_whose_registry_is_down_still_reports(ws: Workspace, fake: Fak
     monkeypatch.setattr(locking, "lock_images", lambda ws, specs, options, done: [])
     monkeypatch.setattr(push, "WAIT_S", 0.001)
     fake.fail_push = lambda name: "denied: the registry refused the push"
-    options = nightlies.NightlyOptions(updates=False, registry=REPO, build=OFFLINE, today=TODAY)
+    options = nightlies.NightlyOptions(check_index=False, updates=False, registry=REPO, build=OFFLINE, today=TODAY)
     report = nightlies.nightly(ws.matrix_path, options, NightlyEvents(), connect=connect_to(fake))
     assert {o.status for o in report.outcomes} == {"passed"} and not any(o.published for o in report.outcomes)
     assert report.notes and all(n.startswith("publish: ") and "denied" in n for n in report.notes)
@@ -697,7 +697,7 @@ def test_a_nightly_whose_builds_cannot_reach_the_network_says_so(ws: Workspace, 
     monkeypatch.setattr(locking, "lock_images", lambda ws, specs, options, done: [])
     fake.build_output = lambda request: [Progress(error="Temporary failure in name resolution")]
     monkeypatch.setattr(Run, "__init__", _fast_run(Run.__init__))
-    options = nightlies.NightlyOptions(updates=False, publish=False, build=OFFLINE, today=TODAY)
+    options = nightlies.NightlyOptions(check_index=False, updates=False, publish=False, build=OFFLINE, today=TODAY)
     report = nightlies.nightly(ws.matrix_path, options, NightlyEvents(), connect=connect_to(fake))
     assert {o.status for o in report.outcomes} == {BLOCKED} and len(report.notes) == 2
 
@@ -721,7 +721,7 @@ def test_a_nightly_whose_index_is_unreachable_notes_it_and_runs_on(
         raise RunFailure("cannot reach the package index https://pypi.org/pypi (timed out; 4 tries)")
 
     events = NightlyEvents()
-    options = nightlies.NightlyOptions(publish=False, build=OFFLINE, today=TODAY)
+    options = nightlies.NightlyOptions(check_index=False, publish=False, build=OFFLINE, today=TODAY)
     report = nightlies.nightly(ws.matrix_path, options, events, updates=unreachable, connect=connect_to(fake))
     assert events.stages[0] == "updates" and report.updates == "failed" and report.notes[0].startswith("updates: cannot reach")
     assert {o.status for o in report.outcomes} == {"passed"}, "the stages after it still ran"

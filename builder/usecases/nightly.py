@@ -57,6 +57,7 @@ class NightlyOptions:
     accept_gpu_skipped: bool = False
     catalog_dir: str | None = None
     rebuild_past_eol: bool = False  # keep rebuilding an image with a line past its end of life (compat/data/lifecycle.yaml)
+    check_index: bool = True  # `lock --check --index`: every hash a lock allows is a file its sources publish
     today: dt.date | None = None  # the day end of life is judged on (None: today, UTC)
 
 
@@ -127,6 +128,10 @@ def _nightly(
     ws = Workspace.locate(str(matrix_path))  # the new locks change content hashes
     kept = {s.id for s in specs}
     specs = [s for s in ws.selected(options.select, use_default=True) if s.id in kept]
+    if options.check_index:  # a lock whose hashes its sources do not publish is not built (one kept from an earlier run too)
+        asked = locking.check_index(ws, [s for s in specs if s.id not in lock_failed], options.build.sources)
+        lock_failed |= {r.id: f"its hashes are not what its sources publish: {r.detail}" for r in asked if r.status == "unpublished"}
+        notes += [f"lock: {r.id}: not checked against its sources: {r.detail}" for r in asked if r.status == "unchecked"]
 
     events.stage("build")
     # an arm64 image on a host that cannot emulate it is not built (build would refuse the whole run): the rest are
