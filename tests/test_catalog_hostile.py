@@ -126,7 +126,7 @@ def test_a_record_id_or_manifest_that_leaves_the_catalog_is_refused(cli: RunCli,
     base lock or manifest from outside catalog/ and `catalog --verify` read evidence from there."""
     folder = write_catalog(tmp_path / "cat", good(**{field: value}))
     line = one_line_exit_2(cli("catalog", "--catalog", str(folder)), field)
-    assert "restore the catalog from git" in line
+    assert "restore the file from git" in line
     with pytest.raises(RecordError, match=field):
         from_json(good(**{field: value}), "c")
 

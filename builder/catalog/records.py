@@ -183,10 +183,10 @@ def from_json(data: Any, where: str) -> KnownGood:
     if size is not None and not (type(size) in (int, float) and 0 <= size < 1e9):
         raise bad("size_mb", "a number of megabytes or null")
     if not grammar.DOCKER_TAG.fullmatch(data["id"]):
-        raise RecordError(f"{where}: record {name} id is not an image id (letters, digits, `_.-`, no `/`); restore the catalog from git")
+        raise RecordError(f"{where}: record {name} id is not an image id (letters, digits, `_.-`, no `/`)")
     if "manifest" in data and data["manifest"] and not MANIFEST.fullmatch(data["manifest"]):
         raise RecordError(
-            f"{where}: record {name} manifest {_short(repr(data['manifest']))} is not manifests/<file> inside the catalog; restore the catalog from git"
+            f"{where}: record {name} manifest {_short(repr(data['manifest']))} is not manifests/<file> inside the catalog"
         )
     if not DIGEST.match(data["digest"]):
         raise RecordError(f"{where}: record {name} digest {_reference(data['digest'])!r} is not repository@sha256:<64 hex>")
