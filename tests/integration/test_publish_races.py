@@ -9,10 +9,8 @@ nothing here builds; every name carries that module's run id and is removed afte
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +23,7 @@ from builder.engine import client as engine
 from builder.publish import signing
 from builder.usecases import publish as publishing
 from tests.integration import test_publish_attacks as attacks
-from tests.integration.registry_faults import proxy
+from tests.integration.registry_faults import proxy, terminate_when
 from tests.integration.test_publish_attacks import FLOATING, IMAGE_ID, RUN, Events, local_names, registry_digest
 
 pytestmark = pytest.mark.docker
@@ -109,18 +107,9 @@ def test_sigterm_while_signing_leaves_the_pushed_tag_recorded(workspace: Any, do
     repository = f"127.0.0.1:5000/{name}"
     env = {**os.environ, "PATH": f"{slow_signer(tmp_path)}{os.pathsep}{os.environ['PATH']}", "BUILDER_LOCK_DIR": str(tmp_path / "locks")}
     proc = start(workspace, repository, workspace.catalog.root, env, make_key(tmp_path))
-    try:
-        deadline = time.monotonic() + 120
-        while registry_digest(name, IMAGE_ID) is None and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.2)
-        pushed = registry_digest(name, IMAGE_ID)
-        assert pushed is not None, proc.communicate(timeout=10)
-        time.sleep(1)  # the record is written, the signer hangs
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    # a second after the tag is in the registry: its record is written, the signer hangs
+    err = terminate_when(proc, lambda: registry_digest(name, IMAGE_ID) is not None, "the immutable tag was never pushed", settle_s=1)
+    pushed = registry_digest(name, IMAGE_ID)
     assert proc.returncode == 143, err[-2000:]
     (record,) = workspace.catalog.load()
     assert record.digest == f"{repository}@{pushed}", "the record names what the registry holds"
