@@ -16,7 +16,7 @@ from click.testing import Result
 from builder.engine import client as engine_client
 from builder.engine import image_build, leftovers
 from builder.engine.image_build import Run
-from builder.engine.ownership import Owner, Workspaces, identity, steps_in
+from builder.engine.ownership import Owner, Workspaces, forget_steps, identity, steps_in
 from builder.engine.port import BuildRequest, ImageInfo, Layer, Progress
 from builder.engine.settings import BuildSettings
 from builder.records import ImageSpec
@@ -182,3 +182,19 @@ def test_a_finished_build_is_told_by_its_label_steps_in_any_order(history: tuple
     fake.add_image("sha256:x", labels={HASH_LABEL: "h"})
     fake.histories["sha256:x"] = [Layer(f"/bin/sh -c #(nop)  {step}", 0) for step in history]
     assert leftovers._finished_here(fake, "sha256:x") is finished
+
+
+def test_the_ledger_is_never_written_through_a_link_and_a_fifo_never_blocks_a_build(tmp_path: Path, state: Path) -> None:
+    import os
+
+    owner = checkout(tmp_path, "a")
+    outside = tmp_path / "outside.txt"
+    outside.write_text("theirs\n")
+    owner.ledger.symlink_to(outside)
+    owner.note_step("1" * 12)
+    forget_steps(owner.ledger, ["1" * 12])
+    assert outside.read_text() == "theirs\n" and owner.ledger.is_symlink()
+    owner.ledger.unlink()
+    os.mkfifo(owner.ledger)
+    owner.note_step("2" * 12)  # returns at once: a FIFO is not the ledger
+    assert steps_in(owner.ledger) == frozenset()

@@ -26,11 +26,13 @@ import hashlib
 import os
 import re
 import socket
+import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder.fsio import read_text
+from builder.errors import UserError
+from builder.fsio import read_text, write_atomic
 from builder.render.labels import WORKSPACE_LABEL
 
 STATE_ENV = "BUILDER_STATE_DIR"
@@ -76,20 +78,28 @@ class Owner:
     def register(self) -> None:
         """Note on this host which folder this identity is (best effort: a read-only home only loses
         the judgement of orphans later, never a build)."""
-        folder = state_dir() / "workspaces"
-        with contextlib.suppress(OSError):
-            folder.mkdir(parents=True, exist_ok=True)
-            note = folder / self.identity
-            text = f"{os.path.realpath(self.root)}\n"
-            if not note.is_file() or note.read_text(encoding="utf-8", errors="replace") != text:
-                note.write_text(text, encoding="utf-8")
+        note = state_dir() / "workspaces" / self.identity
+        text = f"{os.path.realpath(self.root)}\n"
+        with contextlib.suppress(OSError, UserError):
+            if not note.is_file() or read_text(note, 4096, "workspace note") != text:
+                note.parent.mkdir(parents=True, exist_ok=True)
+                write_atomic(note, text)
 
     def note_step(self, step: str) -> None:
-        """A step image a build of this workspace committed (12 hex), appended to its ledger."""
-        if _STEP.fullmatch(step):
+        """A step image a build of this workspace committed (12 hex), appended to its ledger. Only
+        ever to a regular file of its own: a link there is not followed and a FIFO never blocks
+        the build (the step is then not noted: `clean` keeps it, never removes more)."""
+        if not _STEP.fullmatch(step):
+            return
+        with contextlib.suppress(OSError):
             self.ledger.parent.mkdir(parents=True, exist_ok=True)
-            with self.ledger.open("a", encoding="ascii") as ledger:  # one short append: whole lines even from parallel builds
-                ledger.write(step + "\n")
+            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+            fd = os.open(self.ledger, flags, 0o644)
+            try:
+                if stat.S_ISREG(os.fstat(fd).st_mode):
+                    os.write(fd, f"{step}\n".encode("ascii"))  # one short write: whole lines even from parallel builds
+            finally:
+                os.close(fd)
 
 
 def steps_in(ledger: Path) -> frozenset[str]:
@@ -102,11 +112,13 @@ def steps_in(ledger: Path) -> frozenset[str]:
 
 
 def forget_steps(ledger: Path, gone: Iterable[str]) -> None:
-    """Drop the ids of removed images from the ledger, so it does not grow for ever."""
+    """Drop the ids of removed images from the ledger, so it does not grow for ever (the ledger is
+    replaced, never written through: a link there stays as it was)."""
+    if not ledger.is_file() or ledger.is_symlink():
+        return
     left = steps_in(ledger) - {g[:12] for g in gone}
-    with contextlib.suppress(OSError):
-        if ledger.is_file():
-            ledger.write_text("".join(f"{s}\n" for s in sorted(left)), encoding="ascii")
+    with contextlib.suppress(OSError, UserError):
+        write_atomic(ledger, "".join(f"{s}\n" for s in sorted(left)))
 
 
 @dataclass(frozen=True)
