@@ -185,9 +185,7 @@ def from_json(data: Any, where: str) -> KnownGood:
     if not grammar.DOCKER_TAG.fullmatch(data["id"]):
         raise RecordError(f"{where}: record {name} id is not an image id (letters, digits, `_.-`, no `/`)")
     if "manifest" in data and data["manifest"] and not MANIFEST.fullmatch(data["manifest"]):
-        raise RecordError(
-            f"{where}: record {name} manifest {_short(repr(data['manifest']))} is not manifests/<file> inside the catalog"
-        )
+        raise RecordError(f"{where}: record {name} manifest {_short(repr(data['manifest']))} is not manifests/<file> inside the catalog")
     if not DIGEST.match(data["digest"]):
         raise RecordError(f"{where}: record {name} digest {_reference(data['digest'])!r} is not repository@sha256:<64 hex>")
     repository, colon, tag = data["tag"].rpartition(":")

@@ -261,7 +261,9 @@ def clean(
     if kept["theirs"]:
         removed.skipped.append(f"{kept['theirs']} image(s) of other workspaces on this engine: their own `builder clean` removes them")
     if legacy:
-        removed.skipped.append(f"{legacy} tagged image(s) built before images named their workspace: kept (docker rmi removes one)")
+        removed.skipped.append(
+            f"{legacy} tagged image(s) built before images named their workspace (nothing says whose: docker rmi removes one)"
+        )
     if kept["orphan"]:
         removed.skipped.append(
             f"{kept['orphan']} image(s) no workspace owns any more (a checkout that is gone, or older versions): `builder clean --orphans` lists and removes them"

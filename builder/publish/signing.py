@@ -81,7 +81,7 @@ def refusal(stderr: str) -> str:
     lines = [line for line in lines if line and not line.startswith("@")]
     too_open = next((line for line in lines if "are too open" in line), None)
     if too_open is not None:
-        return f"{printable(too_open)}: ssh-keygen ignores a private key others can read (chmod 600 it)"
+        return f"{printable(too_open.rstrip('.'))}: ssh-keygen ignores a private key others can read (chmod 600 it)"
     reason = printable(lines[-1] if lines else "ssh-keygen wrote no signature")
     if "passphrase" in reason:
         return f"{reason} (a key with a passphrase is used through ssh-agent: ssh-add it and give --sign-key its .pub)"
