@@ -247,7 +247,7 @@ def test_a_huge_sparse_sbom_or_signature_is_one_line_not_a_memory_error_or_a_min
     signature = catalog.evidence / (evidence.record_name(spec.id) + evidence.SIG)
     with signature.open("r+b") as handle:  # 1 GiB: ssh-keygen parsed it for a minute, then a TimeoutExpired traceback
         handle.truncate(2**30)
-    with pytest.raises(Unverified, match="the signature is larger than") as caught:
+    with pytest.raises(Unverified, match=r"the signature is larger than|is not an SSH signature \(\d+ bytes\)") as caught:
         verify_record(catalog.evidence, stored, allowed)
     assert "\n" not in str(caught.value)
 
@@ -269,5 +269,5 @@ def test_a_checker_past_its_deadline_is_one_line(tmp_path: Path, monkeypatch: py
     allowed.write_text(allowed_line)
     monkeypatch.setenv("PATH", f"{slow_signer(tmp_path)}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setattr(signing, "TIMEOUT_S", 1)
-    with pytest.raises(Unverified, match=r"record 'x': ssh-keygen did not finish checking its signature within 1 s"):
+    with pytest.raises(Unverified, match=r"record 'x': ssh-keygen did not (finish checking its signature|answer) within 1 s"):
         signing.verify(b"x", signature, allowed, signing.RECORD_NAMESPACE, "record 'x'")
