@@ -363,6 +363,12 @@ def run(ws: Workspace, /, select_expr: str | None, gpu: str, timeout_s: int, **k
 @main.command()
 @select_option
 @click.option("--check", is_flag=True, help="offline: exit 1 listing locks that are missing or no longer match their inputs")
+@click.option(
+    "--index",
+    "against_index",
+    is_flag=True,
+    help="with --check, online: also ask the lock's sources that every hash it allows is a file they publish (docs/sources.md)",
+)
 @click.option("--upgrade", is_flag=True, help="re-resolve every selected image to the newest versions its pins allow")
 @click.option("-j", "--jobs", default=2, show_default=True, type=click.IntRange(1, MAX_JOBS), help="resolutions in parallel")
 @click.option("--keep-going", is_flag=True, help="lock the rest after a failure, and list what failed")
@@ -373,14 +379,36 @@ def run(ws: Workspace, /, select_expr: str | None, gpu: str, timeout_s: int, **k
 @click.pass_obj
 @user_errors
 def lock(
-    ws: Workspace, /, select_expr: str | None, check: bool, upgrade: bool, jobs: int, keep_going: bool, no_measure: bool, **kwargs: Any
+    ws: Workspace,
+    /,
+    select_expr: str | None,
+    check: bool,
+    against_index: bool,
+    upgrade: bool,
+    jobs: int,
+    keep_going: bool,
+    no_measure: bool,
+    **kwargs: Any,
 ) -> None:
     """Resolve each image for its target into images/<id>/requirements.lock (every package, sha256
     hashes), then measure each CUDA image's fit from its locked wheels into images/<id>/fit.json."""
     from builder.ui.lock import LockLines, MeasureLines, print_lock_summary
     from builder.usecases import lock as locking
 
+    if against_index and not check:
+        raise UserError("--index goes with --check: `builder lock --check --index` asks the lock's sources about its hashes")
     specs = ws.selected(select_expr, use_default=False)
+    if check and against_index:
+        current = [r for r in locking.check(specs) if r.status in ("missing", "stale")]  # offline first: a stale lock is that
+        for r in current:
+            click.echo(f"{r.status}: {ws.images_dir.name}/{r.id}/{r.file} ({r.detail})")
+        asked = locking.check_index(ws, [s for s in specs if s.id not in {r.id for r in current}], _sources(kwargs))
+        unpublished = [r for r in asked if r.status in ("unpublished", "unchecked")]
+        for r in unpublished:
+            click.echo(f"{r.status}: {ws.images_dir.name}/{r.id}/requirements.lock: {r.detail}")
+        good = sum(r.status == "published" for r in asked)
+        click.echo(f"{good} locks' hashes published by their sources, {len(unpublished)} not, {len(current)} missing or stale", err=True)
+        _exit_for(not current and not unpublished)
     if check:
         results = locking.check(specs)
         bad = [r for r in results if r.status in ("missing", "stale")]
@@ -414,24 +442,42 @@ def lock(
 
 
 @main.command()
-@click.option("--stale", is_flag=True, help="also remove this matrix's images that the plan no longer lists")
-@click.option("--all", "everything", is_flag=True, help="also remove the current images and the bootstrapped bases")
+@click.option("--stale", is_flag=True, help="also remove this workspace's images of this matrix that the plan no longer lists")
+@click.option(
+    "--all", "everything", is_flag=True, help="also remove its current images and the bootstrapped bases nothing else is built on"
+)
+@click.option(
+    "--orphans",
+    is_flag=True,
+    help="also remove what no workspace owns any more (a checkout that is gone, older versions' leftovers), listed apart",
+)
 @click.option("--dry-run", is_flag=True, help="list what would be removed, remove nothing")
 @click.pass_obj
 @user_errors
-def clean(ws: Workspace, stale: bool, everything: bool, dry_run: bool) -> None:
-    """Remove the containers, images and files this tool made and no longer needs (only those)."""
+def clean(ws: Workspace, stale: bool, everything: bool, orphans: bool, dry_run: bool) -> None:
+    """Remove the containers, images and files this workspace made and no longer needs (only those:
+    another checkout's images on the same engine are its own to remove)."""
     from builder.engine import client as engine
     from builder.engine import leftovers
+    from builder.engine.ownership import Owner
 
     planned = {s.tag for s in ws.decided.images} if stale else None
+    scope = leftovers.Scope(Owner(ws.root, ws.build_dir), orphans=orphans)
     removed = leftovers.clean(
-        engine.open_engine(), ws.build_dir, repository=ws.matrix.registry, planned=planned, everything=everything, dry_run=dry_run
+        engine.open_engine(),
+        ws.build_dir,
+        scope=scope,
+        repository=ws.matrix.registry,
+        planned=planned,
+        everything=everything,
+        dry_run=dry_run,
     )
     verb = "would remove" if dry_run else "removed"
     for kind, names in (("container", removed.containers), ("image", removed.images), ("folder", removed.folders)):
         for name in names:
             click.echo(f"{verb} {kind} {name}")
+    for name in removed.orphans:
+        click.echo(f"{verb} orphan image {name}")
     for note in removed.skipped:
         click.echo(f"kept {note}", err=True)
     click.echo(f"{verb} {removed.count()} item(s)", err=True)
@@ -784,6 +830,7 @@ def updates(ws: Workspace, do_apply: bool, max_new: int, fmt: str, index_json_ur
 @select_option
 @click.option("--no-updates", is_flag=True, help="do not ask the index for new releases (locks still upgrade)")
 @click.option("--no-apply", is_flag=True, help="report new releases, do not add them to matrix.yaml")
+@click.option("--no-index-check", is_flag=True, help="do not ask the locks' sources about their hashes (`builder lock --check --index`)")
 @index_json_option
 @click.option("--registry", metavar="REPO", help="repository to publish to (default: matrix.yaml's registry)")
 @click.option("--no-publish", is_flag=True, help="build and test, publish nothing")
@@ -834,6 +881,7 @@ def nightly(
         accept_gpu_skipped=kwargs["accept_gpu_skipped"],
         catalog_dir=kwargs["catalog_dir"],
         rebuild_past_eol=kwargs["rebuild_past_eol"],
+        check_index=not kwargs["no_index_check"],
     )
     if options.publish:  # a bad repository is a usage error before anything runs
         from builder.publish.publisher import check_repository

@@ -32,6 +32,10 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 if str(ROOT) not in sys.path:  # so `pytest tests/...` works without an install
     sys.path.insert(0, str(ROOT))
 
+# `builder build` notes on this host which folder each workspace it builds in is (engine/ownership.py):
+# the suite's builds (and every `builder` it starts) note theirs in a folder of the run's own.
+os.environ.setdefault("BUILDER_STATE_DIR", tempfile.mkdtemp(prefix="builder-test-state-"))
+
 INTEGRATION = "tests/integration/"
 SHARED_FOLDER = "tests/test_bake.py"
 # The integration tier's two lanes, one per worker, each against its own Docker engine: the second
@@ -51,12 +55,14 @@ SECOND_LANE = tuple(
     for name in (
         "test_arm64.py",
         "test_bootstrap.py",
+        "test_clean_workspaces.py",
         "test_engine.py",
         "test_faults.py",
         "test_interrupts.py",
         "test_nightly_end_to_end.py",
         "test_publish_attacks.py",
         "test_registry_evidence.py",
+        "test_publish_races.py",
         "test_registry_index.py",
         "test_secrets.py",
     )

@@ -153,7 +153,7 @@ class FakeEngine:
         self.retrying_pushes = 0
         self.manifest_status = 0  # the exit code of a manifest container
         self.pull_fault: Exception | None = None
-        self.registry_fault: Exception | None = None
+        self.registry_fault: BaseException | None = None  # also an interrupt, landing while the registry is read
         self.run_output: Callable[[FakeContainer], tuple[int, bytes]] = manifest_output
         self.lock_dirs: list[Path] = [IMAGES]  # where lock_for finds <id>/requirements.lock (a test's workspace adds its images/)
         self.lock_for: Callable[[str], Lock | None] = self._lock_in_dirs  # what an image's venv holds (the SBOM's inventory)

@@ -236,11 +236,11 @@ class FakeIndex:
 
 
 def _version_key(version: str) -> tuple[Any, ...]:
-    from packaging.version import InvalidVersion, Version
+    from packaging.version import Version
 
     try:
         return (1, Version(version))
-    except InvalidVersion:
+    except ValueError:  # InvalidVersion, or a number over 4,300 digits (a hostile index's)
         return (0, version)
 
 

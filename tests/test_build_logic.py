@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import textwrap
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -460,39 +461,48 @@ def test_merge_junit_overwrites_the_previous_merge(tmp_path: Path) -> None:
 
 def test_clean_removes_unfinished_images_of_our_builds_and_nothing_built_on_ours(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from builder.engine import leftovers
-    from builder.render.labels import BUILT_BY_LABEL
+    from builder.engine.ownership import Owner
+    from builder.render.labels import BUILT_BY_LABEL, WORKSPACE_LABEL
+
+    owner = Owner(tmp_path, tmp_path / "build")
+    monkeypatch.setenv("BUILDER_STATE_DIR", str(tmp_path / "state"))
 
     def engine(history: dict[str, str]) -> FakeEngine:
         """The images `clean` looks at (no containers); every image's last step is a CMD unless `history` says otherwise."""
         ours = {BUILT_BY_LABEL: "builder"}
+        mine = {**ours, HASH_LABEL: "h", WORKSPACE_LABEL: owner.identity}
         fake = FakeEngine()
-        fake.add_image("sha256:unfinished", labels=ours)  # an interrupted build's last step
+        fake.add_image("sha256:" + "1" * 64, labels=ours)  # an interrupted build's last step (in this workspace's ledger)
         fake.add_image("sha256:foreign", labels={"x": "y"})  # someone else's dangling image
-        fake.add_image("sha256:derived", labels={**ours, HASH_LABEL: "h"})  # built FROM ours by someone else
-        fake.add_image("sha256:superseded", labels={**ours, HASH_LABEL: "h"})  # ours, replaced by a newer build
-        fake.add_image("sha256:current", "repo:tag", labels={**ours, HASH_LABEL: "h"})
+        fake.add_image("sha256:derived", labels=mine)  # built FROM ours by someone else
+        fake.add_image("sha256:superseded", labels=mine)  # ours, replaced by a newer build
+        fake.add_image("sha256:current", "repo:tag", labels=mine)
         for image in fake.image_ids:
             fake.histories[image] = [Layer(history.get(image, '/bin/sh -c #(nop)  CMD ["x"]'), 0)]
         return fake
 
+    owner.note_step("1" * 12)
+    scope = leftovers.Scope(owner)
     fake = engine({"sha256:superseded": f"/bin/sh -c #(nop)  LABEL {HASH_LABEL}=h org.opencontainers.image.revision=x"})
     monkeypatch.setattr(leftovers, "other_active_runs", lambda: [])
-    removed = leftovers.clean(fake, tmp_path, repository="repo", planned=None, everything=False, dry_run=False)
-    assert sorted(fake.removed_images) == ["sha256:superseded", "sha256:unfinished"]
-    assert sorted(removed.images) == ["superseded", "unfinished"]
+    removed = leftovers.clean(fake, tmp_path, scope=scope, repository="repo", planned=None, everything=False, dry_run=False)
+    assert sorted(fake.removed_images) == ["sha256:" + "1" * 64, "sha256:superseded"]
+    assert sorted(removed.images) == ["1" * 12, "superseded"]
 
+    owner.note_step("1" * 12)
     fake = engine({})
     monkeypatch.setattr(leftovers, "other_active_runs", lambda: ["host:1:2:abc"])
-    removed = leftovers.clean(fake, tmp_path, repository="repo", planned=None, everything=False, dry_run=False)
-    assert "sha256:unfinished" not in fake.removed_images, "a live build's newest step is an untagged leaf too"
+    removed = leftovers.clean(fake, tmp_path, scope=scope, repository="repo", planned=None, everything=False, dry_run=False)
+    assert "sha256:" + "1" * 64 not in fake.removed_images, "a live build's newest step is an untagged leaf too"
     assert removed.skipped and "other run(s) are building now" in removed.skipped[0]
 
 
-def test_clean_removes_the_build_stage_images_older_versions_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_clean_removes_the_build_stage_images_older_versions_kept_as_orphans(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 16: the Dockerfile has one stage, so builds make no build-stage image; an upgrading
-    user's engine still holds the one generation per tag older versions kept, and `clean` removes
-    them (never while another run is building)."""
+    user's engine still holds the one generation per tag older versions kept. Nothing says which
+    checkout made them (issue 37): `clean --orphans` removes them (never while another run is building)."""
     from builder.engine import leftovers
+    from builder.engine.ownership import Owner
     from builder.render.labels import BUILT_BY_LABEL
 
     def engine() -> FakeEngine:
@@ -504,13 +514,19 @@ def test_clean_removes_the_build_stage_images_older_versions_kept(tmp_path: Path
         return fake
 
     assert leftovers.STAGE_LABEL == "io.builder.stage-of"  # what older versions' templates set: never renamed
+    monkeypatch.setenv("BUILDER_STATE_DIR", str(tmp_path / "state"))
+    orphans = leftovers.Scope(Owner(tmp_path, tmp_path / "build"), orphans=True)
     fake = engine()
     monkeypatch.setattr(leftovers, "other_active_runs", lambda: [])
-    removed = leftovers.clean(fake, tmp_path, repository="repo", planned=None, everything=False, dry_run=False)
-    assert fake.removed_images == ["sha256:oldstage"] and removed.images == ["oldstage"]
+    plain = leftovers.clean(
+        fake, tmp_path, scope=replace(orphans, orphans=False), repository="repo", planned=None, everything=False, dry_run=False
+    )
+    assert fake.removed_images == [] and any("--orphans" in note for note in plain.skipped), plain
+    removed = leftovers.clean(fake, tmp_path, scope=orphans, repository="repo", planned=None, everything=False, dry_run=False)
+    assert fake.removed_images == ["sha256:oldstage"] and removed.orphans == ["oldstage"] and removed.images == []
     fake = engine()
     monkeypatch.setattr(leftovers, "other_active_runs", lambda: ["host:1:2:abc"])
-    leftovers.clean(fake, tmp_path, repository="repo", planned=None, everything=False, dry_run=False)
+    leftovers.clean(fake, tmp_path, scope=orphans, repository="repo", planned=None, everything=False, dry_run=False)
     assert fake.removed_images == []
 
 

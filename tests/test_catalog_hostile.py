@@ -109,6 +109,28 @@ def test_a_refused_reference_never_quotes_its_password(cli: RunCli, tmp_path: Pa
     assert "s3cret" not in line and "****@registry.example" in line
 
 
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("id", "../../etc"),  # evidence, images/<id>/ and base locks were read from outside catalog/
+        ("id", "/etc/passwd"),
+        ("id", "torch\n"),
+        ("manifest", "../../../etc/passwd"),
+        ("manifest", "/etc/passwd"),
+        ("manifest", "manifests/../../x.txt"),
+        ("manifest", "evidence/x.txt"),
+    ],
+)
+def test_a_record_id_or_manifest_that_leaves_the_catalog_is_refused(cli: RunCli, tmp_path: Path, field: str, value: str) -> None:
+    """Issue 37: a record's `id` and `manifest` took `../` and absolute paths; `env lock` then read a
+    base lock or manifest from outside catalog/ and `catalog --verify` read evidence from there."""
+    folder = write_catalog(tmp_path / "cat", good(**{field: value}))
+    line = one_line_exit_2(cli("catalog", "--catalog", str(folder)), field)
+    assert "restore the file from git" in line
+    with pytest.raises(RecordError, match=field):
+        from_json(good(**{field: value}), "c")
+
+
 def test_infinity_and_nan_are_refused(cli: RunCli, tmp_path: Path) -> None:
     folder = tmp_path / "cat"
     folder.mkdir()

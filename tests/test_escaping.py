@@ -58,7 +58,8 @@ def _assert_inert(output: str) -> None:
 
 
 def test_catalog_prints_hostile_fields_as_text(cli: RunCli, tmp_path: Path) -> None:
-    folder = _write_catalog(tmp_path / "cat", _hostile_record(), _hostile_record(id="[/]x\x1b[2J"))
+    # (an id is an image id, refused otherwise since issue 37: the hostile text rides on the other fields)
+    folder = _write_catalog(tmp_path / "cat", _hostile_record(), _hostile_record(id="img-2"))
     result = cli("catalog", "--catalog", str(folder))
     assert result.exit_code == 0, result.output
     _assert_inert(result.output)
@@ -182,7 +183,7 @@ def test_markdown_text_and_code() -> None:
 
 def test_a_long_catalog_is_plain_lines_and_still_inert(cli: RunCli, tmp_path: Path) -> None:
     """Beyond RICH_ROWS records the catalog is written as plain lines (rich took 3.5 s for 2,001)."""
-    records = [_hostile_record(id=f"img{n:04d}\x1b[2J[/]") for n in range(RICH_ROWS + 1)]
+    records = [_hostile_record(id=f"img{n:04d}") for n in range(RICH_ROWS + 1)]
     result = cli("catalog", "--catalog", str(_write_catalog(tmp_path / "cat", *records)))
     assert result.exit_code == 0, result.output
     _assert_inert(result.output)

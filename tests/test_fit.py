@@ -449,6 +449,12 @@ def one_line_exit_2(result: Result, *words: str) -> None:
         (["--gpu-cc", "sm_86"], ["compute capability 'sm_86'"]),
         (["--driver", "latest"], ["--driver 'latest'", "e.g. 550.54.15"]),
         (["--driver", "55"], ["--driver '55'"]),
+        # issue 37: digits other than ASCII were read as numbers (int("８") == 8)
+        (["--gpu-cc", "８.６"], ["compute capability '８.６'"]),  # fullwidth
+        (["--gpu-cc", "٨.٦"], ["compute capability '٨.٦'"]),  # Arabic-Indic
+        (["--gpu-cc", "8.6", "--driver", "５８０.６５.０６"], ["--driver '５８０.６５.０６'"]),
+        (["--gpu-cc", "8.6", "--driver", "٥٨٠.٦٥.٠٦"], ["--driver '٥٨٠.٦٥.٠٦'"]),
+        (["--gpu-cc", "8.6", "--driver", "5" * 5000], ["--driver '555", "…"]),  # cut, not a 5,000-character line
         (["--arch", "sparc"], ["--arch 'sparc'", "amd64 or arm64"]),
         (["--vendor", "intel"], ["--vendor"]),
         (["--vendor", "amd", "--gpu-cc", "8.6"], ["--gpu-cc", "--vendor is amd"]),

@@ -131,6 +131,11 @@ def test_a_window_that_disagrees_with_its_policy_or_a_section_nobody_publishes_i
         ('  - {line: "3.11", eol: "2027-02-30", source: [PY_CYCLE]}', r"eol '2027-02-30' is not a day of the calendar"),
         ('  - {line: "3.11", eol: 2027-10-31, source: [PY_CYCLE]}', r"is not a quoted date"),
         ('  - {line: "3.11", eol: "2027-10-31", source: [NOPE]}', r"unknown source 'NOPE'"),
+        # issue 37: what date.fromisoformat takes besides YYYY-MM-DD (the week date as a day nobody wrote)
+        ('  - {line: "3.11", eol: "20271031", source: [PY_CYCLE]}', r"eol '20271031' is not a quoted date like \"2027-10-31\""),
+        ('  - {line: "3.11", eol: 20271031, source: [PY_CYCLE]}', r"eol 20271031 is not a quoted date like \"2027-10-31\""),
+        ('  - {line: "3.11", eol: "2027-W44-7", source: [PY_CYCLE]}', r"eol '2027-W44-7' is not a quoted date like \"2027-10-31\""),
+        ('  - {line: "3.11", eol: "２０２７-10-31", source: [PY_CYCLE]}', r"is not a quoted date like \"2027-10-31\""),
     ],
 )
 def test_a_broken_table_is_refused_naming_the_line(tmp_path: Path, row: str, message: str) -> None:

@@ -207,6 +207,15 @@ CASES: dict[str, Case] = {
     ),
     "yaml integer tag on a non-number": Case(edit("registry: ghcr.io/example/gpu-images", "registry: !!int ghcr"), "registry:", ()),
     "yaml timestamp tag on a non-date": Case(edit('torch: ["2.5.1"]', 'torch: [!!timestamp "2.5.1"]'), "torch:", ()),
+    # issue 37: packaging's Version let int() refuse a 4,400-digit release number with a bare ValueError
+    "a version of 4400 digits": Case(
+        edit('torch: ["2.5.1"]', f'torch: ["2.{"1" * 4400}"]'), "torch: [", ("torch version '2.111", "…' is not valid", '"2.5.1"')
+    ),
+    "an include version of 4400 digits": Case(
+        SMALL + f'include:\n  - {{base: cuda12.4-ubuntu22.04, stack: torch, python: "3.11", torch: "2.{"1" * 4400}"}}\n',
+        "- {base:",
+        ("include torch version", "is not valid"),
+    ),
     "recursive yaml alias": Case(edit('python: ["3.11"]', 'python: &py ["3.11", *py]'), "python:", ()),
 }
 

@@ -172,7 +172,7 @@ def _offline_nightly(matrix: Path, monkeypatch: pytest.MonkeyPatch, build: Calla
     monkeypatch.setattr(loop, "build_images", build)
     monkeypatch.setattr(loop, "test_images", lambda *args, **kwargs: [])
     # Every line of its matrix is supported on that day (torch 2.5 until 2026-10-17).
-    options = loop.NightlyOptions(updates=False, publish=False, today=dt.date(2026, 10, 1))
+    options = loop.NightlyOptions(check_index=False, updates=False, publish=False, today=dt.date(2026, 10, 1))
     return loop.nightly(matrix, options, _Events(), connect=connect_to(FakeEngine()))  # type: ignore[arg-type]
 
 

@@ -39,6 +39,32 @@ def test_redact_masks_the_whole_userinfo(text: str, shown: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        # issue 37: a `?token=` mirror URL was echoed whole in the refusal of --index-json-url
+        (
+            "error: the package index URL 'https://pypi.example/pypi?token=s3cret' has a query",
+            "error: the package index URL 'https://pypi.example/pypi?token=****' has a query",
+        ),
+        ("https://h/x?a=1&b=2;c=3#sha256=ab then", "https://h/x?a=****&b=****;c=****#sha256=ab then"),  # the fragment (a hash) stays
+        ("https://u:p@h/simple?X-Amz-Signature=abc", "https://****@h/simple?X-Amz-Signature=****"),
+        ("see https://h/simple/?s3cret.", "see https://h/simple/?****"),  # a bare value too
+        ("who? https://h/x and then? what", "who? https://h/x and then? what"),  # a question mark outside a URL
+    ],
+)
+def test_redact_masks_every_query_value(text: str, shown: str) -> None:
+    assert redact(text) == shown
+    assert redact(shown) == shown
+
+
+def test_a_token_in_index_json_url_is_not_echoed(cli: Callable[..., Result], write_matrix: Callable[..., Path]) -> None:
+    from tests.test_updates import MATRIX
+
+    result = cli("--matrix", str(write_matrix(MATRIX)), "updates", "--index-json-url", "https://pypi.example/pypi?token=s3cret")
+    assert result.exit_code == 2 and "s3cret" not in result.output and "?token=****" in result.output, result.output
+
+
+@pytest.mark.parametrize(
     "text",
     [
         "https://pypi.org/simple/torch/",
@@ -53,6 +79,14 @@ def test_redact_leaves_text_without_credentials_alone(text: str) -> None:
 
 _NO_LINE_BREAK = st.characters(blacklist_categories=["Cs"], blacklist_characters="\r\n")
 _USER = st.text(st.characters(whitelist_categories=("L", "N"), whitelist_characters="._-@+"), min_size=1, max_size=20)
+
+
+@PROPERTY
+@given(secret=st.text(_NO_LINE_BREAK.filter(lambda c: not c.isspace() and c not in "&;#'\"<>`@"), min_size=1, max_size=40))
+def test_a_query_secret_never_survives_redaction(secret: str) -> None:
+    """(A raw `@` in a query is read as the end of a userinfo, which masks all before it instead.)"""
+    line = f"error: cannot reach https://mirror.example/pypi?token={secret} (HTTP 503)"
+    assert redact(line) == "error: cannot reach https://mirror.example/pypi?token=**** (HTTP 503)"
 
 
 @PROPERTY

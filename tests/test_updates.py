@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -213,6 +214,20 @@ def test_a_pure_python_project_has_candidates_too(matrix: Matrix, filled: FakeIn
 def test_a_usable_wheel_is_read_from_its_platform_tags(filename: str, usable: bool) -> None:
     assert is_linux_wheel({"filename": filename, "packagetype": "bdist_wheel" if filename.endswith(".whl") else "sdist"}) is usable
     assert is_linux_wheel({"filename": filename, "yanked": True}) is False
+
+
+def test_a_version_over_4300_digits_in_the_index_is_not_a_release(cli: RunCli, write_matrix: WriteMatrix, filled: FakeIndex) -> None:
+    """Issue 37: a wheel named with a 4,400-digit version crashed `updates` (int() refuses more than
+    4,300 digits with a bare ValueError no `except InvalidVersion` caught). Such a name is no wheel
+    and such a release no release, as any other unparsable one: skipped, the rest reported."""
+    huge = "2." + "1" * 4400
+    assert not is_linux_wheel({"filename": f"torch-{huge}-cp311-cp311-manylinux_2_28_x86_64.whl"})
+    filled.add("torch", "2.14.8", ">=3.10", TORCH_CU130, files=[wheel("torch", huge)])
+    filled.add("torch", huge, ">=3.10", TORCH_CU130)
+    result = cli("--matrix", str(write_matrix(MATRIX)), "updates", "--index-json-url", filled.json_url, "--format", "json")
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    torch = [r["version"] for r in json.loads(result.stdout)["releases"] if r["framework"] == "torch"]
+    assert torch == ["2.14.2", "2.14.3", "2.14.6", "2.14.7", "2.17.0"], torch
 
 
 def test_the_metadata_of_a_pure_python_release_is_read_from_its_wheel() -> None:

@@ -87,6 +87,8 @@ def test_a_record_that_does_not_fit_is_refused_naming_the_newest_that_does(catal
     [
         (nvidia("6.1"), "torch 2.14.1+cu130 ships kernels for 7.5-12.0: Pascal 6.1 cannot run it"),
         (nvidia("9.0", driver="535.104.05"), "driver 535.104.05 reports CUDA 12.2, NVIDIA_REQUIRE_CUDA asks cuda>=13.0"),
+        # issue 37: a compute capability no generation name is listed for, said once ("3.0 3.0" before)
+        (nvidia("3.0"), "torch 2.14.1+cu130 ships kernels for 7.5-12.0: compute capability 3.0 cannot run it"),
         (NO_GPU, "a CUDA image needs an NVIDIA GPU; this host has no GPU"),  # the README's GPU-less amd64 host
         (FitHost("arm64", "nvidia", ("9.0",), None), "an amd64 image; this host is arm64"),
     ],

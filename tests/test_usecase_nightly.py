@@ -13,6 +13,7 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import filelock
 import pytest
@@ -38,7 +39,7 @@ from tests.usecase_fixtures import HOST, JAX, MATRIX, NUMBA, OFFLINE, REPO, Chec
 TODAY = dt.date(2026, 12, 1)  # the day end of life is judged on: every line of the test matrix is supported then
 
 OLDER = NUMBA.replace("0.68.0", "0.60.0")
-OPTIONS = nightlies.NightlyOptions(updates=False, registry=REPO, build=BuildOptions(sources=OFFLINE), today=TODAY)
+OPTIONS = nightlies.NightlyOptions(check_index=False, updates=False, registry=REPO, build=BuildOptions(sources=OFFLINE), today=TODAY)
 BROKEN = Probe("jax", "ImportError: numpy 2.4.99 is broken", cause="numpy 2.4.99 breaks jaxlib's extension", fix="hold numpy<2.4.99")
 
 
@@ -164,7 +165,13 @@ def test_a_failure_is_kept_until_its_image_changes(night: Night) -> None:
 def test_a_selected_nightly_touches_only_its_images_and_records_in_the_named_catalog(night: Night) -> None:
     elsewhere = night.matrix.parent / "published"
     options = nightlies.NightlyOptions(
-        updates=False, select="stack=numba", registry=REPO, catalog_dir=str(elsewhere), build=BuildOptions(sources=OFFLINE), today=TODAY
+        check_index=False,
+        updates=False,
+        select="stack=numba",
+        registry=REPO,
+        catalog_dir=str(elsewhere),
+        build=BuildOptions(sources=OFFLINE),
+        today=TODAY,
     )
     events = NightlyEvents()
     report = night.run(options, events)
@@ -176,7 +183,9 @@ def test_a_selected_nightly_touches_only_its_images_and_records_in_the_named_cat
 
 def test_without_publish_nothing_is_pushed_and_the_report_still_comes(night: Night) -> None:
     events = NightlyEvents()
-    report = night.run(nightlies.NightlyOptions(updates=False, publish=False, build=BuildOptions(sources=OFFLINE), today=TODAY), events)
+    report = night.run(
+        nightlies.NightlyOptions(check_index=False, updates=False, publish=False, build=BuildOptions(sources=OFFLINE), today=TODAY), events
+    )
     assert "publish" not in events.stages and events.stages[-1] == "report"
     assert night.fake.pushes == [] and night.records() == {} and not any(o.published or o.held for o in report.outcomes)
     assert {o.status for o in report.outcomes} == {"passed"}
@@ -204,7 +213,10 @@ def test_a_new_release_the_rules_place_is_added_to_the_matrix_and_built(tmp_path
     with serve_index(RELEASES) as index:
         events = NightlyEvents()
         report = night.run(
-            nightlies.NightlyOptions(registry=REPO, index_json_url=index.json_url, build=BuildOptions(sources=OFFLINE), today=TODAY), events
+            nightlies.NightlyOptions(
+                check_index=False, registry=REPO, index_json_url=index.json_url, build=BuildOptions(sources=OFFLINE), today=TODAY
+            ),
+            events,
         )
     assert events.stages[0] == "updates" and report.updates == "checked"
     assert report.applied == (f"{night.matrix}: frameworks.numba += 0.68.0",)
@@ -217,7 +229,9 @@ def test_a_new_release_the_rules_place_is_added_to_the_matrix_and_built(tmp_path
 
 def test_an_unreachable_index_is_a_note_and_the_run_goes_on(night: Night, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("BUILDER_INDEX_DEADLINE_S", "1")  # no time for a second try: the note comes at once
-    options = nightlies.NightlyOptions(registry=REPO, index_json_url=closed_port_url(), build=BuildOptions(sources=OFFLINE), today=TODAY)
+    options = nightlies.NightlyOptions(
+        check_index=False, registry=REPO, index_json_url=closed_port_url(), build=BuildOptions(sources=OFFLINE), today=TODAY
+    )
     before = night.matrix.read_bytes()
     report = night.run(options)
     assert report.updates == "failed" and report.releases == () and report.applied == ()
@@ -238,7 +252,7 @@ def test_the_updates_step_is_injectable_and_its_edits_are_planned(night: Night) 
 
     # numba 0.60 is past this project's support window (2026-06-13, compat/data/lifecycle.yaml `policy`)
     # on TODAY: a date no vendor published, which stops no rebuild (issue 38)
-    options = nightlies.NightlyOptions(registry=REPO, build=BuildOptions(sources=OFFLINE), today=TODAY)
+    options = nightlies.NightlyOptions(check_index=False, registry=REPO, build=BuildOptions(sources=OFFLINE), today=TODAY)
     report = night.run(options, updates=updates)
     assert report.releases == (release,) and report.applied == ("matrix.yaml: frameworks.numba += 0.60.0",)
     assert {o.id for o in report.outcomes} == {JAX, NUMBA, OLDER}
@@ -250,7 +264,9 @@ def test_a_failing_updates_step_is_a_note(night: Night) -> None:
     def updates(ws: Workspace, options: nightlies.NightlyOptions) -> tuple[tuple[Release, ...], tuple[str, ...]]:
         raise RunFailure("the index answered 503 three times")
 
-    report = night.run(nightlies.NightlyOptions(registry=REPO, build=BuildOptions(sources=OFFLINE), today=TODAY), updates=updates)
+    report = night.run(
+        nightlies.NightlyOptions(check_index=False, registry=REPO, build=BuildOptions(sources=OFFLINE), today=TODAY), updates=updates
+    )
     assert report.updates == "failed" and report.notes == ("updates: the index answered 503 three times",)
     assert len(report.outcomes) == 2
 
@@ -327,7 +343,9 @@ def test_a_report_path_that_is_the_users_is_a_note_and_the_history_is_saved(nigh
     docs = night.matrix.parent / "docs" / "support-matrix.md"
     docs.parent.mkdir()
     docs.write_text("# my own notes\n", encoding="utf-8")
-    report = night.run(nightlies.NightlyOptions(updates=False, publish=False, build=BuildOptions(sources=OFFLINE), today=TODAY))
+    report = night.run(
+        nightlies.NightlyOptions(check_index=False, updates=False, publish=False, build=BuildOptions(sources=OFFLINE), today=TODAY)
+    )
     assert len(report.notes) == 1 and report.notes[0].startswith("report: ") and str(docs.name) in report.notes[0]
     assert docs.read_text(encoding="utf-8") == "# my own notes\n"
     assert history.previous(Workspace(night.matrix).store.history, []) == {JAX: "passed", NUMBA: "passed"}
@@ -369,7 +387,9 @@ def test_a_line_past_its_end_of_life_is_not_rebuilt_and_the_run_says_so(night: N
     assert night.records().keys() == {JAX, NUMBA} and not any(n.startswith(nightlies.LIFECYCLE_NOTE) for n in first.notes)
     published = night.records()
     builds = len(night.fake.builds)
-    later = nightlies.NightlyOptions(updates=False, registry=REPO, build=BuildOptions(sources=OFFLINE), today=dt.date(2027, 11, 1))
+    later = nightlies.NightlyOptions(
+        check_index=False, updates=False, registry=REPO, build=BuildOptions(sources=OFFLINE), today=dt.date(2027, 11, 1)
+    )
     report = night.run(later)  # Python 3.11 ended on 2027-10-31
     retired = [n for n in report.notes if n.startswith(nightlies.LIFECYCLE_NOTE)]
     assert sorted(n.split(":")[1].strip() for n in retired) == [JAX, NUMBA]
@@ -389,3 +409,46 @@ def test_a_host_whose_checks_cannot_run_is_refused_before_anything_is_written(ni
         night.run()
     assert night.matrix.read_bytes() == matrix and night.fake.builds == [] and night.resolver.asked == []
     assert not (night.matrix.parent / "catalog").exists() and not (night.matrix.parent / "images").exists()
+
+
+def test_an_arm64_image_on_a_host_without_emulation_is_named_and_the_rest_are_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 37: an arm64 image selected on a host that cannot emulate it made `build` refuse the
+    whole batch, so the nightly stopped with no summary. Now the rest are built, tested and
+    published, and the summary names what could not be built and why."""
+    from builder.host.facts import EmulationFacts
+
+    two_platforms = MATRIX.replace("bootstrap: debootstrap}", "bootstrap: debootstrap, platforms: [linux/amd64, linux/arm64]}")
+    night = workspace(tmp_path, monkeypatch, two_platforms)
+    monkeypatch.setattr(hostinfo, "gather_emulation", lambda *args: EmulationFacts("x86_64", "absent"))
+    report = night.run()
+    arm = {o.id: o for o in report.outcomes if o.id.endswith("-arm64")}
+    assert len(arm) == 2 and all(o.status == "build-blocked" for o in arm.values()), report.outcomes
+    assert all("not built on this host: arm64 image needs emulation: install qemu-user-static" in o.detail for o in arm.values())
+    assert {o.status for o in report.outcomes if o.id not in arm} == {"passed"} and night.records().keys() == {JAX, NUMBA}
+    assert not any(b.platform == "linux/arm64" for b in night.fake.builds), "nothing of arm64 reached the engine"
+    summary = render(report)
+    assert all(image in summary for image in arm) and "needs emulation" in summary, summary
+
+
+def test_a_lock_its_sources_do_not_publish_is_not_built_and_an_unreadable_source_is_a_note(
+    night: Night, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 37: the nightly runs `lock --check --index` on what it is about to build."""
+    asked: list[list[str]] = []
+
+    def check_index(ws: Workspace, specs: list[Any], sources: Any) -> list[locking.LockResult]:
+        asked.append(sorted(s.id for s in specs))
+        return [
+            locking.LockResult(JAX, "unpublished", detail="numpy==2.4.6: 1 hash(es) the lock allows are of no file published for it"),
+            locking.LockResult(NUMBA, "unchecked", detail="numba==0.68.0: cannot be checked: connection refused"),
+        ]
+
+    monkeypatch.setattr(locking, "check_index", check_index)
+    report = night.run(replace(OPTIONS, check_index=True))
+    assert asked == [sorted([JAX, NUMBA])]
+    outcomes = {o.id: o for o in report.outcomes}
+    assert outcomes[JAX].status == "lock-failed" and "its hashes are not what its sources publish" in outcomes[JAX].detail
+    assert outcomes[NUMBA].status == "passed" and any(n.startswith(f"lock: {NUMBA}: not checked against its sources") for n in report.notes)
+    assert not any(b.tag.endswith(JAX) for b in night.fake.builds), "a lock its sources do not publish is not built"

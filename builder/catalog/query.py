@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from builder.catalog.records import KnownGood
 from builder.util.query import Term, parse_terms, value_matches
@@ -32,7 +32,7 @@ def _newest_key(record: KnownGood) -> tuple[tuple[Version, ...], str]:
     for _, version in sorted(record.frameworks.items()):
         try:
             versions.append(Version(version))
-        except InvalidVersion:
+        except ValueError:  # InvalidVersion, or int()'s refusal of a number over 4,300 digits
             versions.append(Version("0"))
     return tuple(versions), record.published
 

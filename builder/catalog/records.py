@@ -22,6 +22,10 @@ from builder.spec import grammar
 
 SCHEMA = 1
 DIGEST = re.compile(r"^[a-z0-9][a-z0-9._:/-]*@sha256:[0-9a-f]{64}$")
+# A record's id names files (catalog/evidence/<id>.*, images/<id>/) and its manifest is read from the
+# catalog: an id is an image id (a Docker tag: no `/`, never `.` or `..`), a manifest a plain file
+# name in catalog/manifests/, so no record reads or names anything outside catalog/ (`../`, `/etc`).
+MANIFEST = re.compile(r"^manifests/[A-Za-z0-9_][A-Za-z0-9_.-]{0,200}$")
 VERDICTS = GOOD  # what may be published (gpu-skipped only when accepted): a record holds one of these
 
 
@@ -184,6 +188,10 @@ def from_json(data: Any, where: str) -> KnownGood:
     size = data.get("size_mb")
     if size is not None and not (type(size) in (int, float) and 0 <= size < 1e9):
         raise bad("size_mb", "a number of megabytes or null")
+    if not grammar.DOCKER_TAG.fullmatch(data["id"]):
+        raise RecordError(f"{where}: record {name} id is not an image id (letters, digits, `_.-`, no `/`)")
+    if "manifest" in data and data["manifest"] and not MANIFEST.fullmatch(data["manifest"]):
+        raise RecordError(f"{where}: record {name} manifest {_short(repr(data['manifest']))} is not manifests/<file> inside the catalog")
     if not DIGEST.match(data["digest"]):
         raise RecordError(f"{where}: record {name} digest {_reference(data['digest'])!r} is not repository@sha256:<64 hex>")
     repository, colon, tag = data["tag"].rpartition(":")

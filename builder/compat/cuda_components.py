@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from builder.model.versions import mm
 
@@ -58,7 +58,7 @@ def wheel(name: str, version: str) -> Wheel | None:
 def _v(text: str) -> Version | None:
     try:
         return Version(text)
-    except InvalidVersion:
+    except ValueError:  # InvalidVersion, or int()'s refusal of a number over 4,300 digits
         return None
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, TypeVar
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from builder.compat.platforms import PlatformWheels, load_platforms
 from builder.compat.tables import DATA_DIR, PyRange, Table
@@ -151,7 +151,7 @@ def _components(t: Table, row: LDict) -> tuple[tuple[str, str], ...]:
             raise t.fail(f"component {name!r}: {version!r} must be a lower-case name and a quoted version", row.line)
         try:
             Version(version)
-        except InvalidVersion:
+        except ValueError:  # InvalidVersion, or int()'s refusal of a number over 4,300 digits
             raise t.fail(f"component {name}: version {version!r} does not parse", row.line) from None
         out.append((name, version))
     return tuple(sorted(out))

@@ -30,7 +30,7 @@ LIFECYCLE_PATH = DATA_DIR / "lifecycle.yaml"
 VENDOR_SECTIONS = ("python", "os", "driver")
 POLICY = "policy"
 SPEC0_MONTHS = 24  # SPEC 0: a core package's release is supported for 24 months after it came out
-_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_DATE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")  # ASCII digits: `\d` also takes fullwidth and Arabic-Indic ones
 _LABELS = {"python": "Python", "os": "", "driver": "NVIDIA driver"}
 
 

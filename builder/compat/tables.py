@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from builder.util.errors import UserError
 from builder.util.yamlsrc import LDict, LList, load, loads
@@ -104,7 +104,7 @@ class Table:
     def version(self, value: Any, line: int) -> Version:
         try:
             return Version(str(value))
-        except InvalidVersion:
+        except ValueError:  # InvalidVersion, or int()'s refusal of a number over 4,300 digits
             raise self.fail(f"{value!r} is not a version", line) from None
 
     def ascending(self, versions: list[tuple[Version, int]]) -> None:

@@ -31,7 +31,8 @@ import filelock
 from builder.engine import native_uv, sizes, staging
 from builder.engine.diagnose import diagnose_text
 from builder.engine.failures import diagnose_build, is_network_build_failure, is_tls_failure
-from builder.engine.port import BuildRequest, Engine
+from builder.engine.ownership import Owner, owner_of
+from builder.engine.port import BuildRequest, Engine, ImageInfo
 from builder.engine.retry import GaveUp, retry_network
 from builder.engine.secrets import SecretServer, redact, serving
 from builder.engine.session import SESSION_ID
@@ -85,6 +86,7 @@ class Run:
     backoff_s: float = 5.0
     no_cache: bool = False
     on_line: Log | None = None
+    owner: Owner | None = None  # the workspace building: its label on each image, its ledger of step images (ownership.py)
     secrets: SecretServer | None = None
     stop: threading.Event = field(default_factory=threading.Event)
     # image id -> the container of the build step running now, so an interrupt can remove it
@@ -135,7 +137,16 @@ def build_image(run: Run, engine: Engine, spec: ImageSpec, files: Mapping[str, b
         current = engine.inspect_image(spec.tag)
         if not force and current is not None and current.labels.get(HASH_LABEL) == spec.content_hash:
             return up_to_date(engine, spec, time.monotonic() - started)  # built by another run while we waited
-        return _build_locked(run, engine, spec, files, started, None if current is None else current.id)
+        # the image the tag named: removed once replaced, unless another workspace built it (its clean removes it)
+        replaced = None if current is None or not replaceable(current, run.owner) else current.id
+        return _build_locked(run, engine, spec, files, started, replaced)
+
+
+def replaceable(image: ImageInfo, owner: Owner | None) -> bool:
+    """Whether a build may remove the image its tag named: built by this workspace, or by none that
+    says so (older versions); never another workspace's."""
+    built_by = owner_of(image.labels)
+    return built_by is None or (owner is not None and built_by == owner.identity)
 
 
 def _build_locked(
@@ -270,7 +281,7 @@ def _attempt(
     ):
         if url is not None:
             buildargs[name] = url
-    labels = build_labels(spec, run.revision)
+    labels = build_labels(spec, run.revision, run.owner.identity if run.owner else "")
     with log_path.open("w" if attempt == 1 else "a", encoding="utf-8", buffering=1) as log:  # line-buffered: `tail -f` works
         log.write(f"# build {spec.id} attempt {attempt} -> {spec.tag}\n")
         log.write(f"# local wheels: {', '.join(staged.wheels) or 'none'}\n")
@@ -298,8 +309,11 @@ def _stream_into(run: Run, engine: Engine, request: BuildRequest, image: str, lo
             text = event.text
             if text:
                 log.write(redact(text))
-                if _STEP_ID.match(text.rstrip("\n")):
+                step = _STEP_ID.match(text.rstrip("\n"))
+                if step:
                     run.step_containers.pop(image, None)  # the step is done; the engine removed its container
+                    if run.owner is not None:
+                        run.owner.note_step(step.group(1) or step.group(2))  # this workspace's, should the build stop here
                 running = _RUNNING_IN.match(text.rstrip("\n"))
                 if running:
                     run.step_containers[image] = running.group(1)

@@ -12,13 +12,20 @@ is found by it; removing that leaf takes its untagged parents with it, never a p
 image still uses (the engine keeps those). An image someone else built FROM one of ours inherits
 the label too, but also our finished image's content hash, which our unfinished steps never carry:
 such an image is left alone.
+
+`builder clean` is scoped to its workspace (ownership.py): one engine serves several checkouts,
+and each removes only what its own builds made (a finished image's io.builder.workspace label, an
+unfinished step in its build/steps.txt). What no workspace owns any more (a checkout that is gone,
+untagged images older versions left) is listed apart and removed only with `--orphans`; tagged
+images older versions built name no workspace and stay.
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 import shutil
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,8 +33,9 @@ import filelock
 
 from builder.engine import session
 from builder.engine.bootstrap import HASH_LABEL as RECIPE_LABEL
+from builder.engine.ownership import Owner, Workspaces, forget_steps, owner_of, steps_in
 from builder.engine.port import Engine, EngineFault
-from builder.render.labels import BUILT_BY_LABEL, BUILT_BY_VALUE, HASH_LABEL
+from builder.render.labels import BUILD_LABELS, BUILT_BY_LABEL, BUILT_BY_VALUE, HASH_LABEL, ID_LABEL
 from builder.util import fsio
 
 STAGE_LABEL = "io.builder.stage-of"  # build-stage images of older versions' two-stage Dockerfiles
@@ -78,10 +86,11 @@ class Removed:
     containers: list[str] = field(default_factory=list)
     images: list[str] = field(default_factory=list)  # tags, or short ids of untagged images
     folders: list[str] = field(default_factory=list)
+    orphans: list[str] = field(default_factory=list)  # images no workspace owns any more (only with `orphans`)
     skipped: list[str] = field(default_factory=list)  # what was left alone, and why
 
     def count(self) -> int:
-        return len(self.containers) + len(self.images) + len(self.folders)
+        return len(self.containers) + len(self.images) + len(self.folders) + len(self.orphans)
 
 
 def _session_of(folder: Path) -> str:
@@ -124,15 +133,27 @@ def unfinished_images(engine: Engine) -> list[str]:
     return [i.id for i in engine.images(f"{BUILT_BY_LABEL}={BUILT_BY_VALUE}", dangling=True) if HASH_LABEL not in i.labels]
 
 
+_LABEL_STEP = re.compile(r"^(?:/bin/sh -c )?(?:#\(nop\)\s+)?LABEL\s+(.*)$")
+_LABEL_KEY = re.compile(r"(?:^|\s)([\w./-]+)=")
+
+
 def _finished_here(engine: Engine, image_id: str) -> bool:
-    """Whether an image with our content hash is one `builder build` finished (its last step is the
-    LABEL the engine appends for the build's labels), not one someone built FROM ours (which
-    inherits the hash label, with their own steps on top)."""
+    """Whether an image with our content hash is one `builder build` finished, not one someone built
+    FROM ours (which inherits the hash label, with their own steps on top): its newest steps are
+    only the LABEL steps the engine appends for the build's labels (one per label, in no set
+    order), and one of them is the content hash."""
     try:
         history = engine.history(image_id)
     except EngineFault:  # unknown means not ours to remove
         return False
-    return bool(history) and HASH_LABEL in history[0].created_by
+    keys: set[str] = set()
+    for layer in history:
+        step = _LABEL_STEP.match(layer.created_by.strip())
+        found = set(_LABEL_KEY.findall(step.group(1))) if step else set()
+        if not found or not found <= set(BUILD_LABELS):
+            break
+        keys |= found
+    return HASH_LABEL in keys
 
 
 def _remove(engine: Engine, ref: str, dry_run: bool) -> bool:
@@ -143,11 +164,37 @@ def _remove(engine: Engine, ref: str, dry_run: bool) -> bool:
     return before is not None and engine.inspect_image(ref) is None
 
 
-def clean(engine: Engine, build_dir: Path, *, repository: str, planned: Collection[str] | None, everything: bool, dry_run: bool) -> Removed:
-    """Remove this tool's leftovers: dead runs' containers and contexts, older versions' build-stage
-    images and untagged images it built. With `planned` (the plan's tags) also its images of `repository`
-    that the plan no longer lists; with `everything` all its images of `repository` and its
-    bootstrapped bases too."""
+def _short(image_id: str) -> str:
+    return image_id.removeprefix("sha256:")[:12]
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Whose images a clean may touch: this workspace's (`owner`), and with `orphans` also those no
+    workspace owns any more (ownership.py), which are listed apart."""
+
+    owner: Owner
+    orphans: bool = False
+
+    def judge(self, labels: Mapping[str, str], known: Workspaces) -> str:
+        """ours | orphan | theirs, for an image that carries a finished build's labels."""
+        built_by = owner_of(labels)
+        if built_by == self.owner.identity:
+            return "ours"
+        if built_by is None or built_by in known.gone:
+            return "orphan"
+        return "theirs"
+
+
+def clean(
+    engine: Engine, build_dir: Path, *, scope: Scope, repository: str, planned: Collection[str] | None, everything: bool, dry_run: bool
+) -> Removed:
+    """Remove this workspace's leftovers: dead runs' containers and contexts, untagged images its
+    builds left (unfinished steps, superseded images). With `planned` (the plan's tags) also its
+    images of `repository` that the plan no longer lists; with `everything` all its images of
+    `repository` and the bootstrapped bases nothing else is built on. With `scope.orphans` also what
+    no workspace owns any more (images of a checkout that is gone, and untagged images older
+    versions left), in `orphans`. Another live workspace's images are never touched."""
     removed = Removed()
     for entry in engine.owned_containers():
         run = entry.labels.get(session.SESSION_LABEL, "")
@@ -159,27 +206,66 @@ def clean(engine: Engine, build_dir: Path, *, repository: str, planned: Collecti
         if not dry_run:
             remove_staging(folder)
         removed.folders.append(str(folder))
+    known = Workspaces.known()
+    mine = steps_in(scope.owner.ledger)
+    kept: dict[str, int] = {"theirs": 0, "orphan": 0}
     busy = other_active_runs()
     removed.skipped = [f"build-stage and unfinished images: {len(busy)} other run(s) are building now ({', '.join(busy)})"] if busy else []
-    for image in [] if busy else engine.images(STAGE_LABEL, intermediate=True):
-        if _remove(engine, image.id, dry_run):
-            removed.images.append(image.id.removeprefix("sha256:")[:12])
     for image_id in [] if busy else unfinished_images(engine):
-        if _remove(engine, image_id, dry_run):
-            removed.images.append(image_id.removeprefix("sha256:")[:12])
-    for image in engine.images(HASH_LABEL, intermediate=True):
-        ours = [t for t in image.repo_tags if t.rsplit(":", 1)[0] == repository]
+        if _short(image_id) in mine:
+            if _remove(engine, image_id, dry_run):
+                removed.images.append(_short(image_id))
+        elif _short(image_id) in known.live_steps:
+            kept["theirs"] += 1
+        elif not scope.orphans:
+            kept["orphan"] += 1
+        elif _remove(engine, image_id, dry_run):
+            removed.orphans.append(_short(image_id))
+    for image in [] if busy else engine.images(STAGE_LABEL, intermediate=True):  # only older versions made these: nobody's
+        if not scope.orphans:
+            kept["orphan"] += 1
+        elif _remove(engine, image.id, dry_run):
+            removed.orphans.append(_short(image.id))
+    legacy = 0
+    for image in engine.images(HASH_LABEL):  # not the intermediates: a build's label steps but the last are no image of their own
+        whose = scope.judge(image.labels, known)
+        if whose == "theirs":
+            kept["theirs"] += 1
+            continue
+        if whose == "orphan" and image.repo_tags and owner_of(image.labels) is None:
+            legacy += 1  # a tagged image older versions built: nothing says whose it is, and it may be in use
+            continue
+        if whose == "orphan" and not scope.orphans:
+            kept["orphan"] += 1
+            continue
+        found = removed.images if whose == "ours" else removed.orphans
         if not image.repo_tags:
             if _finished_here(engine, image.id) and _remove(engine, image.id, dry_run):
-                removed.images.append(image.id.removeprefix("sha256:")[:12])
+                found.append(_short(image.id))
             continue
-        for tag in ours:
-            wanted = everything or (planned is not None and tag not in planned)
+        for tag in image.repo_tags:
+            if whose == "orphan":  # a gone checkout's: only the names builds give (<repository>:<its id>), never another's tag
+                wanted = tag.rsplit(":", 1)[1] == image.labels.get(ID_LABEL)
+            else:
+                wanted = tag.rsplit(":", 1)[0] == repository and (everything or (planned is not None and tag not in planned))
             if wanted and _remove(engine, tag, dry_run):
-                removed.images.append(tag)
+                found.append(tag)
     if everything:
         for image in engine.images(RECIPE_LABEL):
-            for tag in image.repo_tags:
-                if tag.startswith("builder-base/") and _remove(engine, tag, dry_run):
-                    removed.images.append(tag)
+            tags = [t for t in image.repo_tags if t.startswith("builder-base/")]
+            # by id: the engine refuses while any image (another workspace's too) is built on it
+            if tags and (dry_run or engine.remove_image(image.id)):
+                removed.images += [f"{t} (if nothing else is built on it)" if dry_run else t for t in tags]
+    if not dry_run:
+        forget_steps(scope.owner.ledger, [i for i in removed.images if len(i) == 12])
+    if kept["theirs"]:
+        removed.skipped.append(f"{kept['theirs']} image(s) of other workspaces on this engine: their own `builder clean` removes them")
+    if legacy:
+        removed.skipped.append(
+            f"{legacy} tagged image(s) built before images named their workspace (nothing says whose: docker rmi removes one)"
+        )
+    if kept["orphan"]:
+        removed.skipped.append(
+            f"{kept['orphan']} image(s) no workspace owns any more (a checkout that is gone, or older versions): `builder clean --orphans` lists and removes them"
+        )
     return removed

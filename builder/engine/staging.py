@@ -27,7 +27,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 from builder.engine.settings import BuildSettings
@@ -105,7 +105,7 @@ def _candidates(folder: Path, project: str) -> list[Path]:
 def _project(filename: str) -> str | None:
     try:
         return str(canonicalize_name(parse_wheel_filename(filename)[0]))
-    except InvalidWheelFilename:
+    except ValueError:  # InvalidWheelFilename, or a version number over 4,300 digits
         return None
 
 

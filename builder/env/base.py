@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from builder.catalog.records import KnownGood
 from builder.compat.rules import table
@@ -86,7 +86,7 @@ def from_manifest(record: KnownGood, text: str, where: str) -> BaseLock:
         if found:
             try:
                 pins[str(canonicalize_name(found["name"]))] = str(Version(found["version"]))
-            except InvalidVersion:
+            except ValueError:  # InvalidVersion, or int()'s refusal of a number over 4,300 digits
                 continue
     if not pins:
         raise UserError(f"has no `## pip freeze` section with pins; the manifest of {record.id} cannot be a base lock", where)

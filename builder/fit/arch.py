@@ -24,9 +24,11 @@ from typing import Literal
 
 from builder.model.measured_fit import GENERATIONS as GENERATIONS  # re-exported: the rules of this stage name generations from here
 from builder.util.errors import UserError
+from builder.util.text import printable
 
-_ARCH = re.compile(r"^(?:sm_|compute_)?(\d{2,3})([af]?)$")
-_CC = re.compile(r"^(\d{1,2})\.(\d)$")
+# ASCII digits only: \d also takes fullwidth (８.６) and Arabic-Indic digits, which int() reads as 8.6
+_ARCH = re.compile(r"^(?:sm_|compute_)?([0-9]{2,3})([af]?)$")
+_CC = re.compile(r"^([0-9]{1,2})\.([0-9])$")
 
 # Generation names for the reason lines: builder/model/measured_fit.py (a foundation, so the stages before
 # this one name the known compute capabilities too).
@@ -54,7 +56,9 @@ class Arch:
         """A device's compute capability as nvidia-smi reports it (`8.6`, `12.0`)."""
         match = _CC.fullmatch(text.strip())
         if match is None:
-            raise UserError(f"compute capability {text!r} is not MAJOR.MINOR: give it as nvidia-smi reports it, e.g. 8.6 or 12.0")
+            raise UserError(
+                f"compute capability {printable(text, 40)!r} is not MAJOR.MINOR: give it as nvidia-smi reports it, e.g. 8.6 or 12.0"
+            )
         return Arch(int(match.group(1)), int(match.group(2)))
 
     @property
@@ -72,6 +76,13 @@ class Arch:
     @property
     def generation(self) -> str:
         return GENERATIONS.get((self.major, self.minor), f"compute capability {self.number}")
+
+    @property
+    def named(self) -> str:
+        """`Ampere 8.6` for a reason line; `compute capability 3.0` where no generation is listed
+        (not the number twice, as `generation` followed by the number would say)."""
+        name = GENERATIONS.get((self.major, self.minor))
+        return f"{name} {self.number}" if name else self.generation
 
 
 @dataclass(frozen=True)

@@ -21,13 +21,14 @@ from builder.compat.rules import table
 from builder.fit.arch import Arch
 from builder.host import facts
 from builder.util.errors import UserError
+from builder.util.text import printable
 
 Vendor = Literal["nvidia", "amd", "none"]
 CpuArch = Literal["amd64", "arm64"]
 VENDORS: tuple[Vendor, ...] = ("nvidia", "amd", "none")
 CPU_ARCHES: dict[str, CpuArch] = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
-_DRIVER = re.compile(r"^\d{3}(\.\d{1,3}){0,2}$")
-_GFX_LINE = re.compile(r"^\s*gfx_target_version\s+(\d+)\s*$", re.MULTILINE)
+_DRIVER = re.compile(r"^[0-9]{3}(\.[0-9]{1,3}){0,2}$")  # ASCII: \d also takes fullwidth and Arabic-Indic digits
+_GFX_LINE = re.compile(r"^\s*gfx_target_version\s+([0-9]{1,9})\s*$", re.MULTILINE)
 _ROCMINFO_GFX = re.compile(r"^\s*Name:\s+(gfx[0-9a-f]+)\s*$", re.MULTILINE)
 KFD_NODES = Path("sys/class/kfd/kfd/topology/nodes")
 
@@ -98,7 +99,7 @@ def amd_targets(root: Path = Path("/")) -> tuple[str, ...]:
 
 def check_driver(value: str) -> str:
     if not _DRIVER.fullmatch(value.strip()):
-        raise UserError(f"--driver {value!r} is not a driver version: give it as nvidia-smi prints it, e.g. 550.54.15")
+        raise UserError(f"--driver {printable(value, 40)!r} is not a driver version: give it as nvidia-smi prints it, e.g. 550.54.15")
     return value.strip()
 
 

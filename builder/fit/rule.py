@@ -115,7 +115,7 @@ def _nvidia(name: str, code: Embedded, device: Arch, what: str) -> LibraryFit:
             "does not fit",
             "floor",
             lowest,
-            f"{name} (NVIDIA's) has no SASS below {lowest.sm}: {device.generation} {device.number} cannot run {what}",
+            f"{name} (NVIDIA's) has no SASS below {lowest.sm}: {device.named} cannot run {what}",
         )
     if at not in GENERATIONS:
         return LibraryFit(

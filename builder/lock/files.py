@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from builder.lock.target import LockTarget
 from builder.model.plan import Lock
@@ -262,7 +262,7 @@ def _packages(body: str, where: str, offset: int) -> tuple[Package, ...]:
 def _version(text: str, where: str, number: int) -> str:
     try:
         return str(Version(text))
-    except InvalidVersion:
+    except ValueError:  # InvalidVersion, or int()'s refusal of a number over 4,300 digits
         raise UserError(f"{text!r} is not a PEP 440 version; re-lock", where, number) from None
 
 

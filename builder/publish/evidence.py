@@ -15,6 +15,7 @@ with `docker create` + `docker cp`, or reads the layer through the registry API 
 from __future__ import annotations
 
 import tempfile
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +47,13 @@ def statement_name(image_id: str) -> str:
 
 def record_name(image_id: str) -> str:
     return f"{image_id}{RECORD_SUFFIX}"
+
+
+def no_evidence(image_id: str) -> dict[str, str | None]:
+    """Every evidence file name of an image, each to be removed (catalog.Catalog.add): what a new
+    digest's record starts with, so no earlier digest's SBOM or signature stays beside it."""
+    names = (sbom_name(image_id), statement_name(image_id), record_name(image_id))
+    return {name: None for name in (*names, statement_name(image_id) + SIG, record_name(image_id) + SIG)}
 
 
 def signed_fields(record: KnownGood) -> str:
@@ -80,24 +88,24 @@ def push_files(
     """Build a FROM-scratch image of `files` and push it as REPO:sha256-<hex>.<kind> (checked)."""
     repository, _, digest = record.digest.partition("@")
     tag = evidence_tag(digest, kind)
-    local = f"builder-evidence:{digest.removeprefix('sha256:')[:16]}-{kind}"
-    with tempfile.TemporaryDirectory(prefix="builder-evidence-") as folder:
-        root = Path(folder)
-        for name, text in sorted(files.items()):
-            (root / name).write_text(text, encoding="utf-8")
-        (root / "Dockerfile").write_text(f"FROM scratch\nCOPY {' '.join(sorted(files))} /\n", encoding="utf-8")
-        labels = {OWNER_LABEL: OWNER_VALUE, "io.builder.evidence-for": record.digest, "io.builder.evidence-kind": kind}
-        try:
-            for event in engine.build(BuildRequest(path=root, tag=local, labels=labels)):
-                if event.error:
-                    raise RunFailure(f"making the {kind} image of {record.id} failed: {event.error[:200]}")
-            info = engine.inspect_image(local)
-        except EngineFault as exc:
-            raise RunFailure(f"making the {kind} image of {record.id} failed: {exc.message[:200]}") from None
-    if info is None:
-        raise RunFailure(f"making the {kind} image of {record.id} failed: the engine has no {local}")
+    local = f"builder-evidence:{digest.removeprefix('sha256:')[:16]}-{kind}-{uuid.uuid4().hex[:12]}"  # this run's own name
     try:
+        with tempfile.TemporaryDirectory(prefix="builder-evidence-") as folder:
+            root = Path(folder)
+            for name, text in sorted(files.items()):
+                (root / name).write_text(text, encoding="utf-8")
+            (root / "Dockerfile").write_text(f"FROM scratch\nCOPY {' '.join(sorted(files))} /\n", encoding="utf-8")
+            labels = {OWNER_LABEL: OWNER_VALUE, "io.builder.evidence-for": record.digest, "io.builder.evidence-kind": kind}
+            try:
+                for event in engine.build(BuildRequest(path=root, tag=local, labels=labels)):
+                    if event.error:
+                        raise RunFailure(f"making the {kind} image of {record.id} failed: {event.error[:200]}")
+                info = engine.inspect_image(local)
+            except EngineFault as exc:
+                raise RunFailure(f"making the {kind} image of {record.id} failed: {exc.message[:200]}") from None
+        if info is None:
+            raise RunFailure(f"making the {kind} image of {record.id} failed: the engine has no {local}")
         pushed = push_verified(engine, names, info.id, repository, tag, log, deadline)
     finally:
-        engine.remove_image(local)
+        engine.remove_image(local)  # the push name keeps the image until `names` releases it, then it goes
     return Pushed(f"{repository}:{tag}", pushed)

@@ -10,12 +10,15 @@ RepoDigests) and every floating tag's digest must be the immutable tag's."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+
+import filelock
 
 from builder.catalog.records import BaseIdentity, KnownGood, MeasuredAccelerator
 from builder.compat.rules import framework
@@ -27,6 +30,7 @@ from builder.model.plan import ImageSpec
 from builder.model.results import SmokeResult, TestedOn
 from builder.publish.inventory import Inventory, read_inventory, run_script
 from builder.publish.tags import floating_tags, newest_of_line
+from builder.util import fsio
 from builder.util.errors import RunFailure, UserError
 
 REPOSITORY = re.compile(r"^(?:[a-z0-9.-]+(?::\d{1,5})?/)?[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$")
@@ -108,12 +112,38 @@ def read_manifest(engine: Engine, spec: ImageSpec, image: str, host: HostInfo) -
     return "\n".join(lines) + "\n"
 
 
+class Unread(RunFailure):
+    """A pushed tag the registry did not report back (it went away right after the push)."""
+
+
 def registry_digest(engine: Engine, reference: str) -> str:
     """The manifest digest the registry reports for a tag (asked through the engine)."""
     try:
         return engine.registry_digest(reference)
     except EngineFault as exc:
-        raise RunFailure(f"the registry did not report a digest for {reference}: {exc.message[:200]}") from None
+        raise Unread(f"the registry did not report a digest for {reference}: {exc.message[:200]}") from None
+
+
+@contextlib.contextmanager
+def repository_turn(repository: str, log: Callable[[str], None]) -> Iterator[None]:
+    """One publish at a time per repository on this host. The engine pushes names, not ids, so two
+    publishes of one image (or of two images of one line) give the same local `repository:tag`
+    names, and each would release or push the other's: the second waits for the first, then finds
+    the registry and the catalog as the first left them. (Publishes from two hosts sharing one
+    engine are not covered: the lock is a file of this host's lock folder.)"""
+    folder = fsio.lock_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    key = hashlib.sha256(repository.encode()).hexdigest()[:16]
+    lock = filelock.FileLock(str(folder / f"builder-publish-{key}.lock"))
+    try:
+        lock.acquire(timeout=0)
+    except filelock.Timeout:
+        log(f"waiting for another publish to {repository} on this host to finish")
+        lock.acquire()  # polls: Ctrl-C and SIGTERM reach it
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 class PushNames:
@@ -166,16 +196,21 @@ def push_verified(
     log: Callable[[str], None],
     deadline: float | None,
     expected: str | None = None,
+    landed: list[str] | None = None,
 ) -> str:
     """push_as, then proof that the registry's repository:tag is the approved image (and, for a
     floating tag, the immutable tag's digest). A name moved between our tag and the engine's push
-    sent another image: pushed once more from the id; still wrong, RunFailure naming what is there."""
+    sent another image: pushed once more from the id; still wrong, RunFailure naming what is there.
+    `landed` gets each digest the engine says it pushed of the approved image, before the registry
+    is asked, so a caller stopped while the registry is read knows a tag of ours may be there."""
     found = ""
     for _ in range(2):
         pushed = push_as(engine, names, image, repository, tag, log, deadline)
-        found = registry_digest(engine, f"{repository}:{tag}")
         info = engine.inspect_image(image)
-        ours = info is not None and f"{repository}@{found}" in info.repo_digests
+        ours = info is not None and f"{repository}@{pushed}" in info.repo_digests
+        if ours and landed is not None:
+            landed.append(pushed)
+        found = registry_digest(engine, f"{repository}:{tag}")
         if found == pushed and ours and expected in (None, found):
             return found
     want = expected or f"the digest of the tested image {image[:19]}"
@@ -242,12 +277,10 @@ def build_record(spec: ImageSpec, local: Local, result: SmokeResult, repository:
     )
 
 
-def push_immutable(
-    engine: Engine, names: PushNames, spec: ImageSpec, image: str, local: Local, result: SmokeResult, repository: str, accepted: bool,
-    log: Callable[[str], None], deadline: float | None = None,
-) -> tuple[KnownGood, str]:  # fmt: skip
-    """Push the approved image id as repository:<id>; its record (no floating tags yet) and manifest."""
-    digest = push_verified(engine, names, image, repository, spec.id, log, deadline)
+def immutable_record(
+    spec: ImageSpec, local: Local, result: SmokeResult, repository: str, digest: str, accepted: bool
+) -> tuple[KnownGood, str]:
+    """The record of the approved image pushed as repository:<id> (no floating tags yet) and its manifest."""
     record = build_record(spec, local, result, repository, digest, accepted)
     return record, f"# {spec.id}\n# {record.digest}\n{local.manifest}"
 

@@ -27,7 +27,7 @@ from cyclonedx.model.component import Component, ComponentType
 from cyclonedx.output.json import JsonV1Dot6
 from cyclonedx.schema import SchemaVersion
 from packageurl import PackageURL
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from builder.model.plan import Lock
 from builder.publish.inventory import Inventory
@@ -71,7 +71,7 @@ def differences(inventory: Inventory, pins: dict[str, LockPin]) -> list[str]:
 def _same_version(a: str, b: str) -> bool:
     try:
         return Version(a) == Version(b)
-    except InvalidVersion:
+    except ValueError:  # InvalidVersion, or int()'s refusal of a number over 4,300 digits
         return a == b
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from builder.util.errors import RunFailure, UserError
 from builder.util.fsio import MiB, read_bytes
+from builder.util.text import printable
 
 RECORD_NAMESPACE = "record@gpu-image-builder"
 ATTESTATION_NAMESPACE = "attestation@gpu-image-builder"
@@ -56,22 +57,42 @@ def check_key(key: Path) -> Path:
 
 
 def sign(data: bytes, key: Path, namespace: str) -> str:
-    """The armored SSH signature of `data` with `key` in `namespace`."""
-    done = subprocess.run(
-        [ssh_keygen(), "-Y", "sign", "-f", str(key), "-n", namespace],
-        input=data,
-        capture_output=True,
-        timeout=TIMEOUT_S,
-        check=False,
-        env={**os.environ, "SSH_ASKPASS_REQUIRE": "never"},  # a passphrase prompt would hang a CI job: fail instead
-    )
+    """The armored SSH signature of `data` with `key` in `namespace`; RunFailure (one line) when
+    ssh-keygen refuses, giving its own reason, or does not answer within TIMEOUT_S (a key waiting
+    for a passphrase on a terminal, a hardware key waiting for a touch, an agent that hangs)."""
+    try:
+        done = subprocess.run(
+            [ssh_keygen(), "-Y", "sign", "-f", str(key), "-n", namespace],
+            input=data,
+            capture_output=True,
+            timeout=TIMEOUT_S,
+            check=False,
+            env={**os.environ, "SSH_ASKPASS_REQUIRE": "never"},  # a passphrase prompt would hang a CI job: fail instead
+        )
+    except subprocess.TimeoutExpired:
+        raise RunFailure(
+            f"signing with {key} did not answer within {TIMEOUT_S} s (ssh-keygen waiting for a passphrase or a hardware key's touch?); "
+            "load the key into ssh-agent and give --sign-key its .pub"
+        ) from None
     signature = done.stdout.decode(errors="replace")
     if done.returncode != 0 or "BEGIN SSH SIGNATURE" not in signature:
-        reason = done.stderr.decode(errors="replace").strip().splitlines()
-        raise RunFailure(
-            f"signing with {key} failed: {(reason[-1] if reason else 'no signature')[:200]} (a key with a passphrase needs ssh-agent)"
-        )
+        raise RunFailure(f"signing with {key} failed: {refusal(done.stderr.decode(errors='replace'))}")
     return signature
+
+
+def refusal(stderr: str) -> str:
+    """ssh-keygen's own reason, in one line, with the fix where it is a known one: a key others can
+    read is ignored ("Permissions 0644 ... are too open", then "No private key found"), which is
+    no passphrase matter; a passphrase it cannot ask for is one."""
+    lines = [line.removeprefix("Enter passphrase:").strip() for line in stderr.splitlines()]
+    lines = [line for line in lines if line and not line.startswith("@")]
+    too_open = next((line for line in lines if "are too open" in line), None)
+    if too_open is not None:
+        return f"{printable(too_open.rstrip('.'))}: ssh-keygen ignores a private key others can read (chmod 600 it)"
+    reason = printable(lines[-1] if lines else "ssh-keygen wrote no signature")
+    if "passphrase" in reason:
+        return f"{reason} (a key with a passphrase is used through ssh-agent: ssh-add it and give --sign-key its .pub)"
+    return reason
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from builder.catalog.records import KnownGood
 from builder.model.plan import platform_of_id, platform_suffix
@@ -42,7 +42,7 @@ def newest_of_line(line: str, records: Sequence[KnownGood]) -> KnownGood | None:
     def key(record: KnownGood) -> tuple[Version, str]:
         try:
             version = Version(record.frameworks.get(record.stack, "0"))
-        except InvalidVersion:
+        except ValueError:  # InvalidVersion, or int()'s refusal of a number over 4,300 digits
             version = Version("0")
         return version, record.published
 

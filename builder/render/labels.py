@@ -10,7 +10,9 @@ from builder.model.plan import ImageSpec
 BUILT_BY_LABEL = "io.builder.built-by"
 BUILT_BY_VALUE = "builder"
 HASH_LABEL = "io.builder.content-hash"  # what incremental builds, publish and the smoke checks compare
+WORKSPACE_LABEL = "io.builder.workspace"  # which checkout built it (engine/ownership.py): what `builder clean` may remove
 REVISION_LABEL = "org.opencontainers.image.revision"
+BUILD_LABELS = (HASH_LABEL, REVISION_LABEL, WORKSPACE_LABEL)  # build_labels' keys: the engine appends a LABEL step for each
 
 # What the Dockerfile's LABEL step says of the image (templates.labels); `builder doctor --image`
 # reads them back (builder/fit/labelled.py).
@@ -30,5 +32,6 @@ def library_label(library: str) -> str:
     return f"io.builder.{library}"
 
 
-def build_labels(spec: ImageSpec, revision: str) -> dict[str, str]:
-    return {HASH_LABEL: spec.content_hash, REVISION_LABEL: revision}
+def build_labels(spec: ImageSpec, revision: str, workspace: str = "") -> dict[str, str]:
+    """`workspace`: the building checkout's identity (engine/ownership.py), when it is known."""
+    return {HASH_LABEL: spec.content_hash, REVISION_LABEL: revision, **({WORKSPACE_LABEL: workspace} if workspace else {})}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 _DOMAIN_PART = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?"
 _DOMAIN = rf"{_DOMAIN_PART}(?:\.{_DOMAIN_PART})*(?::[0-9]+)?"
@@ -36,7 +36,7 @@ def is_version(text: str) -> bool:
         return False
     try:
         Version(text)
-    except InvalidVersion:
+    except ValueError:  # InvalidVersion, or int()'s refusal of a number over 4,300 digits
         return False
     return True
 

@@ -18,6 +18,7 @@ from builder.model.plan import AMD64, PLATFORMS, VENDORS, Base, Matrix, Rule
 from builder.spec import grammar
 from builder.util.errors import UserError
 from builder.util.query import is_glob, value_matches
+from builder.util.text import printable
 from builder.util.yamlsrc import LDict, LList, load
 
 TOP_KEYS = (
@@ -72,7 +73,7 @@ class _Ctx:
             raise self.fail(f'{what} {typed} was read as a number; quote it: "{typed}" (e.g. {example})', line)
         text = str(value)
         if not check(text):
-            raise self.fail(f"{what} {text!r} is not valid; expected something like {example}", line)
+            raise self.fail(f"{what} {printable(text, 60)!r} is not valid; expected something like {example}", line)
         return text
 
 
@@ -382,7 +383,9 @@ def _check_include(
         if member not in keys:
             raise ctx.fail(f"include for stack '{keys['stack']}' needs '{member}: \"<version>\"'", rule.line)
         if not grammar.is_version(keys[member]):
-            raise ctx.fail(f'include {member} version {keys[member]!r} is not valid; expected like "2.5.1"', rule.line_of(member))
+            raise ctx.fail(
+                f'include {member} version {printable(keys[member], 60)!r} is not valid; expected like "2.5.1"', rule.line_of(member)
+            )
         listed = next((v for v in frameworks.get(member, ()) if Version(v) == Version(keys[member]) and v != keys[member]), None)
         if listed is not None:
             raise ctx.fail(

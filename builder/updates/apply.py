@@ -21,7 +21,7 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
@@ -88,7 +88,7 @@ def _identity(version: str) -> Version | str:
     """What makes two spellings one release (PEP 440 equality); an unparsable one is its own text (the loader refuses it)."""
     try:
         return Version(version)
-    except InvalidVersion:
+    except ValueError:  # InvalidVersion, or int()'s refusal of a number over 4,300 digits
         return version
 
 
@@ -99,7 +99,7 @@ def _line(node: Node) -> int:
 def _version_key(version: str) -> tuple[int, Version | str]:
     try:
         return (1, Version(version))
-    except InvalidVersion:
+    except ValueError:  # InvalidVersion, or int()'s refusal of a number over 4,300 digits
         return (0, version)  # the loader refuses it below, naming the line
 
 

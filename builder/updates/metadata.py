@@ -13,8 +13,8 @@ from typing import Any
 from packaging.markers import Marker
 from packaging.requirements import Requirement
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
-from packaging.version import InvalidVersion, Version
+from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.version import Version
 
 from builder.compat.requires import Meta, extras, requirements
 from builder.spec import grammar
@@ -36,7 +36,7 @@ def is_linux_wheel(file: Mapping[str, Any]) -> bool:
         return False
     try:
         tags = parse_wheel_filename(name)[3]
-    except InvalidWheelFilename:
+    except ValueError:  # InvalidWheelFilename, or a version number over 4,300 digits
         return False
     return any(_LINUX_PLATFORM.fullmatch(t.platform) or (t.platform == "any" and not t.interpreter.startswith("py2")) for t in tags)
 
@@ -60,7 +60,7 @@ def candidates(doc: Mapping[str, Any], project: str, newer_than: str) -> list[st
     for text in available(doc, project):
         try:
             version = Version(text)
-        except InvalidVersion:
+        except ValueError:  # InvalidVersion, or int()'s refusal of a number over 4,300 digits
             continue
         if version > floor and not version.is_prerelease and not version.is_devrelease and grammar.is_version(text):
             out.append(text)

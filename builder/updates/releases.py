@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 from packaging.markers import InvalidMarker, UndefinedComparison, UndefinedEnvironmentName
 from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from builder.compat.facts import Compat
 from builder.compat.requires import Meta, pinned, requirements
@@ -373,7 +373,7 @@ def _newest(versions: Iterable[str]) -> str | None:
     for text in versions:
         try:
             parsed.append(Version(text))
-        except InvalidVersion:
+        except ValueError:  # InvalidVersion, or int()'s refusal of a number over 4,300 digits
             continue
     return str(max(parsed)) if parsed else None
 
@@ -410,7 +410,7 @@ def spelling_rank(version: str) -> tuple[bool, int, str]:
     an image of the same release."""
     try:
         normal = str(Version(version)) == version
-    except InvalidVersion:
+    except ValueError:  # InvalidVersion, or int()'s refusal of a number over 4,300 digits
         normal = False
     return (not normal, len(version), version)
 

@@ -16,6 +16,7 @@ from builder.engine import leftovers, settings
 from builder.engine.build import Builder, BuildResult, git_revision
 from builder.engine.client import open_engine
 from builder.engine.image_build import Run
+from builder.engine.ownership import Owner
 from builder.engine.port import Connect
 from builder.engine.settings import BuildSettings
 from builder.host import doctor
@@ -81,6 +82,8 @@ def build_images(
         raise UserError(refusal)
     chosen = build_settings(ws, options)
     connect().close()  # fail with the one-line fix before any progress is drawn
+    owner = Owner(ws.root, ws.build_dir)
+    owner.register()  # `builder clean` of another checkout on this engine tells this one's images from what nobody owns
     run = Run(
         settings=chosen,
         build_dir=ws.build_dir,
@@ -88,6 +91,7 @@ def build_images(
         revision=git_revision(ws.root),
         no_cache=options.no_cache,
         on_line=events.line,
+        owner=owner,
     )
     builder = Builder(make_engine=lambda: connect(timeout=3600), run=run, contexts=ws.contexts(tuple(specs)))
     events.info(f"CA bundle: {chosen.ca_bundle or 'none'}; local wheel folders: {', '.join(map(str, chosen.pip.local_dirs)) or 'none'}")

@@ -34,6 +34,7 @@ from builder.engine import settings as build_settings
 from builder.engine.build import git_revision
 from builder.engine.client import open_engine
 from builder.engine.image_build import BuildResult, Run, build_image
+from builder.engine.ownership import Owner
 from builder.engine.port import Connect
 from builder.env import base as bases
 from builder.env import lock as envlock
@@ -367,6 +368,8 @@ def build_env(
     """Build the derived image unless an image with its content hash is already tagged."""
     ready = prepare(ws, catalog, env, signers)
     settings = build_settings.for_sources(os.environ, chosen_sources, _ca_bundle(ws))
+    owner = Owner(ws.root, ws.build_dir)
+    owner.register()
     run = Run(
         settings=settings,
         build_dir=env_build_dir(ws, env),
@@ -374,6 +377,7 @@ def build_env(
         revision=git_revision(env.folder),
         on_line=events.line,
         no_cache=no_cache,
+        owner=owner,
     )
     engine = connect(timeout=3600)
     try:

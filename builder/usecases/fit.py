@@ -148,7 +148,7 @@ def judge_runs_on(record: KnownGood, ccs: tuple[str, ...], host: FitHost, compat
         return RecordFit(
             record.id,
             "does not fit",
-            f"{label} runs on {' '.join(ccs) or 'no GPU'}: {Arch.cc(cc).generation} {cc} cannot run it ({MEASURED_WHEELS})",
+            f"{label} runs on {' '.join(ccs) or 'no GPU'}: {Arch.cc(cc).named} cannot run it ({MEASURED_WHEELS})",
             True,
         )
     if host.gpus and not unknown:
@@ -359,7 +359,7 @@ def _jit_refusal(fit: MeasuredFit, device: Arch, label: str, name: str, release:
         return f"{label} compiles its kernels at run time, but no NVRTC was found in the image"
     cc, nvrtc = (device.major, device.minor), nvrtc_of(compiler)
     why = framework(name).jit_refusal(cc, nvrtc, release, compat) if name in names() else below_lowest(cc, nvrtc)
-    return f"{label} {why}: {device.generation} {device.number} cannot run it" if why else None
+    return f"{label} {why}: {device.named} cannot run it" if why else None
 
 
 def _vendor_label(host: FitHost) -> str:
@@ -398,7 +398,7 @@ def _cuda(record: KnownGood, host: FitHost, compat: Compat) -> RecordFit:
             continue
         for cc in host.gpus:
             if not row.contains(cc) and not row.jit_only(cc):
-                return _no(record, f"{label} ships kernels for {row.label}: {Arch.cc(cc).generation} {cc} cannot run it ({FROM_TABLE})")
+                return _no(record, f"{label} ships kernels for {row.label}: {Arch.cc(cc).named} cannot run it ({FROM_TABLE})")
         jit = [cc for cc in host.gpus if row.jit_only(cc)]
         said.append(f"{label} ships kernels for {row.label}" + (f" ({', '.join(jit)} through its PTX, slow first start)" if jit else ""))
     refused = _cudnn_refusal(record.accelerator.cudnn or "", host, compat)
@@ -436,7 +436,7 @@ def _cudnn_refusal(cudnn: str, host: FitHost, compat: Compat) -> str | None:
     old = [cc for cc in host.gpus if cc_tuple(cc) < cc_tuple(lowest)]
     if not old:
         return None
-    return f"cuDNN {cudnn} needs compute capability >= {lowest}: {Arch.cc(old[0]).generation} {old[0]} cannot run it"
+    return f"cuDNN {cudnn} needs compute capability >= {lowest}: {Arch.cc(old[0]).named} cannot run it"
 
 
 MAX_LIBRARIES = 2000  # shared libraries under one --library folder; a whole filesystem is a mistake

@@ -22,14 +22,16 @@ from builder.engine.settings import BuildSettings
 from builder.lock import children
 from builder.lock.claims import refusals, refuse_other_cuda
 from builder.lock.files import LOCK_NAME, drift, load, lock_text, verify
+from builder.lock.published import Problem, judge_pin, pins_of, published_for
 from builder.lock.resolve import LockFailed, resolve, sources, uv_binary
 from builder.lock.target import lock_state, target_for
 from builder.model.locked_fit import FIT_NAME
 from builder.model.plan import ImageSpec, Lock
 from builder.model.sources import Sources
 from builder.render.tree import write_tree
+from builder.updates.simple import IndexPages
 from builder.usecases import measure as measuring
-from builder.util.errors import UserError
+from builder.util.errors import RunFailure, UserError
 from builder.workspace import Workspace
 
 MAX_JOBS = 16
@@ -86,6 +88,57 @@ def check(specs: Sequence[ImageSpec], images_dir: str = "images") -> list[LockRe
             continue
         out.append(LockResult(spec.id, status, detail=detail.get(found, "")))
     return out
+
+
+def check_index(ws: Workspace, specs: Sequence[ImageSpec], chosen_sources: Sources, backoff_s: float = 1.0) -> list[LockResult]:
+    """Online (`lock --check --index`): every hash each lock allows is the sha256 of a file its
+    sources publish for that package and version, asked of the same sources `builder lock`
+    resolves with (the default index or its mirror, the framework indexes the image still needs,
+    local mirrors and wheel folders), each project page read once. `published` when all are;
+    `unpublished` naming the first pins that are not; `unchecked` when a source could not be read
+    and what it might have held is missing. What the offline check cannot prove (lock/published.py)."""
+    chosen = build_settings.for_sources(os.environ, chosen_sources, ws.matrix.ca_bundle)
+    pages: dict[tuple[tuple[str, ...], tuple[str, ...]], IndexPages] = {}
+    out = []
+    for spec in specs:
+        if spec.lock is None:
+            out.append(LockResult(spec.id, "unlocked" if spec.unlocked else "missing", detail=spec.unlocked or "no requirements.lock"))
+            continue
+        started = time.monotonic()
+        where = sources(staging.needed_indexes(spec, set(staging.local_wheels(spec, chosen.pip.local_dirs))), chosen)
+        key = (where.indexes, where.find_links)
+        if key not in pages:
+            pages[key] = IndexPages(where.indexes, tuple(Path(f) for f in where.find_links), chosen.ca_bundle, backoff_s=backoff_s)
+        forged, unread = _unpublished(spec.lock, pages[key])
+        problems = forged + unread
+        status = "unpublished" if forged else "unchecked" if unread else "published"
+        detail = "; ".join(p.line() for p in problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
+        out.append(LockResult(spec.id, status, time.monotonic() - started, detail, len(spec.lock.pins)))
+    return out
+
+
+def _unpublished(lock: Lock, pages: IndexPages) -> tuple[list[Problem], list[Problem]]:
+    """The pins whose hashes are not all published; and those a source that could not be read may hold."""
+    problems: list[Problem] = []
+    unread: list[Problem] = []
+    looked = " or ".join(pages.names())
+    for name, version, allowed in pins_of(lock):
+        published: frozenset[str] = frozenset()
+        failures: list[str] = []
+        for source in range(pages.count()):
+            try:
+                published |= published_for(name, version, pages.files(name, source))
+            except RunFailure as exc:
+                failures.append(exc.message)
+                continue
+            if allowed and set(allowed) <= published:
+                break
+        problem = judge_pin(name, version, allowed, published, looked)
+        if problem is not None and failures:
+            unread.append(Problem(name, version, f"cannot be checked: {failures[0]}"))
+        elif problem is not None:
+            problems.append(problem)
+    return problems, unread
 
 
 def lock_images(ws: Workspace, specs: Sequence[ImageSpec], options: LockOptions, done: Done) -> list[LockResult]:

@@ -23,6 +23,8 @@ from builder.compat import lifecycle
 from builder.engine.build import BuildResult
 from builder.engine.client import open_engine
 from builder.engine.port import Connect
+from builder.host import doctor
+from builder.host import facts as hostinfo
 from builder.model.plan import ImageSpec
 from builder.model.results import Diagnosed, SmokeResult, is_good, publishable
 from builder.nightly import history
@@ -55,6 +57,7 @@ class NightlyOptions:
     accept_gpu_skipped: bool = False
     catalog_dir: str | None = None
     rebuild_past_eol: bool = False  # keep rebuilding an image with a line past its end of life (compat/data/lifecycle.yaml)
+    check_index: bool = True  # `lock --check --index`: every hash a lock allows is a file its sources publish
     today: dt.date | None = None  # the day end of life is judged on (None: today, UTC)
 
 
@@ -125,9 +128,16 @@ def _nightly(
     ws = Workspace.locate(str(matrix_path))  # the new locks change content hashes
     kept = {s.id for s in specs}
     specs = [s for s in ws.selected(options.select, use_default=True) if s.id in kept]
+    if options.check_index:  # a lock whose hashes its sources do not publish is not built (one kept from an earlier run too)
+        asked = locking.check_index(ws, [s for s in specs if s.id not in lock_failed], options.build.sources)
+        lock_failed |= {r.id: f"its hashes are not what its sources publish: {r.detail}" for r in asked if r.status == "unpublished"}
+        notes += [f"lock: {r.id}: not checked against its sources: {r.detail}" for r in asked if r.status == "unchecked"]
 
     events.stage("build")
-    buildable = tuple(s for s in specs if s.id not in lock_failed)
+    # an arm64 image on a host that cannot emulate it is not built (build would refuse the whole run): the rest are
+    emulation = hostinfo.gather_emulation()
+    cannot = {s.id: refusal for s in specs if (refusal := doctor.emulation_refusal((s.platform,), emulation))}
+    buildable = tuple(s for s in specs if s.id not in lock_failed and s.id not in cannot)
     built = (
         {r.id: r for r in build_images(ws, buildable, replace(options.build, keep_going=True), events.build(), connect)}
         if buildable
@@ -139,7 +149,12 @@ def _nightly(
     to_test = tuple(s for s in buildable if built[s.id].status in BUILT and (built[s.id].status == "built" or not _current(results_dir, s)))
     tested = {r.id: r for r in test_images(ws, to_test, options.test, events.test(), connect)} if to_test else {}
 
-    outcomes = [_outcome(s, lock_failed, built, tested, results_dir) for s in specs]
+    outcomes = [
+        Outcome(s.id, BLOCKED, f"not built on this host: {cannot[s.id]}", s.content_hash)
+        if s.id in cannot and s.id not in lock_failed
+        else _outcome(s, lock_failed, built, tested, results_dir)
+        for s in specs
+    ]
     notes += [
         f"build: {o.id}: {o.detail} (the build could not run; nothing is known about the image)" for o in outcomes if o.status == BLOCKED
     ]

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -27,7 +27,19 @@ from builder.model import results
 from builder.model.plan import ImageSpec
 from builder.model.results import SmokeResult
 from builder.publish import attestation, evidence, gate, sbom, signing
-from builder.publish.publisher import Local, PushNames, check_repository, floating_to_move, move_floating, now, push_immutable, read_local
+from builder.publish.publisher import (
+    Local,
+    PushNames,
+    Unread,
+    check_repository,
+    floating_to_move,
+    immutable_record,
+    move_floating,
+    now,
+    push_verified,
+    read_local,
+    repository_turn,
+)
 from builder.publish.tags import floating_tags
 from builder.util.errors import RunFailure, UserError
 from builder.workspace import Workspace
@@ -143,11 +155,56 @@ def _publish_one(
     host: hostinfo.HostInfo, options: PublishOptions, deadline: float, events: PublishEvents,
 ) -> Published:  # fmt: skip
     assert decision.result is not None
-    names = PushNames(engine)
-    try:
-        return _push_and_record(engine, names, spec, approved, decision, repository, catalog, host, options, deadline, events)
-    finally:
-        names.release()  # also on SIGTERM: no push name stays in the engine
+    with repository_turn(repository, events.info):  # a second publish to this repository waits: its push names are ours
+        names = PushNames(engine)
+        try:
+            return _push_and_record(engine, names, spec, approved, decision, repository, catalog, host, options, deadline, events)
+        finally:
+            names.release()  # also on SIGTERM: no push name stays in the engine
+
+
+EVIDENCE_PENDING = "evidence pending: the publish making it did not finish"
+UNFINISHED = "the publish moving them did not finish"
+
+
+@dataclass
+class _Recorder:
+    """The record of a digest whose immutable tag is in the registry, written again after each step,
+    so that whatever stops the run (a failure, a signer past its deadline, SIGTERM) the catalog says
+    what the registry holds. `step` is what runs now: what its record says if it is interrupted."""
+
+    catalog: Catalog
+    record: KnownGood
+    pending: tuple[str, ...]  # the floating tags to move
+    manifest: str | None  # written with the first record, with every earlier digest's evidence file removed
+    moved: list[str] = field(default_factory=list)
+    step: str = "evidence"  # evidence (signing) | evidence-push | floating
+
+    def left(self) -> list[str]:
+        return [t for t in self.pending if t not in self.moved]
+
+    def unmoved(self, why: str = UNFINISHED) -> tuple[str, ...]:
+        left = self.left()
+        return (f"floating tags not moved: {', '.join(left)} ({why})",) if left else ()
+
+    def write(self, *notes: str, files: Mapping[str, str | None] | None = None) -> None:
+        record = replace(self.record, floating=tuple(self.moved), notes=self.record.notes + notes)
+        if self.manifest is None:
+            self.catalog.add([record], {}, files)
+            return
+        self.catalog.add([record], {record.id: self.manifest}, {**evidence.no_evidence(record.id), **(files or {})})
+        self.manifest = None
+
+    def interrupted(self) -> None:
+        """Ctrl-C, SIGTERM: what the step that was running leaves undone."""
+        if self.step == "floating":
+            notes = self.unmoved("publish interrupted")
+        elif self.step == "evidence":
+            notes = (*self.unmoved(), EVIDENCE_PENDING)
+        else:
+            notes = (*self.unmoved(), "evidence not in the registry (publish interrupted)")
+        with contextlib.suppress(Exception):  # the interruption is what the user must see
+            self.write(*notes)
 
 
 def _push_and_record(
@@ -159,48 +216,70 @@ def _push_and_record(
         local = read_local(engine, spec, approved, host)  # before any push: nothing after it can fail but the catalog write
         pins = sbom.lock_pins(spec.lock)
         sbom.check_equal_to_lock(local.inventory, pins, spec.id)  # an SBOM that is not the lock: nothing is pushed
-        record, manifest = push_immutable(
-            engine, names, spec, approved, local, decision.result, repository, options.accept_gpu_skipped, events.info, deadline
-        )
     except RunFailure as exc:
         return Published(spec.id, "failed", exc.message)
-    pending = floating_to_move(record, catalog.load())
-    note = (f"floating tags pending: {', '.join(pending)} (the publish moving them did not finish)",) if pending else ()
+    landed: list[str] = []
+    result = decision.result
+
+    def record_landed(why: str) -> KnownGood | None:
+        """The record of a push the engine made of the approved image, when the registry's tag could not be read back."""
+        if not landed:
+            return None
+        record, manifest = immutable_record(spec, local, result, repository, landed[-1], options.accept_gpu_skipped)
+        unread = replace(
+            record, notes=record.notes + (f"its tag was not read back from the registry ({why}): `builder catalog --verify` checks it",)
+        )
+        catalog.add([unread], {spec.id: manifest}, evidence.no_evidence(spec.id))
+        return unread
+
     try:
-        files = evidence_files(spec, record, decision.result, local, pins, options.sign_key)
-    except RunFailure as exc:  # the digest is pushed: record it, say what is missing
-        failed = replace(record, notes=record.notes + note + (f"no evidence: {exc.message}",))
-        catalog.add([failed], {spec.id: manifest})
-        return Published(spec.id, "failed", f"{record.tag} is published and recorded without its evidence: {exc.message}", record.digest)
-    catalog.add([replace(record, notes=record.notes + note)], {spec.id: manifest}, files)
-    try:
-        pushed_evidence = push_evidence(engine, names, record, files, events.info, deadline)
+        digest = push_verified(engine, names, approved, repository, spec.id, events.info, deadline, landed=landed)
+    except Unread as exc:  # pushed, then the registry went away
+        unread = record_landed(exc.message)
+        if unread is None:
+            return Published(spec.id, "failed", exc.message)
+        return Published(spec.id, "failed", f"{unread.tag} is pushed and recorded, but {exc.message}", unread.digest)
     except RunFailure as exc:
-        catalog.add([replace(record, notes=record.notes + (f"evidence not in the registry: {exc.message}",))], {})
-        return Published(
-            spec.id, "failed", f"{record.tag} is published and recorded, but its evidence was not pushed: {exc.message}", record.digest
-        )
-    moved: list[str] = []
-    try:
-        move_floating(engine, names, approved, record, pending, events.info, moved, deadline)
-    except RunFailure as exc:
-        left = [t for t in pending if t not in moved]
-        catalog.add(
-            [replace(record, floating=tuple(moved), notes=record.notes + (f"floating tags not moved: {', '.join(left)} ({exc.message})",))],
-            {},
-        )
-        reason = f"{record.tag} is published and recorded, but floating tags {', '.join(left)} were not moved: {exc.message}"
-        return Published(spec.id, "failed", reason, record.digest, (record.tag, *moved))
-    except BaseException:  # Ctrl-C, SIGTERM: the record says what the registry got
-        left = [t for t in pending if t not in moved]
-        interrupted = replace(
-            record, floating=tuple(moved), notes=record.notes + (f"floating tags not moved: {', '.join(left)} (publish interrupted)",)
-        )
+        return Published(spec.id, "failed", exc.message)
+    except BaseException:  # Ctrl-C, SIGTERM once the registry took the tag, before it was read back: recorded as pushed
         with contextlib.suppress(Exception):  # the interruption is what the user must see
-            catalog.add([interrupted], {})
+            record_landed("publish interrupted right after its push")
         raise
-    catalog.add([replace(record, floating=tuple(moved))], {})
-    return Published(spec.id, "published", decision.reason, record.digest, (record.tag, *moved, *pushed_evidence))
+    record, manifest = immutable_record(spec, local, decision.result, repository, digest, options.accept_gpu_skipped)
+    recorder = _Recorder(catalog, record, floating_to_move(record, catalog.load()), manifest)
+    try:
+        # The tag is in the registry: recorded at once, before anything that can take long or fail
+        # (signing, the evidence pushes, the floating tags).
+        recorder.write(*recorder.unmoved(), EVIDENCE_PENDING)
+        try:
+            files = evidence_files(spec, record, decision.result, local, pins, options.sign_key)
+        except RunFailure as exc:
+            recorder.write(*recorder.unmoved(), f"no evidence: {exc.message}")
+            return Published(
+                spec.id, "failed", f"{record.tag} is published and recorded without its evidence: {exc.message}", record.digest
+            )
+        recorder.write(*recorder.unmoved(), files=files)
+        recorder.step = "evidence-push"
+        try:
+            pushed_evidence = push_evidence(engine, names, record, files, events.info, deadline)
+        except RunFailure as exc:
+            recorder.write(*recorder.unmoved(), f"evidence not in the registry: {exc.message}")
+            return Published(
+                spec.id, "failed", f"{record.tag} is published and recorded, but its evidence was not pushed: {exc.message}", record.digest
+            )
+        recorder.step = "floating"
+        try:
+            move_floating(engine, names, approved, record, recorder.pending, events.info, recorder.moved, deadline)
+        except RunFailure as exc:
+            left = recorder.left()
+            recorder.write(*recorder.unmoved(exc.message))
+            reason = f"{record.tag} is published and recorded, but floating tags {', '.join(left)} were not moved: {exc.message}"
+            return Published(spec.id, "failed", reason, record.digest, (record.tag, *recorder.moved))
+    except BaseException:  # Ctrl-C, SIGTERM: the record says what the registry got
+        recorder.interrupted()
+        raise
+    recorder.write()
+    return Published(spec.id, "published", decision.reason, record.digest, (record.tag, *recorder.moved, *pushed_evidence))
 
 
 def evidence_files(

@@ -46,8 +46,8 @@ MASK = "****"
 
 
 def redact(text: str) -> str:
-    """Credentials in URLs (`user:password@`, `token@`) -> `****@`, for anything written to logs,
-    results or messages.
+    """Credentials in URLs (`user:password@`, `token@`) -> `****@`, and every query value
+    (`?token=s3cret` -> `?token=****`), for anything written to logs, results or messages.
 
     A URL's userinfo is everything from `://` to the LAST `@` before its host, so a user name that is
     an e-mail address (`me@corp.example:pw@host`, usual on Artifactory and Nexus) and a password with
@@ -61,6 +61,10 @@ def redact(text: str) -> str:
     schemes = _schemes(text)
     if not schemes:
         return text
+    return _mask_queries(_mask_userinfo(text, schemes))
+
+
+def _mask_userinfo(text: str, schemes: list[tuple[int, int]]) -> str:
     ats = [i for i in _positions(_AT, text) if _HOST_START.match(text, i + 1)]
     breaks, spaces, delimiters = _positions(_BREAK, text), _positions(_SPACE, text), _positions(_DELIMITER, text)
     scheme_starts = [s for s, _ in schemes]
@@ -79,6 +83,41 @@ def redact(text: str) -> str:
             done = ats[i]
     out.append(text[done:])
     return "".join(out)
+
+
+_URL_END = re.compile(r"[\s'\"<>`]")
+_QUESTION = re.compile(r"\?")
+_QUERY_ITEM = re.compile(r"([^&;#=]*)(=?)([^&;#]*)")
+
+
+def _mask_queries(text: str) -> str:
+    """Every query value of a URL -> `****` (`?token=s3cret&x=1` -> `?token=****&x=****`, a bare
+    `?s3cret` -> `?****`): signed URLs and `?token=` mirrors carry credentials there, and a value
+    is not worth guessing about. The fragment (`#sha256=...`) stays. A URL ends at whitespace, a
+    quote, `<`, `>` or the next `scheme://`; each part of the text is looked at once."""
+    if "?" not in text:
+        return text
+    schemes = _schemes(text)  # again: masking the userinfo moved them
+    ends, questions = _positions(_URL_END, text), _positions(_QUESTION, text)
+    starts = [s for s, _ in schemes]
+    out: list[str] = []
+    done = 0
+    for index, (_, start) in enumerate(schemes):
+        end = min(_next(ends, start, len(text)), starts[index + 1] if index + 1 < len(starts) else len(text))
+        query = _next(questions, start, len(text))
+        if query >= end:
+            continue
+        stop = text.find("#", query, end)
+        stop = end if stop < 0 else stop
+        out += [text[done : query + 1], _QUERY_ITEM.sub(_mask_item, text[query + 1 : stop])]
+        done = stop
+    out.append(text[done:])
+    return "".join(out)
+
+
+def _mask_item(item: re.Match[str]) -> str:
+    name, equals, _ = item.groups()
+    return f"{name}={MASK}" if equals else MASK if name else ""
 
 
 def _schemes(text: str) -> list[tuple[int, int]]:

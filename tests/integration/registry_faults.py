@@ -10,9 +10,12 @@ import http.client
 import http.server
 import io
 import os
+import signal
 import socket
+import subprocess
 import tarfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -170,3 +173,19 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def terminate_when(proc: subprocess.Popen[str], ready: Callable[[], bool], what: str, settle_s: float = 0.0) -> str:
+    """SIGTERM `proc` once `ready()` (within 120 s, while it runs), then its stderr; killed if it outlives
+    the test. `what` is said when it never got ready."""
+    try:
+        deadline = time.monotonic() + 120
+        while not ready() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        assert ready(), (what, proc.communicate(timeout=10))
+        time.sleep(settle_s)
+        proc.send_signal(signal.SIGTERM)
+        return proc.communicate(timeout=60)[1]
+    finally:
+        if proc.poll() is None:
+            proc.kill()

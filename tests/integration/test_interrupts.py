@@ -28,7 +28,8 @@ from docker.errors import NotFound
 
 from builder.engine import client as engine
 from builder.engine import leftovers
-from builder.render.labels import BUILT_BY_LABEL, HASH_LABEL
+from builder.engine.ownership import identity
+from builder.render.labels import BUILT_BY_LABEL, HASH_LABEL, WORKSPACE_LABEL
 
 pytestmark = pytest.mark.docker
 
@@ -208,8 +209,10 @@ def test_clean_removes_what_an_interrupted_build_left_and_nothing_else(repo: Pat
     plain = _build_dangling(docker_client, f"FROM {BASE}\nLABEL someone=else\n")
     # Built FROM one of our finished images by someone else: inherits our labels, adds a step of its own.
     derived = _build_dangling(docker_client, f"FROM {BASE}\nLABEL {BUILT_BY_LABEL}=builder {HASH_LABEL}=abc\nLABEL theirs=1\n")
-    # One of ours that a newer build replaced: its last step is the LABEL `builder build` adds.
-    ours = _build_dangling(docker_client, f"FROM {BASE}\nLABEL {BUILT_BY_LABEL}=builder\n", labels={HASH_LABEL: "old"})
+    # One of ours that a newer build replaced: its last step is the LABEL `builder build` adds (this checkout's, issue 37).
+    ours = _build_dangling(
+        docker_client, f"FROM {BASE}\nLABEL {BUILT_BY_LABEL}=builder\n", labels={HASH_LABEL: "old", WORKSPACE_LABEL: identity(repo)}
+    )
     try:
         done = _builder(repo, "clean")
         assert done.returncode == 0, done.stderr

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -35,7 +34,7 @@ from builder.model.results import GpuUse, SmokeResult, TestCounts
 from builder.usecases import publish as publishing
 from builder.util.errors import RunFailure
 from builder.workspace import Store, Workspace
-from tests.integration.registry_faults import mini_image, proxy
+from tests.integration.registry_faults import mini_image, proxy, terminate_when
 
 pytestmark = pytest.mark.docker
 
@@ -214,16 +213,7 @@ def test_sigterm_during_a_floating_push_records_the_immutable_tag_and_cancels_th
             str(workspace.catalog.root),
         ]
         proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            deadline = time.monotonic() + 120
-            while not fault.stalled and time.monotonic() < deadline and proc.poll() is None:
-                time.sleep(0.2)
-            assert fault.stalled, proc.communicate(timeout=10)
-            proc.send_signal(signal.SIGTERM)
-            _, err = proc.communicate(timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+        err = terminate_when(proc, lambda: bool(fault.stalled), "the proxy never stalled the floating push")
         assert proc.returncode == 143, err[-2000:]
     (record,) = workspace.catalog.load()
     assert record.digest == f"{repository}@{registry_digest(name, IMAGE_ID)}" and record.floating == ()
