@@ -352,9 +352,12 @@ def test_every_claim_is_the_measurement(spec: ImageSpec) -> None:
     loaded = {path for f in found.fit.frameworks for path in f.libraries}
     own = [lib for lib in found.fit.libraries if lib.path in loaded and not lib.path.startswith("nvidia/")]
     assert entry["runs_on"]["ptx"] == found.ptx == (bool(own) and all(lib.ptx for lib in own))
-    assert entry["variants"] == list(variant_properties(runs_on, spec.accelerator.require_cuda))
+    assert entry["variant_properties"] == list(variant_properties(runs_on, spec.accelerator.require_cuda))
     cuda = (spec.accelerator.require_cuda or "").split()[0].removeprefix("cuda>=")
-    assert entry["variants"][0] == f"nvidia :: cuda_version_lower_bound :: {cuda}"
+    assert entry["variant_properties"][0] == f"nvidia :: cuda_version_lower_bound :: {cuda}"
+    # the smoke checks read `variants` as framework -> wheel variant (torch: cu130): the properties
+    # once took that key, and every CUDA image's smoke test failed on a list where a mapping was
+    assert entry["variants"] == {i.framework: i.variant for i in spec.installs}
 
 
 def test_the_audits_cases_are_what_the_measurement_says() -> None:
@@ -622,13 +625,13 @@ def test_a_record_carries_its_variant_properties_and_an_old_one_keeps_its_form()
     from tests.catalog_fixtures import record
 
     old = record("torch2.14.1-cu130-py3.11-debian12")
-    assert "variants" not in old.to_json(), "records published before variants keep the form their signatures cover"
+    assert "variant_properties" not in old.to_json(), "records published before variants keep the form their signatures cover"
     properties = variant_properties(("8.0", "9.0"), "cuda>=13.0 brand=tesla,driver>=535,driver<536")
     assert properties == ("nvidia :: cuda_version_lower_bound :: 13.0", "nvidia :: sm_arch :: 80_real", "nvidia :: sm_arch :: 90_real")
-    new = dataclasses.replace(old, variants=properties)
+    new = dataclasses.replace(old, variant_properties=properties)
     assert record_from_json(new.to_json(), "catalog") == new
-    with pytest.raises(ValueError, match="variants"):
-        record_from_json({**new.to_json(), "variants": "nvidia :: sm_arch :: 80_real"}, "catalog")
+    with pytest.raises(ValueError, match="variant_properties"):
+        record_from_json({**new.to_json(), "variant_properties": "nvidia :: sm_arch :: 80_real"}, "catalog")
 
 
 def test_a_remote_index_cannot_point_at_this_machines_files(tmp_path: Path) -> None:

@@ -84,7 +84,7 @@ class KnownGood:
     emulated: bool = False  # its smoke tests ran under qemu-user emulation (an arm64 image tested on an amd64 host)
     # its measured fit as wheel-variant properties (builder/model/locked_fit.py `variant_properties`:
     # "nvidia :: sm_arch :: 90_real", ...), so tools that read variants can read the record
-    variants: tuple[str, ...] = ()
+    variant_properties: tuple[str, ...] = ()
 
     @property
     def repository(self) -> str:
@@ -94,9 +94,9 @@ class KnownGood:
         data = asdict(self)
         data["floating"] = list(self.floating)
         data["notes"] = list(self.notes)
-        data["variants"] = list(self.variants)
-        if not self.variants:  # records published before variants keep their form (their signatures cover it)
-            del data["variants"]
+        data["variant_properties"] = list(self.variant_properties)
+        if not self.variant_properties:  # records published before variants keep their form (their signatures cover it)
+            del data["variant_properties"]
         del data["fit"]
         if self.fit is not None:  # records without a measured fit keep their old form
             data["fit"] = self.fit.to_json()
@@ -152,7 +152,7 @@ def from_json(data: Any, where: str) -> KnownGood:
     raw_id = data.get("id")
     name = repr(_short(raw_id)) if isinstance(raw_id, str) else "?"
     names = [f for f in KnownGood.__dataclass_fields__]
-    optional = {"size_mb", "manifest", "notes", "fit", "platform", "emulated", "variants"}
+    optional = {"size_mb", "manifest", "notes", "fit", "platform", "emulated", "variant_properties"}
     missing = [n for n in names if n not in data and n not in optional]
     if missing:
         raise RecordError(f"{where}: record {name} lacks {', '.join(missing)}")
@@ -172,7 +172,7 @@ def from_json(data: Any, where: str) -> KnownGood:
         raise bad("python", f"a version of at most {MAX_VERSION} characters")
     if data["lock_sha256"] is not None and not _text(data["lock_sha256"], MAX_VERSION + 1):
         raise bad("lock_sha256", "a sha256 hex string or null")
-    for key in ("floating", "notes", "variants"):
+    for key in ("floating", "notes", "variant_properties"):
         if key in data and not (isinstance(data[key], list) and len(data[key]) <= MAX_ITEMS and all(_text(v, MAX_TEXT) for v in data[key])):
             raise bad(key, f"a list of at most {MAX_ITEMS} strings of at most {MAX_TEXT} characters")
     for key, limit, nullable in (("frameworks", MAX_VERSION, False), ("libraries", MAX_VERSION, False)):
@@ -209,7 +209,7 @@ def from_json(data: Any, where: str) -> KnownGood:
     values = {n: data[n] for n in names if n in data}
     values["floating"] = tuple(values.get("floating") or ())
     values["notes"] = tuple(values.get("notes") or ())
-    values["variants"] = tuple(values.get("variants") or ())
+    values["variant_properties"] = tuple(values.get("variant_properties") or ())
 
     def fail(what: str) -> RecordError:
         return RecordError(f"{where}: record {name} field {what}")

@@ -269,7 +269,7 @@ def build_record(spec: ImageSpec, local: Local, result: SmokeResult, repository:
         size_mb=local.size_mb,
         manifest=f"manifests/{spec.id}.txt",
         fit=result.fit,
-        variants=variant_properties(result.fit.runs_on, spec.accelerator.require_cuda) if result.fit else (),
+        variant_properties=variant_properties(result.fit.runs_on, spec.accelerator.require_cuda) if result.fit else (),
         platform=spec.platform,
         emulated=result.emulated,
         notes=tuple(note for i in spec.installs for note in i.notes)

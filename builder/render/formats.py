@@ -122,7 +122,7 @@ def runs_on_entry(spec: ImageSpec) -> dict[str, Any]:
     entry: dict[str, Any] = {"runs_on": {"gpus": list(found), "ptx": measured.ptx, "source": "wheels"}}
     if found:
         entry["cc_min"] = measured.cc_min
-        entry["variants"] = list(variant_properties(found, spec.accelerator.require_cuda))
+        entry["variant_properties"] = list(variant_properties(found, spec.accelerator.require_cuda))
     return entry
 
 
