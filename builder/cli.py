@@ -737,7 +737,6 @@ def catalog(
     from builder.compat import lifecycle
     from builder.ui.catalog import print_catalog
     from builder.usecases import catalog as catalogs
-    from builder.usecases import pull as pulling
 
     store = ws.store.catalog(catalog_dir, must_exist=True)
     if (allowed_signers is not None or no_verify) and not verify:
@@ -748,8 +747,8 @@ def catalog(
     runs_on = catalogs.runs_on_each(records)
     if fmt == "json":
         data: dict[str, Any] = {"images": [r.to_json() for r in records], "runs_on": {i: r.to_json() for i, r in runs_on.items()}}
-        data["end_of_life"] = {r.id: lifecycle.to_json(pulling.record_end_of_life(r)) for r in records}
-        data["support_window"] = {r.id: lifecycle.window_json(pulling.record_end_of_life(r)) for r in records}
+        data["end_of_life"] = {r.id: lifecycle.to_json(catalogs.record_end_of_life(r)) for r in records}
+        data["support_window"] = {r.id: lifecycle.window_json(catalogs.record_end_of_life(r)) for r in records}
         names = {image_name(r.id) for r in records}
         data["indexes"] = {name: index.to_json() for name, index in store.indexes().items() if name in names}
         if verify:
@@ -890,7 +889,7 @@ def nightly(
     target = Path(summary_path) if summary_path else ws.store.nightly_summary
     inputs = (ws.matrix_path, ws.store.catalog(options.catalog_dir).file)
     check_summary(target, inputs)  # a summary path that cannot be written stops it before the run, not after
-    report = loop.nightly(ws.matrix_path, options, NightlyLines(err))
+    report = loop.nightly(ws, options, NightlyLines(err))
     write_summary(target, summary.render(report), inputs)
     print_nightly(out, report)
     click.echo(plain(f"summary: {target}"), err=True)

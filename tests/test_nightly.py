@@ -20,6 +20,7 @@ from builder.nightly.compare import BLOCKED, NightlyReport, Outcome, classify, c
 from builder.nightly.summary import render
 from builder.usecases import lock as locking
 from builder.usecases import nightly as loop
+from builder.workspace import Workspace
 from tests.catalog_fixtures import record
 from tests.fake_engine import FakeEngine, connect_to
 
@@ -173,7 +174,7 @@ def _offline_nightly(matrix: Path, monkeypatch: pytest.MonkeyPatch, build: Calla
     monkeypatch.setattr(loop, "test_images", lambda *args, **kwargs: [])
     # Every line of its matrix is supported on that day (torch 2.5 until 2026-10-17).
     options = loop.NightlyOptions(check_index=False, updates=False, publish=False, today=dt.date(2026, 10, 1))
-    return loop.nightly(matrix, options, _Events(), connect=connect_to(FakeEngine()))  # type: ignore[arg-type]
+    return loop.nightly(Workspace(matrix), options, _Events(), connect=connect_to(FakeEngine()))  # type: ignore[arg-type]
 
 
 def test_network_build_failures_fail_the_nightly_and_are_listed(write_matrix: WriteMatrix, monkeypatch: pytest.MonkeyPatch) -> None:
