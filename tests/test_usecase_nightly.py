@@ -34,7 +34,21 @@ from builder.util.errors import RunFailure, UserError
 from builder.workspace import Workspace
 from tests.fake_engine import FakeEngine, connect_to
 from tests.fake_index import closed_port_url, serve_index
-from tests.usecase_fixtures import HOST, JAX, MATRIX, NUMBA, OFFLINE, REPO, Checks, NightlyEvents, Probe, Resolver, fake_with_base, planned
+from tests.usecase_fixtures import (
+    HOST,
+    JAX,
+    MATRIX,
+    NUMBA,
+    OFFLINE,
+    REPO,
+    Checks,
+    NightlyEvents,
+    Probe,
+    Resolver,
+    fake_with_base,
+    locations,
+    planned,
+)
 
 TODAY = dt.date(2026, 12, 1)  # the day end of life is judged on: every line of the test matrix is supported then
 
@@ -462,14 +476,7 @@ def test_a_nightly_goes_on_with_its_one_workspace_read_again_where_it_changed(ni
     edits, after the new locks). Now the workspace it is given goes through the whole run, read again
     (Workspace.reread) where the run changed what it had read: the edited matrix plans the new image,
     the new locks give each image the content hash it is built, tested and published under."""
-    located: list[str | None] = []
-    locate = Workspace.locate
-
-    def counted(option: str | None) -> Workspace:
-        located.append(option)
-        return locate(option)
-
-    monkeypatch.setattr(Workspace, "locate", staticmethod(counted))
+    located = locations(monkeypatch)
 
     def updates(ws: Workspace, options: nightlies.NightlyOptions) -> tuple[tuple[Release, ...], tuple[str, ...]]:
         ws.matrix_path.write_text(MATRIX.replace('numba: ["0.68.0"]', 'numba: ["0.60.0", "0.68.0"]'), encoding="utf-8")
