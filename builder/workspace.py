@@ -170,6 +170,13 @@ class Workspace:
         """This workspace as if these images had these measured fits (what `builder lock` measured)."""
         return Workspace(self.matrix_path, self.lock_overrides, tuple(sorted({**dict(self.fit_overrides), **fits}.items())))
 
+    def reread(self) -> None:
+        """Forget what was read of matrix.yaml and images/ (the plan, its locks and fits, the
+        contexts): the next use reads them again. For a run that changes them itself and goes on
+        with its one workspace (the nightly adds new releases to matrix.yaml, then writes new locks)."""
+        for name in ("matrix", "decided", "plan", "_contexts"):
+            self.__dict__.pop(name, None)
+
     @functools.cached_property
     def _contexts(self) -> dict[str, Files]:
         return {}

@@ -21,8 +21,9 @@ from builder.engine.port import BuildRequest, ImageInfo, Layer, Progress
 from builder.engine.settings import BuildSettings
 from builder.model.plan import ImageSpec
 from builder.render.labels import BUILT_BY_LABEL, HASH_LABEL, ID_LABEL, WORKSPACE_LABEL, build_labels
+from builder.usecases import clean as cleaning
 from builder.workspace import Workspace
-from tests.fake_engine import FakeEngine
+from tests.fake_engine import FakeEngine, connect_to
 
 REPO = "ghcr.io/example/gpu-images"  # both checkouts' matrix.yaml name it: their tags are alike
 FINISHED = "/bin/sh -c #(nop)  LABEL io.builder.content-hash=h org.opencontainers.image.revision=x io.builder.workspace=w"
@@ -156,6 +157,20 @@ def test_the_cli_dry_run_names_no_other_checkouts_image(
     assert "would remove image a-old" in result.stdout and f"would remove image {REPO}:img-a" in result.stdout
     assert "img-b" not in result.stdout and "b-old" not in result.stdout and "2" * 12 not in result.stdout, result.stdout
     assert fake.removed_images == []
+
+
+def test_the_clean_use_case_takes_its_engine_and_closes_it(engine_of_two: tuple[FakeEngine, Owner, Owner]) -> None:
+    """Issue 40: `builder clean` opened the Docker adapter in the command's body. The use-case takes
+    the engine (engine/port.py's Connect) like every other one, and closes it when done."""
+    fake, a, _ = engine_of_two
+    (a.root / "matrix.yaml").write_text(
+        (Path(__file__).resolve().parents[1] / "matrix.yaml").read_text().replace("ghcr.io/example/gpu-images", REPO)
+    )
+    done = cleaning.clean(Workspace(a.root / "matrix.yaml"), cleaning.CleanOptions(everything=True, dry_run=True), connect_to(fake))
+    assert done.dry_run and f"{REPO}:img-a" in done.images and "a-old" in done.images
+    assert not any("img-b" in name or "b-old" in name for name in done.images), "another checkout's images are its own"
+    assert done.count() == len(done.containers) + len(done.images) + len(done.folders) + len(done.orphans) > 0
+    assert fake.removed_images == [] and fake.closed
 
 
 def _spec() -> ImageSpec:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from builder.catalog import indexes
+from builder.catalog.query import parse_query
 from builder.catalog.store import Catalog
 from builder.fit.host import FitHost
 from builder.model.plan import ARM64
@@ -139,7 +140,7 @@ def test_pull_prefers_the_hosts_platform_unless_the_query_names_one() -> None:
     arm, amd = record(ARM, published="2026-12-02T00:00:00Z", platform=ARM64), record(NAME)
     on_arm = FitCheck(FitHost("arm64", "none", (), None))
     on_amd = FitCheck(FitHost("amd64", "none", (), None))
-    assert [r.id for r in host_platform_first([arm, amd], "numba=0.68", on_amd)] == [NAME, ARM]
-    assert [r.id for r in host_platform_first([amd, arm], "numba=0.68", on_arm)] == [ARM, NAME]
-    assert [r.id for r in host_platform_first([arm, amd], "platform=linux/arm64", on_amd)] == [ARM, NAME]
+    assert [r.id for r in host_platform_first([arm, amd], parse_query("numba=0.68"), on_amd)] == [NAME, ARM]
+    assert [r.id for r in host_platform_first([amd, arm], parse_query("numba=0.68"), on_arm)] == [ARM, NAME]
+    assert [r.id for r in host_platform_first([arm, amd], parse_query("platform=linux/arm64"), on_amd)] == [ARM, NAME]
     assert arm.fields()["platform"] == "linux/arm64" and amd.fields()["platform"] == "linux/amd64"

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import filelock
 import pytest
@@ -20,8 +21,10 @@ from builder.nightly.compare import BLOCKED, NightlyReport, Outcome, classify, c
 from builder.nightly.summary import render
 from builder.usecases import lock as locking
 from builder.usecases import nightly as loop
+from builder.workspace import Workspace
 from tests.catalog_fixtures import record
 from tests.fake_engine import FakeEngine, connect_to
+from tests.usecase_fixtures import locations
 
 WriteMatrix = Callable[..., Path]
 
@@ -173,7 +176,7 @@ def _offline_nightly(matrix: Path, monkeypatch: pytest.MonkeyPatch, build: Calla
     monkeypatch.setattr(loop, "test_images", lambda *args, **kwargs: [])
     # Every line of its matrix is supported on that day (torch 2.5 until 2026-10-17).
     options = loop.NightlyOptions(check_index=False, updates=False, publish=False, today=dt.date(2026, 10, 1))
-    return loop.nightly(matrix, options, _Events(), connect=connect_to(FakeEngine()))  # type: ignore[arg-type]
+    return loop.nightly(Workspace(matrix), options, _Events(), connect=connect_to(FakeEngine()))  # type: ignore[arg-type]
 
 
 def test_network_build_failures_fail_the_nightly_and_are_listed(write_matrix: WriteMatrix, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -285,3 +288,31 @@ def test_an_outcome_reads_the_typed_result_of_this_run_or_the_stored_one(write_m
     assert loop._outcome(spec, {}, up_to_date, {}, tmp_path).status == "not-run" and not loop._current(tmp_path, spec)
     no_probe = smoke(spec.id, "failed", failures=("test_pip_check_is_clean: boom",))
     assert loop._detail(no_probe) == "test_pip_check_is_clean: boom"
+
+
+def test_the_command_hands_its_one_workspace_and_its_options_to_the_loop(
+    write_matrix: WriteMatrix, tmp_path: Path, cli: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 40: `builder nightly` located its workspace, then the loop located it twice more, and the
+    command read its flags from loose keywords. Now one workspace (the command's) reaches the loop,
+    and each flag lands in its field of NightlyOptions (the inverted ones inverted)."""
+    matrix = write_matrix()
+    located = locations(monkeypatch)
+    got: list[tuple[Workspace, loop.NightlyOptions]] = []
+
+    def recorded(ws: Workspace, options: loop.NightlyOptions, events: object, connect: object = None) -> NightlyReport:
+        got.append((ws, options))
+        return NightlyReport("2026-01-01T00:00:00Z", (), (), updates="not-checked")
+
+    monkeypatch.setattr(loop, "nightly", recorded)
+    summary = tmp_path / "summary.md"
+    args = ("--no-updates", "--no-apply", "--no-index-check", "--no-publish", "-j", "3", "--gpu", "off", "--timeout", "77")
+    done = cli("--matrix", str(matrix), "nightly", *args, "--summary", str(summary), "--rebuild-past-eol", "--wheelhouse", "w")
+    assert done.exit_code == 0, done.output
+    assert located == [str(matrix)] and len(got) == 1 and got[0][0].matrix_path == matrix
+    options = got[0][1]
+    assert (options.updates, options.apply, options.check_index, options.publish) == (False, False, False, False)
+    assert (options.build.jobs, options.build.sources.wheelhouse, options.test.gpu, options.test.timeout_s) == (3, ("w",), "off", 77)
+    assert options.rebuild_past_eol and options.summary == str(summary) and options.select is None
+    assert summary.read_text(encoding="utf-8").startswith("# Nightly 2026-01-01T00:00:00Z: no regressions")
+    assert done.stderr.strip().splitlines()[-1] == f"summary: {summary}"

@@ -34,7 +34,21 @@ from builder.util.errors import RunFailure, UserError
 from builder.workspace import Workspace
 from tests.fake_engine import FakeEngine, connect_to
 from tests.fake_index import closed_port_url, serve_index
-from tests.usecase_fixtures import HOST, JAX, MATRIX, NUMBA, OFFLINE, REPO, Checks, NightlyEvents, Probe, Resolver, fake_with_base, planned
+from tests.usecase_fixtures import (
+    HOST,
+    JAX,
+    MATRIX,
+    NUMBA,
+    OFFLINE,
+    REPO,
+    Checks,
+    NightlyEvents,
+    Probe,
+    Resolver,
+    fake_with_base,
+    locations,
+    planned,
+)
 
 TODAY = dt.date(2026, 12, 1)  # the day end of life is judged on: every line of the test matrix is supported then
 
@@ -55,7 +69,7 @@ class Night:
     def run(
         self, options: nightlies.NightlyOptions = OPTIONS, events: NightlyEvents | None = None, updates: nightlies.Updates | None = None
     ) -> NightlyReport:
-        return nightlies.nightly(self.matrix, options, events or NightlyEvents(), updates, connect_to(self.fake))
+        return nightlies.nightly(Workspace(self.matrix), options, events or NightlyEvents(), updates, connect_to(self.fake))
 
     def lock_text(self, image: str) -> str:
         return (self.matrix.parent / "images" / image / "requirements.lock").read_text(encoding="utf-8")
@@ -333,7 +347,7 @@ def test_an_engine_gone_before_publish_is_a_note_and_the_report_is_still_written
             raise RunFailure("cannot reach the Docker engine (is it running?)")
         return real(timeout)
 
-    report = nightlies.nightly(night.matrix, OPTIONS, events, connect=connect)
+    report = nightlies.nightly(Workspace(night.matrix), OPTIONS, events, connect=connect)
     assert report.notes == ("publish: cannot reach the Docker engine (is it running?)",)
     assert {o.status for o in report.outcomes} == {"passed"} and events.stages[-1] == "report"
     assert (night.matrix.parent / "docs" / "support-matrix.md").is_file()
@@ -378,7 +392,7 @@ def test_a_broken_matrix_is_refused_before_the_engine_is_asked(tmp_path: Path) -
     matrix.write_text("registry: x\nbases: [\n", encoding="utf-8")
     connect: Connect = _connect_unused
     with pytest.raises(UserError, match="YAML syntax error"):
-        nightlies.nightly(matrix, OPTIONS, NightlyEvents(), connect=connect)
+        nightlies.nightly(Workspace(matrix), OPTIONS, NightlyEvents(), connect=connect)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["matrix.yaml"]
 
 
@@ -452,3 +466,29 @@ def test_a_lock_its_sources_do_not_publish_is_not_built_and_an_unreadable_source
     assert outcomes[JAX].status == "lock-failed" and "its hashes are not what its sources publish" in outcomes[JAX].detail
     assert outcomes[NUMBA].status == "passed" and any(n.startswith(f"lock: {NUMBA}: not checked against its sources") for n in report.notes)
     assert not any(b.tag.endswith(JAX) for b in night.fake.builds), "a lock its sources do not publish is not built"
+
+
+# -- one workspace ----------------------------------------------------------------------------------
+
+
+def test_a_nightly_goes_on_with_its_one_workspace_read_again_where_it_changed(night: Night, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 40: the nightly built its Workspace three times (at its start, after matrix.yaml's
+    edits, after the new locks). Now the workspace it is given goes through the whole run, read again
+    (Workspace.reread) where the run changed what it had read: the edited matrix plans the new image,
+    the new locks give each image the content hash it is built, tested and published under."""
+    located = locations(monkeypatch)
+
+    def updates(ws: Workspace, options: nightlies.NightlyOptions) -> tuple[tuple[Release, ...], tuple[str, ...]]:
+        ws.matrix_path.write_text(MATRIX.replace('numba: ["0.68.0"]', 'numba: ["0.60.0", "0.68.0"]'), encoding="utf-8")
+        return (), ("matrix.yaml: frameworks.numba += 0.60.0",)
+
+    ws = Workspace(night.matrix)
+    assert {s.id for s in ws.decided.images} == {JAX, NUMBA}  # read before the run, as the CLI's is
+    options = nightlies.NightlyOptions(check_index=False, registry=REPO, build=BuildOptions(sources=OFFLINE), today=TODAY)
+    report = nightlies.nightly(ws, options, NightlyEvents(), updates, connect_to(night.fake))
+    assert located == [], "no other workspace is made"
+    assert {o.id for o in report.outcomes} == {JAX, NUMBA, OLDER}, "the edited matrix.yaml was read again"
+    fresh = {s.id: s.content_hash for s in Workspace(night.matrix).plan.images}
+    assert {o.id: o.content_hash for o in report.outcomes} == fresh, "the locks it wrote were read again before the build"
+    assert {o.id: o.status for o in report.outcomes} == dict.fromkeys(fresh, "passed")
+    assert {s.id: s.content_hash for s in ws.plan.images} == fresh

@@ -602,6 +602,39 @@ def test_pull_needs_a_query_that_matches(tmp_path: Path, ws: Workspace) -> None:
     assert fake.pulls == []
 
 
+def test_pull_reads_its_query_once_and_the_catalog_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 40: a pull parsed its query 5 times and loaded the catalog twice (the match, the platform
+    order, the no-match message each read them again). Counted at the parser and the loader."""
+    from builder.util.query import parse_terms
+
+    catalog = _catalog(tmp_path)
+    parsed: list[str] = []
+    loaded: list[Catalog] = []
+    load = Catalog.load
+
+    def parse(text: str, *args: Any) -> Any:
+        parsed.append(text)
+        return parse_terms(text, *args)
+
+    def read(self: Catalog) -> Any:
+        loaded.append(self)
+        return load(self)
+
+    monkeypatch.setattr("builder.catalog.query.parse_terms", parse)  # what catalog/query.py's parse_query calls
+    monkeypatch.setattr(Catalog, "load", read)
+    fake = FakeEngine()
+    fake.registry[f"{REPO}:numba0.68.0-cpu-py3.11-debian12"] = f"sha256:{SHA}"
+    pulled = pulling.pull(catalog, "numba=0.68", log=lambda line: None, wait_s=0.001, connect=connect_to(fake))
+    assert pulled.record.id == "numba0.68.0-cpu-py3.11-debian12"
+    assert (parsed, len(loaded)) == (["numba=0.68"], 1)
+
+    parsed.clear()
+    loaded.clear()
+    with pytest.raises(RunFailure, match="no known-good image matches 'numba=0.99'; closest: numba0.68.0"):
+        pulling.pull(catalog, "numba=0.99", log=lambda line: None, connect=connect_to(fake))
+    assert (parsed, len(loaded)) == (["numba=0.99"], 1), "the no-match message uses what the match read"
+
+
 def test_pull_notes_a_gpu_skipped_record() -> None:
     assert "published without a GPU run" in pulling.host_note(record("x", gpu_skipped_accepted=True), HOST)
     assert pulling.host_note(record("x"), HOST) == ""
@@ -662,14 +695,14 @@ def test_a_nightly_builds_tests_publishes_and_reports_then_rebuilds_nothing(
     monkeypatch.setattr(locking, "lock_images", lambda ws, specs, options, done: [])  # resolving needs the index
     options = nightlies.NightlyOptions(check_index=False, updates=False, registry=REPO, build=OFFLINE, today=TODAY)
     events = NightlyEvents()
-    first = nightlies.nightly(ws.matrix_path, options, events, connect=connect_to(fake))
+    first = nightlies.nightly(Workspace(ws.matrix_path), options, events, connect=connect_to(fake))
     assert events.stages == ["plan", "lock", "build", "test", "publish", "report"]
     assert {o.status for o in first.outcomes} == {"passed"} and all(o.published.startswith(f"{REPO}@sha256:") for o in first.outcomes)
     assert first.notes == () and len(Catalog(ws.root / "catalog").load()) == 2
     assert (ws.root / "docs" / "support-matrix.md").exists()
 
     builds, pushes = len(fake.builds), len(fake.pushes)
-    second = nightlies.nightly(ws.matrix_path, options, NightlyEvents(), connect=connect_to(fake))
+    second = nightlies.nightly(Workspace(ws.matrix_path), options, NightlyEvents(), connect=connect_to(fake))
     assert len(fake.builds) == builds and len(fake.pushes) == pushes, "nothing changed: nothing rebuilt, retested or pushed"
     assert {o.status for o in second.outcomes} == {"passed"} and all(o.held == "this build is already published" for o in second.outcomes)
 
@@ -680,7 +713,7 @@ def test_a_nightly_whose_registry_is_down_still_reports(ws: Workspace, fake: Fak
     monkeypatch.setattr(push, "WAIT_S", 0.001)
     fake.fail_push = lambda name: "denied: the registry refused the push"
     options = nightlies.NightlyOptions(check_index=False, updates=False, registry=REPO, build=OFFLINE, today=TODAY)
-    report = nightlies.nightly(ws.matrix_path, options, NightlyEvents(), connect=connect_to(fake))
+    report = nightlies.nightly(Workspace(ws.matrix_path), options, NightlyEvents(), connect=connect_to(fake))
     assert {o.status for o in report.outcomes} == {"passed"} and not any(o.published for o in report.outcomes)
     assert report.notes and all(n.startswith("publish: ") and "denied" in n for n in report.notes)
 
@@ -690,7 +723,7 @@ def test_a_nightly_whose_builds_cannot_reach_the_network_says_so(ws: Workspace, 
     fake.build_output = lambda request: [Progress(error="Temporary failure in name resolution")]
     monkeypatch.setattr(Run, "__init__", _fast_run(Run.__init__))
     options = nightlies.NightlyOptions(check_index=False, updates=False, publish=False, build=OFFLINE, today=TODAY)
-    report = nightlies.nightly(ws.matrix_path, options, NightlyEvents(), connect=connect_to(fake))
+    report = nightlies.nightly(Workspace(ws.matrix_path), options, NightlyEvents(), connect=connect_to(fake))
     assert {o.status for o in report.outcomes} == {BLOCKED} and len(report.notes) == 2
 
 
@@ -714,6 +747,6 @@ def test_a_nightly_whose_index_is_unreachable_notes_it_and_runs_on(
 
     events = NightlyEvents()
     options = nightlies.NightlyOptions(check_index=False, publish=False, build=OFFLINE, today=TODAY)
-    report = nightlies.nightly(ws.matrix_path, options, events, updates=unreachable, connect=connect_to(fake))
+    report = nightlies.nightly(Workspace(ws.matrix_path), options, events, updates=unreachable, connect=connect_to(fake))
     assert events.stages[0] == "updates" and report.updates == "failed" and report.notes[0].startswith("updates: cannot reach")
     assert {o.status for o in report.outcomes} == {"passed"}, "the stages after it still ran"

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -189,3 +190,16 @@ class NightlyEvents:
 
     def publish(self) -> PublishEvents:
         return PublishEvents()
+
+
+def locations(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
+    """Every Workspace.locate from here on (its --matrix argument), still locating: how many workspaces a run makes."""
+    located: list[str | None] = []
+    locate = Workspace.locate
+
+    def counted(option: str | None) -> Workspace:
+        located.append(option)
+        return locate(option)
+
+    monkeypatch.setattr(Workspace, "locate", staticmethod(counted))
+    return located

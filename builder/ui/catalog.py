@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
+import click
 from rich.console import Console
 from rich.table import Table
 
@@ -11,9 +13,11 @@ from builder.catalog.records import KnownGood
 from builder.fit.runs_on import RunsOn
 from builder.ui.rows import RICH_ROWS, print_rows
 from builder.ui.status import styled
-from builder.ui.text import markup
-from builder.usecases.catalog import Verified
+from builder.ui.terminal import emit_json, out
+from builder.ui.text import MAX_LINE, markup, plain
+from builder.usecases.catalog import Listing, Verified
 from builder.usecases.publish import Published
+from builder.usecases.pull import Pulled
 
 
 class PublishLines:
@@ -79,3 +83,33 @@ def print_catalog(
             cells[-1] = f"{'[green]ok[/green]' if word == 'ok' else '[red]FAILED[/red]'}:{markup(rest)}"
         table.add_row(*cells)
     out.print(table)
+
+
+def show_published(catalog_file: Path, outcomes: Sequence[Published]) -> None:
+    print_publish_summary(out, outcomes)
+    published = [o for o in outcomes if o.status == "published"]
+    if published:
+        said = f"recorded {len(published)} image(s) in {catalog_file}; a teammate runs: builder pull id={published[0].id}"
+        click.echo(plain(said), err=True)
+
+
+def show_pulled(pulled: Pulled) -> None:
+    """What was checked on stderr; the `docker run` line on stdout."""
+    click.echo(plain(pulled.fit, limit=MAX_LINE), err=True)
+    click.echo(plain(f"pulled {pulled.record.digest} ({pulled.record.id}): digest checked; {pulled.trust}"), err=True)
+    if pulled.note:
+        click.echo(pulled.note, err=True)
+    click.echo(pulled.run_line)
+
+
+def show_listing(listing: Listing, fmt: str) -> None:
+    """The records (a table, or JSON), then each --verify finding and a query's no-match on stderr."""
+    if fmt == "json":
+        emit_json(listing.to_json())
+    else:
+        print_catalog(out, listing.records, listing.verified or (), listing.runs_on)
+    for v in listing.verified or ():
+        for finding in v.findings:
+            click.echo(plain(f"{v.record.id}: {finding}", limit=MAX_LINE), err=True)
+    if listing.no_match:
+        click.echo(f"error: {plain(listing.no_match, limit=MAX_LINE)}", err=True)

@@ -9,7 +9,9 @@ from rich.table import Table
 
 from builder.host.doctor import Check, ImageVerdict, Status
 from builder.host.facts import HostInfo
+from builder.ui.terminal import emit_json, out
 from builder.ui.text import markup
+from builder.usecases.doctor import HostReport
 
 _STYLE: dict[Status, str] = {
     "ok": "green",
@@ -60,3 +62,10 @@ def render_table(
         console.print("[dim]Not checked:[/]")
         for note in unchecked:
             console.print(f"[dim]  - {markup(note)}[/]", highlight=False)
+
+
+def show_host(report: HostReport, fmt: str) -> None:
+    if fmt == "json":
+        emit_json(report.to_json())
+    else:
+        render_table(out, report.host, report.checks, report.verdicts)

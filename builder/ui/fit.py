@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from builder.fit.host import FitHost
+from builder.ui.terminal import emit_json, out
 from builder.ui.text import markup
 from builder.usecases.doctor import ImageFit
 from builder.usecases.fit import FitReport
@@ -43,3 +44,17 @@ def print_image_fit(out: Console, result: ImageFit) -> None:
     fit = result.fit
     out.print(f"{markup(result.ref)} ({markup(result.image.id)}): [{_STYLE[fit.status]}]{fit.status}[/]: {markup(fit.reason)}")
     out.print(markup(f"runs on: {result.runs_on.label}"))
+
+
+def show_fit(report: FitReport, fmt: str) -> None:
+    if fmt == "json":
+        emit_json(report.to_json())
+    else:
+        print_fit(out, report)
+
+
+def show_image_fit(result: ImageFit, fmt: str) -> None:
+    if fmt == "json":
+        emit_json(result.to_json())
+    else:
+        print_image_fit(out, result)

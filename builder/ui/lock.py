@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import click
 from rich.console import Console
 
 from builder.ui.rows import print_rows
 from builder.ui.status import styled
+from builder.ui.terminal import out
 from builder.ui.text import markup
-from builder.usecases.lock import LockResult
+from builder.usecases.lock import FAILED, LockCheck, LockResult
 from builder.usecases.measure import MeasureResult
 
 
@@ -52,3 +54,30 @@ def print_lock_summary(out: Console, results: Sequence[LockResult]) -> None:
             out.print(f"[bold]{markup(r.id)}[/]")
             for name, old, new in r.changes:
                 out.print(f"  {markup(name)} {markup(old or '(new)')} -> {markup(new or '(removed)')}", highlight=False)
+
+
+def show_check(checked: LockCheck) -> None:
+    """`lock --check` (and `--index`): each lock that is not what it should be on stdout, the count on stderr."""
+    for r in checked.bad:
+        click.echo(f"{r.status}: {checked.folder}/{r.id}/{r.file} ({r.detail})")
+    if checked.asked is None:
+        tail = f"; {checked.unlocked} unlocked by matrix.yaml" if checked.unlocked else ""
+        click.echo(f"{checked.current} locks current, {len(checked.bad)} missing or stale{tail}", err=True)
+        return
+    for r in checked.unpublished:
+        click.echo(f"{r.status}: {checked.folder}/{r.id}/requirements.lock: {r.detail}")
+    summary = f"{checked.published} locks' hashes published by their sources, {len(checked.unpublished)} not"
+    click.echo(f"{summary}, {len(checked.bad)} missing or stale", err=True)
+
+
+def show_locked(results: Sequence[LockResult]) -> None:
+    print_lock_summary(out, results)
+    for r in results:
+        if r.status in FAILED:
+            click.echo(f"error: {r.id}: {r.detail}", err=True)
+
+
+def show_measured(measured: Sequence[MeasureResult]) -> None:
+    for m in measured:
+        if m.status == "failed":
+            click.echo(f"error: {m.id}: fit not measured: {m.detail}", err=True)

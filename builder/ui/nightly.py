@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import click
 from rich.console import Console
 
 from builder.nightly.compare import NightlyReport
@@ -13,9 +14,12 @@ from builder.ui.catalog import PublishLines
 from builder.ui.lock import LockLines
 from builder.ui.rows import print_rows
 from builder.ui.status import styled
+from builder.ui.terminal import emit_json, out
 from builder.ui.test import TestLines
-from builder.ui.text import markup
+from builder.ui.text import markup, plain
 from builder.updates.releases import Release
+from builder.usecases.nightly import NightlyRun
+from builder.usecases.updates import Updates
 
 
 class NightlyLines:
@@ -57,3 +61,17 @@ def print_nightly(out: Console, report: NightlyReport) -> None:
     bad = [c for c in report.changes if c.kind == "regression"]
     if bad:
         out.print(f"{styled('failed')} {len(bad)} regression(s): {markup(', '.join(c.id for c in bad))}")
+
+
+def show_updates(found: Updates, fmt: str) -> None:
+    if fmt == "json":
+        emit_json(found.to_json())
+    else:
+        print_releases(out, found.found.releases)
+    for line in found.applied:
+        click.echo(line, err=True)
+
+
+def show_nightly(run: NightlyRun) -> None:
+    print_nightly(out, run.report)
+    click.echo(plain(f"summary: {run.summary}"), err=True)

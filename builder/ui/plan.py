@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import json
+
+import click
 from rich.console import Console
 
 from builder.model.plan import ImageSpec, Plan
+from builder.render.formats import github_matrix
 from builder.ui.rows import print_rows
-from builder.ui.text import markup
+from builder.ui.terminal import emit_json, out
+from builder.ui.text import MAX_LINE, markup, plain
+from builder.usecases.plan import Planned
 
 
 def _frameworks(frameworks: tuple[tuple[str, str], ...]) -> str:
@@ -28,3 +34,18 @@ def print_table(console: Console, plan: Plan, images: tuple[ImageSpec, ...], exp
         console.print(f"{len(plan.skipped)} combinations skipped; --explain lists them with reasons")
     for warning in plan.warnings:
         console.print(f"[yellow]warning:[/] {markup(warning)}")
+
+
+def show_plan(found: Planned, fmt: str, explain: bool) -> None:
+    """`builder plan --format json|github|table` (bake writes its file: usecases/plan.py `bake`)."""
+    if fmt == "json":
+        emit_json(found.to_json())
+    elif fmt == "github":
+        click.echo(json.dumps(github_matrix(found.images), sort_keys=True))
+    else:
+        print_table(out, found.plan, found.images, explain)
+
+
+def warn_past_end_of_life(found: Planned) -> None:
+    for warning in found.past_end_of_life:
+        click.echo(f"warning: {plain(warning, limit=MAX_LINE)}", err=True)

@@ -1,4 +1,5 @@
-"""`builder doctor --image REF`: will a local image `builder build` labelled run on this host?
+"""`builder doctor`: what this host can run (its engine, GPUs, driver and runtime checked, a verdict
+per planned image); and with `--image REF`: will a local image `builder build` labelled run on it?
 
 The image's io.builder.* labels (builder/fit/labelled.py) are judged like a catalog record
 (usecases/fit.py `judge`), for the host detected or described by the same options as `builder fit`.
@@ -6,6 +7,7 @@ The image's io.builder.* labels (builder/fit/labelled.py) are judged like a cata
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from builder.compat.rules import table
@@ -14,8 +16,11 @@ from builder.engine.port import Connect
 from builder.fit import labelled
 from builder.fit.host import FitHost
 from builder.fit.runs_on import RunsOn, runs_on
+from builder.host import doctor, facts
+from builder.model.plan import ImageSpec
 from builder.usecases.fit import RecordFit, judge, judge_runs_on
 from builder.util.errors import UserError
+from builder.workspace import Workspace
 
 
 @dataclass(frozen=True)
@@ -54,3 +59,25 @@ def image_fit(ref: str, host: FitHost, connect: Connect = open_engine) -> ImageF
         measured = RunsOn(f"sm {' '.join(image.runs_on) or 'none'}", found.driver, found.arch, "measured")
         return ImageFit(ref, image, host, judge_runs_on(record, image.runs_on, host, compat), measured)
     return ImageFit(ref, image, host, judge(record, host, compat), runs_on(record, compat))
+
+
+@dataclass(frozen=True)
+class HostReport:
+    host: facts.HostInfo
+    checks: tuple[doctor.Check, ...]
+    verdicts: tuple[doctor.ImageVerdict, ...]  # one per selected planned image (none without a matrix)
+
+    @property
+    def ok(self) -> bool:
+        return not any(c.status == "fail" for c in self.checks) and not any(v.status == "fail" for v in self.verdicts)
+
+    def to_json(self) -> dict[str, object]:
+        return doctor.report_json(self.host, self.checks, self.verdicts)
+
+
+def host_report(ws: Workspace, select: str | None) -> HostReport:
+    """The host's checks and a verdict per planned image `select` picks (all by default)."""
+    host = facts.gather()
+    checks = doctor.host_checks(host)
+    images: Sequence[ImageSpec] = ws.selected(select, use_default=False) if ws.matrix_path.exists() else ()
+    return HostReport(host, tuple(checks), tuple(doctor.image_verdicts(host, images)))

@@ -167,6 +167,25 @@ def locked_base(ws: Workspace, catalog: Catalog, env: EnvFile) -> tuple[EnvBase,
     return base, lock
 
 
+@dataclass(frozen=True)
+class EnvLockState:
+    """`env lock --check`: the committed lock, current on its base's record, or why it is stale."""
+
+    lock: str  # the lock file's name
+    stale: str = ""  # why it is stale ("" when current)
+    record: KnownGood | None = None  # the base's record, when current
+    trust: str = ""  # what the evidence check said of it (publish/verify.py's `vouch`)
+
+
+def lock_state(ws: Workspace, catalog: Catalog, env: EnvFile, signers: Signers) -> EnvLockState:
+    """Offline: `locked_base`'s refusal as the reason it is stale, else its base's evidence checked."""
+    try:
+        base, _ = locked_base(ws, catalog, env)
+    except UserError as exc:
+        return EnvLockState(env.lock_path.name, stale=str(exc))
+    return EnvLockState(env.lock_path.name, record=base.record, trust=vouch(catalog, base.record, signers))
+
+
 def _locked_digest(env: EnvFile, text: str | None) -> str | None:
     """The base digest a previous lock names, None when there is none that can be read."""
     try:

@@ -38,8 +38,9 @@ from builder.lock.files import libraries as locked_libraries
 from builder.model.measured_fit import KNOWN_CCS, LibraryCode, MeasuredFit
 from builder.model.plan import ImageSpec
 from builder.model.versions import cc_tuple
-from builder.usecases.catalog import find, no_match_message
+from builder.usecases.catalog import search
 from builder.util.errors import RunFailure, UserError
+from builder.workspace import Workspace
 
 Status = Literal["fits", "does not fit", "unknown"]
 Reader = Literal["fatbin", "cuobjdump"]
@@ -89,11 +90,31 @@ class FitReport:
 
 def fit(catalog: Catalog, query: str, host: FitHost) -> FitReport:
     """The fit of every record the query matches (all records for an empty query); none matching is a RunFailure."""
-    records = find(catalog, query)
-    if not records:
-        raise RunFailure(no_match_message(catalog, query))
+    found = search(catalog, parse_query(query))
+    if not found.hits:
+        raise RunFailure(found.no_match())
     compat = table()
-    return FitReport(host, tuple(judge(record, host, compat) for record in records))
+    return FitReport(host, tuple(judge(record, host, compat) for record in found.hits))
+
+
+@dataclass(frozen=True)
+class FitAsked:
+    """What `builder fit` judges: the catalog's records a query matches, the planned images it
+    matches (`planned`), or library files (`libraries`, read by `reader`)."""
+
+    query: str = ""
+    libraries: tuple[Path, ...] = ()
+    reader: Reader = "fatbin"
+    planned: bool = False
+    catalog_dir: str | None = None
+
+
+def fit_asked(ws: Workspace, asked: FitAsked, host: FitHost) -> FitReport:
+    if asked.libraries:
+        return fit_libraries(asked.libraries, host, asked.reader)
+    if asked.planned:
+        return fit_planned(ws.decided.images, asked.query, host)
+    return fit(ws.store.catalog(asked.catalog_dir, must_exist=True), asked.query, host)
 
 
 def judge(record: KnownGood, host: FitHost, compat: Compat) -> RecordFit:

@@ -90,6 +90,40 @@ def check(specs: Sequence[ImageSpec], images_dir: str = "images") -> list[LockRe
     return out
 
 
+@dataclass(frozen=True)
+class LockCheck:
+    """`lock --check`, and with `--index` the sources asked too: what is wrong, and what its summary counts."""
+
+    folder: str  # images/, as the lines name it
+    bad: tuple[LockResult, ...]  # missing or stale, offline
+    current: int
+    unlocked: int  # matrix.yaml's `unlocked:` images
+    asked: tuple[LockResult, ...] | None = None  # with --index: each lock the offline check passed, as its sources answered
+
+    @property
+    def unpublished(self) -> tuple[LockResult, ...]:
+        return tuple(r for r in self.asked or () if r.status in ("unpublished", "unchecked"))
+
+    @property
+    def published(self) -> int:
+        return sum(r.status == "published" for r in self.asked or ())
+
+    @property
+    def ok(self) -> bool:
+        return not self.bad and not self.unpublished
+
+
+def check_locks(ws: Workspace, specs: Sequence[ImageSpec], against_index: bool, chosen_sources: Sources) -> LockCheck:
+    """`check` (offline first: a stale lock is that), then with `against_index` `check_index` of the rest."""
+    results = check(specs, ws.images_dir.name)
+    bad = tuple(r for r in results if r.status in ("missing", "stale"))
+    unlocked = sum(r.status == "unlocked" for r in results)
+    asked = None
+    if against_index:
+        asked = tuple(check_index(ws, [s for s in specs if s.id not in {r.id for r in bad}], chosen_sources))
+    return LockCheck(ws.images_dir.name, bad, len(results) - len(bad) - unlocked, unlocked, asked)
+
+
 def check_index(ws: Workspace, specs: Sequence[ImageSpec], chosen_sources: Sources, backoff_s: float = 1.0) -> list[LockResult]:
     """Online (`lock --check --index`): every hash each lock allows is the sha256 of a file its
     sources publish for that package and version, asked of the same sources `builder lock`
@@ -185,6 +219,23 @@ def measure_locked(ws: Workspace, specs: Sequence[ImageSpec], options: LockOptio
         return []
     chosen = build_settings.for_sources(os.environ, options.sources, ws.matrix.ca_bundle)
     return measuring.measure_workspace(Workspace(ws.matrix_path), [spec.id for spec in specs], chosen, done)
+
+
+def lock_failed(results: Sequence[LockResult]) -> bool:
+    return any(r.status in (*FAILED, "not-locked") for r in results)
+
+
+def measure_after(
+    ws: Workspace, specs: Sequence[ImageSpec], options: LockOptions, locked: Sequence[LockResult], done: measuring.Done
+) -> list[measuring.MeasureResult]:
+    """`measure_locked` once the locks are written; nothing after a failed lock unless `keep_going`."""
+    if lock_failed(locked) and not options.keep_going:
+        return []
+    return measure_locked(ws, specs, options, done)
+
+
+def locked_ok(locked: Sequence[LockResult], measured: Sequence[measuring.MeasureResult]) -> bool:
+    return not lock_failed(locked) and not any(m.status == "failed" for m in measured)
 
 
 def _lock_one(spec: ImageSpec, settings: BuildSettings, cache: Path, uv: str, upgrade: bool) -> tuple[LockResult, Lock | None]:

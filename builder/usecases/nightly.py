@@ -27,10 +27,12 @@ from builder.host import doctor
 from builder.host import facts as hostinfo
 from builder.model.plan import ImageSpec
 from builder.model.results import Diagnosed, SmokeResult, is_good, publishable
-from builder.nightly import history
+from builder.nightly import history, summary
 from builder.nightly.compare import BLOCKED, NightlyReport, Outcome, compare
 from builder.publish import gate
+from builder.publish.publisher import check_repository
 from builder.render.tree import write_tree
+from builder.report.output import check_summary, write_summary
 from builder.updates.releases import Release
 from builder.usecases import lock as locking
 from builder.usecases.build import BUILT, BuildEvents, BuildOptions, build_images
@@ -59,6 +61,7 @@ class NightlyOptions:
     rebuild_past_eol: bool = False  # keep rebuilding an image with a line past its end of life (compat/data/lifecycle.yaml)
     check_index: bool = True  # `lock --check --index`: every hash a lock allows is a file its sources publish
     today: dt.date | None = None  # the day end of life is judged on (None: today, UTC)
+    summary: str | None = None  # the Markdown summary's file (None: build/nightly/summary.md)
 
 
 class NightlyEvents(Protocol):
@@ -75,10 +78,10 @@ Updates = Callable[[Workspace, NightlyOptions], tuple[tuple[Release, ...], tuple
 
 
 def nightly(
-    matrix_path: Path, options: NightlyOptions, events: NightlyEvents, updates: Updates | None = None, connect: Connect = open_engine
+    ws: Workspace, options: NightlyOptions, events: NightlyEvents, updates: Updates | None = None, connect: Connect = open_engine
 ) -> NightlyReport:
-    """One nightly at a time per workspace: it edits matrix.yaml, images/ and the catalog."""
-    ws = Workspace.locate(str(matrix_path))
+    """One nightly at a time per workspace: it edits matrix.yaml, images/ and the catalog. The one
+    workspace `ws` is read again (Workspace.reread) where the run itself changed what it read."""
     ws.decided  # noqa: B018 - a matrix that does not load or plan stops here, before anything is written
     lock_file = ws.store.nightly / ".nightly.lock"
     lock_file.parent.mkdir(parents=True, exist_ok=True)
@@ -89,14 +92,12 @@ def nightly(
         raise UserError(f"another `builder nightly` is running on this workspace (it holds {lock_file}); wait for it to finish") from None
     try:
         checks_can_run(connect)  # a host whose smoke checks cannot run is refused before anything is written
-        return _nightly(ws, matrix_path, options, events, updates, connect)
+        return _nightly(ws, options, events, updates, connect)
     finally:
         lock.release()
 
 
-def _nightly(
-    ws: Workspace, matrix_path: Path, options: NightlyOptions, events: NightlyEvents, updates: Updates | None, connect: Connect
-) -> NightlyReport:
+def _nightly(ws: Workspace, options: NightlyOptions, events: NightlyEvents, updates: Updates | None, connect: Connect) -> NightlyReport:
     date = dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
     catalog = ws.store.catalog(options.catalog_dir)
     before = history.previous(ws.store.history, catalog.load())
@@ -113,7 +114,7 @@ def _nightly(
             notes.append(f"updates: {exc.message}")
             checked = "failed"
         if applied:
-            ws = Workspace.locate(str(matrix_path))
+            ws.reread()  # matrix.yaml lists the new releases
 
     events.stage("plan")
     write_tree(ws.images_dir, ws.rendered_tree())  # new images get their folders; hand edits are refused
@@ -125,7 +126,7 @@ def _nightly(
     drift = tuple((r.id, r.changes) for r in locked if r.changes)
     lock_failed = {r.id: r.detail for r in locked if r.status in locking.FAILED and r.status != UNREACHABLE}
     notes += [f"lock: {r.id}: {r.detail} (built from its previous lock)" for r in locked if r.status == UNREACHABLE]
-    ws = Workspace.locate(str(matrix_path))  # the new locks change content hashes
+    ws.reread()  # the new locks change content hashes
     kept = {s.id for s in specs}
     specs = [s for s in ws.selected(options.select, use_default=True) if s.id in kept]
     if options.check_index:  # a lock whose hashes its sources do not publish is not built (one kept from an earlier run too)
@@ -176,6 +177,30 @@ def _nightly(
 LIFECYCLE_NOTE = "lifecycle: "
 
 
+@dataclass(frozen=True)
+class NightlyRun:
+    report: NightlyReport
+    summary: Path  # where its Markdown summary was written
+
+    @property
+    def ok(self) -> bool:
+        """No regression and no stage that could not run; a line retired on its date is news, not a failure."""
+        return not self.report.regressed and all(n.startswith(LIFECYCLE_NOTE) for n in self.report.notes)
+
+
+def run_nightly(ws: Workspace, options: NightlyOptions, events: NightlyEvents, connect: Connect = open_engine) -> NightlyRun:
+    """`builder nightly`: what would stop it late refused first (a repository that is none, a summary
+    path that cannot be written), then the loop, then its Markdown summary written."""
+    if options.publish:
+        check_repository(options.registry or ws.matrix.registry)
+    target = Path(options.summary) if options.summary else ws.store.nightly_summary
+    inputs = (ws.matrix_path, ws.store.catalog(options.catalog_dir).file)
+    check_summary(target, inputs)
+    report = nightly(ws, options, events, connect=connect)
+    write_summary(target, summary.render(report), inputs)
+    return NightlyRun(report, target)
+
+
 def past_end_of_life(specs: Sequence[ImageSpec], options: NightlyOptions) -> tuple[list[ImageSpec], list[str]]:
     """The images the nightly rebuilds, and a note for each it stops rebuilding because one of its
     lines (Python, base OS) is past the end of life its vendor publishes; `rebuild_past_eol` keeps
@@ -197,12 +222,12 @@ def past_end_of_life(specs: Sequence[ImageSpec], options: NightlyOptions) -> tup
 
 
 def check_updates(ws: Workspace, options: NightlyOptions) -> tuple[tuple[Release, ...], tuple[str, ...]]:
-    """The default Updates: the index's JSON API, then matrix.yaml edited for what the rules can place."""
-    from builder.updates import apply, releases
+    """The default Updates: `builder updates --apply` (the index's JSON API, then matrix.yaml edited for what the rules can place)."""
+    from builder.usecases.updates import UpdatesOptions, updates  # the network side, imported only when asked to use it
 
-    report = releases.check(ws.matrix, base_url=options.index_json_url, ca_bundle=options.build.sources.ca_bundle)
-    edits = tuple(apply.apply(ws.matrix_path, report.releases)) if options.apply else ()
-    return tuple(report.releases), edits
+    asked = UpdatesOptions(apply=options.apply, index_json_url=options.index_json_url, ca_bundle=options.build.sources.ca_bundle)
+    found = updates(ws, asked)
+    return found.found.releases, found.applied
 
 
 def _lock_options(options: NightlyOptions) -> locking.LockOptions:

@@ -26,10 +26,12 @@ from builder.host import facts as hostinfo
 from builder.model.plan import PLATFORM_ARCH
 from builder.publish.verify import signers, vouch
 from builder.smoke.args import docker_run_line
-from builder.usecases.catalog import NO_MANIFEST, find, no_match_message
+from builder.usecases.catalog import NO_MANIFEST, record_end_of_life, search
 from builder.usecases.fit import judge
 from builder.util.errors import RunFailure, UserError
+from builder.util.query import Term
 from builder.util.text import redact
+from builder.workspace import Workspace
 
 
 @dataclass(frozen=True)
@@ -74,13 +76,14 @@ def pull(
     the workspace's registry) is never touched, and a name that holds another image is moved only
     when that image came from the same registry repository (an earlier pull); else one line.
     Before any of it, the record's fit for this host (`check`): one that does not fit is refused."""
-    if not parse_query(query):
+    terms = parse_query(query)  # read once: the match, the platform order and a no-match message all use these
+    if not terms:
         raise UserError("give a query, e.g. `builder pull torch=2.14 cuda=13 python=3.11` (`builder catalog` lists the records)")
     chosen = signers(catalog, allowed_signers, verify_signatures)  # a signers file that cannot be used: before anything
-    hits = find(catalog, query)
-    if not hits:
-        raise RunFailure(no_match_message(catalog, query))
-    hits = host_platform_first(hits, query, check)
+    matched = search(catalog, terms)  # the catalog read once
+    if not matched.hits:
+        raise RunFailure(matched.no_match())
+    hits = host_platform_first(matched.hits, terms, check)
     record = hits[0]
     fit = fit_first(hits, check)
     repository, tag = readable_name(record, str(catalog.file))
@@ -106,10 +109,19 @@ def pull(
     return Pulled(record, docker_run_line(record.accelerator.kind, record.digest, host), notes, fit, trust)
 
 
-def host_platform_first(hits: Sequence[KnownGood], query: str, check: FitCheck) -> list[KnownGood]:
+def build_repository(ws: Workspace) -> str | None:
+    """The repository `builder build` names its images in, here (pull never moves those names);
+    None where no matrix stands beside the catalog: no build names to keep."""
+    try:
+        return ws.matrix.registry
+    except UserError:
+        return None
+
+
+def host_platform_first(hits: Sequence[KnownGood], terms: Sequence[Term], check: FitCheck) -> list[KnownGood]:
     """The matches of this host's platform (or of --arch's) first, each group newest first, unless
     the query names a platform: an image name published for amd64 and arm64 pulls the one that runs here."""
-    if any(term.key == "platform" for term in parse_query(query)):
+    if any(term.key == "platform" for term in terms):
         return list(hits)
     arch = check.host.arch if check.host is not None else fit_hosts.cpu_arch(platform.machine())
     return sorted(hits, key=lambda r: PLATFORM_ARCH.get(r.platform) != arch)
@@ -228,10 +240,6 @@ def end_of_life_note(record: KnownGood, today: dt.date | None = None) -> str:
     if window:
         lines.append(f"note: {', '.join(str(e) for e in window)} is past; the image still works, a newer line gets this project's builds")
     return "\n".join(lines)
-
-
-def record_end_of_life(record: KnownGood) -> tuple[lifecycle.EndOfLife, ...]:
-    return lifecycle.for_image(record.python, record.os, record.frameworks)
 
 
 def host_note(record: KnownGood, host: hostinfo.HostInfo) -> str:
