@@ -526,6 +526,9 @@ FIT_HOST_OPTIONS = (
         help="a GPU's compute capability, e.g. 8.6 (repeat for each GPU; default: nvidia-smi's)",
     ),
     click.option("--driver", metavar="VERSION", help="the NVIDIA driver, e.g. 550.54.15 (default: nvidia-smi's)"),
+    click.option(
+        "--gfx", "gfx", multiple=True, metavar="gfxNNN", help="an AMD GPU's target as rocminfo names it, e.g. gfx942 (repeat for each GPU; default: kfd's)"
+    ),
     click.option("--arch", "cpu", metavar="amd64|arm64", help="the host's CPU architecture (default: uname -m)"),
     click.option("--vendor", type=click.Choice(["nvidia", "amd", "none"]), help="the host's GPU vendor (default: detected)"),
     click.option(
@@ -538,16 +541,21 @@ FIT_HOST_OPTIONS = (
 fit_host_options = _options(*FIT_HOST_OPTIONS)
 
 
-def _fit_host(gpu_cc: Sequence[str], driver: str | None, cpu: str | None, vendor: str | None, brand: str | None) -> FitHost:
+def _fit_host(
+    gpu_cc: Sequence[str], driver: str | None, cpu: str | None, vendor: str | None, brand: str | None, gfx: Sequence[str] = ()
+) -> FitHost:
     """FIT_HOST_OPTIONS as the host they describe (the detected one where they say nothing)."""
     from builder.fit import host as hosts
 
-    return hosts.host_for(gpu_cc=gpu_cc, driver=driver, arch=cpu, vendor=vendor, brand=brand)
+    return hosts.host_for(gpu_cc=gpu_cc, driver=driver, arch=cpu, vendor=vendor, brand=brand, gfx=gfx)
 
 
-def _given_host_options(gpu_cc: Sequence[str], driver: str | None, cpu: str | None, vendor: str | None, brand: str | None) -> list[str]:
+def _given_host_options(
+    gpu_cc: Sequence[str], driver: str | None, cpu: str | None, vendor: str | None, brand: str | None, gfx: Sequence[str] = ()
+) -> list[str]:
     given = {
         "--gpu-cc": bool(gpu_cc),
+        "--gfx": bool(gfx),
         "--driver": driver is not None,
         "--arch": cpu is not None,
         "--vendor": vendor is not None,
@@ -569,6 +577,7 @@ def pull(
     query: tuple[str, ...],
     gpu_cc: tuple[str, ...],
     driver: str | None,
+    gfx: tuple[str, ...],
     cpu: str | None,
     vendor: str | None,
     brand: str | None,
@@ -585,10 +594,10 @@ def pull(
     (--no-verify pulls it unverified, and says so). A tag the registry moved off the digest is noted."""
     from builder.usecases import pull as pulling
 
-    given = _given_host_options(gpu_cc, driver, cpu, vendor, brand)
+    given = _given_host_options(gpu_cc, driver, cpu, vendor, brand, gfx)
     if no_fit_check and given:
         raise UserError(f"--no-fit-check checks nothing, so {', '.join(given)} would be ignored: drop one of them")
-    check = pulling.FitCheck(skip=True) if no_fit_check else pulling.FitCheck(_fit_host(gpu_cc, driver, cpu, vendor, brand))
+    check = pulling.FitCheck(skip=True) if no_fit_check else pulling.FitCheck(_fit_host(gpu_cc, driver, cpu, vendor, brand, gfx))
     try:
         build_repository: str | None = ws.matrix.registry  # builder build's names here: pull never moves them
     except UserError:
@@ -633,6 +642,7 @@ def fit(
     query: tuple[str, ...],
     gpu_cc: tuple[str, ...],
     driver: str | None,
+    gfx: tuple[str, ...],
     cpu: str | None,
     vendor: str | None,
     brand: str | None,
@@ -653,7 +663,7 @@ def fit(
         raise UserError("give QUERY (catalog records, or planned images with --planned) or --library (files), not both")
     if planned and catalog_dir:
         raise UserError("--planned judges the matrix's planned images, not a catalog: drop --catalog or --planned")
-    host = _fit_host(gpu_cc, driver, cpu, vendor, brand)
+    host = _fit_host(gpu_cc, driver, cpu, vendor, brand, gfx)
     if libraries:
         report = fitting.fit_libraries(libraries, host, "cuobjdump" if reader == "cuobjdump" else "fatbin")
     elif planned:
@@ -863,6 +873,7 @@ def doctor(
     image_ref: str | None,
     gpu_cc: tuple[str, ...],
     driver: str | None,
+    gfx: tuple[str, ...],
     cpu: str | None,
     vendor: str | None,
     brand: str | None,
@@ -875,13 +886,13 @@ def doctor(
     from builder.host import doctor as doctor_mod
     from builder.host import facts
 
-    given = _given_host_options(gpu_cc, driver, cpu, vendor, brand)
+    given = _given_host_options(gpu_cc, driver, cpu, vendor, brand, gfx)
     if image_ref is None and given:
         raise UserError(f"{', '.join(given)} describe the host for --image: give --image REF too")
     if image_ref is not None:
         if select_expr is not None:
             raise UserError("--select picks planned images, --image one local image: give one of them")
-        _doctor_image(image_ref, _fit_host(gpu_cc, driver, cpu, vendor, brand), fmt)
+        _doctor_image(image_ref, _fit_host(gpu_cc, driver, cpu, vendor, brand, gfx), fmt)
         return
     host = facts.gather()
     checks = doctor_mod.host_checks(host)
