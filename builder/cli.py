@@ -527,7 +527,11 @@ FIT_HOST_OPTIONS = (
     ),
     click.option("--driver", metavar="VERSION", help="the NVIDIA driver, e.g. 550.54.15 (default: nvidia-smi's)"),
     click.option(
-        "--gfx", "gfx", multiple=True, metavar="gfxNNN", help="an AMD GPU's target as rocminfo names it, e.g. gfx942 (repeat for each GPU; default: kfd's)"
+        "--gfx",
+        "gfx",
+        multiple=True,
+        metavar="gfxNNN",
+        help="an AMD GPU's target as rocminfo names it, e.g. gfx942 (repeat for each GPU; default: kfd's)",
     ),
     click.option("--arch", "cpu", metavar="amd64|arm64", help="the host's CPU architecture (default: uname -m)"),
     click.option("--vendor", type=click.Choice(["nvidia", "amd", "none"]), help="the host's GPU vendor (default: detected)"),

@@ -93,7 +93,9 @@ def load_rocm(t: Table, doc: LDict) -> RocmFacts:
     t.only(section, KEYS, f"section '{SECTION}'")
     releases = []
     for row in t.rows(t.section(section, "releases"), ("rocm", "gfx", "kernel"), "rocm", section.line):
-        releases.append(RocmRelease(str(row["rocm"]), _names(t, row["gfx"], GFX, "gfx target", row.line), str(t.version(row["kernel"], row.line))))
+        releases.append(
+            RocmRelease(str(row["rocm"]), _names(t, row["gfx"], GFX, "gfx target", row.line), str(t.version(row["kernel"], row.line)))
+        )
     sonames = []
     for row in t.rows(t.section(section, "sonames"), ("rocm", "kind", "provides"), None, section.line):
         if row["kind"] not in KINDS:
@@ -130,7 +132,7 @@ def load_rocm(t: Table, doc: LDict) -> RocmFacts:
 def _rocm(t: Table, value: object, line: int) -> str:
     text = str(value)
     if not re.fullmatch(r"\d+(\.\d+)?", text):
-        raise t.fail(f"ROCm {text!r} must be a major (\"7\") or a minor (\"7.0\"), quoted", line)
+        raise t.fail(f'ROCm {text!r} must be a major ("7") or a minor ("7.0"), quoted', line)
     return text
 
 
@@ -173,7 +175,9 @@ def missing(projects: Sequence[tuple[str, str]], base: Base, facts: RocmFacts) -
     for project, version in projects:
         row = facts.wheel(project, version)
         if row is None:
-            return f"{project} {version} is not in compat.yaml rocm.wheels (what it loads is unknown); read its NEEDED entries and add a row"
+            return (
+                f"{project} {version} is not in compat.yaml rocm.wheels (what it loads is unknown); read its NEEDED entries and add a row"
+            )
         if not _matches(row.rocm, base.version):
             return f"{project} {version} is built for ROCm {row.rocm}; base {base.name} is ROCm {base.version}"
         if have is None:

@@ -90,11 +90,11 @@ def open_regular(path: str) -> BinaryIO:
 
 def target_of_id(bundle_id: str) -> str | None:
     """`hipv4-amdgcn-amd-amdhsa--gfx90a:xnack-` -> `gfx90a:xnack-`; None for a host or non-AMDGPU entry."""
-    kind, _, rest = bundle_id.partition("-")
-    triple, sep, target = rest.rpartition("-")
-    if not sep or "amdgcn" not in triple or kind not in ("hip", "hipv4", "openmp", "hipv5", "hipv6"):
+    parts = bundle_id.split("-")  # kind, then the triple's arch-vendor-os[-environment], then the target ID
+    if len(parts) < 5 or parts[1] != "amdgcn" or parts[0] not in ("hip", "hipv4", "hipv5", "hipv6", "openmp"):
         return None
-    return target or None
+    rest = parts[5:] if len(parts) > 5 and not parts[4].startswith("gfx") else parts[4:]
+    return "-".join(rest) or None
 
 
 def target_of_flags(abi: int, flags: int) -> str:

@@ -265,7 +265,9 @@ def _packages(ctx: _Ctx, spec: LDict, name: str, bootstrap: str | None) -> tuple
             spec.line_of("packages"),
         )
     items = ctx.seq(spec["packages"], f"base '{name}' packages", spec.line_of("packages"))
-    out = [ctx.text(v, f"base '{name}' package", items.line_of(i), grammar.DEB_PACKAGE.fullmatch, "libamdhip64-5") for i, v in enumerate(items)]
+    out = [
+        ctx.text(v, f"base '{name}' package", items.line_of(i), grammar.DEB_PACKAGE.fullmatch, "libamdhip64-5") for i, v in enumerate(items)
+    ]
     if len(set(out)) != len(out):
         raise ctx.fail(f"base '{name}' packages lists a package twice", items.line)
     return tuple(sorted(out))

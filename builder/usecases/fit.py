@@ -27,8 +27,8 @@ from builder.compat.facts import Compat
 from builder.compat.rules import below_lowest, framework, names, table
 from builder.compat.rules import cuda as rules_cuda
 from builder.fit import cuobjdump, fatbin, rule
-from builder.fit import gfx as gfxs
 from builder.fit import driver as drivers
+from builder.fit import gfx as gfxs
 from builder.fit.arch import Arch, Embedded
 from builder.fit.host import FitHost
 from builder.fit.labelled import unpublished
@@ -185,7 +185,9 @@ def fit_planned(specs: Sequence[ImageSpec], query: str, host: FitHost) -> FitRep
 def _judge_planned(record: KnownGood, why: str | None, host: FitHost, compat: Compat, amd: AmdFit | None = None) -> RecordFit:
     if record.accelerator.kind == "rocm" and host.vendor == "amd" and record_arch(record) == host.arch:
         if amd is None:
-            return RecordFit(record.id, "unknown", f"not checked: {why or 'no fit.json measured from its locked wheels'} ({NOT_MEASURED})", False)
+            return RecordFit(
+                record.id, "unknown", f"not checked: {why or 'no fit.json measured from its locked wheels'} ({NOT_MEASURED})", False
+            )
         return judge_amd(record, amd, host, compat)
     refused = _platform(record, host)
     if refused is not None:

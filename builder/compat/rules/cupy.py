@@ -62,7 +62,9 @@ def load(t: Table, section: LDict) -> CupyFacts:
     rocm = []
     for row in t.rows(t.section(section, "rocm"), ("release", "rocm"), "release", section.line):
         packages = row["rocm"]
-        if not isinstance(packages, dict) or not all(re.fullmatch(r"\d+\.\d+", str(k)) and str(v).startswith("cupy-rocm-") for k, v in packages.items()):
+        if not isinstance(packages, dict) or not all(
+            re.fullmatch(r"\d+\.\d+", str(k)) and str(v).startswith("cupy-rocm-") for k, v in packages.items()
+        ):
             raise t.fail('cupy rocm must map a ROCm minor to a cupy-rocm-X-Y package, e.g. {"7.0": cupy-rocm-7-0}', row.line)
         rocm.append((str(row["release"]), tuple(sorted((str(k), str(v)) for k, v in packages.items()))))
     return CupyFacts(releases=tuple(out), rocm_note=str(t.section(section, "rocm_note")), rocm=tuple(rocm))
@@ -144,7 +146,9 @@ def _rocm(base: Base, version: str, row: CupyRelease, compat: Compat) -> Verdict
     why = rocm.missing(((package, version),), base, compat.rocm)
     if why is not None:
         return Verdict.no(why)
-    install = Install("cupy", version, (f"{package}=={version}",), variant=package.removeprefix("cupy-"), numpy_min=row.numpy[0], numpy_max=row.numpy[1])
+    install = Install(
+        "cupy", version, (f"{package}=={version}",), variant=package.removeprefix("cupy-"), numpy_min=row.numpy[0], numpy_max=row.numpy[1]
+    )
     return Verdict(ok=True, install=install)
 
 
