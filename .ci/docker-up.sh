@@ -58,7 +58,8 @@ wait_for() {  # wait_for WHAT CHECK LOG
 
 # The probe's unit tests compile stand-in CUDA libraries (tests/test_probe.py) with a C compiler;
 # the report's browser test drives Debian's chromium through chromedriver (tests/test_report_browser.py).
-ensure_packages cc:gcc chromium:chromium chromedriver:chromium-driver
+# tests/integration/test_offload_real.py holds the AMD code-object reader equal to LLVM's clang-offload-bundler.
+ensure_packages cc:gcc chromium:chromium chromedriver:chromium-driver clang-offload-bundler-14:clang-tools-14
 
 # --- engine ---------------------------------------------------------------------------------
 if engine_answers; then

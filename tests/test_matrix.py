@@ -325,7 +325,7 @@ def test_small_matrix_loads_into_records(tmp_path: Path) -> None:
 def test_embedded_matrix_loads(root: Path) -> None:
     matrix = load_matrix(root / "matrix.yaml")
     assert matrix.default_select == "base=local-debian12,platform=linux/amd64"
-    assert {b.name for b in matrix.bases} >= {"cuda12.4-ubuntu22.04", "rocm6.2-ubuntu22.04", "local-debian12"}
+    assert {b.name for b in matrix.bases} >= {"cuda12.4-ubuntu22.04", "rocm7.0-ubuntu24.04", "rocm5.7-debian13", "local-debian12"}
     local = matrix.base("local-debian12")
     assert (local.vendor, local.bootstrap, local.image) == ("cpu", "debootstrap", None)
 
@@ -334,3 +334,22 @@ def test_user_error_text_shape() -> None:
     assert str(UserError("bad", "m.yaml", 3)) == "m.yaml:3: bad"
     assert str(UserError("bad", "m.yaml")) == "m.yaml: bad"
     assert str(UserError("bad")) == "bad"
+
+
+def test_a_bootstrapped_rocm_base_needs_debian13_and_its_packages(tmp_path: Path) -> None:
+    def load(base: str) -> str:
+        path = tmp_path / "m.yaml"
+        path.write_text(
+            "registry: r\nbases:\n  b:\n" + base + "python: ['3.13']\nframeworks: {cupy: ['14.2.0']}\nstacks: {cupy: [cupy]}\n",
+            encoding="utf-8",
+        )
+        with pytest.raises(UserError) as caught:
+            load_matrix(path)
+        return str(caught.value)
+
+    assert "os: debian13" in load(
+        "    vendor: rocm\n    version: '5.7'\n    os: debian12\n    bootstrap: debootstrap\n    packages: [x1]\n"
+    )
+    assert "packages:" in load("    vendor: rocm\n    version: '5.7'\n    os: debian13\n    bootstrap: debootstrap\n")
+    assert "package" in load("    vendor: rocm\n    version: '5.7'\n    os: debian13\n    bootstrap: debootstrap\n    packages: ['x;rm']\n")
+    assert "image base" in load("    vendor: rocm\n    version: '7.0'\n    os: ubuntu24.04\n    image: rocm/dev:7\n    packages: [x1]\n")

@@ -157,8 +157,8 @@ def test_every_image_has_exactly_its_files(rendered: Rendered) -> None:
     constrained = {s.id for s in rendered.plan.images if s.constraints}
     assert constrained, "the embedded matrix has CUDA-from-wheels images"
     measured = {s.id for s in rendered.plan.images if s.locked_fit is not None}
-    assert measured == {s.id for s in rendered.plan.images if s.lock is not None and s.base.vendor == "cuda"}, (
-        "every locked CUDA image is measured"
+    assert measured == {s.id for s in rendered.plan.images if s.lock is not None and s.base.vendor in ("cuda", "rocm")}, (
+        "every locked CUDA and ROCm image is measured"
     )
     for image_id, files in rendered.files.items():
         lock = {"requirements.lock"} if image_id in locked else set()

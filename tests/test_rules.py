@@ -334,19 +334,32 @@ def test_jax_numpy_floors_from_its_metadata(python: str, version: str, floor: st
 @pytest.mark.parametrize(
     ("b", "version", "plugin"),
     [
-        (ROCM60, "0.4.35", "jax-rocm60-plugin"),
-        (ROCM60, "0.5.0", "jax-rocm60-plugin"),
         (ROCM71, "0.9.1", "jax-rocm7-plugin"),
         (ROCM72, "0.10.2", "jax-rocm7-plugin"),
-        (ROCM72, "0.6.0", "jax-rocm7-plugin"),
-        (ROCM72, "0.7.1", "jax-rocm7-plugin"),
-        (ROCM72, "0.12.0", "jax-rocm7-plugin"),
     ],
 )
 def test_jax_rocm_plugin_matches_the_base(b: Base, version: str, plugin: str, compat: Compat) -> None:
     install = ok(decide_jax(b, "3.12", version, compat))
     assert install.requirements == (f"jax=={version}", f"jaxlib=={version}", f"{plugin}=={version}")
     assert install.variant == f"rocm{b.version}"
+
+
+@pytest.mark.parametrize(
+    ("b", "version", "words"),
+    [
+        (
+            ROCM60,
+            "0.4.35",
+            ("jax-rocm60-plugin 0.4.35 is not in compat.yaml rocm.wheels", "NEEDED"),
+        ),  # what it loads is not read: not planned
+        (ROCM72, "0.6.0", ("jax-rocm7-plugin 0.6.0 is not in compat.yaml rocm.wheels",)),
+        (ROCM72, "0.12.0", ("jax-rocm7-pjrt 0.12.0 loads", "librocm_sysdeps_drm.so.2", "ROCm Python wheels")),  # TheRock's sysdeps
+    ],
+)
+def test_a_jax_rocm_plugin_whose_needed_the_base_lacks_or_nobody_read_is_not_planned(
+    b: Base, version: str, words: tuple[str, ...], compat: Compat
+) -> None:
+    refused(decide_jax(b, "3.12", version, compat), *words)
 
 
 @pytest.mark.parametrize(("b", "version", "plugin"), [(ROCM62, "0.5.0", "jax-rocm60-plugin"), (ROCM64, "0.10.2", "jax-rocm7-plugin")])
@@ -397,7 +410,7 @@ def test_cupy_has_no_cpu_build(compat: Compat) -> None:
 
 def test_cupy_rocm_reason_says_no_rocm6_wheels(compat: Compat) -> None:
     # cupy-rocm-7-0 14.x is on PyPI: the reason must not say CuPy has no ROCm wheels past 5.0
-    refused(decide_cupy(ROCM62, "3.11", "14.2.0", compat), "no ROCm 6 wheels", "cupy-rocm-7-0", "from v14.0.0")
+    refused(decide_cupy(ROCM62, "3.11", "14.2.0", compat), "ROCm 4.3 and 5.0", "cupy-rocm-7-0", "from v14.0.0", "ROCm 6.2")
 
 
 @pytest.mark.parametrize("version", ["0.6.1", "0.6.2", "0.7.0", "0.7.2", "0.8.0", "0.8.3", "0.9.0", "0.9.0.1", "0.12.0.1"])

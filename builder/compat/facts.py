@@ -19,12 +19,13 @@ from typing import Protocol, TypeVar
 from packaging.version import Version
 
 from builder.compat.platforms import PlatformWheels, load_platforms
+from builder.compat.rocm import RocmFacts, load_rocm
 from builder.compat.tables import DATA_DIR, PyRange, Table
 from builder.util.yamlsrc import LDict
 
 DEFAULT_PATH = DATA_DIR / "compat.yaml"
 CUDA_KEYS = ("toolkits", "mvc_floor", "require_branches", "brands", "cudnn_cc", "toolkit_components")
-SHARED_SECTIONS = ("schema", "os_python", "os_glibc", "numpy", "cuda", "platforms")
+SHARED_SECTIONS = ("schema", "os_python", "os_glibc", "numpy", "cuda", "platforms", "rocm")
 T = TypeVar("T")
 
 
@@ -62,6 +63,7 @@ class Compat:
     toolkit_components: tuple[tuple[str, tuple[tuple[str, str], ...]], ...]  # CUDA minor -> (component, version at X.Y.0)
     frameworks: tuple[tuple[str, object], ...]  # framework -> the facts its rule module loaded
     platform_wheels: tuple[PlatformWheels, ...] = ()  # which releases publish wheels for a platform besides linux/amd64
+    rocm: RocmFacts = RocmFacts()  # ROCm releases' GPUs, the user space of ROCm bases, ROCm wheels' NEEDED (compat/rocm.py)
 
     def facts(self, kind: type[T]) -> T:
         """A framework's facts by their type, e.g. `compat.facts(TorchFacts)`."""
@@ -117,6 +119,7 @@ def load_compat(path: Path, frameworks: Sequence[Section]) -> Compat:
         ),
         frameworks=tuple(loaded),
         platform_wheels=load_platforms(t, doc),
+        rocm=load_rocm(t, doc),
     )
 
 

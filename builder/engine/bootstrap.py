@@ -153,7 +153,12 @@ class Recipe:
 
 def recipe_for(base: Base, mirror: str, arch: str | None = None) -> Recipe:
     """The base's platform decides the Debian architecture (amd64, arm64: the same names)."""
-    return Recipe(arch=arch or PLATFORM_ARCH.get(base.platform) or host_arch(), release=release_for(base), mirror=mirror)
+    return Recipe(
+        arch=arch or PLATFORM_ARCH.get(base.platform) or host_arch(),
+        release=release_for(base),
+        mirror=mirror,
+        include=tuple(sorted({*PACKAGES, *base.packages})),
+    )
 
 
 def canonical_json(recipe: Recipe) -> str:

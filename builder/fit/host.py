@@ -18,6 +18,7 @@ from typing import Literal
 from builder.compat import drivers
 from builder.compat.require import BRAND_NAMES
 from builder.compat.rules import table
+from builder.fit import gfx as gfxs
 from builder.fit.arch import Arch
 from builder.host import facts
 from builder.util.errors import UserError
@@ -130,8 +131,11 @@ def given(
     arch: str | None = None,
     vendor: str | None = None,
     brand: str | None = None,
+    gfx: Sequence[str] = (),
 ) -> FitHost:
     """The host with the given options in place of detected values (`detected` None: nothing detected).
+
+    --gfx (an AMD GPU target, as rocminfo names it) implies an AMD host, and goes with no NVIDIA option.
 
     --gpu-cc, --driver and --brand imply an NVIDIA host; --vendor none drops the GPUs; a value that is
     neither given nor detected stays unknown (no driver: the driver is not checked). A described host
@@ -152,15 +156,18 @@ def given(
                 else "an NVIDIA GPU brand"
             )
             raise UserError(f"{option} is {what}, but --vendor is {vendor}: drop one of them")
+    targets = tuple(gfxs.parse_device(g) for g in gfx)
+    if targets and (gpu_cc or driver is not None or brand is not None or vendor not in (None, "amd")):
+        raise UserError("--gfx names an AMD GPU; --gpu-cc, --driver, --brand and --vendor nvidia|none describe another host: drop one")
     base = detected or FitHost(cpu_arch(platform.machine()), "none", (), None, ("arch",))
     nvidia_given = bool(gpu_cc) or driver is not None or brand is not None
-    chosen: Vendor = _vendor(vendor) if vendor is not None else "nvidia" if nvidia_given else base.vendor
+    chosen: Vendor = _vendor(vendor) if vendor is not None else "amd" if targets else "nvidia" if nvidia_given else base.vendor
     same = chosen == base.vendor
-    gpus = tuple(cc.strip() for cc in gpu_cc) if gpu_cc else base.gpus if same else ()
+    gpus = tuple(cc.strip() for cc in gpu_cc) if gpu_cc else targets if targets else base.gpus if same else ()
     replaced = {
         "arch": arch is not None,
         "vendor": not same,
-        "gpus": bool(gpu_cc) or not same,
+        "gpus": bool(gpu_cc) or bool(targets) or not same,
         "driver": driver is not None or not same,
         "brand": brand is not None or not same,
     }
@@ -187,10 +194,16 @@ def _vendor(value: str) -> Vendor:
 
 
 def host_for(
-    *, gpu_cc: Sequence[str] = (), driver: str | None = None, arch: str | None = None, vendor: str | None = None, brand: str | None = None
+    *,
+    gpu_cc: Sequence[str] = (),
+    driver: str | None = None,
+    arch: str | None = None,
+    vendor: str | None = None,
+    brand: str | None = None,
+    gfx: Sequence[str] = (),
 ) -> FitHost:
     """The host `builder fit` judges for: detected, with the options in place of what they name.
     Nothing is detected when the options already say it all (GPUs and driver, or no GPU), so a
     described host never waits on this machine's nvidia-smi."""
-    described = (bool(gpu_cc) and driver is not None) or vendor == "none"
-    return given(None if described else detect(), gpu_cc=gpu_cc, driver=driver, arch=arch, vendor=vendor, brand=brand)
+    described = (bool(gpu_cc) and driver is not None) or vendor == "none" or bool(gfx)
+    return given(None if described else detect(), gpu_cc=gpu_cc, driver=driver, arch=arch, vendor=vendor, brand=brand, gfx=gfx)

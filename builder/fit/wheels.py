@@ -29,7 +29,7 @@ import zipfile
 from collections import Counter
 from pathlib import Path
 
-from builder.fit import scan
+from builder.fit import offload, scan
 from builder.model.locked_fit import Compiler, Library, WheelCode
 
 MAX_MEMBERS = 100_000
@@ -38,6 +38,8 @@ MAX_TOTAL = 40 * 2**30  # uncompressed shared libraries of one wheel
 LOAD_TIMEOUT_S = 60
 CHUNK = 1 << 22
 _SITE = ("purelib", "platlib")
+# A wheel that links one of these is a ROCm wheel: its NEEDED are kept (what the base must provide).
+ROCM_SONAMES = ("libamdhip64.so", "libhsa-runtime64.so", "librocblas.so", "libMIOpen.so", "librccl.so")
 _MACHINES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
 
 
@@ -82,6 +84,9 @@ def read_wheel(path: Path, sha256: str, filename: str, work: Path) -> WheelCode:
     compilers: list[Compiler] = []
     foreign: list[str] = []
     tops: set[str] = set()
+    amd: list[tuple[str, tuple[tuple[str, int], ...]]] = []
+    needs: set[str] = set()
+    own: set[str] = set()
     try:
         archive = zipfile.ZipFile(path)
     except (zipfile.BadZipFile, OSError) as exc:
@@ -114,6 +119,16 @@ def read_wheel(path: Path, sha256: str, filename: str, work: Path) -> WheelCode:
             if found:
                 counted = Counter(found)
                 libraries.append(Library(where, tuple(sorted((*key, n) for key, n in counted.items()))))
+            own.add(name)
+            try:
+                targets = offload.read(str(copy))
+                needs.update(offload.needed(str(copy)))
+            except (offload.NotCode, OSError):
+                targets = []
+            except offload.Bounded as exc:
+                raise BadWheel(f"{filename}: {where}: {exc}") from None
+            if targets:
+                amd.append((where, tuple(sorted(Counter(targets).items()))))
             kind = "cudart" if name.startswith("libcudart.so") else "nvrtc" if name.startswith("libnvrtc.so") else None
             if kind is not None:
                 if not loadable:
@@ -125,7 +140,19 @@ def read_wheel(path: Path, sha256: str, filename: str, work: Path) -> WheelCode:
                     elif answer is not None:
                         compilers.append(Compiler(where, answer[0], answer[1]))
             copy.unlink()
-    return WheelCode(sha256, filename, machine, tuple(libraries), tuple(cudart), tuple(compilers), tuple(foreign), tuple(sorted(tops)))
+    amd_needs = tuple(sorted(needs - own)) if amd or any(n.startswith(ROCM_SONAMES) for n in needs) else ()
+    return WheelCode(
+        sha256,
+        filename,
+        machine,
+        tuple(libraries),
+        tuple(cudart),
+        tuple(compilers),
+        tuple(foreign),
+        tuple(sorted(tops)),
+        offload=tuple(amd),
+        needs=amd_needs,
+    )
 
 
 _LOADER = """

@@ -28,8 +28,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from builder.model import amd_fit, measured_fit
 from builder.model import jsonfields as jf
-from builder.model import measured_fit
+from builder.model.amd_fit import AmdFit
 from builder.model.measured_fit import MeasuredFit
 from builder.model.versions import cc_tuple
 
@@ -86,9 +87,17 @@ class WheelCode:
     nvrtc: tuple[Compiler, ...]
     foreign: tuple[str, ...]  # libcudart/libnvrtc paths not loadable on the machine that read it: read from the twin
     tops: tuple[str, ...]  # the top-level names it installs into site-packages (torch, nvidia, ...)
+    # AMD code objects per library (fit/offload.py: path -> (target ID, count)), and the sonames its
+    # libraries load (ELF NEEDED) that none of its own libraries is: read for ROCm wheels
+    offload: tuple[tuple[str, tuple[tuple[str, int], ...]], ...] = ()
+    needs: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
+        extra: dict[str, Any] = {}
+        if self.offload or self.needs:
+            extra = {"offload": {path: dict(targets) for path, targets in self.offload}, "needs": list(self.needs)}
         return {
+            **extra,
             "schema": READING_SCHEMA,
             "sha256": self.sha256,
             "filename": self.filename,
@@ -120,9 +129,11 @@ class LockedFit:
     folders: tuple[tuple[str, tuple[str, ...]], ...]  # framework -> its package folders
     fit: MeasuredFit | None
     unknown: str | None = None  # what the wheels cannot tell, when `fit` is None
+    amd: AmdFit | None = None  # a ROCm image's: the AMD targets of its libraries' code objects
 
     def to_json(self) -> dict[str, Any]:
         return {
+            **({"amd": self.amd.to_json()} if self.amd else {}),
             "generated": HEADER,
             "schema": SCHEMA,
             "image": self.image,
@@ -214,7 +225,7 @@ def variant_properties(runs_on: tuple[str, ...], require_cuda: str | None) -> tu
 def from_json(data: Any, fail: jf.Fail) -> LockedFit:
     """A fit.json as `builder lock` writes it; anything else is `fail`'s one-line refusal."""
     doc = jf.obj(data, "the document", fail)
-    known = {"generated", "schema", "image", "lock", "wheels", "folders", "fit", "unknown"}
+    known = {"generated", "schema", "image", "lock", "wheels", "folders", "fit", "unknown", "amd"}
     unknown_keys = sorted(set(doc) - known)
     if unknown_keys or doc.get("schema") != SCHEMA:
         raise fail(f"not a fit.json of schema {SCHEMA} (keys {', '.join(unknown_keys[:3]) or 'ok'}, schema {doc.get('schema')!r})")
@@ -229,7 +240,8 @@ def from_json(data: Any, fail: jf.Fail) -> LockedFit:
     fit_in = doc.get("fit")
     fit = None if fit_in is None else measured_fit.from_json(fit_in, "fit", fail)
     unknown = jf.optional_text(doc.get("unknown"), "unknown", fail)
-    if fit is None and not unknown:
+    amd = None if doc.get("amd") is None else amd_fit.from_json(doc["amd"], "amd", fail)
+    if fit is None and not unknown and amd is None:
         raise fail("'fit' is null and 'unknown' does not say why")
     return LockedFit(
         image=jf.text(doc.get("image"), "image", fail),
@@ -238,6 +250,7 @@ def from_json(data: Any, fail: jf.Fail) -> LockedFit:
         folders=tuple((str(name), jf.texts(paths, f"folders.{name}", fail)) for name, paths in sorted(folders.items())),
         fit=fit,
         unknown=unknown,
+        amd=amd,
     )
 
 
@@ -283,7 +296,17 @@ def reading_from_json(data: Any, fail: jf.Fail) -> WheelCode:
             Compiler(jf.text(item.get("path"), "nvrtc.path", fail), jf.text(item.get("version"), "nvrtc.version", fail), tuple(archs))
         )
     cudart = jf.obj(doc.get("cudart"), "reading.cudart", fail)
+    offload = []
+    for path, targets in sorted(jf.obj(doc.get("offload", {}), "reading.offload", fail).items()):
+        items = jf.obj(targets, f"reading.offload.{path}", fail)
+        if len(items) > amd_fit.MAX_TARGETS or not all(
+            isinstance(k, str) and amd_fit.TARGET.fullmatch(k) and type(n) is int and n >= 1 for k, n in items.items()
+        ):
+            raise fail("'reading.offload' must map each library to target IDs like gfx90a and their counts")
+        offload.append((str(path), tuple(sorted(items.items()))))
     return WheelCode(
+        offload=tuple(offload),
+        needs=jf.texts(doc.get("needs", []), "reading.needs", fail),
         sha256=sha,
         filename=jf.text(doc.get("filename"), "reading.filename", fail),
         machine=jf.text(doc.get("machine"), "reading.machine", fail),

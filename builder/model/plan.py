@@ -6,6 +6,7 @@ rules, plan, render) can pass records around without any I/O.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -44,12 +45,15 @@ class Base:
     local_repository: str = "builder-base"  # where bootstrapped bases are tagged; tests use their own
     platforms: tuple[str, ...] = (AMD64,)  # the platforms it exists for (matrix.yaml `platforms:`)
     platform: str = AMD64  # the one a combination of it is for: the expansion makes one copy per platform
+    packages: tuple[str, ...] = ()  # a bootstrapped base's Debian packages beside those every base has (engine/bootstrap.py PACKAGES)
 
     @property
     def local_tag(self) -> str:
-        """Tag of a bootstrapped base inside the local engine: one per OS and platform, shared by every
-        base bootstrapped from it (a cpu base and a CUDA-from-wheels base of Debian 12 use the same)."""
-        return f"{self.local_repository}/{self.os}{platform_suffix(self.platform)}:latest"
+        """Tag of a bootstrapped base inside the local engine: one per OS, platform and package set, shared
+        by every base bootstrapped from it (a cpu base and a CUDA-from-wheels base of Debian 12 use the
+        same); a base that adds packages (Debian's ROCm) gets its own, named after its package set."""
+        extra = "-" + hashlib.sha256(" ".join(self.packages).encode()).hexdigest()[:12] if self.packages else ""
+        return f"{self.local_repository}/{self.os}{extra}{platform_suffix(self.platform)}:latest"
 
     @property
     def cuda_from_wheels(self) -> bool:

@@ -26,6 +26,7 @@ ACCEL_VERSION = re.compile(r"^[0-9]{1,2}\.[0-9]{1,2}(?:\.[0-9]{1,3})?$")
 PEP440_STRICT = re.compile(r"^[0-9]+(?:\.[0-9]+){0,3}(?:(?:a|b|rc)[0-9]+)?(?:\.post[0-9]+)?(?:\.dev[0-9]+)?$")
 NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 OS = re.compile(r"^[a-z]+[0-9]+(?:\.[0-9]+)?$")
+DEB_PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]{1,62}$")  # Debian policy 5.6.1: a package name
 URL = re.compile(r"^(?:https?|file)://[A-Za-z0-9._~:/?#\[\]@!&'()*+,=%-]+$")
 _UNSAFE = re.compile(r"[\s'\"`$;\\]")
 

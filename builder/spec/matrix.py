@@ -26,10 +26,11 @@ TOP_KEYS = (
     "cuda_exceptions", "keep_older_gpus",
 )  # fmt: skip
 REQUIRED_TOP = ("registry", "bases", "python", "frameworks", "stacks")
-BASE_KEYS = ("vendor", "version", "os", "image", "digest", "bootstrap", "platforms")
+BASE_KEYS = ("vendor", "version", "os", "image", "digest", "bootstrap", "platforms", "packages")
 BOOTSTRAPS = ("debootstrap",)
 RULE_FIELDS = ("base", "stack", "python", "vendor", "platform")  # and every framework of the registry in force
 BUILD_KEYS = ("ca_bundle",)
+ROCM_DEBIAN = ("debian13",)  # the Debian releases with a ROCm user space of their own (5.7.1 in trixie)
 MAX_COMBINATIONS = 100_000  # planning more is a mistake: every combination is decided and listed
 
 
@@ -207,10 +208,10 @@ def _bases(ctx: _Ctx, bases: LDict) -> tuple[Base, ...]:
                 raise ctx.fail(f"base '{name}': unknown bootstrap {bootstrap!r}; supported: debootstrap", spec.line_of("bootstrap"))
             if image is not None:
                 raise ctx.fail(f"base '{name}' has both 'image' and 'bootstrap'; keep one", spec.line_of("image"))
-            if vendor == "rocm" or not os_.startswith("debian"):
+            if not os_.startswith("debian") or (vendor == "rocm" and os_ not in ROCM_DEBIAN):
                 raise ctx.fail(
-                    f"base '{name}': debootstrap builds Debian bases for cpu images or CUDA from wheels (vendor: cpu or cuda, "
-                    "os: debian12); ROCm needs a rocm/* base image",
+                    f"base '{name}': debootstrap builds Debian bases for cpu images, CUDA from wheels (os: debian12, debian13) and "
+                    f"Debian's own ROCm user space (vendor: rocm, os: {', '.join(ROCM_DEBIAN)}); another ROCm needs a rocm/* base image",
                     spec.line_of("bootstrap"),
                 )
         elif image is None:
@@ -231,6 +232,12 @@ def _bases(ctx: _Ctx, bases: LDict) -> tuple[Base, ...]:
                     f"base '{name}' is bootstrapped locally; a digest pin applies to registry images only", spec.line_of("digest")
                 )
         platforms = _platforms(ctx, spec, name)
+        packages = _packages(ctx, spec, name, bootstrap)
+        if vendor == "rocm" and bootstrap is not None and not packages:
+            raise ctx.fail(
+                f"base '{name}' is a bootstrapped ROCm base: list its Debian ROCm packages under 'packages:' (e.g. [libamdhip64-5])",
+                spec.line_of("bootstrap"),
+            )
         out.append(
             Base(
                 name=name,
@@ -242,9 +249,29 @@ def _bases(ctx: _Ctx, bases: LDict) -> tuple[Base, ...]:
                 bootstrap=bootstrap,
                 line=line,
                 platforms=platforms,
+                packages=packages,
             )
         )
     return tuple(out)
+
+
+def _packages(ctx: _Ctx, spec: LDict, name: str, bootstrap: str | None) -> tuple[str, ...]:
+    """`packages: [libamdhip64-5]`: Debian packages a bootstrapped base adds to those every base has (its
+    recipe, so another local tag); they reach debootstrap's command line, so each is a Debian package name."""
+    if "packages" not in spec:
+        return ()
+    if bootstrap is None:
+        raise ctx.fail(
+            f"base '{name}' is an image base; 'packages:' adds Debian packages to a bootstrapped base only (put them in your image)",
+            spec.line_of("packages"),
+        )
+    items = ctx.seq(spec["packages"], f"base '{name}' packages", spec.line_of("packages"))
+    out = [
+        ctx.text(v, f"base '{name}' package", items.line_of(i), grammar.DEB_PACKAGE.fullmatch, "libamdhip64-5") for i, v in enumerate(items)
+    ]
+    if len(set(out)) != len(out):
+        raise ctx.fail(f"base '{name}' packages lists a package twice", items.line)
+    return tuple(sorted(out))
 
 
 def _platforms(ctx: _Ctx, spec: LDict, name: str) -> tuple[str, ...]:

@@ -129,6 +129,13 @@ class FitHostFlags:
         help="a GPU's compute capability, e.g. 8.6 (repeat for each GPU; default: nvidia-smi's)",
     )
     driver: str | None = option("--driver", metavar="VERSION", help="the NVIDIA driver, e.g. 550.54.15 (default: nvidia-smi's)")
+    gfx: tuple[str, ...] = option(
+        "--gfx",
+        "gfx",
+        multiple=True,
+        metavar="gfxNNN",
+        help="an AMD GPU's target as rocminfo names it, e.g. gfx942 (repeat for each GPU; default: kfd's)",
+    )
     cpu: str | None = option("--arch", "cpu", metavar="amd64|arm64", help="the host's CPU architecture (default: uname -m)")
     vendor: str | None = option("--vendor", type=click.Choice(["nvidia", "amd", "none"]), help="the host's GPU vendor (default: detected)")
     brand: str | None = option(
@@ -142,12 +149,13 @@ class FitHostFlags:
         """The host they describe (the detected one where they say nothing)."""
         from builder.fit import host as hosts
 
-        return hosts.host_for(gpu_cc=self.gpu_cc, driver=self.driver, arch=self.cpu, vendor=self.vendor, brand=self.brand)
+        return hosts.host_for(gpu_cc=self.gpu_cc, driver=self.driver, arch=self.cpu, vendor=self.vendor, brand=self.brand, gfx=self.gfx)
 
     def given(self) -> list[str]:
         """The options given, as typed (for a message that they would be ignored)."""
         given = {
             "--gpu-cc": bool(self.gpu_cc),
+            "--gfx": bool(self.gfx),
             "--driver": self.driver is not None,
             "--arch": self.cpu is not None,
             "--vendor": self.vendor is not None,

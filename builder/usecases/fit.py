@@ -28,6 +28,7 @@ from builder.compat.rules import below_lowest, framework, names, table
 from builder.compat.rules import cuda as rules_cuda
 from builder.fit import cuobjdump, fatbin, rule
 from builder.fit import driver as drivers
+from builder.fit import gfx as gfxs
 from builder.fit.arch import Arch, Embedded
 from builder.fit.host import FitHost
 from builder.fit.labelled import unpublished
@@ -35,6 +36,7 @@ from builder.fit.measure import embedded_of, nvrtc_of
 from builder.fit.runs_on import cuda_mm, cudnn_floor, record_arch, requirement_of
 from builder.fit.runs_on import framework_row as _row
 from builder.lock.files import libraries as locked_libraries
+from builder.model.amd_fit import AmdFit
 from builder.model.measured_fit import KNOWN_CCS, LibraryCode, MeasuredFit
 from builder.model.plan import ImageSpec
 from builder.model.versions import cc_tuple
@@ -197,10 +199,17 @@ def fit_planned(specs: Sequence[ImageSpec], query: str, host: FitHost) -> FitRep
         raise RunFailure(f"no planned image matches {query!r}; `builder plan` lists all {len(records)}")
     compat = table()
     why = {spec.id: not_measured(spec) for spec in specs}
-    return FitReport(host, tuple(_judge_planned(record, why[record.id], host, compat) for record in hits), planned=True)
+    amd = {spec.id: spec.locked_fit.amd if spec.locked_fit else None for spec in specs}
+    return FitReport(host, tuple(_judge_planned(record, why[record.id], host, compat, amd[record.id]) for record in hits), planned=True)
 
 
-def _judge_planned(record: KnownGood, why: str | None, host: FitHost, compat: Compat) -> RecordFit:
+def _judge_planned(record: KnownGood, why: str | None, host: FitHost, compat: Compat, amd: AmdFit | None = None) -> RecordFit:
+    if record.accelerator.kind == "rocm" and host.vendor == "amd" and record_arch(record) == host.arch:
+        if amd is None:
+            return RecordFit(
+                record.id, "unknown", f"not checked: {why or 'no fit.json measured from its locked wheels'} ({NOT_MEASURED})", False
+            )
+        return judge_amd(record, amd, host, compat)
     refused = _platform(record, host)
     if refused is not None:
         return refused
@@ -210,8 +219,9 @@ def _judge_planned(record: KnownGood, why: str | None, host: FitHost, compat: Co
 
 
 def not_measured(spec: ImageSpec) -> str | None:
-    """Why a planned CUDA image has no fit measured from its locked wheels; None when it has one."""
-    if spec.base.vendor != "cuda" or (spec.locked_fit is not None and spec.locked_fit.fit is not None):
+    """Why a planned CUDA or ROCm image has no fit measured from its locked wheels; None when it has one."""
+    found = spec.locked_fit
+    if spec.base.vendor not in ("cuda", "rocm") or (found is not None and (found.fit is not None or found.amd is not None)):
         return None
     if spec.lock is None:
         return f"it has no lock ({spec.unlocked or 'run `builder lock`'}), so no wheels to measure"
@@ -381,6 +391,49 @@ def _jit_refusal(fit: MeasuredFit, device: Arch, label: str, name: str, release:
     cc, nvrtc = (device.major, device.minor), nvrtc_of(compiler)
     why = framework(name).jit_refusal(cc, nvrtc, release, compat) if name in names() else below_lowest(cc, nvrtc)
     return f"{label} {why}: {device.named} cannot run it" if why else None
+
+
+def judge_amd(record: KnownGood, amd: AmdFit, host: FitHost, compat: Compat) -> RecordFit:
+    """A ROCm image on AMD GPUs, from its measured code objects: every GPU against every library each
+    framework loads (fit/gfx.py: the exact processor or a generic target, xnack/sramecc modes); the
+    first refusal wins, naming the library. What the code objects cannot say stays `unknown`: the
+    base's own ROCm libraries (rocBLAS, MIOpen: AMD builds them for the GPUs its ROCm release
+    supports, compat.yaml rocm.releases) and the kernels a framework compiles at run time (CuPy's
+    hiprtc, whose targets are that ROCm runtime's)."""
+    source = MEASURED_WHEELS if amd.reader == "wheels" else MEASURED
+    if not host.gpus:
+        return RecordFit(record.id, "unknown", f"not checked: the GPUs (none detected or given; give --gfx) ({source})", True)
+    release = compat.rocm.release(amd.rocm) if amd.rocm else None
+    libraries = {lib.path: lib for lib in amd.libraries}
+    said: list[str] = []
+    unknown: list[str] = []
+    for entry in amd.frameworks:
+        label = f"{entry.name} {record.frameworks.get(entry.name, '')}".strip()
+        for device in host.gpus:
+            for path in dict.fromkeys(entry.libraries):
+                library = libraries[path]
+                verdict = gfxs.judge_library(Path(path).name, [t for t, _ in library.targets], device, compat.rocm)
+                if verdict.status == "does not fit":
+                    return RecordFit(record.id, "does not fit", f"{label}: {verdict.reason}: {device} cannot run it ({source})", True)
+                if verdict.status == "unknown":
+                    unknown.append(verdict.reason)
+            processor = device.split(":")[0]
+            if release is None:
+                unknown.append(f"whether ROCm {amd.rocm} supports {processor} (compat.yaml rocm.releases has no row)")
+            elif processor not in release.gfx:
+                jit = ", and the kernels it compiles at run time (hiprtc) are that runtime's" if entry.jit else ""
+                unknown.append(
+                    f"its base's ROCm {release.rocm} libraries are built for the GPUs AMD supports on it ({' '.join(release.gfx)}), "
+                    f"not {processor}{jit}"
+                )
+        how = f"the code objects of its {len(entry.libraries)} libraries" if entry.libraries else "no code objects of its own"
+        jit = f" and ROCm {amd.rocm}'s hiprtc compiling its kernels at run time" if entry.jit else ""
+        said.append(f"{label} runs on {' '.join(host.gpus)} through {how}{jit}; its base's ROCm {amd.rocm} supports them")
+    if unknown:
+        listed = list(dict.fromkeys(unknown))
+        more = f" (+{len(listed) - 3} more)" if len(listed) > 3 else ""
+        return RecordFit(record.id, "unknown", f"not checked: {'; '.join(listed[:3])}{more} ({source})", True)
+    return RecordFit(record.id, "fits", f"{'; '.join(said)} ({source})", True)
 
 
 def _vendor_label(host: FitHost) -> str:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from builder.compat import rocm
 from builder.compat.facts import Compat
 from builder.compat.rules import framework, table
 from builder.engine import staging
@@ -34,6 +35,7 @@ from builder.lock import children
 from builder.lock.resolve import sources
 from builder.lock.target import target_for
 from builder.lock.wheels import IndexFile, pick, pins, target_tags, twin_of
+from builder.model.amd_fit import AmdFit, AmdFramework, AmdLibrary
 from builder.model.locked_fit import LockedFit, WheelCode, WheelRead, lock_digest, reading_from_json, scan_output
 from builder.model.measured_fit import MeasuredFit
 from builder.model.plan import ImageSpec
@@ -46,6 +48,7 @@ from builder.util.fsio import read_json
 from builder.workspace import Workspace
 
 READER = "wheels"  # MeasuredFit.reader of a fit measured from the locked wheels
+OFFLOAD_READER = "wheels"  # AmdFit.reader of one measured from the locked wheels (fit/offload.py on their members)
 BASE_PROJECTS = {"cudart": "nvidia-cuda-runtime", "nvrtc": "nvidia-cuda-nvrtc"}  # -cuNN up to CUDA 12
 
 
@@ -66,8 +69,8 @@ Done = Callable[[MeasureResult], None]
 
 
 def measured(spec: ImageSpec) -> bool:
-    """Whether an image has a fit to measure from its lock: a CUDA image with a lock."""
-    return spec.base.vendor == "cuda" and spec.lock is not None
+    """Whether an image has a fit to measure from its lock: a CUDA or ROCm image with a lock."""
+    return spec.base.vendor in ("cuda", "rocm") and spec.lock is not None
 
 
 def stale(spec: ImageSpec, compat: Compat) -> str | None:
@@ -81,7 +84,7 @@ def stale(spec: ImageSpec, compat: Compat) -> str | None:
     if found.lock != lock_digest(spec.lock.text):
         return "fit.json was measured from another lock"
     again = derive(spec, found.wheels, found.folders, compat)
-    if (again.fit, again.unknown) != (found.fit, found.unknown):
+    if (again.fit, again.unknown, again.amd) != (found.fit, found.unknown, found.amd):
         return "fit.json is not what its wheels' readings give by today's rules"
     return None
 
@@ -93,6 +96,8 @@ def derive(
     framework's rule for what it compiles at run time; None with the reason where a framework's
     wheels cannot tell how it compiles."""
     assert spec.lock is not None
+    if spec.base.vendor == "rocm":
+        return LockedFit(spec.id, lock_digest(spec.lock.text), wheels_read, folders, None, None, amd_of(spec, wheels_read, folders))
     pinned = dict(spec.lock.pins)
     doc = scan_output(wheels_read, folders)
     unknown = next((why for name in sorted(spec.versions) if framework(name).jit and (why := framework(name).jit_unknown(pinned))), None)
@@ -104,6 +109,47 @@ def derive(
     if unknown is None:
         fit = replace(measure.parse(json.dumps(doc), measure.jit_rules(spec.versions, compat), compat, 0.0), reader=READER)
     return LockedFit(spec.id, lock_digest(spec.lock.text), wheels_read, folders, fit, unknown)
+
+
+def amd_of(spec: ImageSpec, wheels_read: tuple[WheelRead, ...], folders: tuple[tuple[str, tuple[str, ...]], ...]) -> AmdFit:
+    """A ROCm image's AMD fit from its locked wheels' code objects (pure): each framework loads its own
+    package folders' libraries and every shared one (never another framework's), as fit/measure.py
+    decides for CUDA; one that compiles at run time (CuPy: hiprtc) depends on the base's ROCm too."""
+    libraries = sorted(
+        (AmdLibrary(path, targets) for w in wheels_read if w.role == "locked" for path, targets in w.code.offload), key=lambda lib: lib.path
+    )
+    owned = {name: paths for name, paths in folders}
+
+    def mine(path: str, roots: Sequence[str]) -> bool:
+        return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+
+    frameworks = []
+    for name in sorted(spec.versions):
+        others = [r for other, roots in owned.items() if other != name for r in roots]
+        loads = tuple(lib.path for lib in libraries if mine(lib.path, owned.get(name, ())) or not mine(lib.path, others))
+        frameworks.append(AmdFramework(name, loads, framework(name).jit))
+    return AmdFit(OFFLOAD_READER, spec.base.version, tuple(libraries), tuple(frameworks))
+
+
+def needs_problem(spec: ImageSpec, wheels_read: Sequence[WheelRead], compat: Compat) -> str | None:
+    """Why a ROCm image's locked wheels cannot run on its base, read from the wheels themselves: a
+    soname their libraries load (ELF NEEDED) that neither the base (compat.yaml rocm.sonames), the OS
+    nor another locked wheel provides, or a wheel whose NEEDED differs from its compat.yaml
+    rocm.wheels row (the row the plan decided by is out of date). None when all hold."""
+    facts = compat.rocm
+    have = set(rocm.provided(spec.base, facts) or ()) | set(facts.os_sonames)
+    for wheel in (w for w in wheels_read if w.role == "locked" and w.code.needs):
+        needs = {n for n in wheel.code.needs if n not in facts.os_sonames}
+        row = facts.wheel(wheel.name, wheel.version)
+        if row is not None and needs != set(row.needs):
+            return (
+                f"{wheel.name}=={wheel.version}: its ELF NEEDED ({', '.join(sorted(needs))}) is not what compat.yaml rocm.wheels "
+                f"says ({', '.join(row.needs)}); correct the row from the wheel"
+            )
+        absent = sorted(needs - have)
+        if absent:
+            return f"{wheel.name}=={wheel.version} loads {', '.join(absent)} (its ELF NEEDED), which base {spec.base.name} does not provide"
+    return None
 
 
 class Readings:
@@ -213,6 +259,10 @@ def measure_one(spec: ImageSpec, run: _Run, compat: Compat) -> LockedFit:
                 )
             found.append(WheelRead(wheel.name, wheel.version, "twin", run.read(twin, twin.sha256)))
     found += _base_readings(spec, found, run, machine)
+    if spec.base.vendor == "rocm":
+        problem = needs_problem(spec, found, compat)
+        if problem is not None:
+            raise MeasureFailed(problem)
     tops = {top for wheel in found if wheel.role == "locked" for top in wheel.code.tops}
     folders = tuple((name, (name,) if name in tops else ()) for name in sorted(spec.versions))
     return derive(spec, tuple(found), folders, compat)
@@ -221,7 +271,7 @@ def measure_one(spec: ImageSpec, run: _Run, compat: Compat) -> LockedFit:
 def _base_readings(spec: ImageSpec, found: Sequence[WheelRead], run: _Run, machine: str) -> list[WheelRead]:
     """The libcudart and libnvrtc of an nvidia/cuda base, for an image whose wheels bring none: read
     from the PyPI wheel of the base's CUDA minor (its newest release of that minor for this machine)."""
-    if spec.base.bootstrap is not None or not spec.base.image or not spec.base.version:
+    if spec.base.vendor != "cuda" or spec.base.bootstrap is not None or not spec.base.image or not spec.base.version:
         return []
     locked = [w.code for w in found if w.role == "locked"]
     has = {

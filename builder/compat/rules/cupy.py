@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from packaging.version import Version
 
+from builder.compat import rocm
 from builder.compat.facts import Compat
 from builder.compat.requires import Meta
 from builder.compat.rules import Cc, Framework, Nvrtc, Row, below_lowest
@@ -17,7 +18,7 @@ from builder.model.plan import Base, Install, Verdict
 from builder.model.versions import in_range, mm, newest_at_or_below, span
 from builder.util.yamlsrc import LDict
 
-SECTION_KEYS = ("releases", "rocm_note")
+SECTION_KEYS = ("releases", "rocm", "rocm_note")
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class CupyRelease:
 class CupyFacts:
     releases: tuple[CupyRelease, ...]  # each applies from `release` up to the next row
     rocm_note: str
+    rocm: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()  # from release -> (ROCm minor, package)
 
 
 def load(t: Table, section: LDict) -> CupyFacts:
@@ -57,7 +59,15 @@ def load(t: Table, section: LDict) -> CupyFacts:
                 jit_max=_jit_max(t, row.get("jit_max", {}), row.line),
             )
         )
-    return CupyFacts(releases=tuple(out), rocm_note=str(t.section(section, "rocm_note")))
+    rocm = []
+    for row in t.rows(t.section(section, "rocm"), ("release", "rocm"), "release", section.line):
+        packages = row["rocm"]
+        if not isinstance(packages, dict) or not all(
+            re.fullmatch(r"\d+\.\d+", str(k)) and str(v).startswith("cupy-rocm-") for k, v in packages.items()
+        ):
+            raise t.fail('cupy rocm must map a ROCm minor to a cupy-rocm-X-Y package, e.g. {"7.0": cupy-rocm-7-0}', row.line)
+        rocm.append((str(row["release"]), tuple(sorted((str(k), str(v)) for k, v in packages.items()))))
+    return CupyFacts(releases=tuple(out), rocm_note=str(t.section(section, "rocm_note")), rocm=tuple(rocm))
 
 
 def _jit_max(t: Table, value: object, line: int) -> tuple[tuple[str, str], ...]:
@@ -83,8 +93,6 @@ def decide_cupy(base: Base, python: str, version: str, compat: Compat) -> Verdic
     facts = compat.facts(CupyFacts)
     if base.vendor == "cpu":
         return Verdict.no("cupy is a GPU array library with no CPU build; use a CUDA base")
-    if base.vendor == "rocm":
-        return Verdict.no(facts.rocm_note)
     assert base.version is not None
     i = newest_at_or_below(version, [row.release for row in facts.releases])
     if i is None:
@@ -94,6 +102,8 @@ def decide_cupy(base: Base, python: str, version: str, compat: Compat) -> Verdic
         return Verdict.no(f"cupy {version} is not in the compatibility table; add its row to builder/compat/data/compat.yaml")
     if not in_range(python, row.python):
         return Verdict.no(f"cupy {version} supports Python {span(row.python)}; this image has Python {python}")
+    if base.vendor == "rocm":
+        return _rocm(base, version, row, compat)
     major = str(mm(base.version)[0])
     package = dict(row.packages).get(major)
     if package is None:
@@ -117,6 +127,27 @@ def decide_cupy(base: Base, python: str, version: str, compat: Compat) -> Verdic
         built_cuda=major,
         numpy_min=row.numpy[0],
         numpy_max=row.numpy[1],
+    )
+    return Verdict(ok=True, install=install)
+
+
+def _rocm(base: Base, version: str, row: CupyRelease, compat: Compat) -> Verdict:
+    """cupy-rocm-X-Y for the base's ROCm minor, when this release publishes one and the base provides
+    every library its extension modules load (compat/rocm.py `missing`, from the wheel's ELF NEEDED)."""
+    assert base.version is not None
+    facts = compat.facts(CupyFacts)
+    i = newest_at_or_below(version, [start for start, _ in facts.rocm])
+    packages = dict(facts.rocm[i][1]) if i is not None else {}
+    minor = "{}.{}".format(*mm(base.version))
+    package = packages.get(minor)
+    if package is None:
+        have = ", ".join(f"{p} (ROCm {m})" for m, p in sorted(packages.items())) or "none"
+        return Verdict.no(f"{facts.rocm_note}; cupy {version} has {have}, nothing for base {base.name} (ROCm {base.version})")
+    why = rocm.missing(((package, version),), base, compat.rocm)
+    if why is not None:
+        return Verdict.no(why)
+    install = Install(
+        "cupy", version, (f"{package}=={version}",), variant=package.removeprefix("cupy-"), numpy_min=row.numpy[0], numpy_max=row.numpy[1]
     )
     return Verdict(ok=True, install=install)
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from builder.compat import rocm
 from builder.compat.facts import Compat
 from builder.compat.requires import Meta, extras, pinned, requirements
 from builder.compat.rules import COMPAT_FILE, Framework, Placed, Row
@@ -107,7 +108,7 @@ def decide_jax(base: Base, python: str, version: str, compat: Compat) -> Verdict
         )
     assert base.version is not None
     if base.vendor == "rocm":
-        return _rocm(base, version, facts, numpy_min)
+        return _rocm(base, version, facts, numpy_min, compat.rocm)
     return _cuda(base, version, band, facts, numpy_min)
 
 
@@ -133,7 +134,7 @@ def _cuda(base: Base, version: str, band: JaxBand, facts: JaxFacts, numpy_min: s
     return Verdict(ok=True, install=install)
 
 
-def _rocm(base: Base, version: str, facts: JaxFacts, numpy_min: str | None) -> Verdict:
+def _rocm(base: Base, version: str, facts: JaxFacts, numpy_min: str | None, rocm_facts: rocm.RocmFacts) -> Verdict:
     assert base.version is not None
     plugin = next((p for p in facts.rocm_plugins if Version(p.start) <= Version(version) <= Version(p.until)), None)
     if plugin is None:
@@ -146,6 +147,11 @@ def _rocm(base: Base, version: str, facts: JaxFacts, numpy_min: str | None) -> V
             f"jax {version}'s ROCm plugin ({plugin.plugin}) is built for ROCm {plugin.rocm} and must match the host ROCm; "
             f"base {base.name} is ROCm {base.version}"
         )
+    pjrt = plugin.plugin.replace("-plugin", "-pjrt")
+    loads = [(plugin.plugin, version), *([(pjrt, version)] if "." not in plugin.rocm else [])]  # the rocm7 plugin's XLA is its -pjrt wheel
+    why = rocm.missing(loads, base, rocm_facts)
+    if why is not None:
+        return Verdict.no(why)
     pins = (f"jax=={version}", f"jaxlib=={version}", f"{plugin.plugin}=={version}")
     install = Install("jax", version, pins, variant=f"rocm{base.version}", numpy_min=numpy_min)
     return Verdict(ok=True, install=install)
