@@ -208,7 +208,7 @@ def test_plan_json_and_explain_carry_the_platform(write_matrix: WriteMatrix, cli
 
 def test_image_json_names_the_platform_only_off_amd64(two: Plan) -> None:
     for spec in two.images:
-        entry = image_entry(spec)
+        entry = image_entry(spec).to_json()
         assert ("platform" in entry) == (spec.platform != AMD64)
         if spec.platform != AMD64:
             assert entry["platform"] == spec.platform

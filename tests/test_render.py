@@ -306,7 +306,7 @@ def test_no_command_substitution_in_run_lines(rendered: Rendered) -> None:
 
 def test_image_json_is_the_plan_entry(rendered: Rendered) -> None:
     for spec in rendered.plan.images:
-        assert json.loads(rendered.files[spec.id]["image.json"]) == json.loads(json.dumps(image_entry(spec)))
+        assert json.loads(rendered.files[spec.id]["image.json"]) == json.loads(json.dumps(image_entry(spec).to_json()))
 
 
 def test_content_hash_is_the_hash_of_the_build_context(rendered: Rendered) -> None:

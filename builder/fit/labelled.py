@@ -98,17 +98,13 @@ def _version(ref: str, labels: Mapping[str, str], name: str) -> str | None:
 
 def _frameworks(ref: str, value: str) -> tuple[tuple[str, str], ...]:
     """`torch=2.14.1,numpy=2.4.6` as pairs."""
-    pairs = []
-    for item in value.split(",")[: MAX_FRAMEWORKS + 1]:
-        name, eq, version = item.partition("=")
-        if not eq or not grammar.NAME.fullmatch(name) or not grammar.is_version(version):
-            raise UserError(
-                f"--image {ref}: label {lb.FRAMEWORKS_LABEL}={value[:80]!r} is not name=version,...; rebuild it with this builder"
-            )
-        pairs.append((name, version))
-    if len(pairs) > MAX_FRAMEWORKS:
+    pairs = lb.parse_frameworks_label(value, MAX_FRAMEWORKS)
+    if pairs is not None:
+        return pairs
+    first = ",".join(value.split(",")[: MAX_FRAMEWORKS + 1])  # all well formed, only too many
+    if lb.parse_frameworks_label(first, MAX_FRAMEWORKS + 1) is not None:
         raise UserError(f"--image {ref}: label {lb.FRAMEWORKS_LABEL} lists more than {MAX_FRAMEWORKS} frameworks")
-    return tuple(pairs)
+    raise UserError(f"--image {ref}: label {lb.FRAMEWORKS_LABEL}={value[:80]!r} is not name=version,...; rebuild it with this builder")
 
 
 def as_record(image: LabelledImage) -> KnownGood:

@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass
 
 from builder.compat.facts import Compat
+from builder.model.image_entry import LockState
 from builder.model.plan import AMD64, ARM64, ImageSpec
 from builder.util.errors import UserError
 
@@ -68,7 +69,7 @@ def target_for(spec: ImageSpec, compat: Compat) -> LockTarget:
     )
 
 
-def lock_state(spec: ImageSpec, compat: Compat) -> str:
+def lock_state(spec: ImageSpec, compat: Compat) -> LockState:
     """locked | stale (its inputs changed) | missing | unlocked (matrix.yaml lets it build without one)."""
     if spec.lock is not None:
         return "locked" if spec.lock.inputs == target_for(spec, compat).inputs else "stale"

@@ -10,14 +10,13 @@ the engine builds changes.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
 
 import jinja2
 
 from builder.lock.files import LOCK_NAME
+from builder.model.image_entry import ImageEntry
 from builder.model.locked_fit import FIT_NAME
 from builder.model.plan import ImageSpec, Matrix
 from builder.render.templates import constraints, dockerfile, environment, requirements
@@ -60,8 +59,8 @@ def content_hash(files: Mapping[str, bytes]) -> str:
     return "sha256:" + digest.hexdigest()
 
 
-def image_json(entry: dict[str, Any]) -> bytes:
-    return (json.dumps(entry, indent=2, sort_keys=True) + "\n").encode()
+def image_json(entry: ImageEntry) -> bytes:
+    return entry.text().encode()
 
 
 def contexts(specs: Iterable[ImageSpec], matrix: Matrix, template_dirs: Iterable[Path] = ()) -> dict[str, Files]:

@@ -11,6 +11,7 @@ from builder.compat import lifecycle
 from builder.compat.rules import table
 from builder.lock.files import libraries
 from builder.lock.target import lock_state
+from builder.model.image_entry import BaseEntry, ImageEntry, RunsOnEntry
 from builder.model.locked_fit import variant_properties
 from builder.model.plan import AMD64, ImageSpec, Skipped, Vendor
 from builder.util.errors import UserError
@@ -36,7 +37,7 @@ def plan_json(images: tuple[ImageSpec, ...], skipped: tuple[Skipped, ...]) -> di
     only when it is not linux/amd64) and its lines' end-of-life dates, which are not part of image.json:
     a date passing must not change an image's content hash."""
     return {
-        "images": [{**image_entry(s), "platform": s.platform, **end_of_life(s)} for s in images],
+        "images": [{**image_entry(s).to_json(), "platform": s.platform, **end_of_life(s)} for s in images],
         "skipped": [skipped_entry(s) for s in skipped],
     }
 
@@ -76,36 +77,30 @@ def github_matrix(images: tuple[ImageSpec, ...]) -> dict[str, Any]:
     }
 
 
-def image_entry(spec: ImageSpec) -> dict[str, Any]:
+def image_entry(spec: ImageSpec) -> ImageEntry:
     """The plan JSON entry for an image (also written as images/<id>/image.json). `platform` is
     there only when it is not linux/amd64, so the amd64 images' image.json stay as they were."""
-    base: dict[str, Any] = {"name": spec.base.name, "vendor": spec.base.vendor, "os": spec.base.os}
-    for key in ("version", "image", "digest", "bootstrap"):
-        value = getattr(spec.base, key)
-        if value is not None:
-            base[key] = value
-    base["from"] = spec.base.from_ref
-    accel = {k: v for k, v in vars(spec.accelerator).items() if v is not None}
-    return {
-        "id": spec.id,
-        "tag": spec.tag,
-        "base": base,
-        "stack": spec.stack,
-        "python": spec.python,
-        "frameworks": dict(spec.frameworks),
-        "packages": list(spec.packages),
-        "index_urls": list(spec.index_urls),
-        "content_hash": spec.content_hash,
-        "accelerator": accel,
-        "variants": {i.framework: i.variant for i in spec.installs},
-        "cudnn": {i.framework: i.cudnn for i in spec.installs if i.cudnn},
-        "notes": [note for i in spec.installs for note in i.notes],
-        "warnings": list(spec.warnings),
-        "lock": lock_state(spec, table()),
-        "libraries": libraries(spec.lock) if spec.lock else {},
+    b = spec.base
+    return ImageEntry(
+        id=spec.id,
+        tag=spec.tag,
+        base=BaseEntry(b.name, b.vendor, b.os, b.from_ref, b.version, b.image, b.digest, b.bootstrap),
+        stack=spec.stack,
+        python=spec.python,
+        frameworks=dict(spec.frameworks),
+        packages=spec.packages,
+        index_urls=spec.index_urls,
+        content_hash=spec.content_hash,
+        accelerator=spec.accelerator,
+        variants={i.framework: i.variant for i in spec.installs},
+        cudnn={i.framework: i.cudnn for i in spec.installs if i.cudnn},
+        notes=tuple(note for i in spec.installs for note in i.notes),
+        warnings=spec.warnings,
+        lock=lock_state(spec, table()),
+        libraries=libraries(spec.lock) if spec.lock else {},
+        platform=spec.platform,
         **runs_on_entry(spec),
-        **({"platform": spec.platform} if spec.platform != AMD64 else {}),
-    }
+    )
 
 
 def runs_on_entry(spec: ImageSpec) -> dict[str, Any]:
@@ -117,13 +112,15 @@ def runs_on_entry(spec: ImageSpec) -> dict[str, Any]:
     if measured is None:
         return {}
     if measured.fit is None:
-        return {"runs_on": {"gpus": None, "unknown": measured.unknown, "source": "wheels"}}
+        return {"runs_on": RunsOnEntry(None, unknown=measured.unknown)}
     found = measured.runs_on or ()
-    entry: dict[str, Any] = {"runs_on": {"gpus": list(found), "ptx": measured.ptx, "source": "wheels"}}
-    if found:
-        entry["cc_min"] = measured.cc_min
-        entry["variant_properties"] = list(variant_properties(found, spec.accelerator.require_cuda))
-    return entry
+    if not found:
+        return {"runs_on": RunsOnEntry((), measured.ptx)}
+    return {
+        "runs_on": RunsOnEntry(found, measured.ptx),
+        "cc_min": measured.cc_min,
+        "variant_properties": variant_properties(found, spec.accelerator.require_cuda),
+    }
 
 
 def skipped_entry(skip: Skipped) -> dict[str, Any]:

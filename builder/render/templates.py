@@ -46,12 +46,12 @@ def environment(template_dirs: Iterable[Path] = ()) -> jinja2.Environment:
 
 def labels(spec: ImageSpec, source: str) -> list[tuple[str, str]]:
     """Labels known at render time; the content hash and git revision are added at build."""
-    frameworks = ",".join(f"{name}={version}" for name, version in spec.frameworks)
+    frameworks = lb.frameworks_label(spec.frameworks)
     out = [
-        ("org.opencontainers.image.title", spec.id),
-        ("org.opencontainers.image.version", frameworks),
-        ("org.opencontainers.image.source", source),
-        ("org.opencontainers.image.base.name", spec.base.from_ref),
+        (lb.TITLE_LABEL, spec.id),
+        (lb.VERSION_LABEL, frameworks),
+        (lb.SOURCE_LABEL, source),
+        (lb.BASE_NAME_LABEL, spec.base.from_ref),
         (lb.ID_LABEL, spec.id),
         (lb.STACK_LABEL, spec.stack),
         (lb.FRAMEWORKS_LABEL, frameworks),

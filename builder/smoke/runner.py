@@ -140,6 +140,12 @@ class Workdir:
         return self.path / "image.json"
 
     @property
+    def labels(self) -> Path:
+        """The image's labels as the engine reported them: the checks compare them with image.json
+        without asking the engine themselves."""
+        return self.path / "labels.json"
+
+    @property
     def junit(self) -> Path:
         return self.path / "junit.xml"
 
@@ -157,8 +163,8 @@ class Workdir:
 
     def prepare(self, spec: ImageSpec) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
-        self.image_json.write_text(json.dumps(image_entry(spec), sort_keys=True), encoding="utf-8")
-        for stale in (self.junit, self.probe_out, self.probe_raw):
+        self.image_json.write_text(image_entry(spec).text(indent=None), encoding="utf-8")
+        for stale in (self.junit, self.probe_out, self.probe_raw, self.labels):
             stale.unlink(missing_ok=True)
 
 
@@ -183,6 +189,7 @@ def checks_env(container_id: str, work: Workdir, attached: bool, timeout_s: int)
         {name: value for name, value in os.environ.items() if not name.startswith(CALLERS_PYTEST)},
         BUILDER_SMOKE_CONTAINER=container_id,
         BUILDER_SMOKE_IMAGE_JSON=str(work.image_json),
+        BUILDER_SMOKE_LABELS=str(work.labels),
         BUILDER_SMOKE_PROBE_RAW=str(work.probe_raw),
         BUILDER_SMOKE_PROBE_OUT=str(work.probe_out),
         BUILDER_SMOKE_GPU="1" if attached else "0",
@@ -223,7 +230,7 @@ def run_checks(engine: Engine, spec: ImageSpec, access: GpuAccess, host: HostInf
     with ThreadPoolExecutor(2) as pool, engine.container(run_spec(spec, access, host, timeout_s)) as container:
         container.start()
         # The probe is the long pole: start it now, while pytest is still starting up.
-        pool.submit(run_probe, container, timeout_s, image_entry(spec)["libraries"], work.probe_raw)
+        pool.submit(run_probe, container, timeout_s, image_entry(spec).libraries, work.probe_raw)
         fit = pool.submit(measure_fit, container, spec) if spec.base.vendor == "cuda" else None
         try:
             done = subprocess.run(
@@ -293,6 +300,7 @@ def smoke_one(engine: Engine, spec: ImageSpec, host: HostInfo, mode: str, timeou
         tested = engine.inspect_image(spec.tag)  # before the run: what the verdict is about
         if tested is None:
             raise NotFound(f"No such image: {spec.tag}")
+        work.labels.write_text(json.dumps(dict(tested.labels), sort_keys=True), encoding="utf-8")
         checked = run_checks(engine, spec, access, host, timeout_s, work)
         work.pytest_log.write_text(checked.output, encoding="utf-8")
         result = replace(

@@ -25,10 +25,13 @@ from typing import Any
 import pytest
 import testinfra
 
-from builder.model import probe_report
+from builder.model import image_entry, probe_report
+from builder.model import jsonfields as jf
+from builder.model.image_entry import ImageEntry
 from builder.model.probe_report import ProbeReport
 from builder.smoke.runner import probe_command
 from builder.util.errors import UserError
+from builder.util.fsio import read_json
 
 CONTAINER_ENV = "BUILDER_SMOKE_CONTAINER"
 COMMANDS = {
@@ -72,9 +75,24 @@ def host() -> Any:
 
 
 @pytest.fixture(scope="session")
-def spec() -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(Path(_need("BUILDER_SMOKE_IMAGE_JSON")).read_text(encoding="utf-8"))
-    return data
+def spec() -> ImageEntry:
+    """The plan's entry for the image under test (images/<id>/image.json), typed."""
+    path = _need("BUILDER_SMOKE_IMAGE_JSON")
+    try:
+        return image_entry.from_json(read_json(Path(path), image_entry.LIMIT, "image.json"), path)
+    except UserError as exc:
+        pytest.fail(str(exc))
+
+
+@pytest.fixture(scope="session")
+def labels() -> dict[str, str]:
+    """The image's labels as `builder test` inspected them through the engine port: the checks
+    never talk to the engine themselves."""
+    path = _need("BUILDER_SMOKE_LABELS")
+    try:
+        return jf.text_map(read_json(Path(path), image_entry.LIMIT, "image labels"), "labels", lambda what: UserError(f"{path}: {what}"))
+    except UserError as exc:
+        pytest.fail(str(exc))
 
 
 @pytest.fixture(scope="session")
@@ -93,7 +111,7 @@ def _started_probe(path: Path, timeout: int) -> SimpleNamespace:
 
 
 @pytest.fixture(scope="session")
-def runs(host: Any, spec: dict[str, Any]) -> Iterator[dict[str, Future[Any]]]:
+def runs(host: Any, spec: ImageEntry) -> Iterator[dict[str, Future[Any]]]:
     """Start hello-gpu (unless `builder test` already did) and every other command now, concurrently."""
     timeout = _timeout()
     started = os.environ.get("BUILDER_SMOKE_PROBE_RAW")
@@ -102,7 +120,7 @@ def runs(host: Any, spec: dict[str, Any]) -> Iterator[dict[str, Future[Any]]]:
         if started:
             futures["probe"] = pool.submit(_started_probe, Path(started), timeout)
         else:
-            futures["probe"] = pool.submit(host.run, shlex.join(probe_command(timeout, spec.get("libraries") or {})))
+            futures["probe"] = pool.submit(host.run, shlex.join(probe_command(timeout, spec.libraries)))
         yield futures
 
 

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import json
 import re
 from concurrent.futures import Future
 from typing import Any
 
-import docker
 import pytest
 
 from builder.compat.rules import framework
+from builder.model.image_entry import ImageEntry
 from builder.model.probe_report import ProbeReport
 from builder.probes.hello_gpu import release
+from builder.render import labels as lb
 
 GPU_VENDORS = ("cuda", "rocm")
 
@@ -21,10 +21,10 @@ def _public(version: str | None) -> str | None:
     return version.split("+")[0] if version else version
 
 
-def test_every_framework_imports_and_computes(probe: ProbeReport, spec: dict[str, Any]) -> None:
+def test_every_framework_imports_and_computes(probe: ProbeReport, spec: ImageEntry) -> None:
     """Collect every failure first, then fail once with all of them."""
     problems = []
-    for name in spec["frameworks"]:
+    for name in spec.frameworks:
         result = probe.frameworks.get(name)
         if result is None or result.status == "not-installed":
             problems.append(f"{name}: not installed in the image")
@@ -36,28 +36,28 @@ def test_every_framework_imports_and_computes(probe: ProbeReport, spec: dict[str
     assert not problems, "; ".join(problems)
 
 
-def test_gpu_verdicts_are_honest(probe: ProbeReport, spec: dict[str, Any], gpu_attached: bool) -> None:
+def test_gpu_verdicts_are_honest(probe: ProbeReport, spec: ImageEntry, gpu_attached: bool) -> None:
     """With a GPU every framework must pass on it; without one nothing may claim `passed`."""
-    statuses = {name: probe.frameworks[name].status for name in spec["frameworks"]}
-    if gpu_attached and spec["base"]["vendor"] in GPU_VENDORS:
+    statuses = {name: probe.frameworks[name].status for name in spec.frameworks}
+    if gpu_attached and spec.base.vendor in GPU_VENDORS:
         assert all(s == "passed" for s in statuses.values()), statuses
     else:
         assert all(s == "skipped" for s in statuses.values()), statuses
 
 
-def test_versions_equal_the_plan(probe: ProbeReport, spec: dict[str, Any]) -> None:
+def test_versions_equal_the_plan(probe: ProbeReport, spec: ImageEntry) -> None:
     mismatches = []
-    for name, planned in spec["frameworks"].items():
+    for name, planned in spec.frameworks.items():
         found = _public(probe.frameworks[name].version)
         if found != planned:
             mismatches.append(f"{name}: planned {planned}, found {found}")
-    for name, variant in spec.get("variants", {}).items():  # what each framework's own build report says (torch.version.cuda)
+    for name, variant in spec.variants.items():  # what each framework's own build report says (torch.version.cuda)
         found_build = probe.frameworks.get(name)
         if found_build and variant:
             mismatches += framework(name).build_mismatches(variant, found_build.build)
     python = probe.host.python
-    if not python.startswith(spec["python"] + "."):
-        mismatches.append(f"python: planned {spec['python']}, found {python}")
+    if not python.startswith(spec.python + "."):
+        mismatches.append(f"python: planned {spec.python}, found {python}")
     assert not mismatches, "; ".join(mismatches)
 
 
@@ -79,16 +79,16 @@ def _same_release(planned: str, found: str | None) -> bool:
     return release(found)[: len(want)] == want
 
 
-def test_cuda_proven_without_a_gpu(probe: ProbeReport, spec: dict[str, Any]) -> None:
+def test_cuda_proven_without_a_gpu(probe: ProbeReport, spec: ImageEntry) -> None:
     """Everything up to the device call: each framework's build targets the planned CUDA, its CUDA checks
     that need no GPU (a kernel compiled, cuDNN loaded) pass, and the CUDA libraries the lock pins load at
     exactly the pinned versions."""
-    if spec["base"]["vendor"] != "cuda":
-        pytest.skip(f"a {spec['base']['vendor']} image bundles no CUDA libraries")
+    if spec.base.vendor != "cuda":
+        pytest.skip(f"a {spec.base.vendor} image bundles no CUDA libraries")
     problems = []
-    for name in spec["frameworks"]:
+    for name in spec.frameworks:
         result = probe.frameworks[name]
-        planned = planned_cuda(spec.get("variants", {}).get(name, ""))
+        planned = planned_cuda(spec.variants.get(name) or "")
         if planned and not _same_release(planned, result.cuda_build):
             problems.append(f"{name}: built for CUDA {result.cuda_build}, the plan says {planned}")
         if not result.offline:
@@ -96,20 +96,20 @@ def test_cuda_proven_without_a_gpu(probe: ProbeReport, spec: dict[str, Any]) -> 
         problems += [f"{name}: {c.name}: {c.detail}" for c in result.offline if not c.ok]
     cuda = probe.cuda
     checked = {c.name: c for c in cuda.checks}
-    for library, version in sorted((spec.get("libraries") or {}).items()):
+    for library, version in sorted(spec.libraries.items()):
         check = checked.get(library)
         if check is None:
             problems.append(f"{library} {version}: the probe did not check it")
         elif not check.ok:
             problems.append(f"{library}: {check.detail}")
-    problems += [f"{c.name}: {c.detail}" for c in cuda.checks if not c.ok and c.name not in spec.get("libraries", {})]
+    problems += [f"{c.name}: {c.detail}" for c in cuda.checks if not c.ok and c.name not in spec.libraries]
     if cuda.diagnosis:
         problems.append(f"-> {cuda.diagnosis.cause}; {cuda.diagnosis.fix}")
     assert not problems, "; ".join(problems)
 
 
-def test_numpy_pin_holds(runs: dict[str, Future[Any]], spec: dict[str, Any]) -> None:
-    pins = [p.split("==", 1)[1] for p in spec["packages"] if p.startswith("numpy==")]
+def test_numpy_pin_holds(runs: dict[str, Future[Any]], spec: ImageEntry) -> None:
+    pins = [p.split("==", 1)[1] for p in spec.packages if p.startswith("numpy==")]
     if not pins:
         pytest.skip("the plan pins no NumPy for this image (no framework in it has a NumPy ceiling)")
     run = runs["numpy"].result()
@@ -124,13 +124,13 @@ def test_default_user_is_not_root(runs: dict[str, Future[Any]]) -> None:
     assert uid != "0" and name != "root", f"default user is {name} ({uid})"
 
 
-def test_accelerator_environment(runs: dict[str, Future[Any]], spec: dict[str, Any]) -> None:
+def test_accelerator_environment(runs: dict[str, Future[Any]], spec: ImageEntry) -> None:
     env = dict(line.split("=", 1) for line in runs["environment"].result().stdout.splitlines() if "=" in line)
-    if spec["base"]["vendor"] == "cuda":
+    if spec.base.vendor == "cuda":
         assert env.get("NVIDIA_VISIBLE_DEVICES") == "all"
         assert env.get("NVIDIA_DRIVER_CAPABILITIES") == "compute,utility"
         # the CUDA the image declares: its base's, or its lock's where matrix.yaml states an exception
-        major, minor = spec["accelerator"]["version"].split(".")[:2]
+        major, minor = (spec.accelerator.version or "").split(".")[:2]
         assert env.get("NVIDIA_REQUIRE_CUDA", "").startswith(f"cuda>={major}.{minor}")
     else:
         assert not [k for k in env if k.startswith("NVIDIA_")], "non-CUDA image sets NVIDIA_* variables"
@@ -141,12 +141,13 @@ def test_pip_check_is_clean(runs: dict[str, Future[Any]]) -> None:
     assert run.rc == 0, run.stdout + run.stderr
 
 
-def test_labels(spec: dict[str, Any]) -> None:
-    labels = docker.from_env().api.inspect_image(spec["tag"])["Config"]["Labels"]
-    assert labels.get("io.builder.content-hash") == spec["content_hash"]
-    assert labels.get("io.builder.id") == spec["id"]
-    assert json.dumps(spec["frameworks"], sort_keys=True) == json.dumps(
-        dict(item.split("=", 1) for item in labels["io.builder.frameworks"].split(",")), sort_keys=True
-    )
-    for key in ("title", "version", "source", "revision"):
-        assert labels.get(f"org.opencontainers.image.{key}"), f"missing OCI label {key}"
+def test_labels(spec: ImageEntry, labels: dict[str, str]) -> None:
+    """The labels the engine reports for the tested image are the plan's: its content hash, id and
+    frameworks (parsed as `builder doctor --image` parses them), and every OCI annotation set."""
+    assert labels.get(lb.HASH_LABEL) == spec.content_hash
+    assert labels.get(lb.ID_LABEL) == spec.id
+    found = lb.parse_frameworks_label(labels.get(lb.FRAMEWORKS_LABEL, ""), len(spec.frameworks))
+    assert found is not None, f"label {lb.FRAMEWORKS_LABEL}={labels.get(lb.FRAMEWORKS_LABEL)!r} is not name=version,..."
+    assert dict(found) == spec.frameworks
+    for name in lb.OCI_LABELS:
+        assert labels.get(name), f"missing OCI label {name}"
