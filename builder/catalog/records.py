@@ -142,7 +142,65 @@ class RecordError(ValueError):
 MAX_TEXT = 1024  # any string field
 MAX_VERSION = 64  # versions: frameworks, python, libraries, accelerator values
 MAX_ITEMS = 64  # entries of any list or mapping field
-_TEXT = ("id", "tag", "digest", "content_hash", "stack", "os", "verdict", "tested", "published", "builder_version", "manifest")
+
+
+def _text_field(limit: int, want: str = "") -> jf.Reader:
+    return jf.checked(lambda v: _text(v, limit), want or f"text of at most {limit} characters")
+
+
+def _text_list(value: Any) -> bool:
+    return isinstance(value, list) and len(value) <= MAX_ITEMS and all(_text(v, MAX_TEXT) for v in value)
+
+
+def _version_map() -> jf.Reader:
+    return jf.checked(
+        lambda v: _mapping(v, functools.partial(_text_or_null, limit=MAX_VERSION, nullable=False)),
+        f"an object of at most {MAX_ITEMS} short keys with string values of at most {MAX_VERSION} characters",
+    )
+
+
+def _size(value: Any) -> bool:
+    return value is None or (type(value) in (int, float) and 0 <= value < 1e9)
+
+
+TEXT = _text_field(MAX_TEXT)
+TEXTS = jf.listed(jf.checked(_text_list, f"a list of at most {MAX_ITEMS} strings of at most {MAX_TEXT} characters"))
+FLAG = jf.checked(lambda v: type(v) is bool, "true or false")
+
+# Each key of a record, in KnownGood's order: how it is read and checked (type and size), and what an
+# absent optional key stands for. What ties fields together (the tag's repository is the digest's) is
+# `_references`'.
+FIELDS = (
+    jf.Field("id", TEXT),
+    jf.Field("tag", TEXT),
+    jf.Field("digest", TEXT),
+    jf.Field("floating", TEXTS),
+    jf.Field("content_hash", TEXT),
+    jf.Field("stack", TEXT),
+    jf.Field("os", TEXT),
+    jf.Field("base", lambda value, key, fail: _base(value, fail)),
+    jf.Field("lock_sha256", jf.optional(_text_field(MAX_VERSION + 1, "a sha256 hex string or null"))),
+    jf.Field("frameworks", _version_map()),
+    jf.Field("accelerator", lambda value, key, fail: _accelerator(value, fail)),
+    jf.Field("python", _text_field(MAX_VERSION, f"a version of at most {MAX_VERSION} characters")),
+    jf.Field("libraries", _version_map()),
+    jf.Field("verdict", TEXT),
+    jf.Field("gpu_skipped_accepted", FLAG),
+    jf.Field(
+        "tests", jf.checked(lambda v: _mapping(v, lambda n: type(n) is int and 0 <= n < 2**31), "an object of counts (whole numbers)")
+    ),
+    jf.Field("host", lambda value, key, fail: tested_on(_capped(value, key, MAX_TEXT, fail), key, fail)),
+    jf.Field("tested", TEXT),
+    jf.Field("published", TEXT),
+    jf.Field("builder_version", TEXT),
+    jf.Field("size_mb", jf.checked(_size, "a number of megabytes or null"), None),
+    jf.Field("manifest", TEXT, ""),
+    jf.Field("notes", TEXTS, ()),
+    jf.Field("fit", jf.optional(measured_fit.from_json), None),
+    jf.Field("platform", jf.checked(lambda v: v in PLATFORMS, f"one of {', '.join(PLATFORMS)}"), AMD64),
+    jf.Field("emulated", FLAG, False),
+    jf.Field("variant_properties", TEXTS, ()),
+)
 
 
 def from_json(data: Any, where: str) -> KnownGood:
@@ -151,77 +209,44 @@ def from_json(data: Any, where: str) -> KnownGood:
         raise RecordError(f"{where}: a record must be an object")
     raw_id = data.get("id")
     name = repr(_short(raw_id)) if isinstance(raw_id, str) else "?"
-    names = [f for f in KnownGood.__dataclass_fields__]
-    optional = {"size_mb", "manifest", "notes", "fit", "platform", "emulated", "variant_properties"}
-    missing = [n for n in names if n not in data and n not in optional]
+    missing = jf.missing(data, FIELDS)
     if missing:
         raise RecordError(f"{where}: record {name} lacks {', '.join(missing)}")
-    unknown = sorted(set(data) - set(names))
+    unknown = jf.unknown(data, FIELDS)
     if unknown:
         raise RecordError(
             f"{where}: record {name} has unknown keys {', '.join(_short(k) for k in unknown[:5])}{' ...' if len(unknown) > 5 else ''}"
         )
 
-    def bad(field_name: str, want: str) -> RecordError:
-        return RecordError(f"{where}: record {name} field {field_name!r} must be {want}; got {_short(repr(data[field_name]))}")
-
-    for key in _TEXT:
-        if key in data and not _text(data[key], MAX_TEXT):
-            raise bad(key, f"text of at most {MAX_TEXT} characters")
-    if not _text(data["python"], MAX_VERSION):
-        raise bad("python", f"a version of at most {MAX_VERSION} characters")
-    if data["lock_sha256"] is not None and not _text(data["lock_sha256"], MAX_VERSION + 1):
-        raise bad("lock_sha256", "a sha256 hex string or null")
-    for key in ("floating", "notes", "variant_properties"):
-        if key in data and not (isinstance(data[key], list) and len(data[key]) <= MAX_ITEMS and all(_text(v, MAX_TEXT) for v in data[key])):
-            raise bad(key, f"a list of at most {MAX_ITEMS} strings of at most {MAX_TEXT} characters")
-    for key, limit, nullable in (("frameworks", MAX_VERSION, False), ("libraries", MAX_VERSION, False)):
-        if not _mapping(data[key], functools.partial(_text_or_null, limit=limit, nullable=nullable)):
-            raise bad(
-                key,
-                f"an object of at most {MAX_ITEMS} short keys with {'string or null' if nullable else 'string'} values of at most {limit} characters",
-            )
-    if not _mapping(data["tests"], lambda v: type(v) is int and 0 <= v < 2**31):
-        raise bad("tests", "an object of counts (whole numbers)")
-    if type(data["gpu_skipped_accepted"]) is not bool:
-        raise bad("gpu_skipped_accepted", "true or false")
-    size = data.get("size_mb")
-    if size is not None and not (type(size) in (int, float) and 0 <= size < 1e9):
-        raise bad("size_mb", "a number of megabytes or null")
-    if not grammar.DOCKER_TAG.fullmatch(data["id"]):
-        raise RecordError(f"{where}: record {name} id is not an image id (letters, digits, `_.-`, no `/`)")
-    if "manifest" in data and data["manifest"] and not MANIFEST.fullmatch(data["manifest"]):
-        raise RecordError(f"{where}: record {name} manifest {_short(repr(data['manifest']))} is not manifests/<file> inside the catalog")
-    if not DIGEST.match(data["digest"]):
-        raise RecordError(f"{where}: record {name} digest {_reference(data['digest'])!r} is not repository@sha256:<64 hex>")
-    repository, colon, tag = data["tag"].rpartition(":")
-    if not colon or repository != data["digest"].split("@", 1)[0] or not grammar.DOCKER_TAG.match(tag):
-        # as publish writes it; pull retags by it, so a tag in another repository would move a name not ours
-        raise RecordError(
-            f"{where}: record {name} tag {_reference(data['tag'])!r} is not {data['digest'].split('@', 1)[0]}:<tag> (the repository of its digest)"
-        )
-    if data.get("platform", AMD64) not in PLATFORMS:
-        raise bad("platform", f"one of {', '.join(PLATFORMS)}")
-    if type(data.get("emulated", False)) is not bool:
-        raise bad("emulated", "true or false")
-    if data["verdict"] not in VERDICTS:
-        raise RecordError(f"{where}: record {name} verdict {data['verdict']!r} is not one of {', '.join(VERDICTS)}")
-    values = {n: data[n] for n in names if n in data}
-    values["floating"] = tuple(values.get("floating") or ())
-    values["notes"] = tuple(values.get("notes") or ())
-    values["variant_properties"] = tuple(values.get("variant_properties") or ())
-
     def fail(what: str) -> RecordError:
         return RecordError(f"{where}: record {name} field {what}")
 
-    values["base"] = _base(data["base"], fail)
-    values["accelerator"] = _accelerator(data["accelerator"], fail)
-    values["host"] = tested_on(_capped(data["host"], "host", MAX_TEXT, fail), "host", fail)
-    values["fit"] = None if data.get("fit") is None else measured_fit.from_json(data["fit"], "fit", fail)
+    values = jf.read_fields(data, FIELDS, fail)
+    _references(values, f"{where}: record {name}")
     return KnownGood(**values)
 
 
-def _capped(value: Any, key: str, limit: int, fail: Callable[[str], RecordError]) -> dict[str, Any]:
+def _references(values: dict[str, Any], record: str) -> None:
+    """What names files and images: an id that is an image id, a manifest inside the catalog, a digest
+    and a tag in the digest's repository (pull retags by it, so a tag in another repository would move
+    a name not ours), and a verdict that may be published."""
+    if not grammar.DOCKER_TAG.fullmatch(values["id"]):
+        raise RecordError(f"{record} id is not an image id (letters, digits, `_.-`, no `/`)")
+    if values["manifest"] and not MANIFEST.fullmatch(values["manifest"]):
+        raise RecordError(f"{record} manifest {_short(repr(values['manifest']))} is not manifests/<file> inside the catalog")
+    digest = values["digest"]
+    if not DIGEST.match(digest):
+        raise RecordError(f"{record} digest {_reference(digest)!r} is not repository@sha256:<64 hex>")
+    repository, colon, tag = values["tag"].rpartition(":")
+    if not colon or repository != digest.split("@", 1)[0] or not grammar.DOCKER_TAG.match(tag):
+        raise RecordError(
+            f"{record} tag {_reference(values['tag'])!r} is not {digest.split('@', 1)[0]}:<tag> (the repository of its digest)"
+        )
+    if values["verdict"] not in VERDICTS:
+        raise RecordError(f"{record} verdict {values['verdict']!r} is not one of {', '.join(VERDICTS)}")
+
+
+def _capped(value: Any, key: str, limit: int, fail: jf.Fail) -> dict[str, Any]:
     """An object of at most MAX_ITEMS short keys whose values are text of at most `limit` characters, or null."""
     if not _mapping(value, functools.partial(_text_or_null, limit=limit, nullable=True)):
         raise fail(f"{key!r} must be an object of at most {MAX_ITEMS} short keys with string or null values of at most {limit} characters")
@@ -229,34 +254,26 @@ def _capped(value: Any, key: str, limit: int, fail: Callable[[str], RecordError]
     return found
 
 
-def _base(value: Any, fail: Callable[[str], RecordError]) -> BaseIdentity:
-    base = _capped(value, "base", MAX_TEXT, fail)
-    unknown = sorted(set(base) - set(BaseIdentity.__dataclass_fields__))
-    if unknown:
-        raise fail(f"'base' has unknown keys {', '.join(unknown[:5])}")
-    return BaseIdentity(
-        name=jf.text(base.get("name"), "base.name", fail),
-        ref=jf.text(base.get("ref"), "base.ref", fail),
-        id=jf.text(base.get("id"), "base.id", fail),
-        digest=jf.optional_text(base.get("digest"), "base.digest", fail),
-    )
+BASE_FIELDS = (
+    *(jf.Field(key, jf.text) for key in ("name", "ref", "id")),
+    jf.Field("digest", jf.optional_text, None),
+)
+ACCELERATOR_FIELDS = (
+    jf.Field("kind", jf.checked(lambda v: v in VENDORS, f"one of {', '.join(VENDORS)}")),
+    *(jf.Field(key, jf.optional_text, None) for key in ("version", "cuda", "cudnn", "rocm")),
+)
 
 
-def _accelerator(value: Any, fail: Callable[[str], RecordError]) -> MeasuredAccelerator:
-    accelerator = _capped(value, "accelerator", MAX_VERSION, fail)
-    unknown = sorted(set(accelerator) - set(MeasuredAccelerator.__dataclass_fields__))
-    if unknown:
-        raise fail(f"'accelerator' has unknown keys {', '.join(unknown[:5])}")
-    kind = accelerator.get("kind")
-    if kind not in VENDORS:
-        raise fail(f"'accelerator.kind' must be one of {', '.join(VENDORS)}; got {_short(repr(kind))}")
-    return MeasuredAccelerator(
-        kind=kind,
-        version=jf.optional_text(accelerator.get("version"), "accelerator.version", fail),
-        cuda=jf.optional_text(accelerator.get("cuda"), "accelerator.cuda", fail),
-        cudnn=jf.optional_text(accelerator.get("cudnn"), "accelerator.cudnn", fail),
-        rocm=jf.optional_text(accelerator.get("rocm"), "accelerator.rocm", fail),
+def _base(value: Any, fail: jf.Fail) -> BaseIdentity:
+    read: BaseIdentity = jf.nested(BASE_FIELDS, BaseIdentity)(_capped(value, "base", MAX_TEXT, fail), "base", fail)
+    return read
+
+
+def _accelerator(value: Any, fail: jf.Fail) -> MeasuredAccelerator:
+    read: MeasuredAccelerator = jf.nested(ACCELERATOR_FIELDS, MeasuredAccelerator)(
+        _capped(value, "accelerator", MAX_VERSION, fail), "accelerator", fail
     )
+    return read
 
 
 def _text(value: Any, limit: int) -> bool:
