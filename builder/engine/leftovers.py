@@ -34,7 +34,7 @@ import filelock
 from builder.engine import session
 from builder.engine.bootstrap import HASH_LABEL as RECIPE_LABEL
 from builder.engine.ownership import Owner, Workspaces, forget_steps, owner_of, steps_in
-from builder.engine.port import Engine, EngineFault
+from builder.engine.port import Engine, EngineFault, ImageInfo
 from builder.render.labels import BUILD_LABELS, BUILT_BY_LABEL, BUILT_BY_VALUE, HASH_LABEL, ID_LABEL
 from builder.util import fsio
 
@@ -195,77 +195,128 @@ def clean(
     `repository` and the bootstrapped bases nothing else is built on. With `scope.orphans` also what
     no workspace owns any more (images of a checkout that is gone, and untagged images older
     versions left), in `orphans`. Another live workspace's images are never touched."""
-    removed = Removed()
-    for entry in engine.owned_containers():
+    sweep = _Sweep(engine, scope, dry_run)
+    _dead_runs(sweep, build_dir)
+    known = Workspaces.known()
+    busy = other_active_runs()
+    if busy:
+        sweep.removed.skipped.append(f"build-stage and unfinished images: {len(busy)} other run(s) are building now ({', '.join(busy)})")
+    else:
+        _unfinished(sweep, known)
+        _stages(sweep)
+    for image in engine.images(HASH_LABEL):  # not the intermediates: a build's label steps but the last are no image of their own
+        _finished(sweep, image, known, repository, planned, everything)
+    if everything:
+        _bases(sweep)
+    if not dry_run:
+        forget_steps(scope.owner.ledger, [i for i in sweep.removed.images if len(i) == 12])
+    sweep.removed.skipped += sweep.kept_notes()
+    return sweep.removed
+
+
+@dataclass
+class _Sweep:
+    """One clean: its engine, scope and mode, what it removed and how many images it left, by why
+    (another workspace's, one no workspace owns, a tagged one an older version built)."""
+
+    engine: Engine
+    scope: Scope
+    dry_run: bool
+    removed: Removed = field(default_factory=Removed)
+    kept: dict[str, int] = field(default_factory=lambda: {"theirs": 0, "orphan": 0, "legacy": 0})
+
+    def remove(self, ref: str) -> bool:
+        return _remove(self.engine, ref, self.dry_run)
+
+    def orphan(self, ref: str) -> None:
+        """An image no workspace owns: removed with `scope.orphans`, else counted."""
+        if not self.scope.orphans:
+            self.kept["orphan"] += 1
+        elif self.remove(ref):
+            self.removed.orphans.append(_short(ref))
+
+    def kept_notes(self) -> list[str]:
+        notes = []
+        if self.kept["theirs"]:
+            notes.append(f"{self.kept['theirs']} image(s) of other workspaces on this engine: their own `builder clean` removes them")
+        if self.kept["legacy"]:
+            notes.append(
+                f"{self.kept['legacy']} tagged image(s) built before images named their workspace (nothing says whose: docker rmi removes one)"
+            )
+        if self.kept["orphan"]:
+            notes.append(
+                f"{self.kept['orphan']} image(s) no workspace owns any more (a checkout that is gone, or older versions): `builder clean --orphans` lists and removes them"
+            )
+        return notes
+
+
+def _dead_runs(sweep: _Sweep, build_dir: Path) -> None:
+    """Dead runs' containers and staged build contexts."""
+    for entry in sweep.engine.owned_containers():
         run = entry.labels.get(session.SESSION_LABEL, "")
         if session.session_alive(run) is not True and run != session.SESSION_ID:
-            if not dry_run:
-                engine.remove_container(entry.id)
-            removed.containers.append(entry.id[:12])
+            if not sweep.dry_run:
+                sweep.engine.remove_container(entry.id)
+            sweep.removed.containers.append(entry.id[:12])
     for folder in dead_staging(build_dir):
-        if not dry_run:
+        if not sweep.dry_run:
             remove_staging(folder)
-        removed.folders.append(str(folder))
-    known = Workspaces.known()
-    mine = steps_in(scope.owner.ledger)
-    kept: dict[str, int] = {"theirs": 0, "orphan": 0}
-    busy = other_active_runs()
-    removed.skipped = [f"build-stage and unfinished images: {len(busy)} other run(s) are building now ({', '.join(busy)})"] if busy else []
-    for image_id in [] if busy else unfinished_images(engine):
+        sweep.removed.folders.append(str(folder))
+
+
+def _unfinished(sweep: _Sweep, known: Workspaces) -> None:
+    """The untagged steps of unfinished builds: this workspace's (its ledger) removed, a live one's kept."""
+    mine = steps_in(sweep.scope.owner.ledger)
+    for image_id in unfinished_images(sweep.engine):
         if _short(image_id) in mine:
-            if _remove(engine, image_id, dry_run):
-                removed.images.append(_short(image_id))
+            if sweep.remove(image_id):
+                sweep.removed.images.append(_short(image_id))
         elif _short(image_id) in known.live_steps:
-            kept["theirs"] += 1
-        elif not scope.orphans:
-            kept["orphan"] += 1
-        elif _remove(engine, image_id, dry_run):
-            removed.orphans.append(_short(image_id))
-    for image in [] if busy else engine.images(STAGE_LABEL, intermediate=True):  # only older versions made these: nobody's
-        if not scope.orphans:
-            kept["orphan"] += 1
-        elif _remove(engine, image.id, dry_run):
-            removed.orphans.append(_short(image.id))
-    legacy = 0
-    for image in engine.images(HASH_LABEL):  # not the intermediates: a build's label steps but the last are no image of their own
-        whose = scope.judge(image.labels, known)
-        if whose == "theirs":
-            kept["theirs"] += 1
-            continue
-        if whose == "orphan" and image.repo_tags and owner_of(image.labels) is None:
-            legacy += 1  # a tagged image older versions built: nothing says whose it is, and it may be in use
-            continue
-        if whose == "orphan" and not scope.orphans:
-            kept["orphan"] += 1
-            continue
-        found = removed.images if whose == "ours" else removed.orphans
-        if not image.repo_tags:
-            if _finished_here(engine, image.id) and _remove(engine, image.id, dry_run):
-                found.append(_short(image.id))
-            continue
-        for tag in image.repo_tags:
-            if whose == "orphan":  # a gone checkout's: only the names builds give (<repository>:<its id>), never another's tag
-                wanted = tag.rsplit(":", 1)[1] == image.labels.get(ID_LABEL)
-            else:
-                wanted = tag.rsplit(":", 1)[0] == repository and (everything or (planned is not None and tag not in planned))
-            if wanted and _remove(engine, tag, dry_run):
-                found.append(tag)
-    if everything:
-        for image in engine.images(RECIPE_LABEL):
-            tags = [t for t in image.repo_tags if t.startswith("builder-base/")]
-            # by id: the engine refuses while any image (another workspace's too) is built on it
-            if tags and (dry_run or engine.remove_image(image.id)):
-                removed.images += [f"{t} (if nothing else is built on it)" if dry_run else t for t in tags]
-    if not dry_run:
-        forget_steps(scope.owner.ledger, [i for i in removed.images if len(i) == 12])
-    if kept["theirs"]:
-        removed.skipped.append(f"{kept['theirs']} image(s) of other workspaces on this engine: their own `builder clean` removes them")
-    if legacy:
-        removed.skipped.append(
-            f"{legacy} tagged image(s) built before images named their workspace (nothing says whose: docker rmi removes one)"
-        )
-    if kept["orphan"]:
-        removed.skipped.append(
-            f"{kept['orphan']} image(s) no workspace owns any more (a checkout that is gone, or older versions): `builder clean --orphans` lists and removes them"
-        )
-    return removed
+            sweep.kept["theirs"] += 1
+        else:
+            sweep.orphan(image_id)
+
+
+def _stages(sweep: _Sweep) -> None:
+    for image in sweep.engine.images(STAGE_LABEL, intermediate=True):  # only older versions made these: nobody's
+        sweep.orphan(image.id)
+
+
+def _finished(
+    sweep: _Sweep, image: ImageInfo, known: Workspaces, repository: str, planned: Collection[str] | None, everything: bool
+) -> None:
+    """One finished build's image: another workspace's kept, an untagged one of ours or of a gone
+    checkout removed, and of its tags those `_wanted`."""
+    whose = sweep.scope.judge(image.labels, known)
+    if whose == "theirs":
+        sweep.kept["theirs"] += 1
+        return
+    if whose == "orphan" and image.repo_tags and owner_of(image.labels) is None:
+        sweep.kept["legacy"] += 1  # a tagged image older versions built: nothing says whose it is, and it may be in use
+        return
+    if whose == "orphan" and not sweep.scope.orphans:
+        sweep.kept["orphan"] += 1
+        return
+    found = sweep.removed.images if whose == "ours" else sweep.removed.orphans
+    if not image.repo_tags:
+        if _finished_here(sweep.engine, image.id) and sweep.remove(image.id):
+            found.append(_short(image.id))
+        return
+    for tag in image.repo_tags:
+        if _wanted(tag, whose, image, repository, planned, everything) and sweep.remove(tag):
+            found.append(tag)
+
+
+def _wanted(tag: str, whose: str, image: ImageInfo, repository: str, planned: Collection[str] | None, everything: bool) -> bool:
+    if whose == "orphan":  # a gone checkout's: only the names builds give (<repository>:<its id>), never another's tag
+        return tag.rsplit(":", 1)[1] == image.labels.get(ID_LABEL)
+    return tag.rsplit(":", 1)[0] == repository and (everything or (planned is not None and tag not in planned))
+
+
+def _bases(sweep: _Sweep) -> None:
+    """The bootstrapped bases, when nothing else is built on them."""
+    for image in sweep.engine.images(RECIPE_LABEL):
+        tags = [t for t in image.repo_tags if t.startswith("builder-base/")]
+        # by id: the engine refuses while any image (another workspace's too) is built on it
+        if tags and (sweep.dry_run or sweep.engine.remove_image(image.id)):
+            sweep.removed.images += [f"{t} (if nothing else is built on it)" if sweep.dry_run else t for t in tags]

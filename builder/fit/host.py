@@ -140,6 +140,25 @@ def given(
     --gpu-cc, --driver and --brand imply an NVIDIA host; --vendor none drops the GPUs; a value that is
     neither given nor detected stays unknown (no driver: the driver is not checked). A described host
     that cannot exist (a GPU on a driver branch that does not drive it) is a UserError."""
+    _check_nvidia_options(gpu_cc, driver, vendor, brand)
+    nvidia_given = bool(gpu_cc) or driver is not None or brand is not None
+    targets = _amd_targets(gfx, nvidia_given=nvidia_given, vendor=vendor)
+    base = detected or FitHost(cpu_arch(platform.machine()), "none", (), None, ("arch",))
+    chosen: Vendor = _vendor(vendor) if vendor is not None else "amd" if targets else "nvidia" if nvidia_given else base.vendor
+    host = _merged(base, chosen, tuple(cc.strip() for cc in gpu_cc) or targets, driver, arch, brand)
+    if (gpu_cc or driver is not None) and host.driver is not None:
+        refused = drivers.impossible(host.gpus, host.driver, table())
+        if refused:
+            raise UserError(f"this host cannot exist: {refused}")
+    return host
+
+
+# What each NVIDIA-only option names, for the refusal when --vendor says the host has no NVIDIA GPU.
+NVIDIA_OPTIONS = {"--gpu-cc": "an NVIDIA compute capability", "--driver": "an NVIDIA driver version", "--brand": "an NVIDIA GPU brand"}
+
+
+def _check_nvidia_options(gpu_cc: Sequence[str], driver: str | None, vendor: str | None, brand: str | None) -> None:
+    """Each value well formed, and no NVIDIA option beside --vendor amd|none."""
     for cc in gpu_cc:
         Arch.cc(cc)
     if vendor is not None:
@@ -148,42 +167,36 @@ def given(
         raise UserError(f"--brand {brand!r} is not a GPU brand the container runtime names: give one of {', '.join(BRAND_NAMES)}")
     for option, value in (("--gpu-cc", gpu_cc), ("--driver", driver), ("--brand", brand)):
         if vendor in ("amd", "none") and value:
-            what = (
-                "an NVIDIA compute capability"
-                if option == "--gpu-cc"
-                else "an NVIDIA driver version"
-                if option == "--driver"
-                else "an NVIDIA GPU brand"
-            )
-            raise UserError(f"{option} is {what}, but --vendor is {vendor}: drop one of them")
+            raise UserError(f"{option} is {NVIDIA_OPTIONS[option]}, but --vendor is {vendor}: drop one of them")
+
+
+def _amd_targets(gfx: Sequence[str], *, nvidia_given: bool, vendor: str | None) -> tuple[str, ...]:
+    """--gfx's targets, refused beside any option that describes an NVIDIA host or none."""
     targets = tuple(gfxs.parse_device(g) for g in gfx)
-    if targets and (gpu_cc or driver is not None or brand is not None or vendor not in (None, "amd")):
+    if targets and (nvidia_given or vendor not in (None, "amd")):
         raise UserError("--gfx names an AMD GPU; --gpu-cc, --driver, --brand and --vendor nvidia|none describe another host: drop one")
-    base = detected or FitHost(cpu_arch(platform.machine()), "none", (), None, ("arch",))
-    nvidia_given = bool(gpu_cc) or driver is not None or brand is not None
-    chosen: Vendor = _vendor(vendor) if vendor is not None else "amd" if targets else "nvidia" if nvidia_given else base.vendor
+    return targets
+
+
+def _merged(base: FitHost, chosen: Vendor, gpus: tuple[str, ...], driver: str | None, arch: str | None, brand: str | None) -> FitHost:
+    """`base` with each given value in place; a vendor other than the detected one keeps none of
+    its GPUs, driver or brand. `detected` keeps only the keys no option replaced."""
     same = chosen == base.vendor
-    gpus = tuple(cc.strip() for cc in gpu_cc) if gpu_cc else targets if targets else base.gpus if same else ()
     replaced = {
         "arch": arch is not None,
         "vendor": not same,
-        "gpus": bool(gpu_cc) or bool(targets) or not same,
+        "gpus": bool(gpus) or not same,
         "driver": driver is not None or not same,
         "brand": brand is not None or not same,
     }
-    host = FitHost(
+    return FitHost(
         arch=cpu_arch(arch) if arch is not None else base.arch,
         vendor=chosen,
-        gpus=gpus,
+        gpus=gpus or (base.gpus if same else ()),
         driver=check_driver(driver) if driver is not None else base.driver if same else None,
         detected=tuple(key for key in base.detected if not replaced[key]),
         brand=brand if brand is not None else base.brand if same else None,
     )
-    if (gpu_cc or driver is not None) and host.driver is not None:
-        refused = drivers.impossible(host.gpus, host.driver, table())
-        if refused:
-            raise UserError(f"this host cannot exist: {refused}")
-    return host
 
 
 def _vendor(value: str) -> Vendor:

@@ -19,6 +19,7 @@ from typing import Protocol
 import filelock
 
 from builder.catalog.records import KnownGood
+from builder.catalog.store import Catalog
 from builder.compat import lifecycle
 from builder.engine.build import BuildResult
 from builder.engine.client import open_engine
@@ -98,47 +99,94 @@ def nightly(
 
 
 def _nightly(ws: Workspace, options: NightlyOptions, events: NightlyEvents, updates: Updates | None, connect: Connect) -> NightlyReport:
+    """The stages in order: new releases, plan, lock, build, test, publish, report; each stage's problems
+    are notes of the run, never the end of it."""
     date = dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
     catalog = ws.store.catalog(options.catalog_dir)
     before = history.previous(ws.store.history, catalog.load())
-    notes: list[str] = []
-
-    releases: tuple[Release, ...] = ()
-    applied: tuple[str, ...] = ()
-    checked = "checked" if options.updates else "not-checked"
-    if options.updates:
-        events.stage("updates")
-        try:
-            releases, applied = (updates or check_updates)(ws, options)
-        except RunFailure as exc:
-            notes.append(f"updates: {exc.message}")
-            checked = "failed"
-        if applied:
-            ws.reread()  # matrix.yaml lists the new releases
+    found = _new_releases(ws, options, events, updates)
+    notes = list(found.notes)
 
     events.stage("plan")
     write_tree(ws.images_dir, ws.rendered_tree())  # new images get their folders; hand edits are refused
     specs, retired = past_end_of_life(ws.selected(options.select, use_default=True), options)
     notes += retired
 
+    locked = _lock(ws, specs, options, events)
+    notes += locked.notes
+    outcomes, run_notes = _build_and_test(ws, locked, options, events, connect)
+    notes += run_notes
+    if options.publish:
+        events.stage("publish")
+        outcomes, publish_notes = _publish(ws, locked.specs, outcomes, options, catalog.load(), events, connect)
+        notes += publish_notes
+
+    notes += _report(ws, catalog, events)
+    history.save(ws.store.history, date, outcomes)
+    changes = tuple(compare(before, outcomes))
+    return NightlyReport(date, changes, tuple(outcomes), found.releases, found.applied, locked.drift, tuple(notes), found.checked)
+
+
+@dataclass(frozen=True)
+class NewReleases:
+    """The updates stage: release rows, matrix.yaml's edits, whether the index was asked, what went wrong."""
+
+    releases: tuple[Release, ...] = ()
+    applied: tuple[str, ...] = ()
+    checked: str = "not-checked"  # checked | not-checked (--no-updates) | failed (a note says why)
+    notes: tuple[str, ...] = ()
+
+
+def _new_releases(ws: Workspace, options: NightlyOptions, events: NightlyEvents, updates: Updates | None) -> NewReleases:
+    if not options.updates:
+        return NewReleases()
+    events.stage("updates")
+    try:
+        releases, applied = (updates or check_updates)(ws, options)
+    except RunFailure as exc:
+        return NewReleases(checked="failed", notes=(f"updates: {exc.message}",))
+    if applied:
+        ws.reread()  # matrix.yaml lists the new releases
+    return NewReleases(releases, applied, "checked")
+
+
+@dataclass(frozen=True)
+class Locked:
+    """The lock stage: the images re-planned on their new locks, those that cannot be built (id -> why),
+    what each lock changed, and the notes of the locks kept from an earlier run."""
+
+    specs: list[ImageSpec]
+    failed: dict[str, str]
+    drift: tuple[tuple[str, tuple[tuple[str, str | None, str | None], ...]], ...]
+    notes: list[str]
+
+
+def _lock(ws: Workspace, specs: list[ImageSpec], options: NightlyOptions, events: NightlyEvents) -> Locked:
     events.stage("lock")
     locked = locking.lock_images(ws, specs, _lock_options(options), events.lock)
     drift = tuple((r.id, r.changes) for r in locked if r.changes)
-    lock_failed = {r.id: r.detail for r in locked if r.status in locking.FAILED and r.status != UNREACHABLE}
-    notes += [f"lock: {r.id}: {r.detail} (built from its previous lock)" for r in locked if r.status == UNREACHABLE]
+    failed = {r.id: r.detail for r in locked if r.status in locking.FAILED and r.status != UNREACHABLE}
+    notes = [f"lock: {r.id}: {r.detail} (built from its previous lock)" for r in locked if r.status == UNREACHABLE]
     ws.reread()  # the new locks change content hashes
     kept = {s.id for s in specs}
     specs = [s for s in ws.selected(options.select, use_default=True) if s.id in kept]
     if options.check_index:  # a lock whose hashes its sources do not publish is not built (one kept from an earlier run too)
-        asked = locking.check_index(ws, [s for s in specs if s.id not in lock_failed], options.build.sources)
-        lock_failed |= {r.id: f"its hashes are not what its sources publish: {r.detail}" for r in asked if r.status == "unpublished"}
+        asked = locking.check_index(ws, [s for s in specs if s.id not in failed], options.build.sources)
+        failed |= {r.id: f"its hashes are not what its sources publish: {r.detail}" for r in asked if r.status == "unpublished"}
         notes += [f"lock: {r.id}: not checked against its sources: {r.detail}" for r in asked if r.status == "unchecked"]
+    return Locked(specs, failed, drift, notes)
 
+
+def _build_and_test(
+    ws: Workspace, locked: Locked, options: NightlyOptions, events: NightlyEvents, connect: Connect
+) -> tuple[list[Outcome], list[str]]:
+    """Each locked image built (the rest kept going past a failure) and tested unless a result of this
+    exact build exists; one outcome per image, and a note for each build that could not run."""
     events.stage("build")
     # an arm64 image on a host that cannot emulate it is not built (build would refuse the whole run): the rest are
     emulation = hostinfo.gather_emulation()
-    cannot = {s.id: refusal for s in specs if (refusal := doctor.emulation_refusal((s.platform,), emulation))}
-    buildable = tuple(s for s in specs if s.id not in lock_failed and s.id not in cannot)
+    cannot = {s.id: refusal for s in locked.specs if (refusal := doctor.emulation_refusal((s.platform,), emulation))}
+    buildable = tuple(s for s in locked.specs if s.id not in locked.failed and s.id not in cannot)
     built = (
         {r.id: r for r in build_images(ws, buildable, replace(options.build, keep_going=True), events.build(), connect)}
         if buildable
@@ -152,26 +200,25 @@ def _nightly(ws: Workspace, options: NightlyOptions, events: NightlyEvents, upda
 
     outcomes = [
         Outcome(s.id, BLOCKED, f"not built on this host: {cannot[s.id]}", s.content_hash)
-        if s.id in cannot and s.id not in lock_failed
-        else _outcome(s, lock_failed, built, tested, results_dir)
-        for s in specs
+        if s.id in cannot and s.id not in locked.failed
+        else _outcome(s, locked.failed, built, tested, results_dir)
+        for s in locked.specs
     ]
-    notes += [
+    notes = [
         f"build: {o.id}: {o.detail} (the build could not run; nothing is known about the image)" for o in outcomes if o.status == BLOCKED
     ]
-    if options.publish:
-        events.stage("publish")
-        outcomes, publish_notes = _publish(ws, specs, outcomes, options, catalog.load(), events, connect)
-        notes += publish_notes
+    return outcomes, notes
 
+
+def _report(ws: Workspace, catalog: Catalog, events: NightlyEvents) -> list[str]:
+    """The support matrix pages rewritten; a report path builder may not replace (a file of the
+    user's) is a note, not the loss of the run's history."""
     events.stage("report")
-    try:  # a report path builder may not replace (a file of the user's) is a note, not the loss of the run's history
+    try:
         written = report(ws, catalog, ws.store.report_markdown, ws.store.report_html)
-        notes += [f"report: {note}" for note in written.notes]
     except UserError as exc:
-        notes.append(f"report: {exc}")
-    history.save(ws.store.history, date, outcomes)
-    return NightlyReport(date, tuple(compare(before, outcomes)), tuple(outcomes), releases, applied, drift, tuple(notes), checked)
+        return [f"report: {exc}"]
+    return [f"report: {note}" for note in written.notes]
 
 
 LIFECYCLE_NOTE = "lifecycle: "
