@@ -320,16 +320,19 @@ def test_the_smoke_check_accepts_the_cuda_the_image_declares() -> None:
     from concurrent.futures import Future
     from types import SimpleNamespace
 
+    from builder.model import image_entry
     from builder.smoke.checks.test_image import test_accelerator_environment as check
 
-    entry = json.loads((IMAGES / "torch2.5.1-cu124-on-cu128-py3.12-ubuntu24.04" / "image.json").read_text(encoding="utf-8"))
-    require = entry["accelerator"]["require_cuda"]
+    path = IMAGES / "torch2.5.1-cu124-on-cu128-py3.12-ubuntu24.04" / "image.json"
+    entry = image_entry.from_json(json.loads(path.read_text(encoding="utf-8")), str(path))
+    require = entry.accelerator.require_cuda
+    assert require is not None
     done: Future[object] = Future()
     done.set_result(
         SimpleNamespace(stdout=f"NVIDIA_VISIBLE_DEVICES=all\nNVIDIA_DRIVER_CAPABILITIES=compute,utility\nNVIDIA_REQUIRE_CUDA={require}\n")
     )
     check({"environment": done}, entry)
-    assert require.startswith("cuda>=12.4") and entry["base"]["version"] == "12.8.1"
+    assert require.startswith("cuda>=12.4") and entry.base.version == "12.8.1"
 
 
 def test_lock_check_finds_a_committed_lock_with_a_second_cuda(tmp_path: Path) -> None:
