@@ -376,7 +376,7 @@ def test_nothing_to_lock_says_why_not_that_a_lock_is_corrupt(
 
 
 def test_a_file_index_named_on_the_command_line_is_served_not_passed_in(tmp_path: Path) -> None:
-    """README: file:// indexes are never copied; their wheels are served from 127.0.0.1 (build and env build alike)."""
+    """docs/commands.md (build): file:// indexes are never copied; their wheels are served from 127.0.0.1 (build and env build alike)."""
     index, extra = tmp_path / "mirror", tmp_path / "more wheels"
     index.mkdir()
     extra.mkdir()

@@ -231,7 +231,7 @@ def test_deeply_nested_yaml_is_a_user_error(tmp_path: Path) -> None:
 
 
 def test_error_for_a_key_with_a_newline_is_one_line(tmp_path: Path) -> None:
-    """Errors are one line (README.md, exit codes); a key is shown with repr(), as values already are."""
+    """Errors are one line (docs/commands.md, exit codes); a key is shown with repr(), as values already are."""
     path = tmp_path / "matrix.yaml"
     path.write_text('"regis\\ntry": ghcr.io/example/gpu-images\n', encoding="utf-8")
     with pytest.raises(UserError) as caught:

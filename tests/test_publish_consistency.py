@@ -97,7 +97,7 @@ def no_push_names(fake: FakeEngine) -> bool:
 def test_sigterm_while_signing_leaves_the_record_of_the_pushed_tag(
     tmp_path: Path, spec: Any, fake: FakeEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The README promises a record as soon as the tag is in the registry; a SIGTERM while ssh-keygen
+    """docs/commands.md promises a record as soon as the tag is in the registry; a SIGTERM while ssh-keygen
     signed (after the immutable push) left the tag with no record."""
     key, _ = make_key(tmp_path, "ci@example.org")
     real_sign = signing.sign

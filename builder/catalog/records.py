@@ -1,6 +1,6 @@
 """One known-good record: a published digest and what was measured inside it when it passed.
 
-The JSON form is the catalog format (catalog/known-good.json; the README's "publish" section);
+The JSON form is the catalog format (catalog/known-good.json; docs/commands.md, "publish, pull, catalog");
 `from_json` refuses a record it cannot trust (missing keys, a digest that is not repo@sha256:),
 naming the catalog file and the record, so a hand-edited catalog fails loudly, not oddly.
 """

@@ -10,7 +10,7 @@ signature. Each is a one-layer image `FROM scratch` holding just those files, bu
 through the engine like every other push of this tool (its credentials, its proxy and registry
 settings, our retries and deadline, the pushed digest checked), rather than an OCI artifact, which
 would need a registry client of our own with each registry's token auth. Anyone lists the files
-with `docker create` + `docker cp`, or reads the layer through the registry API (the README)."""
+with `docker create` + `docker cp`, or reads the layer through the registry API (docs/evidence.md)."""
 
 from __future__ import annotations
 

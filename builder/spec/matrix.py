@@ -84,12 +84,12 @@ def load_matrix(path: Path) -> Matrix:
     doc = load(path, display)
     ctx = _Ctx(display)
     if doc is None:
-        raise ctx.fail("the file is empty; start from the example in README.md", 1)
+        raise ctx.fail("the file is empty; start from the example in docs/matrix.md", 1)
     top = ctx.mapping(doc, "the top level", 1)
     ctx.keys(top, TOP_KEYS, "the top level")
     for key in REQUIRED_TOP:
         if key not in top:
-            raise ctx.fail(f"missing required key '{key}'; see README.md 'matrix.yaml'", top.line)
+            raise ctx.fail(f"missing required key '{key}'; see docs/matrix.md", top.line)
 
     registry = ctx.text(top["registry"], "registry", top.line_of("registry"), grammar.REPOSITORY.fullmatch, "ghcr.io/acme/gpu-images")
     bases = _bases(ctx, ctx.mapping(top["bases"], "bases", top.line_of("bases")))

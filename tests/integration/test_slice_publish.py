@@ -167,7 +167,7 @@ def test_each_digest_has_its_sbom_and_signed_attestation_in_the_registry(publish
         assert statement["subject"][0]["digest"] == {"sha256": hexdigest} and statement["predicate"]["gpu"]["model"] == "no GPU"
         (tmp_path / "att.json").write_bytes(att["attestation.intoto.json"])
         (tmp_path / "att.json.sig").write_bytes(att["attestation.intoto.json.sig"])
-        plain = subprocess.run(  # the README's command: OpenSSH alone, on the files the registry holds
+        plain = subprocess.run(  # docs/commands.md's command: OpenSSH alone, on the files the registry holds
             ["ssh-keygen", "-Y", "verify", "-f", str(catalog / "allowed_signers"), "-I", SIGNER, "-n", "attestation@gpu-image-builder",
              "-s", str(tmp_path / "att.json.sig")], input=att["attestation.intoto.json"], capture_output=True, check=False,
         )  # fmt: skip
