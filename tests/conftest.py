@@ -9,6 +9,7 @@ its own conftest.py, and pytest swaps the module named `conftest` between direct
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -109,21 +110,29 @@ from builder.model.plan import ImageSpec, Matrix, Plan  # noqa: E402
 from builder.spec.matrix import load_matrix  # noqa: E402
 from builder.workspace import MATRIX_ENV, Workspace  # noqa: E402
 
+
+def small_matrix_text(python: tuple[str, ...] = ("3.11",), torch: tuple[str, ...] = ("2.5.1",), base_extra: str = "") -> str:
+    """The small matrix: torch on one CUDA 12.4.1 base, with these Pythons and releases (and lines
+    added to the base, e.g. a digest). The one copy of it: tests that need a variant ask for one."""
+    return (
+        "registry: ghcr.io/example/gpu-images\n"
+        "bases:\n"
+        "  cuda12.4-ubuntu22.04:\n"
+        "    vendor: cuda\n"
+        '    version: "12.4.1"\n'
+        "    os: ubuntu22.04\n"
+        "    image: nvidia/cuda:12.4.1-cudnn-runtime-ubuntu22.04\n"
+        f"{base_extra}"
+        f"python: {json.dumps(list(python))}\n"
+        "frameworks:\n"
+        f"  torch: {json.dumps(list(torch))}\n"
+        "stacks:\n"
+        "  torch: [torch]\n"
+    )
+
+
 # A small valid matrix the error tests start from: one torch 2.5.1 image on CUDA 12.4.1.
-SMALL_MATRIX = """\
-registry: ghcr.io/example/gpu-images
-bases:
-  cuda12.4-ubuntu22.04:
-    vendor: cuda
-    version: "12.4.1"
-    os: ubuntu22.04
-    image: nvidia/cuda:12.4.1-cudnn-runtime-ubuntu22.04
-python: ["3.11"]
-frameworks:
-  torch: ["2.5.1"]
-stacks:
-  torch: [torch]
-"""
+SMALL_MATRIX = small_matrix_text()
 
 WriteMatrix = Callable[..., Path]
 RunCli = Callable[..., Result]

@@ -307,3 +307,68 @@ def test_a_module_cycle_is_found(tmp_path: Path) -> None:
         (fake / name).parent.mkdir(parents=True, exist_ok=True)
         (fake / name).write_text(text, encoding="utf-8")
     assert cycles(module_graph(sorted(fake.rglob("*.py")), fake)) == [["compat.facts", "compat.rules"]]
+
+
+# --- versions are parsed in builder/model/versions.py only ----------------------------------------
+
+VERSIONS = PACKAGE / "model" / "versions.py"
+# The dot splits allowed outside the versions module, each with a comment at the split saying why.
+DOT_SPLITS_ALLOWED = {
+    "builder/util/query.py": "a query value's release prefixes, in a foundation model/ itself imports (util before model)",
+    "builder/probes/hello_gpu.py": "the probe is stdlib only: it runs in the image, where builder.model.versions is not",
+}
+# Files whose splits say why here instead: the probe is copied into every build context, so a comment
+# added to it would change every image's content hash and re-render all of images/.
+WHY_HERE = {"builder/probes/hello_gpu.py"}
+
+
+def _dot_splits(path: Path) -> list[int]:
+    """Lines where `<text>.split(".")` (or rsplit) is called: a version taken apart by hand."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("split", "rsplit")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and node.args[0].value == "."
+        ):
+            found.append(node.lineno)
+    return found
+
+
+def _commented(path: Path, line: int) -> bool:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return any("#" in text for text in lines[max(0, line - 2) : line])
+
+
+def test_no_version_is_split_by_hand_outside_the_versions_module() -> None:
+    """Versions are values (builder/model/versions.py: Release, WheelVariant, ComputeCapability,
+    release_line...): a new `.split(".")` outside it is a version parsed by hand, ASCII digits and
+    local parts forgotten. The few allowed splits say why at the split."""
+    offenders, uncommented, seen = [], [], set()
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path == VERSIONS:
+            continue
+        name = str(path.relative_to(PACKAGE.parent))
+        for line in _dot_splits(path):
+            if name not in DOT_SPLITS_ALLOWED:
+                offenders.append(f"{name}:{line}")
+            elif name not in WHY_HERE and not _commented(path, line):
+                uncommented.append(f"{name}:{line}")
+            else:
+                seen.add(name)
+    assert not offenders, "parse versions with builder.model.versions (Release.parse, release_line, release_parts...): " + ", ".join(
+        offenders
+    )
+    assert not uncommented, "an allowed split says why in a comment at it: " + ", ".join(uncommented)
+    assert seen == set(DOT_SPLITS_ALLOWED), f"no split left in {sorted(set(DOT_SPLITS_ALLOWED) - seen)}: drop it from DOT_SPLITS_ALLOWED"
+    assert len(DOT_SPLITS_ALLOWED) <= 3
+
+
+def test_the_split_guard_sees_a_hand_split(tmp_path: Path) -> None:
+    module = tmp_path / "hand.py"
+    module.write_text('def major(v: str) -> int:\n    return int(v.split(".")[0]) + len(v.rsplit(".", 1)) + len(v.split("-"))\n')
+    assert _dot_splits(module) == [2, 2]
+    assert not _commented(module, 2)

@@ -15,25 +15,13 @@ from click.testing import Result
 from builder.cli import main
 from builder.frameworks import NAMES as FRAMEWORKS
 from builder.workspace import Workspace
+from tests.conftest import small_matrix_text
 
 RunCli = Callable[..., Result]
 WriteMatrix = Callable[..., Path]
 
 # One image (torch 2.5.1 on CUDA 12.4.1, Python 3.11) and one short, known skip (Python 3.12 on Ubuntu 22.04).
-EXPLAIN_MATRIX = """\
-registry: ghcr.io/example/gpu-images
-bases:
-  cuda12.4-ubuntu22.04:
-    vendor: cuda
-    version: "12.4.1"
-    os: ubuntu22.04
-    image: nvidia/cuda:12.4.1-cudnn-runtime-ubuntu22.04
-python: ["3.11", "3.12"]
-frameworks:
-  torch: ["2.5.1"]
-stacks:
-  torch: [torch]
-"""
+EXPLAIN_MATRIX = small_matrix_text(python=("3.11", "3.12"))
 SKIP_REASON = "ubuntu22.04 packages Python 3.10, 3.11, not 3.12"
 
 

@@ -17,21 +17,9 @@ from click.testing import Result
 
 from builder.spec.matrix import load_matrix
 from builder.util.errors import UserError
+from tests.conftest import SMALL_MATRIX
 
-SMALL = """\
-registry: ghcr.io/example/gpu-images
-bases:
-  cuda12.4-ubuntu22.04:
-    vendor: cuda
-    version: "12.4.1"
-    os: ubuntu22.04
-    image: nvidia/cuda:12.4.1-cudnn-runtime-ubuntu22.04
-python: ["3.11"]
-frameworks:
-  torch: ["2.5.1"]
-stacks:
-  torch: [torch]
-"""
+SMALL = SMALL_MATRIX
 IMAGE_LINE = "    image: nvidia/cuda:12.4.1-cudnn-runtime-ubuntu22.04\n"
 RunCli = Callable[..., Result]  # the `cli` fixture: run(*args) -> click Result
 ERROR = re.compile(r"^error: (?P<file>[^:\n]+):(?P<line>[0-9]+): (?P<what>.+)$")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -84,9 +85,18 @@ def test_gpu_arch_rows_follow_the_registry() -> None:
 
 
 def test_the_registry_documents_its_places() -> None:
-    text = Path(frameworks.__file__).read_text(encoding="utf-8")
-    for place in ("compat/rules/<name>.py", "compat.yaml", "templates/frameworks/<name>.j2", "hello_gpu.py", "gpu_arch.yaml"):
-        assert place in text, place
+    """The places frameworks.py's docstring lists are the files each registered framework has: a
+    renamed or moved place fails here, naming the path the docstring still states."""
+    root = PACKAGE.parent
+    places = re.findall(r"`((?:builder|templates)/[^`\s]+)`", frameworks.__doc__ or "")
+    assert {Path(p).name for p in places} >= {"<name>.py", "compat.yaml", "<name>.j2", "hello_gpu.py", "gpu_arch.yaml"}, places
+    missing = [
+        path
+        for place in places
+        for path in ([place.replace("<name>", name) for name in frameworks.NAMES] if "<name>" in place else [place])
+        if not (root / path).is_file()
+    ]
+    assert not missing, f"builder/frameworks.py names places that do not exist: {missing}"
 
 
 # --- no branch on a framework's name outside its own module ------------------------------------

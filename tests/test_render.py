@@ -31,25 +31,13 @@ from builder.render.tree import MANIFEST, manifest_bytes
 from builder.spec.matrix import load_matrix
 from builder.spec.plan import make_plan
 from builder.workspace import Workspace
+from tests.conftest import small_matrix_text
 
 if TYPE_CHECKING:
     from tests.conftest import Rendered
 
 RunCli = Callable[..., Result]
-SMALL_TWO = """\
-registry: ghcr.io/example/gpu-images
-bases:
-  cuda12.4-ubuntu22.04:
-    vendor: cuda
-    version: "12.4.1"
-    os: ubuntu22.04
-    image: nvidia/cuda:12.4.1-cudnn-runtime-ubuntu22.04
-python: ["3.11"]
-frameworks:
-  torch: ["2.4.1", "2.5.1"]
-stacks:
-  torch: [torch]
-"""
+SMALL_TWO = small_matrix_text(torch=("2.4.1", "2.5.1"))
 WriteMatrix = Callable[..., Path]
 GOLDEN = Path(__file__).parent / "golden"
 GOLDEN_MATRIX = GOLDEN / "matrix.yaml"  # a small fixture matrix, not the shipped one
@@ -320,23 +308,7 @@ def test_content_hash_is_the_hash_of_the_build_context(rendered: Rendered) -> No
 
 def test_digest_pins_the_from_line(write_matrix: WriteMatrix) -> None:
     digest = "sha256:" + "0123456789abcdef" * 4
-    path = write_matrix(
-        """\
-        registry: ghcr.io/example/gpu-images
-        bases:
-          cuda12.4-ubuntu22.04:
-            vendor: cuda
-            version: "12.4.1"
-            os: ubuntu22.04
-            image: nvidia/cuda:12.4.1-cudnn-runtime-ubuntu22.04
-            digest: DIGEST
-        python: ["3.11"]
-        frameworks:
-          torch: ["2.5.1"]
-        stacks:
-          torch: [torch]
-        """.replace("DIGEST", digest)
-    )
+    path = write_matrix(small_matrix_text(base_extra=f"    digest: {digest}\n"))
     (spec,) = make_plan(load_matrix(path)).images
     text = templates.dockerfile(spec, templates.environment(), "https://example.com/src")
     first_from = next(i for i in instructions(text) if i.cmd.upper() == "FROM")

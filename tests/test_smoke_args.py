@@ -128,7 +128,22 @@ def test_nvidia_has_gpu_only_when_ok_with_a_gpu(info: NvidiaInfo) -> None:
 
 # -- gpu_access -----------------------------------------------------------------------------
 def test_gpu_modes() -> None:
-    assert smoke.GPU_MODES == ("auto", "require", "off")
+    """Every `--gpu` option offers exactly the modes gpu_access tells apart, and each means something else."""
+    import click
+
+    from builder.cli import main
+
+    def commands(group: click.Group) -> list[click.Command]:
+        out: list[click.Command] = []
+        for command in group.commands.values():
+            out += commands(command) if isinstance(command, click.Group) else [command]
+        return out
+
+    offered = [p.type for c in commands(main) for p in c.params if "--gpu" in getattr(p, "opts", ())]
+    assert offered, "no command takes --gpu"
+    assert all(isinstance(t, click.Choice) and tuple(t.choices) == smoke.GPU_MODES for t in offered), offered
+    answers = {mode: gpu_access(CUDA, mode, NO_GPU_HOST) for mode in smoke.GPU_MODES}
+    assert len(set(answers.values())) == len(smoke.GPU_MODES), answers
 
 
 # (vendor, host, mode) -> attach; a failure only for `require` on a host without that vendor's GPU.

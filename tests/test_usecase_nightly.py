@@ -257,7 +257,7 @@ def test_an_unreachable_index_is_a_note_and_the_run_goes_on(night: Night, monkey
 
 def test_the_updates_step_is_injectable_and_its_edits_are_planned(night: Night) -> None:
     """An Updates that edits matrix.yaml: the run plans, locks and builds the workspace as edited."""
-    release = Release("numba", "numba", "0.60.0", ">=3.10", None, "<2.6,>=1.22", None, "plannable", "")
+    release = Release("numba", "numba", "0.60.0", ">=3.10", None, "<2.6,>=1.22", "plannable", "")
 
     def updates(ws: Workspace, options: nightlies.NightlyOptions) -> tuple[tuple[Release, ...], tuple[str, ...]]:
         assert options.apply and ws.matrix_path == night.matrix

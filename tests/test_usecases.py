@@ -350,8 +350,19 @@ def test_two_test_runs_of_one_image_take_turns_and_each_judges_its_own_run(
     the first's probe output and junit.xml mid-run. Now the second waits for the first's lock."""
     import threading
 
+    import filelock
+
     from builder.smoke import runner
 
+    refused = threading.Event()  # set when the second run has tried the lock and found it held
+
+    class Watched(filelock.FileLock):
+        def _acquire(self) -> None:
+            super()._acquire()
+            if not self.is_locked and threading.current_thread() is not threading.main_thread():
+                refused.set()
+
+    monkeypatch.setattr(filelock, "FileLock", Watched)
     building.build_images(ws, specs[:1], OFFLINE, BuildEvents(), connect_to(fake))
     monkeypatch.setattr(subprocess, "run", Checks(fake))
     work = runner.Workdir(ws.build_dir / "results" / specs[0].id)
@@ -365,7 +376,7 @@ def test_two_test_runs_of_one_image_take_turns_and_each_judges_its_own_run(
         work.junit.write_text("<testsuite/>", encoding="utf-8")
         thread = threading.Thread(target=second)
         thread.start()
-        time.sleep(0.5)
+        assert refused.wait(timeout=30), "the second run never asked for the lock"
         assert fake.created == [] and finished == [] and work.junit.read_text() == "<testsuite/>", "the second waits, touching nothing"
     thread.join(timeout=30)
     assert finished == ["passed"] and len(fake.created) == 1

@@ -17,8 +17,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.version import Version
-
 from builder.compat.facts import Compat
 from builder.compat.requires import Meta, extras, requirements
 from builder.compat.rules import Framework, Row
@@ -82,8 +80,8 @@ class Toy(Framework):
         found = self._release(version, compat)
         return None if found is None else Row("toy.releases", found.release, found.python)
 
-    def newest_row(self, compat: Compat) -> str:
-        return max((r.release for r in compat.facts(ToyFacts).releases), key=Version)
+    def row_starts(self, compat: Compat) -> tuple[str, ...]:
+        return tuple(r.release for r in compat.facts(ToyFacts).releases)
 
     def row_hint(self, version: str) -> str:
         return f'a toy.releases row for "{version}" (python, cuda)'

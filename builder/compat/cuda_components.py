@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from packaging.version import Version
 
-from builder.model.versions import mm
+from builder.model.versions import cc_tuple, mm, release_major
 
 # Versioned with the toolkit: their X.Y is the CUDA minor they belong to.
 TOOLKIT_VERSIONED = frozenset(
@@ -82,8 +82,8 @@ def _bounds(minor: str, rows: Rows) -> tuple[dict[str, tuple[str | None, str | N
     for every component of `minor`'s CUDA major, and the next minor; None when `minor` has no row.
     A component a later minor adds (tileiras in 13.1) gets no lower bound but that minor's version
     as its ceiling: any release of it belongs to a later CUDA."""
-    major = minor.split(".")[0]
-    same = [(cuda, dict(components)) for cuda, components in rows if cuda.split(".")[0] == major]
+    major = release_major(minor)
+    same = [(cuda, dict(components)) for cuda, components in rows if release_major(cuda) == major]
     index = next((i for i, (cuda, _) in enumerate(same) if cuda == minor), None)
     if index is None:
         return None
@@ -96,7 +96,7 @@ def _bounds(minor: str, rows: Rows) -> tuple[dict[str, tuple[str | None, str | N
             out[name] = (here.get(name), ceiling)
     # the next minor: the next row of this major, else the first of a later major (12.9 -> 13.0:
     # the -cu12 wheels cannot leave 12.x, and the cuda-toolkit meta package is capped there)
-    newer_majors = [cuda for cuda, _ in rows if int(cuda.split(".")[0]) > int(major)]
+    newer_majors = [cuda for cuda, _ in rows if int(release_major(cuda)) > int(major)]
     return out, (later[0][0] if later else newer_majors[0] if newer_majors else None)
 
 
@@ -104,7 +104,7 @@ def constraints(minor: str, rows: Rows) -> tuple[str, ...] | str:
     """The requirement lines that keep every CUDA component of a lock on `minor` (lower bound: the
     minor's first release; upper bound: the next minor's), or why there are none."""
     found = _bounds(minor, rows)
-    major = minor.split(".")[0]
+    major = release_major(minor)
     known = ", ".join(c for c, _ in rows)
     if found is None:
         return f"CUDA {minor} has no row in builder/compat/data/compat.yaml (cuda.toolkit_components; known: {known}); add it"
@@ -125,14 +125,14 @@ def _shipped_in(wheel: Wheel, major: str, rows: Rows) -> str | None:
     found = None
     for cuda, components in rows:
         floor = dict(components).get(wheel.component)
-        if cuda.split(".")[0] == major and floor is not None and version is not None and version >= Version(floor):
+        if release_major(cuda) == major and floor is not None and version is not None and version >= Version(floor):
             found = cuda
     return found
 
 
 def problems(pins: tuple[tuple[str, str], ...], minor: str, rows: Rows) -> list[str]:
     """What in a lock leaves CUDA `minor` (empty when every CUDA wheel belongs to it)."""
-    major = minor.split(".")[0]
+    major = release_major(minor)
     found_bounds = _bounds(minor, rows)
     bounds = found_bounds[0] if found_bounds else {}
     out = []
@@ -175,7 +175,7 @@ def cudnn_floor(cudnn: str, cudnn_cc: tuple[tuple[str, str], ...]) -> str | None
     when it dropped no GPU generation the table knows."""
     have = _v(cudnn)
     floors = [cc for since, cc in cudnn_cc if have is not None and have >= Version(since)]
-    return max(floors, key=lambda cc: tuple(int(p) for p in cc.split("."))) if floors else None
+    return max(floors, key=cc_tuple) if floors else None
 
 
 def older_gpus_cudnn(minor: str, cudnn_cc: tuple[tuple[str, str], ...]) -> str | None:
@@ -184,4 +184,4 @@ def older_gpus_cudnn(minor: str, cudnn_cc: tuple[tuple[str, str], ...]) -> str |
     if not cudnn_cc:
         return None
     first = min((since for since, _ in cudnn_cc), key=Version)
-    return f"nvidia-cudnn-cu{minor.split('.')[0]}<{first}"
+    return f"nvidia-cudnn-cu{release_major(minor)}<{first}"

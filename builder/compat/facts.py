@@ -21,6 +21,7 @@ from packaging.version import Version
 from builder.compat.platforms import PlatformWheels, load_platforms
 from builder.compat.rocm import RocmFacts, load_rocm
 from builder.compat.tables import DATA_DIR, PyRange, Table
+from builder.model.versions import release_line
 from builder.util.yamlsrc import LDict
 
 DEFAULT_PATH = DATA_DIR / "compat.yaml"
@@ -133,7 +134,7 @@ def _cudart(t: Table, rows: list[LDict]) -> tuple[tuple[str, str], ...]:
             continue
         release, cudart = str(row["cuda"]), str(row["cudart"])
         if t.version(cudart, row.line).release[:2] != t.version(release, row.line).release[:2]:
-            raise t.fail(f"cudart {cudart} of CUDA {release} is not a {'.'.join(release.split('.')[:2])} version", row.line_of("cudart"))
+            raise t.fail(f"cudart {cudart} of CUDA {release} is not a {release_line(release)} version", row.line_of("cudart"))
         if cudart in seen:
             raise t.fail(
                 f"cudart {cudart} is stated for CUDA {seen[cudart]} and {release}: keep it on the first release", row.line_of("cudart")

@@ -24,6 +24,7 @@ from typing import Any
 from builder.compat.tables import DATA_DIR, Table
 from builder.frameworks import NAMES
 from builder.model.plan import ImageSpec
+from builder.model.versions import release_line, release_parts, release_tuple
 from builder.util.yamlsrc import LDict, LList
 
 LIFECYCLE_PATH = DATA_DIR / "lifecycle.yaml"
@@ -63,7 +64,7 @@ class Lifecycle:
         """The row of the longest line that prefixes `version` (jax 0.4.35 before 0.4; 2.14.1 -> 2.14)."""
         if not version:
             return None
-        parts = version.split("+")[0].split(".")
+        parts = release_parts(version)
         for n in range(len(parts), 1, -1):
             found = self.rows.get((kind, ".".join(parts[:n])))
             if found is not None:
@@ -83,14 +84,13 @@ def line_of(version: str | None) -> str | None:
     """A release line, X.Y, of a version ("2.14.1+cu130" -> "2.14"); None for None."""
     if not version:
         return None
-    parts = version.split("+")[0].split(".")
-    return ".".join(parts[:2])
+    return release_line(version)
 
 
 def driver_line(driver: str | None) -> str | None:
     """A driver version's branch as lifecycle.yaml names it: 535.104.05 -> R535."""
-    head = (driver or "").split(".")[0]
-    return f"R{head}" if head.isdigit() else None
+    numbers = release_tuple(driver or "")
+    return f"R{numbers[0]}" if numbers else None
 
 
 def _date(table: Table, row: LDict, key: str) -> dt.date:

@@ -265,7 +265,7 @@ def _condition_holds(c: Condition, driver: str | None, cuda: CudaBounds | None, 
 
 
 def _numbers(text: str) -> tuple[int, ...]:
-    parts = [int(p) for p in text.split(".") if p]
+    parts = list(release_tuple(text))
     while parts and parts[-1] == 0:
         parts.pop()  # libnvidia-container: 12.0 equals 12
     return tuple(parts)

@@ -22,7 +22,7 @@ from builder.catalog.records import KnownGood
 from builder.compat.rules import table
 from builder.lock import files
 from builder.lock.target import platform_for
-from builder.model.plan import platform_of_id
+from builder.model.versions import release_line
 from builder.util.errors import UserError
 
 _FREEZE = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[A-Za-z0-9.!+_-]+)$")
@@ -90,8 +90,8 @@ def from_manifest(record: KnownGood, text: str, where: str) -> BaseLock:
                 continue
     if not pins:
         raise UserError(f"has no `## pip freeze` section with pins; the manifest of {record.id} cannot be a base lock", where)
-    python = ".".join(record.python.split(".")[:2])
-    return BaseLock(record.id, python, platform_for(record.os, table(), platform_of_id(record.id)), tuple(sorted(pins.items())), (), where)
+    python = release_line(record.python)
+    return BaseLock(record.id, python, platform_for(record.os, table(), record.platform), tuple(sorted(pins.items())), (), where)
 
 
 def untouched(packages: Sequence[files.Package], base: BaseLock, where: str) -> None:

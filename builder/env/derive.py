@@ -11,6 +11,7 @@ from dataclasses import replace
 from builder.catalog.records import KnownGood
 from builder.env.envfile import EnvFile
 from builder.model.plan import Base, ImageSpec
+from builder.model.versions import release_line
 
 
 def base_of(record: KnownGood) -> Base:
@@ -36,7 +37,7 @@ def derived_spec(env: EnvFile, record: KnownGood, planned: ImageSpec | None, con
         tag=env.tag,
         base=base,
         stack=record.stack,
-        python=".".join(record.python.split(".")[:2]),
+        python=release_line(record.python),
         frameworks=tuple(sorted(record.frameworks.items())),
         installs=(),
         packages=(),

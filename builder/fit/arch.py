@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from builder.model.measured_fit import GENERATIONS as GENERATIONS  # re-exported: the rules of this stage name generations from here
+from builder.model.versions import release_tuple
 from builder.util.errors import UserError
 from builder.util.text import printable
 
@@ -120,7 +121,7 @@ class Embedded:
 
 
 def _isa_key(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in version.split(".") if part.isdigit())
+    return release_tuple(version)
 
 
 def sass_runs(cubin: Arch, device: Arch) -> bool:

@@ -19,6 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from builder.fit.arch import Arch, Embedded
+from builder.model.versions import release_tuple
 from builder.util.errors import RunFailure, UserError
 
 Runner = Callable[[Sequence[str]], tuple[int, str]]
@@ -75,7 +76,7 @@ def parse_headers(text: str) -> Embedded:
                 ptx.append(arch)
         elif kind == "ptx" and len(numbers := re.findall(r"\d+", match.group(2))) == 2:
             versions.add(".".join(numbers))
-    return Embedded.of(tuple(sass), tuple(ptx), tuple(sorted(versions, key=lambda v: tuple(int(p) for p in v.split(".")))))
+    return Embedded.of(tuple(sass), tuple(ptx), tuple(sorted(versions, key=release_tuple)))
 
 
 def find_binary(env: dict[str, str] | None = None, paths: Sequence[str] | None = None) -> Path:

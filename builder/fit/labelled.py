@@ -16,6 +16,7 @@ from builder.catalog.records import BaseIdentity, KnownGood, MeasuredAccelerator
 from builder.model.measured_fit import MeasuredFit
 from builder.model.plan import AMD64, VENDORS
 from builder.model.results import TestedOn
+from builder.model.versions import release_line
 from builder.render import labels as lb
 from builder.spec import grammar
 from builder.util.errors import UserError
@@ -66,7 +67,7 @@ def from_labels(ref: str, labels: Mapping[str, str]) -> LabelledImage:
     cuda = None
     if kind == "cuda":
         found = runtime or version
-        cuda = ".".join(found.split(".")[:2]) if found else None  # the runtime the image loads, as major.minor
+        cuda = release_line(found) if found else None  # the runtime the image loads, as major.minor
     return LabelledImage(
         ref=ref,
         id=label(lb.ID_LABEL, grammar.DOCKER_TAG) or "",

@@ -74,7 +74,7 @@ def nvidia_component(path: str) -> str | None:
     name = path.rsplit("/", 1)[-1]
     if _WHEEL_LAYOUT.search(path) is None and _NVIDIA_NAMES.match(name) is None:
         return None
-    return name.removeprefix("lib").split(".", 1)[0].split("_", 1)[0] or None
+    return name.removeprefix("lib").partition(".")[0].partition("_")[0] or None
 
 
 def floor(code: Embedded) -> Arch | None:

@@ -29,6 +29,8 @@ import zipfile
 from collections import Counter
 from pathlib import Path
 
+from packaging.tags import parse_tag
+
 from builder.fit import offload, scan
 from builder.model.locked_fit import Compiler, Library, WheelCode
 
@@ -49,7 +51,9 @@ class BadWheel(ValueError):
 
 def wheel_machine(filename: str) -> str:
     """The CPU architecture a wheel's platform tags name (x86_64, aarch64), `any` for a pure wheel."""
-    tags = filename.removesuffix(".whl").split("-")[-1].split(".")
+    # its last three fields are the compressed tag set (py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64)
+    fields = filename.removesuffix(".whl").split("-")
+    tags = sorted({tag.platform for tag in parse_tag("-".join(fields[-3:]))}) if len(fields) >= 3 else fields[-1:]
     for tag in tags:
         for suffix, machine in _MACHINES.items():
             if tag.endswith("_" + suffix) or tag == suffix:

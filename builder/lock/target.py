@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from builder.compat.facts import Compat
 from builder.model.image_entry import LockState
 from builder.model.plan import AMD64, ARM64, ImageSpec
+from builder.model.versions import Release
 from builder.util.errors import UserError
 
 SCHEMA = 1  # bump when the resolution procedure changes what a lock holds
@@ -53,8 +54,7 @@ def platform_for(os_name: str, compat: Compat, platform: str = AMD64) -> str:
         raise UserError(
             f"os {os_name} has no glibc in builder/compat/data/compat.yaml (os_glibc; known: {known}); add it to lock its images"
         )
-    major, minor = (int(part) for part in glibc.split(".")[:2])
-    major, minor = min((major, minor), MAX_MANYLINUX)
+    major, minor = min(Release.parse(glibc).major_minor, MAX_MANYLINUX)
     return f"{ARCH[platform]}-manylinux_{major}_{minor}"
 
 

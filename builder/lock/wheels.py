@@ -16,6 +16,7 @@ from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from builder.model.plan import Lock
+from builder.model.versions import Release
 
 _PLATFORM = re.compile(r"^(?P<arch>x86_64|aarch64)-manylinux_(?P<major>\d+)_(?P<minor>\d+)$")
 _LEGACY = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}  # PEP 600's aliases of the old names
@@ -57,7 +58,7 @@ def target_tags(python: str, platform: str) -> list[Tag]:
         platforms.append(f"manylinux_{major}_{minor}_{arch}")
         if major == 2 and minor in _LEGACY and (arch == "x86_64" or minor == 17):
             platforms.append(f"{_LEGACY[minor]}_{arch}")
-    version = tuple(int(part) for part in python.split(".")[:2])
+    version = Release.parse(python).major_minor
     abi = f"cp{version[0]}{version[1]}"
     return [*cpython_tags(version, abis=[abi], platforms=platforms), *compatible_tags(version, abi, platforms)]
 

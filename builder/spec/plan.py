@@ -17,7 +17,7 @@ from builder.compat.rules.cuda import accelerator
 from builder.compat.rules.numpy import pick_numpy
 from builder.compat.rules.python import decide_python
 from builder.model.plan import Combination, ImageSpec, Install, Matrix, Plan, Skipped, platform_suffix
-from builder.model.versions import mm
+from builder.model.versions import WheelVariant, mm
 from builder.spec import grammar
 from builder.spec.expand import Excluder, expand, included
 from builder.util.errors import UserError
@@ -31,8 +31,7 @@ def image_id(combo: Combination, installs: tuple[Install, ...] = ()) -> str:
     An image for a platform other than linux/amd64 ends in it: ...-py3.11-debian12-arm64."""
     base = combo.base
     if base.vendor == "cuda" and base.version:
-        major, minor = base.version.split(".")[:2]
-        accel = f"cu{major}{minor}"
+        accel = str(WheelVariant.cuda(base.version))
     elif base.vendor == "rocm" and base.version:
         accel = f"rocm{base.version}"
     else:

@@ -15,7 +15,7 @@ rules for every base and Python of the matrix:
   one-CUDA-per-image check, builder/lock/claims.py: tensorflow[and-cuda] 2.18 pins CUDA 12.5 on a 12.8 base).
 - "needs rules" also when the lock would refuse some of its images: matrix.yaml must exclude them first,
   so `--apply` never plans what `builder lock` refuses.
-- "waiting": a release whose companion (jax's jaxlib) is not on the index yet.
+- "waiting": a release whose companion (Framework.companion: jax's jaxlib) is not on the index yet.
 - "plannable": planning the matrix with it added makes images whose locks the lock's check lets
   through; `accepted` lists them.
 """
@@ -67,11 +67,10 @@ class Release:
     requires_python: str | None
     cuda: str | None  # what its metadata says it was built for (Framework.built_for): cu130, 12.5, "12, 13"
     numpy: str | None  # its NumPy requirement, e.g. ">=1.24,<2.4"
-    jaxlib: str | None  # the companion's version it needs (Framework.companion: jax's jaxlib), its own or the one its extras pin
     status: str  # one of STATUSES
     reason: str
     accepted: tuple[str, ...] = ()  # plannable: the "base/py3.12" pairs that get an image
-    jaxlib_missing: bool = False  # that companion release is not on the index (yet)
+    companion: CompanionPin | None = None  # the companion release it needs (Framework.companion), for a framework that has one
 
     @property
     def plannable(self) -> bool:
@@ -81,6 +80,16 @@ class Release:
         out = asdict(self)
         out["accepted"] = list(self.accepted)
         return out
+
+
+@dataclass(frozen=True)
+class CompanionPin:
+    """The release of another index project a release needs beside it (Framework.companion and
+    companion_version say which: jax's jaxlib, its own version or the one its extras pin)."""
+
+    project: str
+    version: str
+    missing: bool = False  # that release is not on the index (yet)
 
 
 @dataclass(frozen=True)
@@ -357,11 +366,12 @@ def _release(pub: Published, status: str, reason: str, accepted: tuple[str, ...]
         requires_python=_shown(_joined((m.project, m.requires_python) for m in pub.metas)),
         cuda=pub.cuda,
         numpy=_shown(_joined((m.project, numpy_bounds(m.requires_dist)) for m in pub.metas)),
-        jaxlib=pub.companion,
         status=status,
         reason=printable(reason, REASON_LIMIT),
         accepted=accepted,
-        jaxlib_missing=pub.companion_missing,
+        companion=None
+        if pub.framework.companion is None or pub.companion is None
+        else CompanionPin(pub.framework.companion, pub.companion, pub.companion_missing),
     )
 
 

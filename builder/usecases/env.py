@@ -50,6 +50,7 @@ from builder.lock.resolve import LockFailed, resolve, sources, uv_binary
 from builder.model.plan import ImageSpec, Lock
 from builder.model.results import GpuUse, SmokeResult
 from builder.model.sources import Sources
+from builder.model.versions import release_line
 from builder.publish.signing import Signers
 from builder.publish.verify import vouch
 from builder.smoke.args import gpu_flags
@@ -333,8 +334,8 @@ def newer_in_line(records: Sequence[KnownGood], record: KnownGood) -> list[Known
 
     def line(r: KnownGood) -> tuple[object, ...]:
         return (
-            r.stack, r.os, r.python.split(".")[:2], r.accelerator.kind, r.accelerator.version,
-            tuple(sorted((n, v.split(".")[:2]) for n, v in r.frameworks.items())),
+            r.stack, r.os, release_line(r.python), r.accelerator.kind, r.accelerator.version,
+            tuple(sorted((n, release_line(v)) for n, v in r.frameworks.items())),
         )  # fmt: skip
 
     same = [r for r in records if line(r) == line(record) and r.published > record.published]

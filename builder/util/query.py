@@ -89,6 +89,8 @@ def exact_values(found: str) -> frozenset[str]:
     found = found.lower()
     out = {found}
     release, plus, local = found.partition("+")
+    # any query value, not only a version, and util/ comes before model/ (model imports util.errors), so
+    # builder.model.versions is out of reach: the prefix rule splits here, each part checked as a number
     parts = release.split(".")
     for n in range(1, len(parts) + 1):
         if not _RELEASE_PART.fullmatch(parts[n - 1]):

@@ -26,6 +26,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.version import Version
+
 from builder import frameworks
 from builder.compat.facts import DEFAULT_PATH, Compat, load_compat
 from builder.compat.requires import Meta
@@ -132,8 +134,12 @@ class Framework(ABC):
         """The row of its table that decides this release, if any."""
 
     @abstractmethod
+    def row_starts(self, compat: Compat) -> Sequence[str]:
+        """The release each row of its table starts at (a row decides that release and, by the row's rule, those after it)."""
+
     def newest_row(self, compat: Compat) -> str:
         """The newest release its table has a row for; a newer series must get its own row."""
+        return max(self.row_starts(compat), key=Version)
 
     @abstractmethod
     def row_hint(self, version: str) -> str:

@@ -7,8 +7,6 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from packaging.version import Version
-
 from builder.compat import rocm
 from builder.compat.facts import Compat
 from builder.compat.requires import Meta
@@ -176,8 +174,8 @@ class Cupy(Framework):
         i = newest_at_or_below(version, [r.release for r in rows])
         return None if i is None else Row("cupy.releases", rows[i].release, rows[i].python)
 
-    def newest_row(self, compat: Compat) -> str:
-        return max((r.release for r in compat.facts(CupyFacts).releases), key=Version)
+    def row_starts(self, compat: Compat) -> tuple[str, ...]:
+        return tuple(r.release for r in compat.facts(CupyFacts).releases)
 
     def row_hint(self, version: str) -> str:
         return f'a cupy.releases row for "{version}" (cuda, packages, python, numpy)'

@@ -190,8 +190,8 @@ class Jax(Framework):
         i = newest_at_or_below(version, [b.start for b in bands])
         return None if i is None else Row("jax.bands", f"from {bands[i].start}", bands[i].python)
 
-    def newest_row(self, compat: Compat) -> str:
-        return max((b.start for b in compat.facts(JaxFacts).bands), key=Version)
+    def row_starts(self, compat: Compat) -> tuple[str, ...]:
+        return tuple(b.start for b in compat.facts(JaxFacts).bands)
 
     def row_hint(self, version: str) -> str:
         return f'a jax.bands row from "{version}" (python, cuda)'

@@ -162,8 +162,8 @@ class Numba(Framework):
         found = _release(version, compat.facts(NumbaFacts))  # as the rule reads it: 0.68.1 behaves like 0.68.0
         return Row("numba.releases", found.version, found.python) if found else None
 
-    def newest_row(self, compat: Compat) -> str:
-        return max((r.version for r in compat.facts(NumbaFacts).releases), key=Version)
+    def row_starts(self, compat: Compat) -> tuple[str, ...]:
+        return tuple(r.version for r in compat.facts(NumbaFacts).releases)
 
     def row_hint(self, version: str) -> str:
         return f'a numba.releases row for "{version}" (python, numpy: its import-time ceiling, numba/__init__.py _ensure_critical_deps)'

@@ -139,8 +139,8 @@ class Tensorflow(Framework):
         found = _row_of(version, compat.facts(TensorflowFacts))
         return Row("tensorflow.releases", found.release, found.python) if found else None
 
-    def newest_row(self, compat: Compat) -> str:
-        return max((r.release for r in compat.facts(TensorflowFacts).releases), key=Version)
+    def row_starts(self, compat: Compat) -> tuple[str, ...]:
+        return tuple(r.release for r in compat.facts(TensorflowFacts).releases)
 
     def row_hint(self, version: str) -> str:
         return 'a tensorflow.releases row for "{}.{}" (python, cuda, cudnn)'.format(*mm(version))

@@ -7,8 +7,6 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from packaging.version import Version
-
 from builder.compat.facts import Compat
 from builder.compat.requires import Meta
 from builder.compat.rules import COMPAT_FILE, Built, Framework, Placed, Row
@@ -170,8 +168,8 @@ class Torch(Framework):
         found = _release(version, compat.facts(TorchFacts))
         return Row("torch.releases", found.release, found.python) if found else None
 
-    def newest_row(self, compat: Compat) -> str:
-        return max((r.release for r in compat.facts(TorchFacts).releases), key=Version)
+    def row_starts(self, compat: Compat) -> tuple[str, ...]:
+        return tuple(r.release for r in compat.facts(TorchFacts).releases)
 
     def row_hint(self, version: str) -> str:
         return 'a torch.releases row for "{}.{}" (python, cuda, rocm, cudnn, pypi)'.format(*mm(version))

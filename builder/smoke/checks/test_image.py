@@ -11,6 +11,7 @@ import pytest
 from builder.compat.rules import framework
 from builder.model.image_entry import ImageEntry
 from builder.model.probe_report import ProbeReport
+from builder.model.versions import Release
 from builder.probes.hello_gpu import release
 from builder.render import labels as lb
 
@@ -130,8 +131,8 @@ def test_accelerator_environment(runs: dict[str, Future[Any]], spec: ImageEntry)
         assert env.get("NVIDIA_VISIBLE_DEVICES") == "all"
         assert env.get("NVIDIA_DRIVER_CAPABILITIES") == "compute,utility"
         # the CUDA the image declares: its base's, or its lock's where matrix.yaml states an exception
-        major, minor = (spec.accelerator.version or "").split(".")[:2]
-        assert env.get("NVIDIA_REQUIRE_CUDA", "").startswith(f"cuda>={major}.{minor}")
+        line = Release.parse(spec.accelerator.version or "").line
+        assert env.get("NVIDIA_REQUIRE_CUDA", "").startswith(f"cuda>={line}")
     else:
         assert not [k for k in env if k.startswith("NVIDIA_")], "non-CUDA image sets NVIDIA_* variables"
 
