@@ -243,6 +243,13 @@ def _bind(path: Path, text: str) -> None:
         (lambda d: json.dumps({**d, "gpu": "none"}), "'gpu' must be an object"),
         (lambda d: json.dumps([d]), "'the file' must be an object"),
         (lambda d: json.dumps({k: v for k, v in d.items() if k != "returncode"}), "it lacks returncode"),
+        (lambda d: json.dumps({**d, "colour": "blue"}), "unknown keys colour"),
+        (lambda d: json.dumps({**d, "vendor": "intel"}), "vendor 'intel' is not one of"),
+        (lambda d: json.dumps({**d, "verdict": "great"}), "verdict 'great' is not one of"),
+        (lambda d: json.dumps({**d, "host": {"gpu": "x", "os": "y"}}), "'host' has unknown keys os"),
+        (lambda d: json.dumps({**d, "tests": {"passes": 1}}), "'tests' has unknown keys passes"),
+        (lambda d: json.dumps({**d, "cuda_checks": [{"name": "x", "ok": True, "detail": 5}]}), "'cuda_checks.detail' must be text"),
+        (lambda d: json.dumps({**d, "fit_error": None}), "'fit_error' must be text"),
     ],
 )
 def test_a_malformed_result_is_one_line_for_publish_and_none_for_the_report(tmp_path: Path, spec: Any, edit: Any, message: str) -> None:

@@ -96,6 +96,12 @@ def test_the_probe_report_reads_typed_and_writes_the_probes_own_keys() -> None:
         (lambda d: d["cuda"].update(ok="yes"), "'cuda.ok' must be true or false"),
         (lambda d: d["host"].update(python=3.12), "'host.python' must be text"),
         (lambda d: d.update(summary={"failed": "1"}), "'summary.failed' must be a whole number"),
+        (lambda d: d["frameworks"]["torch"].pop("status"), "frameworks.torch.status 'None' is not one of"),
+        (lambda d: d["frameworks"]["torch"].update(framework=7), "'frameworks.torch.framework' must be text"),
+        (lambda d: d["frameworks"]["torch"].update(devices=[{"memory_gb": "80"}]), "'frameworks.torch.devices.memory_gb' must be a number"),
+        (lambda d: d["cuda"].update(checks=[{"name": "cudnn", "library": 1}]), "'cuda.checks.library' must be text"),
+        (lambda d: d["host"].update(nvidia_smi={"name": 1}), "'host.nvidia_smi.name' must be text"),
+        (lambda d: d.update(schema="1"), "'schema' must be a whole number"),
     ],
 )
 def test_a_probe_report_of_the_wrong_shape_is_one_line_naming_its_file(edit: Callable[[dict[str, Any]], object], message: str) -> None:

@@ -226,10 +226,25 @@ def test_readings_are_checked_when_read_back() -> None:
         ({**code, "sha256": "x"}, "64 hex digits"),
         ({**code, "libraries": [{"path": "a.so", "entries": [[2, 75, 0, 0]]}]}, "rows of whole numbers"),
         ({**code, "nvrtc": [{"path": "n.so", "version": "13.0", "archs": ["sm_75"]}]}, "numbers like 75"),
+        ({**code, "filename": 1}, r"^'reading\.filename' must be text$"),
+        ({k: v for k, v in code.items() if k != "machine"}, r"^'reading\.machine' must be text$"),
+        ({**code, "cudart": {"libcudart.so": 13}}, r"^'reading\.cudart\.libcudart\.so' must be text$"),
+        ({**code, "offload": {"a.so": {"sm_75": 1}}}, r"^'reading\.offload' must map each library to target IDs"),
     ):
-        with pytest.raises(ValueError, match=words):
+        with pytest.raises(ValueError, match=words) as caught:
             reading_from_json(broken, fail)
+        assert "\n" not in str(caught.value)
     whole = committed.to_json()
+    wheel = whole["wheels"][0]
+    for broken, words in (
+        ({**whole, "wheels": [{**wheel, "name": 1}]}, r"^'wheels\[\]\.name' must be text$"),
+        ({**whole, "wheels": [{**wheel, "role": "mine"}]}, "a wheel's role must be one of locked, twin, base"),
+        ({**whole, "folders": {"torch": "torch"}}, r"^'folders\.torch' must be a list of text$"),
+        ({**whole, "image": None}, r"^'image' must be text$"),
+    ):
+        with pytest.raises(ValueError, match=words) as caught:
+            from_json(broken, fail)
+        assert "\n" not in str(caught.value)
     with pytest.raises(ValueError, match="'unknown' does not say why"):
         from_json({**whole, "fit": None, "unknown": None}, fail)
     with pytest.raises(ValueError, match="schema"):

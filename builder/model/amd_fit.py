@@ -74,6 +74,32 @@ class AmdFit:
         }
 
 
+def _targets(value: Any, key: str, fail: jf.Fail) -> tuple[tuple[str, int], ...]:
+    targets = jf.obj(value, key, fail)
+    if len(targets) > MAX_TARGETS or not all(
+        isinstance(t, str) and TARGET.fullmatch(t) and type(n) is int and n >= 1 for t, n in targets.items()
+    ):
+        raise fail(f"{key!r} must map target IDs like gfx90a:xnack- to code object counts >= 1")
+    return tuple(sorted(targets.items()))
+
+
+def _libraries(value: Any, key: str, fail: jf.Fail) -> tuple[AmdLibrary, ...]:
+    if not isinstance(value, list) or len(value) > MAX_LIBRARIES:
+        raise fail(f"{key!r} must be a list of at most {MAX_LIBRARIES}")
+    return tuple(_LIBRARY(item, key, fail) for item in value)
+
+
+# A library's and a framework's keys beyond these are ignored (as they always were); the fit's are refused.
+_LIBRARY = jf.nested((jf.Field("path", jf.text), jf.Field("targets", _targets)), AmdLibrary, closed=False)
+FRAMEWORK_FIELDS = (jf.Field("name", jf.text), jf.Field("libraries", jf.texts), jf.Field("jit", jf.flag))
+FIELDS = (
+    jf.Field("libraries", _libraries),
+    jf.Field("frameworks", jf.each(jf.nested(FRAMEWORK_FIELDS, AmdFramework, closed=False))),
+    jf.Field("reader", jf.text),
+    jf.Field("rocm", jf.optional_text, None),
+)
+
+
 def from_json(data: Any, where: str, fail: jf.Fail) -> AmdFit:
     """An AmdFit as `to_json` writes it, every field checked; `fail` makes the caller's one-line refusal."""
 
@@ -81,31 +107,11 @@ def from_json(data: Any, where: str, fail: jf.Fail) -> AmdFit:
         return fail(f"{where}: {what}")
 
     doc = jf.obj(data, where, bad)
-    unknown = sorted(set(doc) - {"reader", "rocm", "libraries", "frameworks"})
+    unknown = jf.unknown(doc, FIELDS)
     if unknown:
         raise bad(f"unknown keys {', '.join(str(k)[:40] for k in unknown[:3])}")
-    items = doc.get("libraries")
-    if not isinstance(items, list) or len(items) > MAX_LIBRARIES:
-        raise bad(f"'libraries' must be a list of at most {MAX_LIBRARIES}")
-    libraries = []
-    for item in items:
-        entry = jf.obj(item, "libraries[]", bad)
-        targets = jf.obj(entry.get("targets"), "libraries.targets", bad)
-        if len(targets) > MAX_TARGETS or not all(
-            isinstance(t, str) and TARGET.fullmatch(t) and type(n) is int and n >= 1 for t, n in targets.items()
-        ):
-            raise bad("'libraries.targets' must map target IDs like gfx90a:xnack- to code object counts >= 1")
-        libraries.append(AmdLibrary(jf.text(entry.get("path"), "libraries.path", bad), tuple(sorted(targets.items()))))
-    paths = {lib.path for lib in libraries}
-    frameworks = []
-    for item in jf.objs(doc.get("frameworks"), "frameworks", bad):
-        loads = jf.texts(item.get("libraries"), "frameworks.libraries", bad)
-        if any(p not in paths for p in loads):
-            raise bad("'frameworks.libraries' names a library that is not in 'libraries'")
-        frameworks.append(AmdFramework(jf.text(item.get("name"), "frameworks.name", bad), loads, jf.flag(item.get("jit"), "jit", bad)))
-    return AmdFit(
-        reader=jf.text(doc.get("reader"), "reader", bad),
-        rocm=jf.optional_text(doc.get("rocm"), "rocm", bad),
-        libraries=tuple(libraries),
-        frameworks=tuple(frameworks),
-    )
+    fit = AmdFit(**jf.read_fields({**dict.fromkeys(jf.missing(doc, FIELDS)), **doc}, FIELDS, bad))
+    paths = {lib.path for lib in fit.libraries}
+    if any(p not in paths for f in fit.frameworks for p in f.libraries):
+        raise bad("'frameworks.libraries' names a library that is not in 'libraries'")
+    return fit

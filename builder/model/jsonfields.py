@@ -161,19 +161,25 @@ def listed(read: Reader) -> Reader:
     return lambda value, key, fail: tuple(read(value, key, fail))
 
 
-def nested(fields: Sequence[Field], make: Callable[..., Any]) -> Reader:
-    """An object read by its own table into `make(**fields)`, refusing keys the table does not know;
-    a required key it lacks is read as null, so its refusal names it ("'base.name' must be text")."""
+def nested(fields: Sequence[Field], make: Callable[..., Any], closed: bool = True) -> Reader:
+    """An object read by its own table into `make(**fields)`, refusing keys the table does not know
+    (`closed`; an open one ignores them: a newer writer's keys still read); a required key it lacks
+    is read as null, so its refusal names it ("'base.name' must be text")."""
 
     def read(value: Any, key: str, fail: Fail) -> Any:
         found = obj(value, key, fail)
-        extra = unknown(found, fields)
+        extra = unknown(found, fields) if closed else []
         if extra:
             raise fail(f"{key!r} has unknown keys {', '.join(clip(k) for k in extra[:5])}")
         absent = dict.fromkeys(missing(found, fields))
         return make(**read_fields({**absent, **found}, fields, fail, f"{key}."))
 
     return read
+
+
+def each(read: Reader) -> Reader:
+    """A list of objects, each read by `read` (a `nested` table) under the list's key, as a tuple."""
+    return lambda value, key, fail: tuple(read(item, key, fail) for item in objs(value, key, fail))
 
 
 def text_map(value: Any, key: str, fail: Fail) -> dict[str, str]:

@@ -26,7 +26,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from builder.model import amd_fit, measured_fit
 from builder.model import jsonfields as jf
@@ -222,97 +222,127 @@ def variant_properties(runs_on: tuple[str, ...], require_cuda: str | None) -> tu
 # -- the typed reader ---------------------------------------------------------------------------
 
 
+def _sha256(value: Any, key: str, fail: jf.Fail) -> str:
+    found = jf.text(value, key, fail)
+    if not _SHA256.fullmatch(found):
+        raise fail("a reading's sha256 must be 64 hex digits")
+    return found
+
+
+def _lock(value: Any, key: str, fail: jf.Fail) -> str:
+    found = jf.text(value, key, fail)
+    if not found.startswith("sha256:") or not _SHA256.fullmatch(found[7:]):
+        raise fail("'lock' must be sha256:<64 hex digits>")
+    return found
+
+
+def _reading_schema(value: Any, key: str, fail: jf.Fail) -> int:
+    if value != READING_SCHEMA:
+        raise fail(f"a reading's 'schema' is {str(value)[:20]!r}, not {READING_SCHEMA}")
+    return READING_SCHEMA
+
+
+def _rows(value: Any, key: str, fail: jf.Fail) -> tuple[Row, ...]:
+    if (
+        not isinstance(value, list)
+        or len(value) > MAX_ROWS
+        or not all(isinstance(r, list) and len(r) == 5 and all(type(v) is int and 0 <= v < 2**32 for v in r) for r in value)
+    ):
+        raise fail(f"{key!r} must be [kind, sm, flags, code, count] rows of whole numbers")
+    return tuple((r[0], r[1], r[2], r[3], r[4]) for r in value)
+
+
+def _archs(value: Any, key: str, fail: jf.Fail) -> tuple[int, ...]:
+    if not isinstance(value, list) or not all(type(a) is int and 10 <= a < 10000 for a in value):
+        raise fail(f"{key!r} must be numbers like 75")
+    return tuple(value)
+
+
+def _offload(value: Any, key: str, fail: jf.Fail) -> tuple[tuple[str, tuple[tuple[str, int], ...]], ...]:
+    """library path -> {target ID: count}, sorted."""
+    out = []
+    for path, targets in sorted(jf.obj(value, key, fail).items()):
+        items = jf.obj(targets, f"{key}.{path}", fail)
+        if len(items) > amd_fit.MAX_TARGETS or not all(
+            isinstance(k, str) and amd_fit.TARGET.fullmatch(k) and type(n) is int and n >= 1 for k, n in items.items()
+        ):
+            raise fail(f"{key!r} must map each library to target IDs like gfx90a and their counts")
+        out.append((str(path), tuple(sorted(items.items()))))
+    return tuple(out)
+
+
+def _sorted_items(read: jf.Reader) -> jf.Reader:
+    """An object read by `read`, as its (key, value) pairs sorted by key."""
+    return lambda value, key, fail: tuple(sorted(read(value, key, fail).items()))
+
+
+def _wheels(value: Any, key: str, fail: jf.Fail) -> tuple[WheelRead, ...]:
+    if not isinstance(value, list) or len(value) > MAX_WHEELS:
+        raise fail(f"{key!r} must be a list of at most {MAX_WHEELS}")
+    return tuple(_WHEEL(item, f"{key}[]", fail) for item in value)
+
+
+def _role(value: Any, key: str, fail: jf.Fail) -> Role:
+    if value not in ROLES:
+        raise fail(f"a wheel's role must be one of {', '.join(ROLES)}")
+    return cast(Role, value)  # one of ROLES: checked above
+
+
+def _folders(value: Any, key: str, fail: jf.Fail) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    return tuple((str(name), jf.texts(paths, f"{key}.{name}", fail)) for name, paths in sorted(jf.obj(value, key, fail).items()))
+
+
+# A reading ignores keys it does not know (as it always has); its schema is checked, not kept.
+READING_FIELDS = (
+    jf.Field("schema", _reading_schema),
+    jf.Field("sha256", _sha256),
+    jf.Field("libraries", jf.each(jf.nested((jf.Field("path", jf.text), jf.Field("entries", _rows)), Library, closed=False))),
+    jf.Field(
+        "nvrtc",
+        jf.each(jf.nested((jf.Field("path", jf.text), jf.Field("version", jf.text), jf.Field("archs", _archs)), Compiler, closed=False)),
+    ),
+    jf.Field("cudart", _sorted_items(jf.text_map)),
+    jf.Field("offload", _offload, ()),
+    jf.Field("needs", jf.texts, ()),
+    jf.Field("filename", jf.text),
+    jf.Field("machine", jf.text),
+    jf.Field("foreign", jf.texts),
+    jf.Field("tops", jf.texts),
+)
+_READING = jf.nested(READING_FIELDS, lambda schema, **fields: WheelCode(**fields), closed=False)
+WHEEL_FIELDS = (
+    jf.Field("role", _role),
+    jf.Field("name", jf.text),
+    jf.Field("version", jf.text),
+    jf.Field("reading", _READING, attr="code"),
+)
+_WHEEL = jf.nested(WHEEL_FIELDS, WheelRead, closed=False)
+# fit.json's keys: `generated` and `schema` are checked as a whole first (a fit.json of another
+# schema is read again, not half-read), the rest by this table
+FIELDS = (
+    jf.Field("lock", _lock),
+    jf.Field("wheels", _wheels),
+    jf.Field("folders", _folders),
+    jf.Field("fit", jf.optional(measured_fit.from_json), None),
+    jf.Field("unknown", jf.optional_text, None),
+    jf.Field("amd", jf.optional(amd_fit.from_json), None),
+    jf.Field("image", jf.text),
+)
+KNOWN = {"generated", "schema", *(f.key for f in FIELDS)}
+
+
 def from_json(data: Any, fail: jf.Fail) -> LockedFit:
     """A fit.json as `builder lock` writes it; anything else is `fail`'s one-line refusal."""
     doc = jf.obj(data, "the document", fail)
-    known = {"generated", "schema", "image", "lock", "wheels", "folders", "fit", "unknown", "amd"}
-    unknown_keys = sorted(set(doc) - known)
+    unknown_keys = sorted(set(doc) - KNOWN)
     if unknown_keys or doc.get("schema") != SCHEMA:
         raise fail(f"not a fit.json of schema {SCHEMA} (keys {', '.join(unknown_keys[:3]) or 'ok'}, schema {doc.get('schema')!r})")
-    lock = jf.text(doc.get("lock"), "lock", fail)
-    if not lock.startswith("sha256:") or not _SHA256.fullmatch(lock[7:]):
-        raise fail("'lock' must be sha256:<64 hex digits>")
-    wheels_in = doc.get("wheels")
-    if not isinstance(wheels_in, list) or len(wheels_in) > MAX_WHEELS:
-        raise fail(f"'wheels' must be a list of at most {MAX_WHEELS}")
-    wheels = tuple(_wheel(item, fail) for item in wheels_in)
-    folders = jf.obj(doc.get("folders"), "folders", fail)
-    fit_in = doc.get("fit")
-    fit = None if fit_in is None else measured_fit.from_json(fit_in, "fit", fail)
-    unknown = jf.optional_text(doc.get("unknown"), "unknown", fail)
-    amd = None if doc.get("amd") is None else amd_fit.from_json(doc["amd"], "amd", fail)
-    if fit is None and not unknown and amd is None:
+    fields = jf.read_fields({**dict.fromkeys(jf.missing(doc, FIELDS)), **doc}, FIELDS, fail)
+    if fields["fit"] is None and not fields["unknown"] and fields["amd"] is None:
         raise fail("'fit' is null and 'unknown' does not say why")
-    return LockedFit(
-        image=jf.text(doc.get("image"), "image", fail),
-        lock=lock,
-        wheels=wheels,
-        folders=tuple((str(name), jf.texts(paths, f"folders.{name}", fail)) for name, paths in sorted(folders.items())),
-        fit=fit,
-        unknown=unknown,
-        amd=amd,
-    )
-
-
-def _wheel(value: Any, fail: jf.Fail) -> WheelRead:
-    doc = jf.obj(value, "wheels[]", fail)
-    role = doc.get("role")
-    if role not in ROLES:
-        raise fail(f"a wheel's role must be one of {', '.join(ROLES)}")
-    return WheelRead(
-        name=jf.text(doc.get("name"), "wheels.name", fail),
-        version=jf.text(doc.get("version"), "wheels.version", fail),
-        role=role,
-        code=reading_from_json(doc.get("reading"), fail),
-    )
+    return LockedFit(**fields)
 
 
 def reading_from_json(data: Any, fail: jf.Fail) -> WheelCode:
     """A wheel's reading as `WheelCode.to_json` writes it (a cache file, or a fit.json's wheel), every field checked."""
-    doc = jf.obj(data, "reading", fail)
-    if doc.get("schema") != READING_SCHEMA:
-        raise fail(f"a reading's 'schema' is {str(doc.get('schema'))[:20]!r}, not {READING_SCHEMA}")
-    sha = jf.text(doc.get("sha256"), "reading.sha256", fail)
-    if not _SHA256.fullmatch(sha):
-        raise fail("a reading's sha256 must be 64 hex digits")
-    libraries = []
-    for item in jf.objs(doc.get("libraries"), "reading.libraries", fail):
-        rows = item.get("entries")
-        if (
-            not isinstance(rows, list)
-            or len(rows) > MAX_ROWS
-            or not all(isinstance(r, list) and len(r) == 5 and all(type(v) is int and 0 <= v < 2**32 for v in r) for r in rows)
-        ):
-            raise fail("'reading.libraries.entries' must be [kind, sm, flags, code, count] rows of whole numbers")
-        libraries.append(
-            Library(jf.text(item.get("path"), "reading.libraries.path", fail), tuple((r[0], r[1], r[2], r[3], r[4]) for r in rows))
-        )
-    compilers = []
-    for item in jf.objs(doc.get("nvrtc"), "reading.nvrtc", fail):
-        archs = item.get("archs")
-        if not isinstance(archs, list) or not all(type(a) is int and 10 <= a < 10000 for a in archs):
-            raise fail("'reading.nvrtc.archs' must be numbers like 75")
-        compilers.append(
-            Compiler(jf.text(item.get("path"), "nvrtc.path", fail), jf.text(item.get("version"), "nvrtc.version", fail), tuple(archs))
-        )
-    cudart = jf.obj(doc.get("cudart"), "reading.cudart", fail)
-    offload = []
-    for path, targets in sorted(jf.obj(doc.get("offload", {}), "reading.offload", fail).items()):
-        items = jf.obj(targets, f"reading.offload.{path}", fail)
-        if len(items) > amd_fit.MAX_TARGETS or not all(
-            isinstance(k, str) and amd_fit.TARGET.fullmatch(k) and type(n) is int and n >= 1 for k, n in items.items()
-        ):
-            raise fail("'reading.offload' must map each library to target IDs like gfx90a and their counts")
-        offload.append((str(path), tuple(sorted(items.items()))))
-    return WheelCode(
-        offload=tuple(offload),
-        needs=jf.texts(doc.get("needs", []), "reading.needs", fail),
-        sha256=sha,
-        filename=jf.text(doc.get("filename"), "reading.filename", fail),
-        machine=jf.text(doc.get("machine"), "reading.machine", fail),
-        libraries=tuple(libraries),
-        cudart=tuple((path, jf.text(v, f"cudart.{path}", fail)) for path, v in sorted(cudart.items())),
-        nvrtc=tuple(compilers),
-        foreign=jf.texts(doc.get("foreign"), "reading.foreign", fail),
-        tops=jf.texts(doc.get("tops"), "reading.tops", fail),
-    )
+    return cast(WheelCode, _READING(data, "reading", fail))

@@ -10,7 +10,7 @@ names its file; keys the probe adds later are ignored, so a newer probe still re
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from builder.model import jsonfields as jf
 from builder.util.errors import UserError
@@ -126,6 +126,90 @@ class ProbeReport:
 # -- the typed reader ---------------------------------------------------------------------------
 
 
+def _or(empty: Any, read: jf.Reader) -> jf.Reader:
+    """`read`, with a null (or any empty value) read as `empty`: the probe writes null for none."""
+    return lambda value, key, fail: read(value or empty, key, fail)
+
+
+def _truthy(value: Any, key: str, fail: jf.Fail) -> bool:
+    return bool(value)  # a check's `ok`: the probe's own truth value, as it always was read
+
+
+def _status(value: Any, key: str, fail: jf.Fail) -> Status:
+    if value not in STATUSES:
+        raise fail(f"{key} {str(value)[:40]!r} is not one of {', '.join(STATUSES)}")
+    return cast(Status, value)
+
+
+def _whole_map(value: Any, key: str, fail: jf.Fail) -> dict[str, int]:
+    return {str(k): jf.whole(v, f"{key}.{k}", fail) for k, v in jf.obj(value, key, fail).items()}
+
+
+# Every table is open: keys the probe adds later are ignored, so a newer probe still reads.
+TEXT_OR_EMPTY = _or("", jf.text)
+DIAGNOSIS = jf.optional(jf.nested((jf.Field("cause", jf.text), jf.Field("fix", jf.text)), Diagnosis, closed=False))
+CHECK_FIELDS = (
+    jf.Field("ok", _truthy, False),
+    jf.Field("detail", TEXT_OR_EMPTY, ""),
+    jf.Field("max_abs_err", jf.optional_number, None),
+)
+OFFLINE_FIELDS = (jf.Field("name", jf.text), jf.Field("ok", _truthy, False), jf.Field("detail", TEXT_OR_EMPTY, ""))
+LIBRARY_FIELDS = (
+    *OFFLINE_FIELDS,
+    *(jf.Field(key, jf.scalar_text, None) for key in ("expected", "found")),
+    jf.Field("library", jf.optional_text, None),
+)
+DEVICE_FIELDS = (
+    *(jf.Field(key, jf.scalar_text, None) for key in ("name", "capability")),
+    jf.Field("memory_gb", jf.optional_number, None),
+)
+FRAMEWORK_FIELDS = (  # `framework` is read in _framework: absent, it is the entry's name
+    jf.Field("status", _status),
+    jf.Field("version", jf.scalar_text, None),
+    jf.Field("reason", TEXT_OR_EMPTY, ""),
+    jf.Field("build", _or({}, jf.facts), {}),
+    jf.Field("cuda_build", jf.scalar_text, None),
+    jf.Field("devices", _or([], jf.each(jf.nested(DEVICE_FIELDS, Device, closed=False))), ()),
+    *(jf.Field(key, jf.optional(jf.nested(CHECK_FIELDS, Check, closed=False)), None) for key in ("cpu_check", "gpu_check")),
+    jf.Field("offline", _or([], jf.each(jf.nested(OFFLINE_FIELDS, OfflineCheck, closed=False))), ()),
+    jf.Field("diagnosis", DIAGNOSIS, None),
+    jf.Field("seconds", jf.number, 0.0),
+)
+CUDA_FIELDS = (
+    jf.Field("checks", _or([], jf.each(jf.nested(LIBRARY_FIELDS, LibraryCheck, closed=False))), ()),
+    jf.Field("ok", jf.flag, True),
+    jf.Field("diagnosis", DIAGNOSIS, None),
+)
+HOST_FIELDS = (
+    jf.Field("python", jf.text),
+    jf.Field("platform", jf.text, ""),
+    jf.Field("gpu_devices", jf.texts, ()),
+    jf.Field("nvidia_smi", jf.optional(jf.optional_text_map), None),
+)
+
+
+def _framework(value: Any, key: str, fail: jf.Fail) -> FrameworkProbe:
+    entry = jf.obj(value, key, fail)
+    name = jf.text(entry.get("framework", key.rpartition(".")[2]), f"{key}.framework", fail)
+    absent = dict.fromkeys(jf.missing(entry, FRAMEWORK_FIELDS))  # a status it lacks is refused as null
+    return FrameworkProbe(framework=name, **jf.read_fields({**absent, **entry}, FRAMEWORK_FIELDS, fail, f"{key}."))
+
+
+def _frameworks(value: Any, key: str, fail: jf.Fail) -> dict[str, FrameworkProbe]:
+    return {str(name): _framework(entry, f"{key}.{name}", fail) for name, entry in jf.obj(value, key, fail).items()}
+
+
+FIELDS = (
+    jf.Field("host", jf.nested(HOST_FIELDS, ProbeHost, closed=False)),
+    jf.Field("frameworks", _frameworks),
+    jf.Field("cuda", _or({}, jf.nested(CUDA_FIELDS, CudaLibraries, closed=False)), CudaLibraries()),
+    jf.Field("summary", _whole_map, {}),
+    jf.Field("ok", jf.flag, False),
+    jf.Field("schema", jf.whole, 1),
+    jf.Field("probe", jf.text, "hello-gpu"),
+)
+
+
 def from_json(data: Any, where: str) -> ProbeReport:
     """A ProbeReport from the probe's JSON, each field the readers use checked for its type."""
 
@@ -133,101 +217,6 @@ def from_json(data: Any, where: str) -> ProbeReport:
         return UserError(f"not a hello-gpu report: {what}; {RERUN}", where)
 
     doc = jf.obj(data, "the report", fail)
-    if "frameworks" not in doc or "host" not in doc:
+    if jf.missing(doc, FIELDS):
         raise fail("it lacks 'frameworks' or 'host'")
-    host = jf.obj(doc["host"], "host", fail)
-    smi = host.get("nvidia_smi")
-    return ProbeReport(
-        host=ProbeHost(
-            python=jf.text(host.get("python"), "host.python", fail),
-            platform=jf.text(host.get("platform", ""), "host.platform", fail),
-            gpu_devices=jf.texts(host.get("gpu_devices", []), "host.gpu_devices", fail),
-            nvidia_smi=None
-            if smi is None
-            else {str(k): jf.optional_text(v, f"host.nvidia_smi.{k}", fail) for k, v in jf.obj(smi, "host.nvidia_smi", fail).items()},
-        ),
-        frameworks={
-            str(name): _framework(entry, f"frameworks.{name}", fail)
-            for name, entry in jf.obj(doc["frameworks"], "frameworks", fail).items()
-        },
-        cuda=_cuda(doc.get("cuda") or {}, fail),
-        summary={str(k): jf.whole(v, f"summary.{k}", fail) for k, v in jf.obj(doc.get("summary", {}), "summary", fail).items()},
-        ok=jf.flag(doc.get("ok", False), "ok", fail),
-        schema=jf.whole(doc.get("schema", 1), "schema", fail),
-        probe=jf.text(doc.get("probe", "hello-gpu"), "probe", fail),
-    )
-
-
-def _framework(value: Any, key: str, fail: jf.Fail) -> FrameworkProbe:
-    entry = jf.obj(value, key, fail)
-    status = entry.get("status")
-    if status not in STATUSES:
-        raise fail(f"{key}.status {str(status)[:40]!r} is not one of {', '.join(STATUSES)}")
-    return FrameworkProbe(
-        framework=jf.text(entry.get("framework", key.rpartition(".")[2]), f"{key}.framework", fail),
-        status=status,
-        version=jf.scalar_text(entry.get("version"), f"{key}.version", fail),
-        reason=jf.text(entry.get("reason") or "", f"{key}.reason", fail),
-        build=jf.facts(entry.get("build") or {}, f"{key}.build", fail),
-        cuda_build=jf.scalar_text(entry.get("cuda_build"), f"{key}.cuda_build", fail),
-        devices=tuple(_device(d, f"{key}.devices", fail) for d in jf.objs(entry.get("devices") or [], f"{key}.devices", fail)),
-        cpu_check=_check(entry.get("cpu_check"), f"{key}.cpu_check", fail),
-        gpu_check=_check(entry.get("gpu_check"), f"{key}.gpu_check", fail),
-        offline=tuple(_offline(c, f"{key}.offline", fail) for c in jf.objs(entry.get("offline") or [], f"{key}.offline", fail)),
-        diagnosis=_diagnosis(entry.get("diagnosis"), f"{key}.diagnosis", fail),
-        seconds=jf.number(entry.get("seconds", 0.0), f"{key}.seconds", fail),
-    )
-
-
-def _cuda(value: Any, fail: jf.Fail) -> CudaLibraries:
-    cuda = jf.obj(value, "cuda", fail)
-    return CudaLibraries(
-        checks=tuple(_library(c, "cuda.checks", fail) for c in jf.objs(cuda.get("checks") or [], "cuda.checks", fail)),
-        ok=jf.flag(cuda.get("ok", True), "cuda.ok", fail),
-        diagnosis=_diagnosis(cuda.get("diagnosis"), "cuda.diagnosis", fail),
-    )
-
-
-def _check(value: Any, key: str, fail: jf.Fail) -> Check | None:
-    if value is None:
-        return None
-    check = jf.obj(value, key, fail)
-    return Check(
-        ok=bool(check.get("ok")),
-        detail=jf.text(check.get("detail") or "", f"{key}.detail", fail),
-        max_abs_err=jf.optional_number(check.get("max_abs_err"), f"{key}.max_abs_err", fail),
-    )
-
-
-def _offline(check: dict[str, Any], key: str, fail: jf.Fail) -> OfflineCheck:
-    return OfflineCheck(
-        name=jf.text(check.get("name"), f"{key}.name", fail),
-        ok=bool(check.get("ok")),
-        detail=jf.text(check.get("detail") or "", f"{key}.detail", fail),
-    )
-
-
-def _library(check: dict[str, Any], key: str, fail: jf.Fail) -> LibraryCheck:
-    return LibraryCheck(
-        name=jf.text(check.get("name"), f"{key}.name", fail),
-        ok=bool(check.get("ok")),
-        detail=jf.text(check.get("detail") or "", f"{key}.detail", fail),
-        expected=jf.scalar_text(check.get("expected"), f"{key}.expected", fail),
-        found=jf.scalar_text(check.get("found"), f"{key}.found", fail),
-        library=jf.optional_text(check.get("library"), f"{key}.library", fail),
-    )
-
-
-def _device(device: dict[str, Any], key: str, fail: jf.Fail) -> Device:
-    return Device(
-        name=jf.scalar_text(device.get("name"), f"{key}.name", fail),
-        capability=jf.scalar_text(device.get("capability"), f"{key}.capability", fail),
-        memory_gb=jf.optional_number(device.get("memory_gb"), f"{key}.memory_gb", fail),
-    )
-
-
-def _diagnosis(value: Any, key: str, fail: jf.Fail) -> Diagnosis | None:
-    if value is None:
-        return None
-    found = jf.obj(value, key, fail)
-    return Diagnosis(jf.text(found.get("cause"), f"{key}.cause", fail), jf.text(found.get("fix"), f"{key}.fix", fail))
+    return ProbeReport(**jf.read_fields(doc, FIELDS, fail))

@@ -15,7 +15,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal, cast, get_args
 
 import filelock
 
@@ -229,24 +229,89 @@ def load(results_dir: Path, image_id: str) -> SmokeResult | None:
 # -- the typed reader ---------------------------------------------------------------------------
 
 
+def _member(choices: tuple[str, ...], name: str) -> jf.Reader:
+    """Text that is one of `choices`, else "<name> 'x' is not one of a, b"."""
+
+    def read(value: Any, key: str, fail: jf.Fail) -> str:
+        found = jf.text(value, key, fail)
+        if found not in choices:
+            raise fail(f"{name} {found[:40]!r} is not one of {', '.join(choices)}")
+        return found
+
+    return read
+
+
+def _gpu(value: Any, key: str, fail: jf.Fail) -> GpuUse:
+    gpu = jf.obj(value, key, fail)
+    if not isinstance(gpu.get("attached"), bool) or not isinstance(gpu.get("reason", ""), str):
+        raise fail(f"{key!r} must hold attached (true/false) and reason")
+    return GpuUse(gpu["attached"], gpu.get("reason", ""))
+
+
+def _text_or_empty(value: Any, key: str, fail: jf.Fail) -> str:
+    """Text, with null (or any empty value) read as "": a check's detail."""
+    return jf.text(value or "", key, fail)
+
+
+HOST_FIELDS = (jf.Field("gpu", jf.text), jf.Field("driver", jf.optional_text, None), jf.Field("engine", jf.optional_text, None))
+_host = jf.nested(HOST_FIELDS, TestedOn)
+
+
 def tested_on(value: Any, key: str, fail: jf.Fail) -> TestedOn:
-    host = jf.obj(value, key, fail)
-    unknown = sorted(set(host) - {"gpu", "driver", "engine"})
-    if unknown:
-        raise fail(f"{key!r} has unknown keys {', '.join(k[:40] for k in unknown[:5])}")
-    return TestedOn(
-        gpu=jf.text(host.get("gpu"), f"{key}.gpu", fail),
-        driver=jf.optional_text(host.get("driver"), f"{key}.driver", fail),
-        engine=jf.optional_text(host.get("engine"), f"{key}.engine", fail),
-    )
+    """The host a verdict was reached on ({"gpu", "driver", "engine"}), refusing other keys."""
+    return cast(TestedOn, _host(value, key, fail))
 
 
-def _counts(value: Any, fail: jf.Fail) -> TestCounts:
-    counts = jf.obj(value, "tests", fail)
-    unknown = sorted(set(counts) - set(TestCounts.__dataclass_fields__))
-    if unknown:
-        raise fail(f"'tests' has unknown keys {', '.join(k[:40] for k in unknown[:5])}")
-    return TestCounts(**{k: jf.whole(v, f"tests.{k}", fail) for k, v in counts.items()})
+def _ran_on(value: Any, key: str, fail: jf.Fail) -> TestedOn | None:
+    """A results file's host: {} (or null) when the run never started."""
+    return None if value in ({}, None) else tested_on(value, key, fail)
+
+
+# A results file's keys. Those with a default are absent from files written before fits (and
+# platforms) were measured; the rest are required. `probe` is read in from_json (its refusal names
+# the results file it sits in).
+FIELDS = (
+    jf.Field("id", jf.text),
+    jf.Field("tag", jf.text),
+    jf.Field("verdict", _member(VERDICTS, "verdict")),
+    jf.Field("vendor", _member(VENDORS, "vendor")),
+    jf.Field("platform", _member(PLATFORMS, "platform"), AMD64),
+    jf.Field("gpu", _gpu),
+    jf.Field("seconds", jf.number),
+    jf.Field("tests", jf.nested(tuple(jf.Field(k, jf.whole, 0) for k in ("tests", "failures", "errors", "skipped")), TestCounts)),
+    jf.Field("failures", jf.texts),
+    jf.Field(
+        "diagnoses",
+        jf.each(
+            jf.nested(
+                (jf.Field("framework", jf.text, ""), jf.Field("cause", jf.text), jf.Field("fix", jf.text, "")), Diagnosed, closed=False
+            )
+        ),
+    ),
+    jf.Field("date", jf.text),
+    jf.Field(
+        "cuda_checks",
+        jf.each(
+            jf.nested(
+                (
+                    jf.Field("framework", jf.text, ""),
+                    jf.Field("name", jf.text),
+                    jf.Field("ok", jf.flag),
+                    jf.Field("detail", _text_or_empty, ""),
+                ),
+                CudaCheck,
+                closed=False,
+            )
+        ),
+    ),
+    jf.Field("content_hash", jf.text),
+    jf.Field("image_id", jf.text),
+    jf.Field("host", _ran_on),
+    jf.Field("returncode", jf.whole),
+    jf.Field("fit", jf.optional(measured_fit.from_json), None),
+    jf.Field("fit_error", jf.text, ""),
+    jf.Field("emulated", jf.flag, False),
+)
 
 
 def from_json(data: Any, where: str) -> SmokeResult:
@@ -256,70 +321,23 @@ def from_json(data: Any, where: str) -> SmokeResult:
     def fail(what: str) -> UserError:
         return UserError(f"not a smoke result this tool wrote: {what}; {RERUN}", where)
 
+    def probe(value: Any, key: str, fail: jf.Fail) -> ProbeReport | None:
+        return None if value is None else probe_report.from_json(value, f"{where} (its {key!r})")
+
+    fields = (*FIELDS, jf.Field("probe", probe))
     doc = jf.obj(data, "the file", fail)
-    names = {"id", "tag", "verdict", "gpu", "seconds", "tests", "failures", "diagnoses", "probe", "date", "cuda_checks"}
-    names |= {"content_hash", "image_id", "host", "returncode", "vendor"}
-    optional = {"fit", "fit_error", "platform", "emulated"}  # results written before fits were measured (and platforms) lack them
-    missing = sorted(names - set(doc))
+    missing = sorted(jf.missing(doc, fields))
     if missing:
         raise fail(f"it lacks {', '.join(missing)}")
-    unknown = sorted(set(doc) - names - optional)
+    unknown = jf.unknown(doc, fields)
     if unknown:
         raise fail(f"unknown keys {', '.join(k[:40] for k in unknown[:5])}")
-    verdict = jf.text(doc["verdict"], "verdict", fail)
-    vendor = jf.text(doc["vendor"], "vendor", fail)
-    if verdict not in VERDICTS or vendor not in VENDORS:
-        raise fail(f"verdict {verdict[:40]!r} / vendor {vendor[:40]!r} unknown")
-    platform = jf.text(doc.get("platform", AMD64), "platform", fail)
-    if platform not in PLATFORMS:
-        raise fail(f"platform {platform[:40]!r} is not one of {', '.join(PLATFORMS)}")
-    gpu = jf.obj(doc["gpu"], "gpu", fail)
-    if not isinstance(gpu.get("attached"), bool) or not isinstance(gpu.get("reason", ""), str):
-        raise fail("'gpu' must hold attached (true/false) and reason")
-    diagnoses = jf.objs(doc["diagnoses"], "diagnoses", fail)
-    checks = jf.objs(doc["cuda_checks"], "cuda_checks", fail)
-    result = SmokeResult(
-        id=jf.text(doc["id"], "id", fail),
-        tag=jf.text(doc["tag"], "tag", fail),
-        verdict=verdict,  # checked against VERDICTS above
-        gpu=GpuUse(gpu["attached"], gpu.get("reason", "")),
-        seconds=jf.number(doc["seconds"], "seconds", fail),
-        tests=_counts(doc["tests"], fail),
-        failures=jf.texts(doc["failures"], "failures", fail),
-        diagnoses=tuple(
-            Diagnosed(
-                jf.text(d.get("framework", ""), "diagnoses.framework", fail),
-                jf.text(d.get("cause"), "diagnoses.cause", fail),
-                jf.text(d.get("fix", ""), "diagnoses.fix", fail),
-            )
-            for d in diagnoses
-        ),
-        probe=None if doc["probe"] is None else probe_report.from_json(doc["probe"], f"{where} (its 'probe')"),
-        date=jf.text(doc["date"], "date", fail),
-        cuda_checks=tuple(
-            CudaCheck(
-                jf.text(c.get("framework", ""), "cuda_checks.framework", fail),
-                jf.text(c.get("name"), "cuda_checks.name", fail),
-                jf.flag(c.get("ok"), "cuda_checks.ok", fail),
-                jf.text(c.get("detail") or "", "cuda_checks.detail", fail),
-            )
-            for c in checks
-        ),
-        content_hash=jf.text(doc["content_hash"], "content_hash", fail),
-        image_id=jf.text(doc["image_id"], "image_id", fail),
-        host=tested_on(doc["host"], "host", fail) if doc["host"] not in ({}, None) else None,
-        returncode=jf.whole(doc["returncode"], "returncode", fail),
-        vendor=vendor,  # checked against VENDORS above
-        fit=None if doc.get("fit") is None else measured_fit.from_json(doc["fit"], "fit", fail),
-        fit_error=jf.text(doc.get("fit_error", ""), "fit_error", fail),
-        platform=platform,
-        emulated=jf.flag(doc.get("emulated", False), "emulated", fail),
-    )
-    recomputed = verdict_of(result.returncode, result.tests, result.gpu.attached, vendor)
-    if verdict != "not-built" and verdict != recomputed:
+    result = SmokeResult(**jf.read_fields(doc, fields, fail))
+    recomputed = verdict_of(result.returncode, result.tests, result.gpu.attached, result.vendor)
+    if result.verdict != "not-built" and result.verdict != recomputed:
         counts = ", ".join(f"{k} {v}" for k, v in sorted(result.tests.to_json().items()))
         raise UserError(
-            f"refused: its verdict {verdict!r} is not what its own contents give ({recomputed!r}: exit {result.returncode}, {counts}); {RERUN}",
+            f"refused: its verdict {result.verdict!r} is not what its own contents give ({recomputed!r}: exit {result.returncode}, {counts}); {RERUN}",
             where,
         )
     return result
