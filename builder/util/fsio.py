@@ -116,7 +116,7 @@ def write_atomic(path: Path, text: str) -> None:
 
     Refuses to put a file where something other than a regular file (or nothing) stands: a device
     node, a FIFO, a folder or a symlink is never replaced by a rename."""
-    _check_replaceable(path)
+    check_replaceable(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -140,7 +140,7 @@ def write_generated(path: Path, text: str, marker: str, *, protected: Iterable[P
     for other in protected:
         if _same_file(path, other):
             raise UserError(f"{path} is an input of this run; write the output somewhere else", str(path))
-    st = _check_replaceable(path)
+    st = check_replaceable(path)
     if st is not None:
         try:
             head = read_bytes(path, 64 * MiB, "output file")
@@ -164,7 +164,7 @@ def check_distinct_outputs(paths: Iterable[Path]) -> None:
         seen.append(path)
 
 
-def _check_replaceable(path: Path) -> os.stat_result | None:
+def check_replaceable(path: Path) -> os.stat_result | None:
     """The lstat of what stands at `path` (None when nothing), or a one-line refusal."""
     parent = path.parent
     try:
