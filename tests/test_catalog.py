@@ -154,11 +154,12 @@ def test_a_query_term_that_is_not_key_value_is_a_usage_error(bad: str) -> None:
 
 # -- floating tags --------------------------------------------------------------------------------
 def test_floating_tags_point_at_the_newest_of_their_line() -> None:
-    assert floating_tags(TORCH_CUDA) == ("torch2.14-cu130-py3.11-debian12", "torch2.14-cu130")
-    assert floating_tags("torch2.13.0-cu126-on-cu128-py3.11-ubuntu24.04") == (
+    assert floating_tags(record(TORCH_CUDA).line) == ("torch2.14-cu130-py3.11-debian12", "torch2.14-cu130")
+    assert floating_tags(record("torch2.13.0-cu126-on-cu128-py3.11-ubuntu24.04").line) == (
         "torch2.13-cu126-on-cu128-py3.11-ubuntu24.04",
         "torch2.13-cu126",
     )
+    assert floating_tags(record("torch2.14.1-jax0.10.2-cu130-py3.11-debian12").line) == (), "several frameworks: no line"
     old = record("torch2.14.0-cu130-py3.11-debian12", frameworks={"torch": "2.14.0"})
     new = record(TORCH_CUDA, frameworks={"torch": "2.14.1"})
     assert newest_of_line("torch2.14-cu130", [old, new]) is new

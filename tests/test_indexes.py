@@ -15,7 +15,7 @@ from builder.catalog import indexes
 from builder.catalog.query import parse_query
 from builder.catalog.store import Catalog
 from builder.fit.host import FitHost
-from builder.model.plan import ARM64
+from builder.model.plan import AMD64, ARM64
 from builder.publish.tags import floating_tags
 from builder.usecases import publish as publishing
 from builder.usecases.pull import FitCheck, host_platform_first
@@ -40,8 +40,9 @@ class Events:
 
 
 def test_an_image_name_is_its_id_without_the_platform_suffix() -> None:
-    assert indexes.image_name(ARM) == NAME and indexes.image_name(NAME) == NAME
-    assert indexes.image_name("torch2.14.1-cu130-py3.11-debian12-arm64") == "torch2.14.1-cu130-py3.11-debian12"
+    assert indexes.image_name(ARM, ARM64) == NAME and indexes.image_name(NAME, AMD64) == NAME
+    assert indexes.image_name("torch2.14.1-cu130-py3.11-debian12-arm64", ARM64) == "torch2.14.1-cu130-py3.11-debian12"
+    assert indexes.image_name(ARM, AMD64) == ARM, "the platform is the record's, never read from the id"
 
 
 def test_the_index_lists_each_platform_once_in_order_and_is_deterministic() -> None:
@@ -63,8 +64,8 @@ def test_the_index_lists_each_platform_once_in_order_and_is_deterministic() -> N
 
 
 def test_floating_tags_keep_the_platform_suffix() -> None:
-    assert floating_tags(ARM) == ("numba0.68-cpu-py3.11-debian12-arm64", "numba0.68-cpu-arm64")
-    assert floating_tags(NAME) == ("numba0.68-cpu-py3.11-debian12", "numba0.68-cpu"), "amd64's are unchanged"
+    assert floating_tags(record(ARM, platform=ARM64).line) == ("numba0.68-cpu-py3.11-debian12-arm64", "numba0.68-cpu-arm64")
+    assert floating_tags(record(NAME).line) == ("numba0.68-cpu-py3.11-debian12", "numba0.68-cpu"), "amd64's are unchanged"
 
 
 def _two_platforms(tmp_path: Path, registry: FakeRegistry) -> Catalog:

@@ -17,7 +17,7 @@ from typing import Any
 
 from builder.catalog.records import DIGEST, KnownGood
 from builder.model import jsonfields as jf
-from builder.model.plan import PLATFORM_ARCH, platform_of_id, platform_suffix
+from builder.model.plan import PLATFORM_ARCH, platform_suffix
 
 INDEX_FILE = "indexes.json"
 SCHEMA = 1
@@ -32,14 +32,15 @@ class IndexError_(ValueError):  # noqa: N801 - IndexError is a builtin
     """A malformed catalog/indexes.json entry (one line, naming the file and the name)."""
 
 
-def image_name(image_id: str) -> str:
-    """The name the platforms of an image share: its id without the platform suffix."""
-    return image_id.removesuffix(platform_suffix(platform_of_id(image_id)))
+def image_name(image_id: str, platform: str) -> str:
+    """The name the platforms of an image share: the id of its `platform` image without that
+    platform's suffix (the id is never read for a platform: the spec or record names it)."""
+    return image_id.removesuffix(platform_suffix(platform))
 
 
 def members(records: Sequence[KnownGood], name: str) -> dict[str, KnownGood]:
     """platform -> the record of `name` on it (one record per id, so one per platform)."""
-    return {r.platform: r for r in sorted(records, key=lambda r: r.id) if image_name(r.id) == name}
+    return {r.platform: r for r in sorted(records, key=lambda r: r.id) if image_name(r.id, r.platform) == name}
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import Any
 from builder.model import jsonfields as jf
 from builder.model import measured_fit
 from builder.model.measured_fit import MeasuredFit
-from builder.model.plan import AMD64, PLATFORMS, VENDORS, Accelerator, Vendor
+from builder.model.plan import AMD64, PLATFORMS, VENDORS, Accelerator, TagLine, Vendor, recorded_tag_line
 from builder.model.results import GOOD, TestedOn, Verdict, tested_on
 from builder.spec import grammar
 
@@ -85,10 +85,19 @@ class KnownGood:
     # its measured fit as wheel-variant properties (builder/model/locked_fit.py `variant_properties`:
     # "nvidia :: sm_arch :: 90_real", ...), so tools that read variants can read the record
     variant_properties: tuple[str, ...] = ()
+    # the line its floating tags name, as planned (ImageSpec.tag_line); None: not recorded (a record
+    # written before records carried it, or an image of no line): see `line`
+    tag_line: TagLine | None = None
 
     @property
     def repository(self) -> str:
         return self.digest.split("@", 1)[0]
+
+    @property
+    def line(self) -> TagLine | None:
+        """The line its floating tags name: the recorded one, else (a record written before records
+        carried it) the one its id spells; an image of no line has neither."""
+        return self.tag_line if self.tag_line is not None else recorded_tag_line(self.id, self.platform)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -102,6 +111,8 @@ class KnownGood:
             data["fit"] = self.fit.to_json()
         if self.platform == AMD64 and not self.emulated:  # and amd64 records theirs (their signatures cover this form)
             del data["platform"], data["emulated"]
+        if self.tag_line is None:  # and records written before tag lines theirs
+            del data["tag_line"]
         return data
 
     def fields(self) -> dict[str, str]:
@@ -200,6 +211,7 @@ FIELDS = (
     jf.Field("platform", jf.checked(lambda v: v in PLATFORMS, f"one of {', '.join(PLATFORMS)}"), AMD64),
     jf.Field("emulated", FLAG, False),
     jf.Field("variant_properties", TEXTS, ()),
+    jf.Field("tag_line", jf.optional(lambda value, key, fail: _tag_line(value, fail)), None),
 )
 
 
@@ -242,6 +254,9 @@ def _references(values: dict[str, Any], record: str) -> None:
         raise RecordError(
             f"{record} tag {_reference(values['tag'])!r} is not {digest.split('@', 1)[0]}:<tag> (the repository of its digest)"
         )
+    line = values["tag_line"]
+    if line is not None and line.platform != values["platform"]:
+        raise RecordError(f"{record} tag_line platform {_short(line.platform)!r} is not its platform {values['platform']!r}")
     if values["verdict"] not in VERDICTS:
         raise RecordError(f"{record} verdict {values['verdict']!r} is not one of {', '.join(VERDICTS)}")
 
@@ -258,6 +273,11 @@ BASE_FIELDS = (
     *(jf.Field(key, jf.text) for key in ("name", "ref", "id")),
     jf.Field("digest", jf.optional_text, None),
 )
+TAG_LINE_FIELDS = (
+    *(jf.Field(key, jf.text) for key in ("name", "line", "accelerator", "python", "os")),
+    jf.Field("platform", jf.checked(lambda v: v in PLATFORMS, f"one of {', '.join(PLATFORMS)}"), AMD64),
+    jf.Field("wheel", jf.optional_text, None),
+)
 ACCELERATOR_FIELDS = (
     jf.Field("kind", jf.checked(lambda v: v in VENDORS, f"one of {', '.join(VENDORS)}")),
     *(jf.Field(key, jf.optional_text, None) for key in ("version", "cuda", "cudnn", "rocm")),
@@ -266,6 +286,11 @@ ACCELERATOR_FIELDS = (
 
 def _base(value: Any, fail: jf.Fail) -> BaseIdentity:
     read: BaseIdentity = jf.nested(BASE_FIELDS, BaseIdentity)(_capped(value, "base", MAX_TEXT, fail), "base", fail)
+    return read
+
+
+def _tag_line(value: Any, fail: jf.Fail) -> TagLine:
+    read: TagLine = jf.nested(TAG_LINE_FIELDS, TagLine)(_capped(value, "tag_line", MAX_VERSION, fail), "tag_line", fail)
     return read
 
 

@@ -7,6 +7,7 @@ rules, plan, render) can pass records around without any I/O.
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -28,6 +29,46 @@ def platform_suffix(platform: str) -> str:
 def platform_of_id(image_id: str) -> str:
     """The platform an image id names (builder/spec/plan.py image_id): its suffix, linux/amd64 without one."""
     return next((p for p in PLATFORMS if p != AMD64 and image_id.endswith(platform_suffix(p))), AMD64)
+
+
+@dataclass(frozen=True)
+class TagLine:
+    """The line an image belongs to, as its floating tags name it (builder/publish/tags.py composes
+    them from these fields): its one framework's name and release line, its accelerator, Python
+    line, OS and platform. Planned with the image (ImageSpec.tag_line) and recorded with it
+    (KnownGood.tag_line), so no tag is ever parsed back out of an image id."""
+
+    name: str  # the framework: torch
+    line: str  # its release line, major.minor: 2.14
+    accelerator: str  # the base's, as the id spells it: cu130, rocm7.0, cpu
+    python: str  # the Python line: 3.11
+    os: str  # the base's OS: debian12
+    platform: str = AMD64
+    wheel: str | None = None  # the wheels' variant when it is not the base's (cu126 on a cu128 base)
+
+    @property
+    def accelerator_tag(self) -> str:
+        """cu130, or cu126-on-cu128 when the wheels are built for another CUDA/ROCm than the base."""
+        return f"{self.wheel}-on-{self.accelerator}" if self.wheel else self.accelerator
+
+
+# The shape of an image id published before records carried their tag line (the id was then the
+# only record of the wheels' variant, the `-on-` part). Read only by `recorded_tag_line`.
+_PUBLISHED_ID = re.compile(
+    r"^(?P<name>[a-z][a-z_-]*?)(?P<line>\d+\.\d+)(?:\.[0-9a-z.]+)?-(?:(?P<wheel>[a-z]+[0-9.]*)-on-(?P<on>[a-z0-9.]+)|(?P<accel>[a-z]+[0-9.]*))"
+    r"-py(?P<python>\d+\.\d+)-(?P<os>.+)$"
+)
+
+
+def recorded_tag_line(image_id: str, platform: str) -> TagLine | None:
+    """The tag line of a record written before records carried one: the one place an image id is read
+    back, because such a record keeps the wheels' variant (cu126-on-cu128) nowhere else. None for an
+    id of several frameworks or another shape (it had no floating tags then either)."""
+    found = _PUBLISHED_ID.match(image_id.removesuffix(platform_suffix(platform)))
+    if found is None or "+" in image_id:
+        return None
+    accelerator = found["on"] or found["accel"]
+    return TagLine(found["name"], found["line"], accelerator, found["python"], found["os"], platform, found["wheel"])
 
 
 @dataclass(frozen=True)
@@ -206,6 +247,7 @@ class ImageSpec:
     unlocked: str | None = None  # why matrix.yaml lets this image build without a lock
     cuda_exception: str | None = None  # why matrix.yaml lets its CUDA wheels leave the base's CUDA minor
     locked_fit: LockedFit | None = None  # images/<id>/fit.json: its fit measured from the wheels of this lock
+    tag_line: TagLine | None = None  # what its floating tags name; None: no line (several frameworks, a derived image)
 
     @property
     def versions(self) -> dict[str, str]:

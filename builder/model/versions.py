@@ -19,6 +19,7 @@ from packaging.version import Version
 MajorMinor = tuple[int, int]
 _LEADING_RELEASE = re.compile(r"^[0-9]+(\.[0-9]+)*")
 _VARIANT = re.compile(r"(?P<kind>cu|rocm)(?P<digits>[0-9]+(?:\.[0-9]+)*)|cpu")
+_FRAMEWORK_LINE = re.compile(r"(?P<line>[0-9]+\.[0-9]+)(?:\.[0-9a-z.]+)?")
 _CC = re.compile(r"(?:sm_|compute_)?(?:(?P<major>[0-9]+)\.(?P<minor>[0-9]+)|(?P<digits>[0-9]+))(?P<suffix>[af]?)")
 
 
@@ -172,6 +173,14 @@ def release_parts(version: str) -> tuple[str, ...]:
 def release_line(version: str) -> str:
     """A release line, X.Y, of a version as written ('2.14.1+cu130' -> '2.14', '3.11' -> '3.11', '12' -> '12')."""
     return ".".join(release_parts(version)[:2])
+
+
+def framework_line(version: str) -> str | None:
+    """The release line a floating tag names, of a framework version as the matrix writes it:
+    '2.14.1' -> '2.14', '0.12.0.1' -> '0.12'; None for a version of another shape ('2.15rc1', '12',
+    '2.14.1+cu130'), which names no line."""
+    found = _FRAMEWORK_LINE.fullmatch(version)
+    return found["line"] if found else None
 
 
 def release_major(version: str) -> str:

@@ -272,6 +272,7 @@ def build_record(spec: ImageSpec, local: Local, result: SmokeResult, repository:
         variant_properties=variant_properties(result.fit.runs_on, spec.accelerator.require_cuda) if result.fit else (),
         platform=spec.platform,
         emulated=result.emulated,
+        tag_line=spec.tag_line,
         notes=tuple(note for i in spec.installs for note in i.notes)
         + (("published without a GPU run: its verdict is gpu-skipped",) if result.verdict == "gpu-skipped" else ()),
     )
@@ -289,7 +290,7 @@ def floating_to_move(record: KnownGood, known: Sequence[KnownGood]) -> tuple[str
     """The floating tags (full names) this record is the newest of, given the other records."""
     others = [r for r in known if r.id != record.id]
     repository = record.repository
-    return tuple(f"{repository}:{line}" for line in floating_tags(record.id) if newest_of_line(line, [*others, record]) is record)
+    return tuple(f"{repository}:{line}" for line in floating_tags(record.line) if newest_of_line(line, [*others, record]) is record)
 
 
 def move_floating(

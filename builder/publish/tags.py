@@ -4,40 +4,37 @@ that point at the newest known-good image of their line:
     torch2.14.1-cu130-py3.11-debian12        ->  torch2.14-cu130-py3.11-debian12, torch2.14-cu130
     torch2.14.1-cu130-py3.11-debian12-arm64  ->  torch2.14-cu130-py3.11-debian12-arm64, torch2.14-cu130-arm64
 
-A floating tag moves only to the newest version of its line, so publishing an older release
-after a newer one never moves it back.
+They are composed from the image's tag line (builder/model/plan.py TagLine: planned with the spec,
+recorded with the record), never parsed out of its id. A floating tag moves only to the newest
+version of its line, so publishing an older release after a newer one never moves it back.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 from packaging.version import Version
 
 from builder.catalog.records import KnownGood
-from builder.model.plan import platform_of_id, platform_suffix
-
-ID = re.compile(
-    r"^(?P<name>[a-z][a-z_-]*?)(?P<version>\d+\.\d+)(?:\.[0-9a-z.]+)?-(?P<accel>[a-z]+[0-9.]*)(?P<rest>(?:-on-[a-z0-9.]+)?-py\d+\.\d+-.+)$"
-)
+from builder.model.plan import TagLine, platform_suffix
 
 
-def floating_tags(image_id: str) -> tuple[str, ...]:
-    """The line names of an image id (none for ids of more than one framework or odd shapes). An
+def floating_tags(line: TagLine | None) -> tuple[str, ...]:
+    """The floating tags of an image of `line` (none for an image of no line: several frameworks). An
     image for another platform than linux/amd64 keeps its suffix on both (torch2.14-cu130-arm64):
-    a line's short tag never moves to another platform's image."""
-    suffix = platform_suffix(platform_of_id(image_id))
-    found = ID.match(image_id.removesuffix(suffix))
-    if not found or "+" in image_id:
+    a line's short tag never moves to another platform's image. The short tag names the wheels'
+    variant only (torch2.13-cu126 for torch2.13-cu126-on-cu128-py3.11-ubuntu24.04)."""
+    if line is None:
         return ()
-    line = f"{found['name']}{found['version']}-{found['accel']}"
-    return (f"{line}{found['rest']}{suffix}", f"{line}{suffix}")
+    suffix = platform_suffix(line.platform)
+    short = f"{line.name}{line.line}-{line.wheel or line.accelerator}"
+    full = f"{line.name}{line.line}-{line.accelerator_tag}-py{line.python}-{line.os}"
+    return (f"{full}{suffix}", f"{short}{suffix}")
 
 
 def newest_of_line(line: str, records: Sequence[KnownGood]) -> KnownGood | None:
     """The record a floating tag should point at: the highest framework version of the line."""
-    members = [r for r in records if line in floating_tags(r.id)]
+    members = [r for r in records if line in floating_tags(r.line)]
 
     def key(record: KnownGood) -> tuple[Version, str]:
         try:

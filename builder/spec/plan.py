@@ -16,8 +16,8 @@ from builder.compat.rules import decide, framework, table
 from builder.compat.rules.cuda import accelerator
 from builder.compat.rules.numpy import pick_numpy
 from builder.compat.rules.python import decide_python
-from builder.model.plan import Combination, ImageSpec, Install, Matrix, Plan, Skipped, platform_suffix
-from builder.model.versions import WheelVariant, mm
+from builder.model.plan import Combination, ImageSpec, Install, Matrix, Plan, Skipped, TagLine, platform_suffix
+from builder.model.versions import WheelVariant, framework_line, mm
 from builder.spec import grammar
 from builder.spec.expand import Excluder, expand, included
 from builder.util.errors import UserError
@@ -25,10 +25,8 @@ from builder.util.errors import UserError
 WHEEL_VARIANT = re.compile(r"cu\d{3}|rocm\d+(?:\.\d+)*")  # a wheel built for one CUDA/ROCm release (torch's)
 
 
-def image_id(combo: Combination, installs: tuple[Install, ...] = ()) -> str:
-    """Readable, deterministic, a valid Docker tag: torch2.5.1-cu124-py3.11-ubuntu22.04. When a
-    wheel is built for another CUDA/ROCm than the base, both show: torch2.13.0-cu126-on-cu128-...
-    An image for a platform other than linux/amd64 ends in it: ...-py3.11-debian12-arm64."""
+def _accelerator_tag(combo: Combination, installs: tuple[Install, ...]) -> tuple[str, str | None]:
+    """(the base's accelerator as an id spells it, the wheels' variant when it is another CUDA/ROCm)."""
     base = combo.base
     if base.vendor == "cuda" and base.version:
         accel = str(WheelVariant.cuda(base.version))
@@ -37,10 +35,31 @@ def image_id(combo: Combination, installs: tuple[Install, ...] = ()) -> str:
     else:
         accel = "cpu"
     wheel = next((i.variant for i in installs if i.variant and WHEEL_VARIANT.fullmatch(i.variant) and i.variant != accel), None)
+    return accel, wheel
+
+
+def image_id(combo: Combination, installs: tuple[Install, ...] = ()) -> str:
+    """Readable, deterministic, a valid Docker tag: torch2.5.1-cu124-py3.11-ubuntu22.04. When a
+    wheel is built for another CUDA/ROCm than the base, both show: torch2.13.0-cu126-on-cu128-...
+    An image for a platform other than linux/amd64 ends in it: ...-py3.11-debian12-arm64."""
+    accel, wheel = _accelerator_tag(combo, installs)
     if wheel is not None:
         accel = f"{wheel}-on-{accel}"
     frameworks = "-".join(f"{name}{version}" for name, version in combo.frameworks)
-    return f"{frameworks}-{accel}-py{combo.python}-{base.os}{platform_suffix(combo.platform)}"
+    return f"{frameworks}-{accel}-py{combo.python}-{combo.base.os}{platform_suffix(combo.platform)}"
+
+
+def tag_line(combo: Combination, installs: tuple[Install, ...] = ()) -> TagLine | None:
+    """The line the image's floating tags name (builder/publish/tags.py): only an image of one
+    framework at an X.Y[.Z] version has one (torch2.14-cu130 for torch 2.14.1 on CUDA 13.0)."""
+    if len(combo.frameworks) != 1:
+        return None
+    ((name, version),) = combo.frameworks
+    line = framework_line(version)
+    if line is None:
+        return None
+    accel, wheel = _accelerator_tag(combo, installs)
+    return TagLine(name, line, accel, combo.python, combo.base.os, combo.platform, wheel)
 
 
 def _indexes(install: Install, overrides: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
@@ -101,6 +120,7 @@ def decide_combination(combo: Combination, matrix: Matrix, compat: Compat) -> Im
         python_bin=interpreter.bin,
         warnings=tuple(warnings),
         constraints=constraints,
+        tag_line=tag_line(combo, tuple(installs)),
     )
 
 

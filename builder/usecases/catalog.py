@@ -148,7 +148,7 @@ def listing(catalog: Catalog, words: Sequence[str], chosen: Signers | None, inde
     found = search(catalog, parse_query(" ".join(words)))
     records = found.hits
     checked = tuple(verify(catalog, records, chosen)) if chosen is not None else None
-    names = {image_name(r.id) for r in records}
+    names = {image_name(r.id, r.platform) for r in records}
     held = {name: index for name, index in catalog.indexes().items() if name in names} if indexes else {}
     eol = {r.id: record_end_of_life(r) for r in records}
     return Listing(records, runs_on_each(records), eol, held, checked, found.no_match() if words and not records else "")

@@ -105,13 +105,13 @@ def publish(
         if not decision.ok or decision.result is None or approved is None:
             outcome = Published(spec.id, "refused", decision.reason)
         elif options.dry_run:
-            tags = (f"{repository}:{spec.id}", *(f"{repository}:{t}" for t in floating_tags(spec.id)))
+            tags = (f"{repository}:{spec.id}", *(f"{repository}:{t}" for t in floating_tags(spec.tag_line)))
             outcome = Published(spec.id, "would-publish", decision.reason, tags=tags)
         else:
             outcome = _publish_one(engine, spec, approved, decision, repository, catalog, host, options, deadline, events)
         events.done(outcome)
         outcomes.append(outcome)
-    touched = sorted({indexes.image_name(o.id) for o in outcomes if o.status == "published"})
+    touched = sorted({indexes.image_name(s.id, s.platform) for s, o in zip(specs, outcomes, strict=True) if o.status == "published"})
     if touched:
         talk = registry or HttpRegistry(ca_bundle=host_ca_bundle(os.environ))
         for name in touched:
