@@ -59,7 +59,12 @@ def test_readme_set_up_commands_are_the_scripts_and_ci_runs_the_test_command() -
         assert (ROOT / command.split()[1]).is_file()
     ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines() if not line.lstrip().startswith("#")]
     assert any(line.startswith("bash scripts/test.sh") for line in ci), ".ci/run must run the README's test command, bash scripts/test.sh"
-    assert re.search(r"^\.venv/bin/builder pull \S+=\S+", text, re.MULTILINE), "README.md lacks the `builder pull QUERY` line"
+    pull = re.search(r"^(?:BUILDER_ALLOWED_SIGNERS=(\S+) )?\.venv/bin/builder pull \S+=\S+", text, re.MULTILINE)
+    assert pull, "README.md lacks the `builder pull QUERY` line"
+    # the main job signs with its demo key: the pull line a new user copies must name the signers it writes
+    # (without them, pull of signed records is refused, as it must be)
+    main = (ROOT / "scripts" / "main.sh").read_text(encoding="utf-8")
+    assert pull.group(1) and pull.group(1) in main, "README's pull line must give the signers scripts/main.sh writes"
 
 
 def test_readme_lists_every_command_once() -> None:
