@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from builder.model.measured_fit import GENERATIONS as GENERATIONS  # re-exported: the rules of this stage name generations from here
-from builder.model.versions import release_tuple
+from builder.model.versions import ComputeCapability, release_tuple
 from builder.util.errors import UserError
 from builder.util.text import printable
 
@@ -35,13 +35,10 @@ _CC = re.compile(r"^([0-9]{1,2})\.([0-9])$")
 # this one name the known compute capabilities too).
 
 
-@dataclass(frozen=True, order=True)
-class Arch:
-    """A GPU architecture: a compute capability (major.minor) and the `a`/`f` suffix of a target."""
-
-    major: int
-    minor: int
-    suffix: Literal["", "a", "f"] = ""
+class Arch(ComputeCapability):
+    """A GPU architecture: a compute capability (major.minor) and the `a`/`f` suffix of a target
+    (the fields, order and hash are model/versions.py's ComputeCapability's), read as cuobjdump and
+    nvcc spell targets and as nvidia-smi reports a device, and named for reason lines."""
 
     @staticmethod
     def parse(text: str) -> Arch:
