@@ -208,7 +208,7 @@ FIELDS = (
     jf.Field("manifest", TEXT, ""),
     jf.Field("notes", TEXTS, ()),
     jf.Field("fit", jf.optional(measured_fit.from_json), None),
-    jf.Field("platform", jf.checked(lambda v: v in PLATFORMS, f"one of {', '.join(PLATFORMS)}"), AMD64),
+    jf.Field("platform", jf.one_of(PLATFORMS), AMD64),
     jf.Field("emulated", FLAG, False),
     jf.Field("variant_properties", TEXTS, ()),
     jf.Field("tag_line", jf.optional(lambda value, key, fail: _tag_line(value, fail)), None),
@@ -275,11 +275,11 @@ BASE_FIELDS = (
 )
 TAG_LINE_FIELDS = (
     *(jf.Field(key, jf.text) for key in ("name", "line", "accelerator", "python", "os")),
-    jf.Field("platform", jf.checked(lambda v: v in PLATFORMS, f"one of {', '.join(PLATFORMS)}"), AMD64),
+    jf.Field("platform", jf.one_of(PLATFORMS), AMD64),
     jf.Field("wheel", jf.optional_text, None),
 )
 ACCELERATOR_FIELDS = (
-    jf.Field("kind", jf.checked(lambda v: v in VENDORS, f"one of {', '.join(VENDORS)}")),
+    jf.Field("kind", jf.one_of(VENDORS)),
     *(jf.Field(key, jf.optional_text, None) for key in ("version", "cuda", "cudnn", "rocm")),
 )
 

@@ -115,50 +115,44 @@ class ImageEntry:
         return json.dumps(self.to_json(), indent=indent, sort_keys=True) + ("\n" if indent else "")
 
 
-def _one_of(choices: tuple[str, ...]) -> jf.Reader:
-    return jf.checked(lambda v: v in choices, f"one of {', '.join(choices)}")
-
-
-TEXT = jf.text
-OPTIONAL_TEXT = jf.optional_text
 BASE_FIELDS = (
-    jf.Field("name", TEXT),
-    jf.Field("vendor", _one_of(VENDORS)),
-    jf.Field("os", TEXT),
-    jf.Field("from", TEXT, attr="from_ref"),
-    *(jf.Field(key, OPTIONAL_TEXT, None) for key in ("version", "image", "digest", "bootstrap")),
+    jf.Field("name", jf.text),
+    jf.Field("vendor", jf.one_of(VENDORS)),
+    jf.Field("os", jf.text),
+    jf.Field("from", jf.text, attr="from_ref"),
+    *(jf.Field(key, jf.optional_text, None) for key in ("version", "image", "digest", "bootstrap")),
 )
 ACCELERATOR_FIELDS = (
-    jf.Field("kind", _one_of(VENDORS)),
-    *(jf.Field(key, OPTIONAL_TEXT, None) for key in ("version", "min_driver", "mvc_driver", "require_cuda")),
+    jf.Field("kind", jf.one_of(VENDORS)),
+    *(jf.Field(key, jf.optional_text, None) for key in ("version", "min_driver", "mvc_driver", "require_cuda")),
 )
 RUNS_ON_FIELDS = (
     jf.Field("gpus", jf.optional(jf.texts)),
     jf.Field("ptx", jf.flag, False),
-    jf.Field("unknown", OPTIONAL_TEXT, None),
-    jf.Field("source", TEXT),
+    jf.Field("unknown", jf.optional_text, None),
+    jf.Field("source", jf.text),
 )
 FIELDS = (
-    jf.Field("id", TEXT),
-    jf.Field("tag", TEXT),
+    jf.Field("id", jf.text),
+    jf.Field("tag", jf.text),
     jf.Field("base", jf.nested(BASE_FIELDS, BaseEntry)),
-    jf.Field("stack", TEXT),
-    jf.Field("python", TEXT),
+    jf.Field("stack", jf.text),
+    jf.Field("python", jf.text),
     jf.Field("frameworks", jf.text_map),
     jf.Field("packages", jf.texts),
     jf.Field("index_urls", jf.texts),
-    jf.Field("content_hash", TEXT),
+    jf.Field("content_hash", jf.text),
     jf.Field("accelerator", jf.nested(ACCELERATOR_FIELDS, Accelerator)),
     jf.Field("variants", jf.optional_text_map),
     jf.Field("cudnn", jf.text_map),
     jf.Field("notes", jf.texts),
     jf.Field("warnings", jf.texts),
-    jf.Field("lock", _one_of(LOCK_STATES)),
+    jf.Field("lock", jf.one_of(LOCK_STATES)),
     jf.Field("libraries", jf.text_map),
     jf.Field("runs_on", jf.nested(RUNS_ON_FIELDS, RunsOnEntry), None),
-    jf.Field("cc_min", OPTIONAL_TEXT, None),
+    jf.Field("cc_min", jf.optional_text, None),
     jf.Field("variant_properties", jf.texts, ()),
-    jf.Field("platform", TEXT, AMD64),
+    jf.Field("platform", jf.text, AMD64),
 )
 
 

@@ -151,6 +151,11 @@ def checked(ok: Callable[[Any], bool], want: str) -> Reader:
     return read
 
 
+def one_of(choices: tuple[str, ...]) -> Reader:
+    """A reader that takes one of `choices` as it is: "'key' must be one of a, b; got <value>"."""
+    return checked(lambda value: value in choices, f"one of {', '.join(choices)}")
+
+
 def optional(read: Reader) -> Reader:
     """`read`, or None for a JSON null."""
     return lambda value, key, fail: None if value is None else read(value, key, fail)
