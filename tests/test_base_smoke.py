@@ -192,3 +192,51 @@ def test_only_a_bootstrapped_rocm_base_has_a_base_smoke_test(tmp_path: Path) -> 
     assert not base_smoke.has_smoke_test(cpu)
     with pytest.raises(UserError, match="only a bootstrapped ROCm base"):
         base_smoke.smoke_base(FakeEngine(), cpu, tmp_path)
+
+
+# -- the use-case and the report --------------------------------------------------------------------
+
+
+def test_the_report_shows_each_base_test(tmp_path: Path) -> None:
+    from builder.report.html import render_html
+    from builder.report.markdown import render_markdown
+    from builder.report.model import Report, base_rows
+
+    good = base_smoke.smoke_base(fake_engine(probe_output()), ROCM, tmp_path / "a")
+    bad = base_smoke.smoke_base(fake_engine(probe_output(failing=("gfx1100",))), ROCM, tmp_path / "b")
+    rows = base_rows({"rocm5.7-debian13": good, "other": bad, "never": None})
+    assert [(r.base, r.status) for r in rows] == [("rocm5.7-debian13", "gpu-skipped"), ("other", "failed"), ("never", "not-built")]
+    assert rows[0].checks == "6/6 HIP checks passed" and rows[0].runs_on == "gfx90a"
+    assert rows[1].checks == "5/6 HIP checks passed" and rows[1].detail.startswith("hiprtc gfx1100: hiprtcCompileProgram returned 6")
+    assert "builder test --base never" in rows[2].detail
+    report = Report(rows=(), bases=(), stacks=(), base_tests=rows)
+    assert "| rocm5.7-debian13 | gpu-skipped | 6/6 HIP checks passed | gfx90a |" in render_markdown(report)
+    assert 'data-base="other"' in render_html(report) and "## Bases tested at base level" not in render_markdown(Report((), (), ()))
+
+
+def test_the_use_case_refuses_a_base_without_a_base_test(tmp_path: Path) -> None:
+    from builder.usecases.test import base_to_test
+    from builder.workspace import Workspace
+
+    ws = Workspace(Path(__file__).resolve().parents[1] / "matrix.yaml")
+    assert base_to_test(ws, "rocm5.7-debian13").packages == ("libamdhip64-5", "librocblas0")
+    with pytest.raises(UserError, match="has no base-level smoke test in .*bases with one \\(bootstrapped ROCm bases\\): rocm5.7-debian13"):
+        base_to_test(ws, "local-debian12")
+    with pytest.raises(UserError, match="--base nope: the base is not in"):
+        base_to_test(ws, "nope")
+
+
+def test_the_use_case_bootstraps_then_tests(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from builder.engine import bootstrap
+    from builder.usecases.test import TestOptions, test_base
+    from builder.workspace import Workspace
+
+    (tmp_path / "matrix.yaml").write_text((Path(__file__).resolve().parents[1] / "matrix.yaml").read_text(encoding="utf-8"))
+    ws = Workspace(tmp_path / "matrix.yaml")
+    engine = fake_engine(probe_output())
+    made: list[str] = []
+    monkeypatch.setattr(bootstrap, "ensure_base", lambda engine, base, log: made.append(base.local_tag))
+    result = test_base(ws, "rocm5.7-debian13", TestOptions(timeout_s=60), log=print, connect=lambda timeout=600: engine)
+    assert made == [ROCM.local_tag] and result.verdict == "gpu-skipped" and engine.closed
+    assert results.load(ws.store.results, "rocm5.7-debian13") == result
+    assert engine.created[0].spec.command == ("sleep", "120")
