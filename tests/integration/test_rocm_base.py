@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from docker import DockerClient
 
 from builder.model import results
 from builder.model.results import SmokeResult
@@ -22,8 +23,11 @@ BASE = "rocm5.7-debian13"
 
 
 @pytest.fixture(scope="module")
-def tested(tmp_path_factory: pytest.TempPathFactory, repository_copy: Any) -> tuple[subprocess.CompletedProcess[str], SmokeResult]:
-    """One run of the CLI for the module; the base image stays, shared by recipe hash like the other bases."""
+def tested(
+    docker_client: DockerClient, tmp_path_factory: pytest.TempPathFactory, repository_copy: Any
+) -> tuple[subprocess.CompletedProcess[str], SmokeResult]:
+    """One run of the CLI for the module (on the lane's engine: no engine, the fixture's skip or failure);
+    the base image stays, shared by recipe hash like the other bootstrapped bases."""
     repo = repository_copy(tmp_path_factory.mktemp("rocm-base"))
     done = subprocess.run(
         [sys.executable, "-m", "builder", "test", "--base", BASE],
