@@ -21,8 +21,9 @@ from typing import Any
 
 SCHEMA = 1
 HIP = "libamdhip64.so.5"
-# hiprtc: inside the HIP runtime up to ROCm 5.x (Debian 13's libamdhip64-5), its own library from ROCm 6
-HIPRTC = ("libhiprtc.so.5", HIP)
+# Where hiprtc is looked for: ROCm 5's HIP runtime holds it (Debian 13's libamdhip64-5 ships no libhiprtc.so;
+# ROCm 6 split it into libhiprtc.so.6, beside libamdhip64.so.6)
+HIPRTC = (HIP,)
 ROCBLAS = "librocblas.so.0"
 KERNEL = 'extern "C" __global__ void scale(float* x, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] *= 2.0f; }\n'
 MAX_CODE = 8 << 20  # one small kernel's code object is a few KB
