@@ -48,16 +48,19 @@ def probe_output(
     ]
     code = {asked: base64.b64encode(code_object(held)).decode() for asked, held in compiled.items() if asked not in failing}
     found = {"error": 100, "name": "hipErrorNoDevice", "count": 0} if devices is None else devices
-    return json.dumps({"schema": 1, "checks": checks, "code_objects": code, "devices": found if hip_loads else None})
+    confinement = {"uid": 65534, "interfaces": ["lo"]}
+    return json.dumps(
+        {"schema": 1, "checks": checks, "code_objects": code, "devices": found if hip_loads else None, "confinement": confinement}
+    )
 
 
 def test_no_device_is_gpu_skipped_never_passed() -> None:
     checks = hip.parse(probe_output())
-    assert [c.name for c in checks] == ["hip-runtime", "rocblas", *(f"hiprtc {t}" for t in hip.TARGETS), "hip-device-count"]
+    assert [c.name for c in checks] == ["hip-runtime", "rocblas", *(f"hiprtc {t}" for t in hip.TARGETS), "hip-device-count", "locked-down"]
     assert all(c.ok for c in checks), checks
     assert hip.verdict(checks) == "gpu-skipped"
     assert "holding gfx942" in next(c.detail for c in checks if c.name == "hiprtc gfx942")  # read by fit/offload.py
-    assert "hipErrorNoDevice (100)" in checks[-1].detail
+    assert "hipErrorNoDevice (100)" in checks[-2].detail and checks[-1].detail == "ran as uid 65534, network interfaces: lo"
 
 
 def test_a_failing_hiprtc_fails() -> None:
@@ -101,14 +104,30 @@ def test_a_target_the_probe_never_tried_fails() -> None:
 )
 def test_the_device_call(devices: dict[str, Any], ok: bool, said: str) -> None:
     checks = hip.parse(probe_output(devices=devices))
-    assert checks[-1].ok is ok and said in checks[-1].detail
+    assert checks[-2].ok is ok and said in checks[-2].detail
     assert hip.verdict(checks) == ("gpu-skipped" if ok else "failed")
 
 
 def test_a_runtime_that_does_not_load_fails_and_asks_no_device() -> None:
     checks = hip.parse(probe_output(hip_loads=False))
     assert hip.verdict(checks) == "failed"
-    assert checks[-1] == HipCheck("hip-device-count", False, "not asked: the HIP runtime did not load")
+    assert checks[-2] == HipCheck("hip-device-count", False, "not asked: the HIP runtime did not load")
+
+
+@pytest.mark.parametrize(
+    ("seen", "ok"),
+    [
+        ({"uid": 0, "interfaces": ["lo"]}, False),
+        ({"uid": 1000, "interfaces": ["eth0", "lo"]}, False),
+        ({"uid": 1000, "interfaces": []}, True),
+    ],
+)
+def test_a_container_as_root_or_on_a_network_fails(seen: dict[str, Any], ok: bool) -> None:
+    output = json.loads(probe_output())
+    output["confinement"] = seen
+    checks = hip.parse(json.dumps(output))
+    assert checks[-1].name == "locked-down" and checks[-1].ok is ok
+    assert hip.verdict(checks) == ("gpu-skipped" if ok else "failed")
 
 
 @pytest.mark.parametrize("bad", ["", "[]", '{"schema": 2}', '{"schema": 1, "checks": [{"name": 1}], "code_objects": {}}'])
@@ -206,11 +225,11 @@ def test_the_report_shows_each_base_test(tmp_path: Path) -> None:
     bad = base_smoke.smoke_base(fake_engine(probe_output(failing=("gfx1100",))), ROCM, tmp_path / "b")
     rows = base_rows({"rocm5.7-debian13": good, "other": bad, "never": None})
     assert [(r.base, r.status) for r in rows] == [("rocm5.7-debian13", "gpu-skipped"), ("other", "failed"), ("never", "not-built")]
-    assert rows[0].checks == "6/6 HIP checks passed" and rows[0].runs_on == "gfx90a"
-    assert rows[1].checks == "5/6 HIP checks passed" and rows[1].detail.startswith("hiprtc gfx1100: hiprtcCompileProgram returned 6")
+    assert rows[0].checks == "7/7 HIP checks passed" and rows[0].runs_on == "gfx90a"
+    assert rows[1].checks == "6/7 HIP checks passed" and rows[1].detail.startswith("hiprtc gfx1100: hiprtcCompileProgram returned 6")
     assert "builder test --base never" in rows[2].detail
     report = Report(rows=(), bases=(), stacks=(), base_tests=rows)
-    assert "| rocm5.7-debian13 | gpu-skipped | 6/6 HIP checks passed | gfx90a |" in render_markdown(report)
+    assert "| rocm5.7-debian13 | gpu-skipped | 7/7 HIP checks passed | gfx90a |" in render_markdown(report)
     assert 'data-base="other"' in render_html(report) and "## Bases tested at base level" not in render_markdown(Report((), (), ()))
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import ctypes
 import json
+import os
 import sys
 from typing import Any
 
@@ -110,6 +111,15 @@ def device_count(hip: Any) -> dict[str, Any]:
     return {"error": int(err), "name": name.decode(errors="replace"), "count": count.value}
 
 
+def confinement() -> dict[str, Any]:
+    """Who the checks ran as and which network interfaces they saw: the runner's lockdown, seen from inside."""
+    try:
+        interfaces = sorted(os.listdir("/sys/class/net"))
+    except OSError:
+        interfaces = []
+    return {"uid": os.getuid(), "interfaces": interfaces}
+
+
 def probe(targets: list[str]) -> dict[str, Any]:
     checks: list[dict[str, Any]] = []
     code: dict[str, str] = {}
@@ -126,7 +136,8 @@ def probe(targets: list[str]) -> dict[str, Any]:
         checks.append(found)
         if text:
             code[target] = text
-    return {"schema": SCHEMA, "checks": checks, "code_objects": code, "devices": device_count(hip) if hip is not None else None}
+    devices = device_count(hip) if hip is not None else None
+    return {"schema": SCHEMA, "checks": checks, "code_objects": code, "devices": devices, "confinement": confinement()}
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from builder.util.errors import RunFailure
 TARGETS = ("gfx90a", "gfx942", "gfx1100")
 NO_DEVICE = 100  # hipErrorNoDevice (hip_runtime_api.h): what HIP answers where it finds no /dev/kfd
 DEVICE_CHECK = "hip-device-count"
+CONFINED_CHECK = "locked-down"
 PROBE_SCHEMA = 1
 
 ReadCode = Callable[[bytes], list[str]]  # a code object's bytes -> the target IDs it holds (offload.read)
@@ -69,6 +70,7 @@ def parse(output: str, targets: tuple[str, ...] = TARGETS, reader: ReadCode = re
     checks += [HipCheck(name, False, "the probe did not try it") for name in missing]
     devices = doc.get("devices")
     checks.append(device_check(None if devices is None else jf.obj(devices, "devices", _fail)))
+    checks.append(confinement_check(jf.obj(doc.get("confinement"), "confinement", _fail)))
     return tuple(checks)
 
 
@@ -99,6 +101,14 @@ def device_check(devices: Mapping[str, Any] | None) -> HipCheck:
     if error == 0:
         return HipCheck(DEVICE_CHECK, False, f"{said} with {count} device(s) in a container given no GPU")
     return HipCheck(DEVICE_CHECK, False, f"{said}, not hipErrorNoDevice")
+
+
+def confinement_check(seen: Mapping[str, Any]) -> HipCheck:
+    """The checks ran as a user other than root and saw no network but loopback, as every smoke container."""
+    uid = jf.whole(seen.get("uid"), "confinement.uid", _fail)
+    interfaces = jf.texts(seen.get("interfaces"), "confinement.interfaces", _fail)
+    said = f"ran as uid {uid}, network interfaces: {' '.join(interfaces) or 'none'}"
+    return HipCheck(CONFINED_CHECK, uid != 0 and set(interfaces) <= {"lo"}, said)
 
 
 def verdict(checks: tuple[HipCheck, ...]) -> Verdict:

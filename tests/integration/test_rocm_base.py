@@ -54,12 +54,13 @@ def test_the_base_is_gpu_skipped_never_passed(tested: tuple[subprocess.Completed
 def test_its_hip_checks_are_recorded(tested: tuple[subprocess.CompletedProcess[str], SmokeResult]) -> None:
     _, result = tested
     checks = {c.name: c for c in result.hip_checks}
-    assert set(checks) == {"hip-runtime", "rocblas", "hip-device-count", *(f"hiprtc {t}" for t in hip.TARGETS)}
+    assert set(checks) == {"hip-runtime", "rocblas", "hip-device-count", "locked-down", *(f"hiprtc {t}" for t in hip.TARGETS)}
     assert all(c.ok for c in checks.values()), checks
     assert "libamdhip64.so.5" in checks["hip-runtime"].detail and "librocblas.so.0" in checks["rocblas"].detail
     for target in hip.TARGETS:  # hiprtc's code object, read by fit/offload.py, holds the target asked for
         assert f"holding {target}" in checks[f"hiprtc {target}"].detail
     assert "hipErrorNoDevice (100)" in checks["hip-device-count"].detail
+    assert checks["locked-down"].detail == "ran as uid 65534, network interfaces: lo"  # nobody, no network
     assert result.tests.tests == len(checks) and result.content_hash.startswith("sha256:") and result.image_id
 
 
