@@ -335,6 +335,14 @@ FIELDS = (
 )
 
 
+def _hip_consistent(result: SmokeResult, where: str) -> None:
+    """A base's result (its HIP checks) is never `passed`, and counts each failed check once."""
+    if result.hip_checks and (result.verdict == "passed" or result.tests.failures != sum(not c.ok for c in result.hip_checks)):
+        raise UserError(
+            f"refused: its verdict and counts are not what its HIP checks give (a base never passes: nothing ran on a GPU); {RERUN}", where
+        )
+
+
 def from_json(data: Any, where: str) -> SmokeResult:
     """A SmokeResult from its JSON, every field checked for its type, and the verdict recomputed
     from the file's own contents (exit code, test counts, GPU, vendor)."""
@@ -355,10 +363,7 @@ def from_json(data: Any, where: str) -> SmokeResult:
         raise fail(f"unknown keys {', '.join(k[:40] for k in unknown[:5])}")
     result = SmokeResult(**jf.read_fields(doc, fields, fail))
     recomputed = verdict_of(result.returncode, result.tests, result.gpu.attached, result.vendor)
-    if result.hip_checks and (result.verdict == "passed" or result.tests.failures != sum(not c.ok for c in result.hip_checks)):
-        raise UserError(
-            f"refused: its verdict and counts are not what its HIP checks give (a base never passes: nothing ran on a GPU); {RERUN}", where
-        )
+    _hip_consistent(result, where)
     if result.verdict != "not-built" and result.verdict != recomputed:
         counts = ", ".join(f"{k} {v}" for k, v in sorted(result.tests.to_json().items()))
         raise UserError(
