@@ -12,6 +12,7 @@ import pytest
 from click.testing import Result
 
 from builder.compat import lifecycle
+from builder.model.plan import Matrix
 from builder.usecases import pull as pulling
 from builder.util.errors import UserError
 from tests.catalog_fixtures import record
@@ -218,3 +219,14 @@ stacks: {numba: [numba]}
         assert result.exit_code == 0, result.output
         assert "warning: Python 3.10 (end of life 2026-10-31) is past: 1 planned image(s) use it" in result.stderr
         assert "end of life" not in result.stdout
+
+
+def test_the_support_matrix_of_the_embedded_plan_shows_both_debian_lines(embedded_matrix: Matrix) -> None:
+    """Debian 12 (LTS) and Debian 13 both carry images, each with its own end of life (issue 42)."""
+    from builder.report.model import end_of_life_rows
+    from builder.spec.plan import make_plan
+
+    rows = {row.line: row for row in end_of_life_rows(make_plan(embedded_matrix).images, dt.date(2026, 12, 6))}
+    assert (rows["debian12"].date, rows["debian13"].date) == ("2028-06-30", "2030-06-30")
+    assert rows["debian12"].images > 0 and rows["debian13"].images > 0 and not rows["debian13"].past
+    assert rows["Python 3.13"].date == "2029-10-31"

@@ -890,3 +890,27 @@ def test_apply_alone_moves_a_newest_slice_forward(in_tmp: Path, filled: FakeInde
         f"older than the newest release of each framework that install on local-debian12 (linux/amd64, Python 3.11), "
         f"which matrix.yaml:{text.count(chr(10))} plans (numba 0.68.1); an include adds it back"
     ]
+
+
+def test_the_embedded_matrix_gets_its_newest_release_back_into_the_debian13_slice_by_apply_alone(
+    repo_matrix: Path, filled: FakeIndex
+) -> None:
+    """Issue 42's done-when: numba 0.68.1 taken out of matrix.yaml's frameworks: `updates --apply` (here
+    against the fake index, which publishes it) adds it back and the Debian 13 images carry it again, CPU
+    and CUDA from wheels, amd64 and arm64; no include or newest line is edited."""
+
+    def debian13_numba(path: Path) -> set[str]:
+        return {s.id for s in make_plan(load_matrix(path), table()).images if s.stack == "numba" and s.base.os == "debian13"}
+
+    newest = {"numba0.68.1-cpu-py3.13-debian13", "numba0.68.1-cu130-py3.13-debian13"}
+    assert newest | {f"{i}-arm64" for i in newest} <= debian13_numba(repo_matrix)
+    original = repo_matrix.read_text(encoding="utf-8")
+    assert original.count('"0.68.1"') == 1, "only frameworks.numba names numba 0.68.1"
+    repo_matrix.write_text(original.replace(', "0.68.1"]', "]"), encoding="utf-8")
+    assert not newest & debian13_numba(repo_matrix)  # the slice fell back to 0.68.0
+    edits = apply_mod.apply(repo_matrix, rel.find_updates(load_matrix(repo_matrix), table(), client(filled)).releases)
+    assert "matrix.yaml: frameworks.numba += 0.68.1" in edits
+    after = repo_matrix.read_text(encoding="utf-8")
+    changed = [d for d in difflib.ndiff(original.splitlines(), after.splitlines()) if d[:1] in "+-"]
+    assert all(d[2:].startswith("  ") and ": [" in d for d in changed), changed  # frameworks lists only
+    assert newest | {f"{i}-arm64" for i in newest} <= debian13_numba(repo_matrix)
