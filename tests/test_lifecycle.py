@@ -24,7 +24,15 @@ WriteMatrix = Callable[..., Path]
 
 def test_the_shipped_table_has_sourced_dates_for_every_python_and_os_the_matrix_uses() -> None:
     table = lifecycle.load()
-    for kind, line in (("python", "3.11"), ("python", "3.12"), ("python", "3.13"), ("os", "debian12"), ("os", "debian13"), ("os", "ubuntu22.04"), ("os", "ubuntu24.04")):
+    for kind, line in (
+        ("python", "3.11"),
+        ("python", "3.12"),
+        ("python", "3.13"),
+        ("os", "debian12"),
+        ("os", "debian13"),
+        ("os", "ubuntu22.04"),
+        ("os", "ubuntu24.04"),
+    ):
         found = table.find(kind, line)
         assert found is not None and found.source and not found.policy, (kind, line)
     assert table.find("python", "3.11") == lifecycle.EndOfLife("python", "3.11", dt.date(2027, 10, 31), ("PY_CYCLE",))
