@@ -12,6 +12,7 @@ import pytest
 from click.testing import Result
 
 from builder.compat import lifecycle
+from builder.model.plan import Matrix
 from builder.usecases import pull as pulling
 from builder.util.errors import UserError
 from tests.catalog_fixtures import record
@@ -23,10 +24,20 @@ WriteMatrix = Callable[..., Path]
 
 def test_the_shipped_table_has_sourced_dates_for_every_python_and_os_the_matrix_uses() -> None:
     table = lifecycle.load()
-    for kind, line in (("python", "3.11"), ("python", "3.12"), ("os", "debian12"), ("os", "ubuntu22.04"), ("os", "ubuntu24.04")):
+    for kind, line in (
+        ("python", "3.11"),
+        ("python", "3.12"),
+        ("python", "3.13"),
+        ("os", "debian12"),
+        ("os", "debian13"),
+        ("os", "ubuntu22.04"),
+        ("os", "ubuntu24.04"),
+    ):
         found = table.find(kind, line)
         assert found is not None and found.source and not found.policy, (kind, line)
     assert table.find("python", "3.11") == lifecycle.EndOfLife("python", "3.11", dt.date(2027, 10, 31), ("PY_CYCLE",))
+    assert table.find("os", "debian12") == lifecycle.EndOfLife("os", "debian12", dt.date(2028, 6, 30), ("DEB_LTS",))
+    assert table.find("os", "debian13") == lifecycle.EndOfLife("os", "debian13", dt.date(2030, 6, 30), ("DEB_LTS",))
     assert table.find("driver", "R535") == lifecycle.EndOfLife("driver", "R535", dt.date(2026, 6, 30), ("S24", "S24b"))
 
 
@@ -216,3 +227,14 @@ stacks: {numba: [numba]}
         assert result.exit_code == 0, result.output
         assert "warning: Python 3.10 (end of life 2026-10-31) is past: 1 planned image(s) use it" in result.stderr
         assert "end of life" not in result.stdout
+
+
+def test_the_support_matrix_of_the_embedded_plan_shows_both_debian_lines(embedded_matrix: Matrix) -> None:
+    """Debian 12 (LTS) and Debian 13 both carry images, each with its own end of life (issue 42)."""
+    from builder.report.model import end_of_life_rows
+    from builder.spec.plan import make_plan
+
+    rows = {row.line: row for row in end_of_life_rows(make_plan(embedded_matrix).images, dt.date(2026, 12, 6))}
+    assert (rows["debian12"].date, rows["debian13"].date) == ("2028-06-30", "2030-06-30")
+    assert rows["debian12"].images > 0 and rows["debian13"].images > 0 and not rows["debian13"].past
+    assert rows["Python 3.13"].date == "2029-10-31"

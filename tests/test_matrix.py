@@ -204,6 +204,21 @@ CASES: dict[str, Case] = {
         "- {base:",
         ("include torch version", "is not valid"),
     ),
+    "a newest entry without releases": Case(
+        SMALL + "newest:\n  - {base: cuda12.4-ubuntu22.04}\n", "- {base:", ("a newest entry needs 'releases: N'",)
+    ),
+    "a newest count of zero": Case(
+        SMALL + "newest:\n  - {base: cuda12.4-ubuntu22.04,\n     releases: 0}\n", "releases: 0", ("whole number of at least 1", "not 0")
+    ),
+    "a newest count as text": Case(
+        SMALL + 'newest:\n  - {base: cuda12.4-ubuntu22.04,\n     releases: "1"}\n', "releases:", ("whole number of at least 1", "not '1'")
+    ),
+    "a newest entry naming an unknown base": Case(
+        SMALL + "newest:\n  - {releases: 1,\n     base: cuda12.4-ubuntu2204}\n", "base: cuda", ("newest names unknown base", "did you mean")
+    ),
+    "a newest entry with an unknown key": Case(
+        SMALL + "newest:\n  - {releases: 1,\n     bsae: cuda12.4-ubuntu22.04}\n", "bsae:", ("unknown key 'bsae'", "did you mean 'base'?")
+    ),
     "recursive yaml alias": Case(edit('python: ["3.11"]', 'python: &py ["3.11", *py]'), "python:", ()),
 }
 

@@ -21,6 +21,7 @@ from builder import frameworks
 from builder.compat import gpu_arch
 from builder.compat.facts import DEFAULT_PATH
 from builder.compat.rules import Framework, framework, names, registered, registry, table
+from builder.compat.rules.python import OS_ONLY
 from builder.probes import hello_gpu
 from builder.render.templates import shipped_templates
 from builder.spec.matrix import rule_keys
@@ -205,7 +206,7 @@ def test_a_toy_framework_goes_through_plan_render_updates_and_the_report(toy_wor
     assert images["toy1.0.0-numba0.68.0-cpu-py3.12-ubuntu24.04"]["variants"] == {"toy": "cpu", "numba": "cpu"}
     reasons = {(s["base"], s["stack"], s["python"]): s["reason"] for s in plan["skipped"]}
     assert reasons[("rocm6.4-ubuntu24.04", "toy", "3.12")] == "toy has no ROCm build; use a CUDA or cpu base"
-    assert reasons[("cpu-ubuntu24.04", "toy", "3.11")] == "ubuntu24.04 packages Python 3.12, not 3.11"
+    assert reasons[("cpu-ubuntu24.04", "toy", "3.11")] == "ubuntu24.04 packages Python 3.12, not 3.11" + OS_ONLY
     assert reasons[("cuda12.4-ubuntu22.04", "toy-numba", "3.11")] == f"excluded by {matrix}:26"
 
     # render: the Dockerfile includes its partial from the matrix's templates/

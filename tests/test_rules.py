@@ -18,7 +18,7 @@ from builder.compat.rules.cupy import decide_cupy
 from builder.compat.rules.jax import decide_jax
 from builder.compat.rules.numba import decide_numba
 from builder.compat.rules.numpy import pick_numpy
-from builder.compat.rules.python import decide_python
+from builder.compat.rules.python import OS_ONLY, decide_python
 from builder.compat.rules.tensorflow import decide_tensorflow
 from builder.compat.rules.torch import TorchFacts, decide_torch, pick_variant, variant_from_requires
 from builder.model.plan import Base, Install, Vendor, Verdict
@@ -608,8 +608,8 @@ def test_python_offered_by_os(os: str, python: str, packages: tuple[str, ...], b
 @pytest.mark.parametrize(
     ("os", "python", "reason"),
     [
-        ("debian12", "3.12", "debian12 packages Python 3.11, not 3.12"),
-        ("ubuntu24.04", "3.11", "ubuntu24.04 packages Python 3.12, not 3.11"),
+        ("debian12", "3.12", "debian12 packages Python 3.11, not 3.12" + OS_ONLY),
+        ("ubuntu24.04", "3.11", "ubuntu24.04 packages Python 3.12, not 3.11" + OS_ONLY),
     ],
 )
 def test_python_not_offered_by_os(os: str, python: str, reason: str, compat: Compat) -> None:

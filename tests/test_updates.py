@@ -862,3 +862,55 @@ def test_exact_pins_are_read_for_the_extras_the_install_names() -> None:
     cpu_spec = next(s for s in ws_matrix.images if s.stack == "tensorflow" and s.base.vendor == "cpu")
     assert rel.exact_pins(pub, cuda_spec) == {"nvidia-cuda-runtime-cu12": "12.5.82", "nvidia-cudnn-cu12": "9.3.0.75"}
     assert rel.exact_pins(pub, cpu_spec) == {}
+
+
+# --- `newest:` moves the buildable slice forward with no include edited (issue 42) ---------------
+
+
+def test_apply_alone_moves_a_newest_slice_forward(in_tmp: Path, filled: FakeIndex) -> None:
+    """A bootstrapped base under `newest: releases: 1`: the release `--apply` adds to `frameworks:` is
+    planned there and the one it replaces is skipped naming the entry; no other line of the file changes."""
+    path = in_tmp / "matrix.yaml"
+    text = MATRIX.replace(
+        "  cpu-ubuntu24.04:\n", "  local-debian12:\n    vendor: cpu\n    os: debian12\n    bootstrap: debootstrap\n  cpu-ubuntu24.04:\n"
+    )
+    text += "newest:\n  - {base: local-debian12, releases: 1}\n"
+    path.write_text(text)
+    before = {s.id for s in make_plan(load_matrix(path), table()).images if s.base.name == "local-debian12"}
+    assert {"numba0.68.0-cpu-py3.11-debian12", "tensorflow2.21.0-cpu-py3.11-debian12"} <= before
+    apply_mod.apply(path, rel.find_updates(load_matrix(path), table(), client(filled)).releases)
+    changed = [d for d in difflib.ndiff(text.splitlines(), path.read_text().splitlines()) if d[:1] in "+-"]
+    assert all(d[2:].startswith("  ") and ": [" in d for d in changed) and changed, changed  # frameworks lists only
+    plan = make_plan(load_matrix(path), table())
+    after = {s.id for s in plan.images if s.base.name == "local-debian12"}
+    assert {"numba0.68.1-cpu-py3.11-debian12", "tensorflow2.21.1-cpu-py3.11-debian12"} <= after
+    assert not {"numba0.68.0-cpu-py3.11-debian12", "tensorflow2.21.0-cpu-py3.11-debian12"} & after
+    held = [s.reason for s in plan.skipped if s.base == "local-debian12" and s.frameworks == (("numba", "0.68.0"),) and s.python == "3.11"]
+    assert held == [
+        f"older than the newest release of each framework that install on local-debian12 (linux/amd64, Python 3.11), "
+        f"which matrix.yaml:{text.count(chr(10))} plans (numba 0.68.1); an include adds it back"
+    ]
+
+
+def test_the_embedded_matrix_gets_its_newest_release_back_into_the_debian13_slice_by_apply_alone(
+    repo_matrix: Path, filled: FakeIndex
+) -> None:
+    """Issue 42's done-when: numba 0.68.1 taken out of matrix.yaml's frameworks: `updates --apply` (here
+    against the fake index, which publishes it) adds it back and the Debian 13 images carry it again, CPU
+    and CUDA from wheels, amd64 and arm64; no include or newest line is edited."""
+
+    def debian13_numba(path: Path) -> set[str]:
+        return {s.id for s in make_plan(load_matrix(path), table()).images if s.stack == "numba" and s.base.os == "debian13"}
+
+    newest = {"numba0.68.1-cpu-py3.13-debian13", "numba0.68.1-cu130-py3.13-debian13"}
+    assert newest | {f"{i}-arm64" for i in newest} <= debian13_numba(repo_matrix)
+    original = repo_matrix.read_text(encoding="utf-8")
+    assert original.count('"0.68.1"') == 1, "only frameworks.numba names numba 0.68.1"
+    repo_matrix.write_text(original.replace(', "0.68.1"]', "]"), encoding="utf-8")
+    assert not newest & debian13_numba(repo_matrix)  # the slice fell back to 0.68.0
+    edits = apply_mod.apply(repo_matrix, rel.find_updates(load_matrix(repo_matrix), table(), client(filled)).releases)
+    assert "matrix.yaml: frameworks.numba += 0.68.1" in edits
+    after = repo_matrix.read_text(encoding="utf-8")
+    changed = [d for d in difflib.ndiff(original.splitlines(), after.splitlines()) if d[:1] in "+-"]
+    assert all(d[2:].startswith("  ") and ": [" in d for d in changed), changed  # frameworks lists only
+    assert newest | {f"{i}-arm64" for i in newest} <= debian13_numba(repo_matrix)

@@ -127,6 +127,16 @@ class Rule:
 
 
 @dataclass(frozen=True)
+class Newest:
+    """A `newest:` entry: on the combinations `rule` selects, only the newest `releases` releases of each
+    framework that install there are planned (per base, platform, stack and Python); the older ones are
+    skipped with this entry's line, so a release `builder updates --apply` adds moves the slice forward."""
+
+    rule: Rule
+    releases: int
+
+
+@dataclass(frozen=True)
 class Matrix:
     path: str
     registry: str
@@ -144,6 +154,7 @@ class Matrix:
     unlocked: tuple[tuple[str, str, int], ...] = ()  # (select expression, reason, line): may build without a lock
     cuda_exceptions: tuple[tuple[str, str, int], ...] = ()  # (select, reason, line): CUDA wheels may leave the base's minor
     keep_older_gpus: tuple[tuple[str, str, int], ...] = ()  # (select, reason, line): cuDNN held below the release that dropped GPUs
+    newest: tuple[Newest, ...] = ()  # the newest N releases of each framework on the combinations each entry selects
 
     def base(self, name: str) -> Base:
         for b in self.bases:

@@ -14,7 +14,7 @@ from typing import Any
 from packaging.version import Version
 
 from builder.compat.rules import names as framework_names
-from builder.model.plan import AMD64, PLATFORMS, VENDORS, Base, Matrix, Rule
+from builder.model.plan import AMD64, PLATFORMS, VENDORS, Base, Matrix, Newest, Rule
 from builder.spec import grammar
 from builder.util.errors import UserError
 from builder.util.query import is_glob, value_matches
@@ -23,7 +23,7 @@ from builder.util.yamlsrc import LDict, LList, load
 
 TOP_KEYS = (
     "registry", "defaults", "bases", "python", "frameworks", "stacks", "exclude", "include", "indexes", "build", "source", "unlocked",
-    "cuda_exceptions", "keep_older_gpus",
+    "cuda_exceptions", "keep_older_gpus", "newest",
 )  # fmt: skip
 REQUIRED_TOP = ("registry", "bases", "python", "frameworks", "stacks")
 BASE_KEYS = ("vendor", "version", "os", "image", "digest", "bootstrap", "platforms", "packages")
@@ -99,6 +99,7 @@ def load_matrix(path: Path) -> Matrix:
     names = {"base": {b.name for b in bases}, "stack": {s for s, _ in stacks}, "platform": set(PLATFORMS)}
     exclude = _rules(ctx, top.get("exclude"), top.line_of("exclude"), "exclude", names)
     include = _rules(ctx, top.get("include"), top.line_of("include"), "include", names)
+    newest = _newest(ctx, top.get("newest"), top.line_of("newest"), names)
     for rule in include:
         _check_include(ctx, rule, dict(stacks), dict(frameworks), {b.name: b for b in bases})
     default_select = _defaults(ctx, top)
@@ -118,6 +119,7 @@ def load_matrix(path: Path) -> Matrix:
         stacks=stacks,
         exclude=exclude,
         include=include,
+        newest=newest,
         index_urls=indexes,
         ca_bundle=ca_bundle,
         source=source,
@@ -373,20 +375,46 @@ def _rules(ctx: _Ctx, value: Any, line: int, what: str, names: dict[str, set[str
     for i, item in enumerate(items):
         rule = ctx.mapping(item, f"{what} entry", items.line_of(i))
         ctx.keys(rule, rule_keys(), f"an {what} entry")
-        if not rule:
-            raise ctx.fail(f"empty {what} entry; name at least one of {', '.join(rule_keys())}", rule.line)
-        fields = []
-        for key, raw in rule.items():
-            kline = rule.line_of(key)
-            text = ctx.text(raw, f"{what}.{key}", kline, lambda t: bool(t) and not any(c in t for c in " \n'\"`$;\\"), '"2.5.1"')
-            if key in names and not is_glob(text) and not any(value_matches(text, name) for name in names[key]):
-                close = difflib.get_close_matches(text, sorted(names[key]), n=1)
-                hint = f"did you mean '{close[0]}'?" if close else f"known: {', '.join(sorted(names[key]))}"
-                raise ctx.fail(f"{what} names unknown {key} '{text}'; {hint}", kline)
-            if key == "vendor" and text not in VENDORS:
-                raise ctx.fail(f"{what} names unknown vendor '{text}'; use cuda, rocm or cpu", kline)
-            fields.append((key, text))
-        out.append(Rule(fields=tuple(fields), line=rule.line, key_lines=tuple((k, rule.line_of(k)) for k, _ in fields)))
+        out.append(_rule(ctx, rule, what, names))
+    return tuple(out)
+
+
+def _rule(ctx: _Ctx, rule: LDict, what: str, names: dict[str, set[str]]) -> Rule:
+    """One include/exclude/newest selector: known keys checked by the caller, each value a name the matrix has."""
+    if not rule:
+        raise ctx.fail(f"empty {what} entry; name at least one of {', '.join(rule_keys())}", rule.line)
+    fields = []
+    for key, raw in rule.items():
+        kline = rule.line_of(key)
+        text = ctx.text(raw, f"{what}.{key}", kline, lambda t: bool(t) and not any(c in t for c in " \n'\"`$;\\"), '"2.5.1"')
+        if key in names and not is_glob(text) and not any(value_matches(text, name) for name in names[key]):
+            close = difflib.get_close_matches(text, sorted(names[key]), n=1)
+            hint = f"did you mean '{close[0]}'?" if close else f"known: {', '.join(sorted(names[key]))}"
+            raise ctx.fail(f"{what} names unknown {key} '{text}'; {hint}", kline)
+        if key == "vendor" and text not in VENDORS:
+            raise ctx.fail(f"{what} names unknown vendor '{text}'; use cuda, rocm or cpu", kline)
+        fields.append((key, text))
+    return Rule(fields=tuple(fields), line=rule.line, key_lines=tuple((k, rule.line_of(k)) for k, _ in fields))
+
+
+def _newest(ctx: _Ctx, value: Any, line: int, names: dict[str, set[str]]) -> tuple[Newest, ...]:
+    """`newest: [{base: local-debian13, releases: 1}]`: a selector (the keys of an exclude entry) and
+    how many of each framework's newest releases that install there to plan (spec/newest.py)."""
+    if value is None:
+        return ()
+    items = ctx.seq(value, "newest", line)
+    out = []
+    for i, item in enumerate(items):
+        entry = ctx.mapping(item, "newest entry", items.line_of(i))
+        ctx.keys(entry, (*rule_keys(), "releases"), "a newest entry")
+        if "releases" not in entry:
+            raise ctx.fail("a newest entry needs 'releases: N' (how many of each framework's newest releases to plan, e.g. 1)", entry.line)
+        count = entry["releases"]
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ctx.fail(f"newest.releases must be a whole number of at least 1 (e.g. 1), not {count!r}", entry.line_of("releases"))
+        selector = LDict((k, v) for k, v in entry.items() if k != "releases")
+        selector.line, selector.key_lines = entry.line, {k: n for k, n in entry.key_lines.items() if k != "releases"}
+        out.append(Newest(rule=_rule(ctx, selector, "newest", names), releases=count))
     return tuple(out)
 
 

@@ -20,6 +20,7 @@ from builder.model.plan import Combination, ImageSpec, Install, Matrix, Plan, Sk
 from builder.model.versions import WheelVariant, framework_line, mm
 from builder.spec import grammar
 from builder.spec.expand import Excluder, expand, included
+from builder.spec.newest import Keeper
 from builder.util.errors import UserError
 
 WHEEL_VARIANT = re.compile(r"cu\d{3}|rocm\d+(?:\.\d+)*")  # a wheel built for one CUDA/ROCm release (torch's)
@@ -147,12 +148,18 @@ def _collect(matrix: Matrix, compat: Compat) -> tuple[dict[str, ImageSpec], list
     images: dict[str, ImageSpec] = {}
     skipped: dict[tuple[object, ...], Skipped] = {}  # keyed, so an include un-skips in O(1)
     excluded_by = Excluder(matrix)
+    newest = Keeper(matrix)
     for combo in expand(matrix):
         rule = excluded_by(combo)
         if rule is not None:
             skipped[_key(combo)] = _skipped(combo, f"excluded by {matrix.path}:{rule.line}")
             continue
         decided = decide_combination(combo, matrix, compat)
+        if isinstance(decided, str):
+            skipped[_key(combo)] = _skipped(combo, decided)
+        elif not newest.hold(combo, decided):
+            _add(images, decided, matrix)
+    for combo, decided in newest.settle():
         if isinstance(decided, str):
             skipped[_key(combo)] = _skipped(combo, decided)
         else:
