@@ -269,6 +269,7 @@ def build_record(spec: ImageSpec, local: Local, result: SmokeResult, repository:
         size_mb=local.size_mb,
         manifest=f"manifests/{spec.id}.txt",
         fit=result.fit,
+        amd=spec.locked_fit.amd if spec.locked_fit else None,  # a ROCm image's gfx targets, measured from its locked wheels
         variant_properties=variant_properties(result.fit.runs_on, spec.accelerator.require_cuda) if result.fit else (),
         platform=spec.platform,
         emulated=result.emulated,

@@ -7,18 +7,19 @@ The image's io.builder.* labels (builder/fit/labelled.py) are judged like a cata
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from builder.compat.rules import table
 from builder.engine.client import open_engine
 from builder.engine.port import Connect
 from builder.fit import labelled
+from builder.fit import host as fit_hosts
 from builder.fit.host import FitHost
 from builder.fit.runs_on import RunsOn, runs_on
 from builder.host import doctor, facts
 from builder.model.plan import ImageSpec
-from builder.usecases.fit import RecordFit, judge, judge_runs_on
+from builder.usecases.fit import RecordFit, gfx_verdict, judge, judge_runs_on
 from builder.util.errors import UserError
 from builder.workspace import Workspace
 
@@ -75,9 +76,20 @@ class HostReport:
         return doctor.report_json(self.host, self.checks, self.verdicts)
 
 
-def host_report(ws: Workspace, select: str | None) -> HostReport:
-    """The host's checks and a verdict per planned image `select` picks (all by default)."""
+def host_report(ws: Workspace, select: str | None, gfx: Callable[[], tuple[str, ...]] = fit_hosts.amd_targets) -> HostReport:
+    """The host's checks and a verdict per planned image `select` picks (all by default); a ROCm
+    image's code objects are judged on this host's gfx targets (`gfx`: the kfd topology's)."""
     host = facts.gather()
     checks = doctor.host_checks(host)
     images: Sequence[ImageSpec] = ws.selected(select, use_default=False) if ws.matrix_path.exists() else ()
-    return HostReport(host, tuple(checks), tuple(doctor.image_verdicts(host, images)))
+    return HostReport(host, tuple(checks), tuple(doctor.image_verdicts(host, images, amd_judge(host, gfx))))
+
+
+def amd_judge(host: facts.HostInfo, gfx: Callable[[], tuple[str, ...]]) -> doctor.GfxJudge | None:
+    """The gfx finding doctor gives each ROCm image where this host has /dev/kfd: the image's code
+    objects against the host's gfx targets (usecases/fit.py gfx_verdict); None without an AMD GPU."""
+    if not host.amd.present:
+        return None
+    amd = FitHost(fit_hosts.cpu_arch(facts.host_machine(host)), "amd", gfx(), None, ("arch", "vendor", "gpus"))
+    compat = table()
+    return lambda spec: gfx_verdict(spec, amd, compat)
