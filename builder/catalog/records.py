@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from builder.model import jsonfields as jf
 from builder.model import amd_fit, measured_fit
+from builder.model import jsonfields as jf
 from builder.model.amd_fit import AmdFit
 from builder.model.measured_fit import MeasuredFit
 from builder.model.plan import AMD64, PLATFORMS, VENDORS, Accelerator, TagLine, Vendor, recorded_tag_line

@@ -49,10 +49,14 @@ def check(rocm: str | None, kernel: str | None, module: str | None, facts: RocmF
     if release is None:
         return KernelDriverFit("unknown", f"compat.yaml rocm.releases has no row for ROCm {rocm}: its kernel driver is not checked")
     if kernel is None:
-        return KernelDriverFit("unknown", f"the host's kernel is not known (not detected): ROCm {release.rocm} needs Linux >= {release.kernel}")
+        return KernelDriverFit(
+            "unknown", f"the host's kernel is not known (not detected): ROCm {release.rocm} needs Linux >= {release.kernel}"
+        )
     running = kernel_release(kernel)
     if running is None:
-        return KernelDriverFit("unknown", f"the kernel release {kernel[:40]!r} is not major.minor...: not compared with ROCm {release.rocm}'s")
+        return KernelDriverFit(
+            "unknown", f"the kernel release {kernel[:40]!r} is not major.minor...: not compared with ROCm {release.rocm}'s"
+        )
     if mm(running) < mm(release.kernel):
         return KernelDriverFit(
             "does not fit",
@@ -74,7 +78,8 @@ def _module(rocm: str, kmd: tuple[str, ...], module: str | None, said: str, fact
     release = facts.kmd_of(module)
     if release is None:
         return KernelDriverFit(
-            "unknown", f"{said}; amdgpu module {module} is not in compat.yaml rocm.amdgpu_modules (which KMD release it is is not known); {tested}"
+            "unknown",
+            f"{said}; amdgpu module {module} is not in compat.yaml rocm.amdgpu_modules (which KMD release it is is not known); {tested}",
         )
     if not kmd:
         return KernelDriverFit("unknown", f"{said}; amdgpu module {module} is KMD {release}, but {tested}")

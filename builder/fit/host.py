@@ -126,7 +126,9 @@ def detect(
         rc, out = run(["rocminfo"])
         gfx = parse_rocminfo(out) if rc == 0 else ()
     if gfx:
-        return FitHost(arch, "amd", gfx, None, ("arch", "vendor", "gpus", "kernel"), kernel=kernel() or None, amdgpu=facts.amdgpu_version(root))
+        return FitHost(
+            arch, "amd", gfx, None, ("arch", "vendor", "gpus", "kernel"), kernel=kernel() or None, amdgpu=facts.amdgpu_version(root)
+        )
     return FitHost(arch, "none", (), None, ("arch", "vendor", "gpus"))
 
 

@@ -21,8 +21,8 @@ from packaging.version import InvalidVersion
 
 from builder.catalog.records import KnownGood
 from builder.compat import gpu_arch, runtime_fit
-from builder.compat.rocm import gfx_key
 from builder.compat.facts import Compat
+from builder.compat.rocm import gfx_key
 from builder.compat.rules import framework, names
 from builder.compat.rules.cuda import require_cuda
 from builder.fit import driver as drivers

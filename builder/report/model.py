@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 from builder.catalog.records import KnownGood
 from builder.compat import lifecycle
-from builder.compat.rules import table
 from builder.compat.facts import Compat
+from builder.compat.rules import table
 from builder.fit.runs_on import rocm_runs_on, runs_on
 from builder.model.plan import AMD64, PLATFORM_ARCH, ImageSpec, Plan, platform_suffix
 from builder.model.results import SmokeResult, is_good

@@ -76,7 +76,9 @@ class RocmFlag:
 ROCM_FLAGS: tuple[RocmFlag, ...] = (
     RocmFlag(("--device", "/dev/kfd"), "required", "the compute interface every AMD GPU shares", smoke=True),
     RocmFlag(("--device", "/dev/dri"), "required", "the render nodes, one per GPU (/dev/dri/renderD<N> gives fewer)", smoke=True),
-    RocmFlag(("--group-add", "video"), "required", "the image runs as a non-root user: video owns the nodes on older distributions", smoke=True),
+    RocmFlag(
+        ("--group-add", "video"), "required", "the image runs as a non-root user: video owns the nodes on older distributions", smoke=True
+    ),
     RocmFlag(("--group-add", "render"), "required", "render owns /dev/kfd and /dev/dri/renderD* from Ubuntu 20.04 on", smoke=True),
     RocmFlag(("--ipc=host",), "recommended", "PyTorch's data loaders and RCCL share memory between processes", smoke=False),
     RocmFlag(("--shm-size", "8G"), "recommended", "room in /dev/shm where --ipc=host is not wanted", smoke=False),

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from builder.compat.rules import table
 from builder.engine.client import open_engine
 from builder.engine.port import Connect
-from builder.fit import labelled
 from builder.fit import host as fit_hosts
+from builder.fit import labelled
 from builder.fit.host import FitHost
 from builder.fit.runs_on import RunsOn, runs_on
 from builder.host import doctor, facts

@@ -142,7 +142,9 @@ def _platform(record: KnownGood, host: FitHost) -> RecordFit | None:
         if host.vendor != "amd":
             return _no(record, f"a ROCm image needs an AMD GPU; this host has {_vendor_label(host)}")
         if record.amd is None:
-            return RecordFit(record.id, "unknown", "not checked: a ROCm image whose code objects were not measured (no AMD fit recorded)", False)
+            return RecordFit(
+                record.id, "unknown", "not checked: a ROCm image whose code objects were not measured (no AMD fit recorded)", False
+            )
         return None
     if host.vendor != "nvidia":
         return _no(record, f"a CUDA image needs an NVIDIA GPU; this host has {_vendor_label(host)}")

@@ -22,10 +22,10 @@ from builder.engine.port import Connect, Engine, EngineFault, NotFound
 from builder.engine.retry import GaveUp, reason_of, retry_network
 from builder.fit import host as fit_hosts
 from builder.fit.host import FitHost
+from builder.fit.runs_on import runs_on
 from builder.host import facts as hostinfo
 from builder.model.plan import PLATFORM_ARCH
 from builder.publish.verify import signers, vouch
-from builder.fit.runs_on import runs_on
 from builder.smoke.args import docker_run_line, rocm_flags_note
 from builder.usecases.catalog import NO_MANIFEST, record_end_of_life, search
 from builder.usecases.fit import judge
