@@ -24,8 +24,10 @@ from builder.model.amd_fit import AmdFit, AmdFramework, AmdLibrary
 from builder.model.plan import Plan
 from builder.report.model import build_report
 from builder.smoke import args as smoke_args
+from builder.usecases import doctor as doctoring
 from builder.usecases.fit import gfx_verdict, judge
 from builder.util.errors import UserError
+from builder.workspace import Workspace
 from tests.catalog_fixtures import record
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -242,3 +244,26 @@ def test_the_note_says_which_flags_are_required_recommended_and_optional() -> No
     assert required.startswith("required: --device /dev/kfd") and "--group-add render" in required
     assert recommended.startswith("recommended: --ipc=host") and "--shm-size 8G" in recommended
     assert optional.startswith("optional: --security-opt seccomp=unconfined") and "never adds it" in optional
+
+
+# -- `builder doctor --image` on a local ROCm image ---------------------------------------------------------------
+
+
+def test_doctor_image_judges_a_rocm_image_from_its_planned_fit(embedded_workspace: Workspace) -> None:
+    """The labels say which planned image it was built from (id and content hash): that image's
+    fit.json `amd` part is its measured fit. A build of other content gets no fit, and says so."""
+    from tests.fake_engine import FakeEngine, connect_to
+    from tests.test_usecase_fit import rendered_labels
+
+    [spec] = embedded_workspace.selected(f"id={CUPY}", use_default=False)
+    built = {**rendered_labels(CUPY), "io.builder.content-hash": spec.content_hash}
+    engine = FakeEngine()
+    engine.add_image("sha256:cupy", "local/cupy:rocm", labels=built)
+    engine.add_image("sha256:other", "local/cupy:other", labels={**built, "io.builder.content-hash": "sha256:" + "0" * 64})
+    yes = doctoring.image_fit("local/cupy:rocm", amd_host("gfx1100"), connect_to(engine), ws=embedded_workspace)
+    assert yes.fit.status == "fits" and "cupy 14.2.0 runs on gfx1100" in yes.fit.reason
+    assert yes.runs_on.label == f"{CUPY_TARGETS}, Linux >= 4.18, amd64 (measured)"
+    no = doctoring.image_fit("local/cupy:rocm", amd_host("gfx906"), connect_to(engine), ws=embedded_workspace)
+    assert no.fit.status == "does not fit" and not no.ok
+    other = doctoring.image_fit("local/cupy:other", amd_host("gfx1100"), connect_to(engine), ws=embedded_workspace)
+    assert other.fit.status == "unknown" and other.runs_on.gpus == "gfx ? (its code objects are not measured)"
