@@ -267,3 +267,32 @@ def test_doctor_image_judges_a_rocm_image_from_its_planned_fit(embedded_workspac
     assert no.fit.status == "does not fit" and not no.ok
     other = doctoring.image_fit("local/cupy:other", amd_host("gfx1100"), connect_to(engine), ws=embedded_workspace)
     assert other.fit.status == "unknown" and other.runs_on.gpus == "gfx ? (its code objects are not measured)"
+
+
+# -- `builder pull` of a ROCm record ---------------------------------------------------------------------------------
+
+
+def test_pull_judges_a_rocm_record_says_what_it_runs_on_and_prints_the_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from builder.catalog.store import Catalog
+    from builder.host import facts as hostinfo
+    from builder.usecases import pull as pulling
+    from tests.catalog_fixtures import SHA
+    from tests.fake_engine import FakeEngine, connect_to
+
+    monkeypatch.setattr(hostinfo, "gather", lambda **kwargs: rocm_host(109))
+    repo = "127.0.0.1:5000/gpu-images"
+    store = Catalog(tmp_path / "catalog")
+    store.add([dataclasses.replace(rocm_record(committed_fit(CUPY)), tag=f"{repo}:{CUPY}", digest=f"{repo}@sha256:{SHA}")], {})
+    fake = FakeEngine()
+    with pytest.raises(Exception, match="none for gfx906"):
+        pulling.pull(
+            store, "cupy=14.2.0", log=lambda line: None, wait_s=0.001, connect=connect_to(fake), check=pulling.FitCheck(amd_host("gfx906"))
+        )
+    assert fake.pulls == [], "refused before anything is pulled"
+    pulled = pulling.pull(
+        store, "cupy=14.2.0", log=lambda line: None, wait_s=0.001, connect=connect_to(fake), check=pulling.FitCheck(amd_host("gfx942"))
+    )
+    assert pulled.fit.startswith("fits this host: cupy 14.2.0 runs on gfx942 through the code objects of its 3 libraries")
+    assert pulled.runs_on == f"{CUPY_TARGETS}, Linux >= 4.18, amd64 (measured)"
+    assert pulled.run_line.startswith("docker run --rm -it --device /dev/kfd --device /dev/dri --group-add 109 --ipc=host --shm-size 8G ")
+    assert smoke_args.rocm_flags_note() in pulled.note.splitlines()
