@@ -330,13 +330,17 @@ def test_rocm_gfx_finding_comes_from_the_injected_judge() -> None:
     """doctor's own stage cannot judge code objects (fit/ comes after host/): the use-case injects it,
     and its refusal fails the image naming the library, its `unknown` is listed as not checked."""
     image = rocm_image()
-    no = doctor.image_verdicts(host(amd=amd()), [image], lambda spec: ("does not fit", f"{spec.id}: lib.so has no gfx906"))[0]
+    no = doctor.image_verdicts(
+        host(amd=amd()), [image], lambda spec: doctor.GfxFinding("does not fit", f"{spec.id}: lib.so has no gfx906", "gfx942")
+    )[0]
     assert no.status == "fail" and no.reason == "torch2.5.1-rocm6.2-py3.11-ubuntu22.04: lib.so has no gfx906"
     assert "builder fit --planned --vendor amd" in no.fix
-    unknown = doctor.image_verdicts(host(amd=amd()), [image], lambda spec: ("unknown", "compressed"))[0]
+    unknown = doctor.image_verdicts(host(amd=amd()), [image], lambda spec: doctor.GfxFinding("unknown", "compressed", "gfx ?"))[0]
     assert unknown.status == "ok" and "gfx targets: compressed" in unknown.unchecked
-    yes = doctor.image_verdicts(host(amd=amd()), [image], lambda spec: ("fits", "runs on gfx942"))[0]
+    yes = doctor.image_verdicts(host(amd=amd()), [image], lambda spec: doctor.GfxFinding("fits", "runs on gfx942", "gfx942"))[0]
     assert any(f.name == "gfx targets" and f.status == "ok" and f.detail == "runs on gfx942" for f in yes.findings)
+    away = doctor.image_verdicts(host(), [image], lambda spec: doctor.GfxFinding("unknown", "no GPUs", "gfx942, Linux >= 4.18"))[0]
+    assert away.status == "n/a" and away.reason.endswith("the GPU checks will be skipped; it runs on gfx942, Linux >= 4.18")
 
 
 def test_rocm_user_not_in_render_group_warns_with_group_add() -> None:

@@ -178,10 +178,13 @@ def test_a_detected_kernel_decides_or_leaves_it_unknown_never_a_pass() -> None:
 
 def test_doctor_gfx_finding_names_the_cell_and_the_library(embedded_plan: Plan) -> None:
     spec = next(s for s in embedded_plan.images if s.id == CUPY)
-    status, reason = gfx_verdict(spec, amd_host("gfx90a"), table())
-    assert status == "fits" and reason.startswith(f"{CUPY} runs on {CUPY_TARGETS}, Linux >= 4.18, amd64 (measured); this host's gfx90a: ")
-    status, reason = gfx_verdict(spec, amd_host("gfx803"), table())
-    assert status == "does not fit" and "cub.cpython-312-x86_64-linux-gnu.so" in reason
+    yes = gfx_verdict(spec, amd_host("gfx90a"), table())
+    assert yes.status == "fits" and yes.reason.startswith(
+        f"{CUPY} runs on {CUPY_TARGETS}, Linux >= 4.18, amd64 (measured); this host's gfx90a: "
+    )
+    assert yes.runs_on == f"{CUPY_TARGETS}, Linux >= 4.18, amd64 (measured)"
+    no = gfx_verdict(spec, amd_host("gfx803"), table())
+    assert no.status == "does not fit" and "cub.cpython-312-x86_64-linux-gnu.so" in no.reason
     node = DeviceNode("/dev/kfd", 109, "render", True)
     facts = HostInfo(
         EngineFacts(True),

@@ -436,9 +436,17 @@ def _cuda_verdict(host: HostInfo, image: ImageSpec) -> ImageVerdict:
     return _combine(image, "cuda", [f for f in findings if f is not None], unchecked)
 
 
-# A ROCm image's verdict on this host's AMD GPUs, measured from its code objects: ("fits" | "does not
-# fit" | "unknown", reason). The use-case injects it (usecases/fit.py judges it; this stage comes before fit/).
-GfxJudge = Callable[[ImageSpec], tuple[str, str]]
+@dataclass(frozen=True)
+class GfxFinding:
+    """A ROCm image on this host's AMD GPUs, from its measured code objects (usecases/fit.py gfx_verdict)."""
+
+    status: str  # fits | does not fit | unknown
+    reason: str
+    runs_on: str  # what it runs on: fit/runs_on.py's cell, the one pull, catalog and report show
+
+
+# The use-case injects it: fit/ judges code objects, and this stage comes before fit/.
+GfxJudge = Callable[[ImageSpec], GfxFinding]
 
 
 def _kernel_driver_finding(amd: AmdInfo, image: ImageSpec, unchecked: list[str]) -> Check | None:
@@ -456,7 +464,8 @@ def _gfx_finding(image: ImageSpec, judge_gfx: GfxJudge | None, unchecked: list[s
     if judge_gfx is None:
         unchecked.append(f"{image.id}: this host's gfx targets against its code objects are not checked")
         return None
-    status, reason = judge_gfx(image)
+    found = judge_gfx(image)
+    status, reason = found.status, found.reason
     if status == "fits":
         return Check("gfx targets", "ok", reason)
     if status == "does not fit":
@@ -468,7 +477,8 @@ def _gfx_finding(image: ImageSpec, judge_gfx: GfxJudge | None, unchecked: list[s
 def _rocm_verdict(host: HostInfo, image: ImageSpec, judge_gfx: GfxJudge | None = None) -> ImageVerdict:
     amd = host.amd
     if not amd.present:
-        return ImageVerdict(image.id, "rocm", "n/a", NO_KFD)
+        cell = f"; it runs on {judge_gfx(image).runs_on}" if judge_gfx is not None else ""
+        return ImageVerdict(image.id, "rocm", "n/a", NO_KFD + cell)
     findings: list[Check | None] = [check for check in _amd_checks(amd) if check.name != "amd /dev/kfd"]
     unchecked: list[str] = []
     findings.append(_kernel_driver_finding(amd, image, unchecked))

@@ -101,11 +101,10 @@ def host_report(ws: Workspace, select: str | None, gfx: Callable[[], tuple[str, 
     return HostReport(host, tuple(checks), tuple(doctor.image_verdicts(host, images, amd_judge(host, gfx))))
 
 
-def amd_judge(host: facts.HostInfo, gfx: Callable[[], tuple[str, ...]]) -> doctor.GfxJudge | None:
-    """The gfx finding doctor gives each ROCm image where this host has /dev/kfd: the image's code
-    objects against the host's gfx targets (usecases/fit.py gfx_verdict); None without an AMD GPU."""
-    if not host.amd.present:
-        return None
-    amd = FitHost(fit_hosts.cpu_arch(facts.host_machine(host)), "amd", gfx(), None, ("arch", "vendor", "gpus"))
+def amd_judge(host: facts.HostInfo, gfx: Callable[[], tuple[str, ...]]) -> doctor.GfxJudge:
+    """The gfx finding doctor gives each ROCm image: what it runs on and, where this host has /dev/kfd,
+    its code objects against the host's gfx targets (usecases/fit.py gfx_verdict)."""
+    targets = gfx() if host.amd.present else ()
+    amd = FitHost(fit_hosts.cpu_arch(facts.host_machine(host)), "amd", targets, None, ("arch", "vendor", "gpus"))
     compat = table()
     return lambda spec: gfx_verdict(spec, amd, compat)

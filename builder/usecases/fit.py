@@ -35,6 +35,7 @@ from builder.fit.labelled import unpublished
 from builder.fit.measure import embedded_of, nvrtc_of
 from builder.fit.runs_on import cuda_mm, cudnn_floor, record_arch, requirement_of, runs_on
 from builder.fit.runs_on import framework_row as _row
+from builder.host.doctor import GfxFinding
 from builder.lock.files import libraries as locked_libraries
 from builder.model.amd_fit import AmdFit
 from builder.model.measured_fit import KNOWN_CCS, LibraryCode, MeasuredFit
@@ -224,16 +225,16 @@ def _judge_planned(record: KnownGood, why: str | None, host: FitHost, compat: Co
     return judge(record, host, compat)
 
 
-def gfx_verdict(spec: ImageSpec, host: FitHost, compat: Compat) -> tuple[str, str]:
+def gfx_verdict(spec: ImageSpec, host: FitHost, compat: Compat) -> GfxFinding:
     """`builder doctor`'s gfx finding for a planned ROCm image on this host's AMD GPUs: what it runs on
     (fit/runs_on.py, the cell the report and `catalog` show) and whether this host's gfx targets are
     covered, by the rule `fit --planned` judges with. The kernel driver is doctor's own finding."""
     record = planned_record(spec)
     cell = runs_on(record, compat).label
     if record.amd is None:
-        return "unknown", f"{spec.id}: {not_measured(spec) or 'its code objects are not measured'}"
+        return GfxFinding("unknown", f"{spec.id}: {not_measured(spec) or 'its code objects are not measured'}", cell)
     verdict = judge_amd(record, record.amd, host, compat, kernel_driver=False)
-    return verdict.status, f"{spec.id} runs on {cell}; this host's {' '.join(host.gpus) or 'GPUs'}: {verdict.reason}"
+    return GfxFinding(verdict.status, f"{spec.id} runs on {cell}; this host's {' '.join(host.gpus) or 'GPUs'}: {verdict.reason}", cell)
 
 
 def not_measured(spec: ImageSpec) -> str | None:
