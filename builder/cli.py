@@ -111,11 +111,18 @@ def test(ws: Workspace, args: TestArgs) -> None:
     """Smoke-test built images in locked-down containers; results in build/results/."""
     from builder.model.results import is_good
     from builder.ui.terminal import out
-    from builder.ui.test import TestLines, print_test_summary
-    from builder.usecases.test import test_images
+    from builder.ui.test import TestLines, print_base_result, print_test_summary
+    from builder.usecases.test import test_base, test_images
+    from builder.util.errors import UserError
 
-    results = test_images(ws, ws.selected(args.select_expr, use_default=True), args.options(), TestLines(err))
-    print_test_summary(out, results)
+    if args.base is not None:
+        if args.select_expr is not None:
+            raise UserError("--base tests one base, --select chooses images: give one of them")
+        results = [test_base(ws, args.base, args.options(), lambda line: err.print(line, markup=False, highlight=False))]
+        print_base_result(out, results[0])
+    else:
+        results = test_images(ws, ws.selected(args.select_expr, use_default=True), args.options(), TestLines(err))
+        print_test_summary(out, results)
     exit_for(all(is_good(r.verdict) for r in results))
 
 

@@ -65,6 +65,7 @@ SECOND_LANE = tuple(
         "test_registry_evidence.py",
         "test_publish_races.py",
         "test_registry_index.py",
+        "test_rocm_base.py",
         "test_secrets.py",
     )
 )

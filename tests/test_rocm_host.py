@@ -152,6 +152,8 @@ def test_gfx_targets_intersect_frameworks_expand_generics_and_leave_out_one_xnac
     assert gfx_targets(fit, table()) == ("gfx1100",)
     alone = dataclasses.replace(fit, frameworks=fit.frameworks[:1])
     assert gfx_targets(alone, table()) == ("gfx942", "gfx1100", "gfx1101")
+    base = dataclasses.replace(fit, frameworks=())  # a base's libraries: no framework says which it loads, so their union
+    assert gfx_targets(base, table()) == ("gfx90a", "gfx942", "gfx1100", "gfx1101", "gfx11-generic")
 
 
 # -- whether this host's gfx targets are covered: the same rule as `fit` ----------------------------------------

@@ -380,6 +380,8 @@ def create_kwargs(spec: port.ContainerSpec) -> dict[str, Any]:
         kwargs["devices"] = list(spec.devices)
     if spec.group_add:
         kwargs["group_add"] = list(spec.group_add)
+    if spec.user is not None:
+        kwargs["user"] = spec.user
     if spec.platform is not None:  # API 1.41: the engine checks the image is of this platform
         kwargs["platform"] = spec.platform
     return kwargs

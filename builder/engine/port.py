@@ -95,6 +95,7 @@ class ContainerSpec:
     devices: tuple[str, ...] = ()  # host:container:permissions, e.g. /dev/kfd:/dev/kfd:rwm
     group_add: tuple[str, ...] = ()
     platform: str | None = None  # the image's platform (linux/arm64 on an amd64 host: it runs emulated); None: the engine's own
+    user: str | None = None  # uid:gid to run as; None: the image's USER (a bootstrapped base has none: it would be root)
 
 
 @dataclass(frozen=True)

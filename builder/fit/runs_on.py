@@ -107,9 +107,10 @@ def gfx_targets(amd: AmdFit, compat: Compat) -> tuple[str, ...]:
             if processor.startswith("compressed:"):
                 continue
             candidates.update(compat.rocm.runs_on(processor) if processor.endswith("-generic") else (processor,))
+    if not amd.frameworks:  # a base's libraries (rocBLAS's per-GPU code object files are alternatives): what they have code for
+        return amd.targets
     libraries = {lib.path: lib for lib in amd.libraries}
-    groups = [tuple(dict.fromkeys(f.libraries)) for f in amd.frameworks] or [tuple(libraries)]
-    paths = {path for group in groups for path in group}
+    paths = {path for f in amd.frameworks for path in f.libraries}
 
     def runs(processor: str) -> bool:
         return all(

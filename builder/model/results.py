@@ -19,8 +19,9 @@ from typing import Any, Literal, cast, get_args
 
 import filelock
 
+from builder.model import amd_fit, measured_fit, probe_report
 from builder.model import jsonfields as jf
-from builder.model import measured_fit, probe_report
+from builder.model.amd_fit import AmdFit
 from builder.model.measured_fit import MeasuredFit
 from builder.model.plan import AMD64, PLATFORMS, VENDORS, Vendor
 from builder.model.probe_report import ProbeReport
@@ -107,6 +108,16 @@ class CudaCheck:
 
 
 @dataclass(frozen=True)
+class HipCheck:
+    """One HIP check of a ROCm base's smoke test (smoke/hip.py): a library loaded, a kernel compiled
+    by hiprtc for a target its code object holds, the device call's answer."""
+
+    name: str  # hip-runtime, rocblas, hiprtc gfx90a, hip-device-count
+    ok: bool
+    detail: str = ""
+
+
+@dataclass(frozen=True)
 class SmokeResult:
     id: str
     tag: str
@@ -128,6 +139,8 @@ class SmokeResult:
     fit_error: str = ""  # why measuring it failed, when it did
     platform: str = AMD64  # the image's platform (linux/arm64): what its checks ran on
     emulated: bool = False  # its platform is not the host's: the checks ran under qemu-user emulation
+    hip_checks: tuple[HipCheck, ...] = ()  # a ROCm base's HIP checks (its base-level smoke test, smoke/base.py)
+    amd_fit: AmdFit | None = None  # a ROCm base's measured AMD fit: its libraries' code objects
 
     @property
     def cuda_checks_passed(self) -> int:
@@ -156,6 +169,8 @@ class SmokeResult:
             "fit_error": self.fit_error,
             "platform": self.platform,
             "emulated": self.emulated,
+            **({"hip_checks": [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in self.hip_checks]} if self.hip_checks else {}),
+            **({"amd_fit": self.amd_fit.to_json()} if self.amd_fit else {}),
         }
 
 
@@ -311,7 +326,21 @@ FIELDS = (
     jf.Field("fit", jf.optional(measured_fit.from_json), None),
     jf.Field("fit_error", jf.text, ""),
     jf.Field("emulated", jf.flag, False),
+    jf.Field(
+        "hip_checks",
+        jf.each(jf.nested((jf.Field("name", jf.text), jf.Field("ok", jf.flag), jf.Field("detail", _text_or_empty, "")), HipCheck)),
+        (),
+    ),
+    jf.Field("amd_fit", jf.optional(amd_fit.from_json), None),
 )
+
+
+def _hip_consistent(result: SmokeResult, where: str) -> None:
+    """A base's result (its HIP checks) is never `passed`, and counts each failed check once."""
+    if result.hip_checks and (result.verdict == "passed" or result.tests.failures != sum(not c.ok for c in result.hip_checks)):
+        raise UserError(
+            f"refused: its verdict and counts are not what its HIP checks give (a base never passes: nothing ran on a GPU); {RERUN}", where
+        )
 
 
 def from_json(data: Any, where: str) -> SmokeResult:
@@ -334,6 +363,7 @@ def from_json(data: Any, where: str) -> SmokeResult:
         raise fail(f"unknown keys {', '.join(k[:40] for k in unknown[:5])}")
     result = SmokeResult(**jf.read_fields(doc, fields, fail))
     recomputed = verdict_of(result.returncode, result.tests, result.gpu.attached, result.vendor)
+    _hip_consistent(result, where)
     if result.verdict != "not-built" and result.verdict != recomputed:
         counts = ", ".join(f"{k} {v}" for k, v in sorted(result.tests.to_json().items()))
         raise UserError(

@@ -83,6 +83,17 @@ def render_markdown(report: Report) -> str:
         digest = code(r.digest) if r.digest else ""
         cells = (r.id, r.frameworks, r.accelerator, r.python, r.status, r.runs_on, r.platform)
         lines.append("| " + " | ".join(text(c) for c in cells) + f" | {size} | {digest} | {text(r.date)} | {text(r.detail)} |")
+    if report.base_tests:
+        lines += [
+            "",
+            "## Bases tested at base level",
+            "",
+            "No framework inside: HIP checks up to the device call, so at best gpu-skipped.",
+            "",
+        ]
+        lines += ["| base | status | HIP checks | runs on (measured) | date | detail |", "|---|---|---|---|---|---|"]
+        for b in report.base_tests:
+            lines.append("| " + " | ".join(text(c) for c in (b.base, b.status, b.checks, b.runs_on, b.date, b.detail)) + " |")
     lines += ["", "## Skipped by the rules", "", "| base | stack | python | frameworks | reason |", "|---|---|---|---|---|"]
     for r in (r for r in report.rows if r.status == "skipped"):
         lines.append("| " + " | ".join(text(c) for c in (r.base, r.stack, r.python, r.frameworks, r.detail)) + " |")

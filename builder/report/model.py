@@ -55,11 +55,24 @@ class EndOfLifeRow:
 
 
 @dataclass(frozen=True)
+class BaseRow:
+    """A base tested at base level (a bootstrapped ROCm base: no framework, HIP checks up to the device call)."""
+
+    base: str
+    status: str  # gpu-skipped (its best: nothing ran on a GPU), failed, not-built
+    checks: str  # "6/6 HIP checks passed"
+    runs_on: str  # the measured AMD fit: the gfx targets of its libraries' code objects
+    detail: str  # the failed checks, or each check's name
+    date: str = ""
+
+
+@dataclass(frozen=True)
 class Report:
     rows: tuple[Row, ...]
     bases: tuple[str, ...]
     stacks: tuple[str, ...]
     end_of_life: tuple[EndOfLifeRow, ...] = ()  # soonest first (compat/data/lifecycle.yaml)
+    base_tests: tuple[BaseRow, ...] = ()  # the bases with a base-level smoke test, in matrix order
 
     def cell(self, base: str, stack: str) -> tuple[Row, ...]:
         return tuple(r for r in self.rows if r.base == base and r.stack == stack)
@@ -113,9 +126,10 @@ def build_report(
     records: Sequence[KnownGood],
     sizes: Mapping[str, float],
     today: dt.date | None = None,
+    base_results: Mapping[str, SmokeResult | None] | None = None,
 ) -> Report:
     """`specs`: the plan's images with content hashes; `results`: build/results/<id>.json by id;
-    `sizes`: image MB by id (build.json)."""
+    `sizes`: image MB by id (build.json); `base_results`: each base with a base-level smoke test -> its result (None: untested)."""
     by_id = {r.id: r for r in records}
     compat = table()
     rows = []
@@ -157,7 +171,27 @@ def build_report(
     stacks = tuple(dict.fromkeys([*(s.stack for s in specs), *(s.stack for s in plan.skipped)]))
     order = {s: i for i, s in enumerate(STATUSES)}
     rows.sort(key=lambda r: (bases.index(r.base), stacks.index(r.stack), order[r.status], r.id))
-    return Report(tuple(rows), bases, stacks, end_of_life_rows(specs, today or dt.datetime.now(dt.UTC).date()))
+    eol = end_of_life_rows(specs, today or dt.datetime.now(dt.UTC).date())
+    return Report(tuple(rows), bases, stacks, eol, base_rows(base_results or {}))
+
+
+def base_rows(base_results: Mapping[str, SmokeResult | None]) -> tuple[BaseRow, ...]:
+    """One row per base tested at base level: its verdict, HIP checks and measured gfx targets."""
+    out = []
+    for name, result in base_results.items():
+        if result is None:
+            out.append(BaseRow(name, "not-built", "-", "", f"no base smoke result: run `builder test --base {name}`"))
+            continue
+        passed = sum(c.ok for c in result.hip_checks)
+        bad = [f"{c.name}: {c.detail}" for c in result.hip_checks if not c.ok]
+        fit = " ".join(result.amd_fit.targets) if result.amd_fit else f"not measured: {result.fit_error}"
+        detail = "; ".join(bad) or f"{result.gpu.reason} ({', '.join(c.name for c in result.hip_checks)})"
+        out.append(
+            BaseRow(
+                name, result.verdict, f"{passed}/{len(result.hip_checks)} HIP checks passed", fit, detail[:MAX_DETAIL], result.date[:64]
+            )
+        )
+    return tuple(out)
 
 
 def end_of_life_rows(specs: Sequence[ImageSpec], today: dt.date) -> tuple[EndOfLifeRow, ...]:

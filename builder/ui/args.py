@@ -115,6 +115,12 @@ class TestArgs:
     select_expr: str | None = select()
     gpu: str = gpu()
     timeout_s: int = smoke_timeout("seconds per image before the container is killed")
+    base: str | None = option(
+        "--base",
+        metavar="NAME",
+        default=None,
+        help="test this bootstrapped ROCm base itself (bootstrapped first): HIP checks up to the device call, its measured AMD fit",
+    )
 
     def options(self) -> TestOptions:
         from builder.usecases.test import TestOptions

@@ -48,3 +48,19 @@ def print_test_summary(out: Console, results: Sequence[SmokeResult]) -> None:
             markup(diagnosis),
         )
     out.print(table)
+
+
+def print_base_result(out: Console, result: SmokeResult) -> None:
+    """A base-level smoke test: its verdict and why, each HIP check, and the measured AMD fit."""
+    out.print(f"{styled(result.verdict)} {markup(result.id)} ({result.seconds:.1f}s): {markup(result.gpu.reason)}")
+    table = Table(title="HIP checks", title_justify="left")
+    for column in ("check", "ok", "detail"):
+        table.add_column(column, overflow="fold")
+    for check in result.hip_checks:
+        table.add_row(markup(check.name), "yes" if check.ok else "[red]no[/red]", markup(check.detail))
+    out.print(table)
+    if result.amd_fit is not None:
+        libraries = len(result.amd_fit.libraries)
+        out.print(f"measured AMD fit ({libraries} libraries with code objects): {' '.join(result.amd_fit.targets) or 'none'}")
+    else:
+        out.print(f"measured AMD fit: not measured ({markup(result.fit_error)})")

@@ -38,9 +38,25 @@ def report(ws: Workspace, catalog: Catalog, markdown: Path, html: Path) -> Repor
     except UserError as exc:  # sizes are a nicety: the report stands without them, and says why they are missing
         sizes = {}
         notes.append(f"image sizes left out: {exc}")
-    model = build_report(ws.decided, specs, found, records, sizes)
+    model = build_report(ws.decided, specs, found, records, sizes, base_results=_base_results(ws, notes))
     write_report((markdown, render_markdown(model)), (html, render_html(model)), protected=(ws.matrix_path, catalog.file))
     return ReportFiles(markdown, html, model.counts(), tuple(notes))
+
+
+def _base_results(ws: Workspace, notes: list[str]) -> dict[str, SmokeResult | None]:
+    """Each base with a base-level smoke test (smoke/base.py) -> its last result, None when untested."""
+    from builder.smoke.base import has_smoke_test
+
+    found: dict[str, SmokeResult | None] = {}
+    for base in ws.matrix.bases:
+        if not has_smoke_test(base):
+            continue
+        try:
+            found[base.name] = results.load(ws.store.results, base.name)
+        except UserError as exc:
+            notes.append(f"base smoke result left out, shown as untested: {exc}")
+            found[base.name] = None
+    return found
 
 
 def _results(results_dir: Path, specs: Sequence[ImageSpec]) -> tuple[dict[str, SmokeResult], list[str]]:

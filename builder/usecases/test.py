@@ -8,14 +8,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from builder.engine import leftovers
+from builder.engine import bootstrap, leftovers
 from builder.engine.client import open_engine
 from builder.engine.port import Connect, Engine, EngineFault
 from builder.engine.session import remove_dead_runs_containers
 from builder.host import doctor
 from builder.host import facts as hostinfo
-from builder.model.plan import ImageSpec
+from builder.model.plan import Base, ImageSpec
 from builder.model.results import GpuUse, SmokeResult
+from builder.smoke.base import has_smoke_test, smoke_base
 from builder.smoke.runner import merge_junit, smoke_one
 from builder.util.errors import UserError
 from builder.workspace import Workspace
@@ -92,3 +93,28 @@ def _test_one(
 
 def not_built(spec: ImageSpec) -> SmokeResult:
     return SmokeResult(spec.id, spec.tag, "not-built", GpuUse(False, "image not built"), 0.0, failures=("run `builder build` first",))
+
+
+def base_to_test(ws: Workspace, name: str) -> Base:
+    """The matrix's base `name`, if it has a base-level smoke test (a bootstrapped ROCm base)."""
+    bases = ws.matrix.bases
+    tested = ", ".join(b.name for b in bases if has_smoke_test(b)) or "none"
+    found = next((b for b in bases if b.name == name), None)
+    if found is None or not has_smoke_test(found):
+        why = "is not in" if found is None else "has no base-level smoke test in"
+        raise UserError(f"--base {name}: the base {why} {ws.matrix_path}; bases with one (bootstrapped ROCm bases): {tested}")
+    return found
+
+
+def test_base(ws: Workspace, name: str, options: TestOptions, log: bootstrap.Log, connect: Connect = open_engine) -> SmokeResult:
+    """Bootstrap a ROCm base (or find it current) and run its base-level smoke test: HIP checks up to
+    the device call and its measured AMD fit; the result in build/results/<base>.json."""
+    base = base_to_test(ws, name)
+    engine = connect()
+    refuse_blocked_checks(engine)
+    try:
+        bootstrap.ensure_base(engine, base, log=log)
+        with leftovers.active_run():
+            return smoke_base(engine, base, ws.store.results, options.timeout_s)
+    finally:
+        engine.close()
