@@ -278,7 +278,7 @@ def doctor(ws: Workspace, args: DoctorArgs) -> None:
     if image is not None:
         from builder.ui.fit import show_image_fit
 
-        fitted = doctoring.image_fit(image, args.host.host())
+        fitted = doctoring.image_fit(image, args.host.host(), ws=ws)
         show_image_fit(fitted, args.fmt)
         exit_for(fitted.ok)
     from builder.ui.doctor import show_host

@@ -297,10 +297,50 @@ def test_rocm_image_without_kfd_is_not_applicable() -> None:
     assert got.status == "n/a" and got.reason.startswith("no /dev/kfd on this host")
 
 
-def test_rocm_image_with_kfd_and_groups_is_ok() -> None:
+def test_rocm_image_with_kfd_and_groups_is_ok_and_says_what_it_did_not_check() -> None:
+    """No kernel known and no gfx judge: each is listed as not checked, with its reason (never a pass)."""
     got = verdict(host(amd=amd()), rocm_image())
     assert got.status == "ok"
-    assert got.unchecked == ("ROCm 6.2: host driver/GPU support for this ROCm release is not checked",)
+    assert got.unchecked == (
+        "kernel driver: the host's kernel is not known (not detected): ROCm 6.2 needs Linux >= 4.18",
+        "torch2.5.1-rocm6.2-py3.11-ubuntu22.04: this host's gfx targets against its code objects are not checked",
+    )
+
+
+def test_rocm_kernel_older_than_amds_oldest_supported_fails_naming_it() -> None:
+    """ROCm 5.7's oldest supported OS kernel is 5.15 (compat.yaml rocm.releases): Linux 5.4 is refused."""
+    image = rocm_image()
+    old = dataclasses.replace(image, accelerator=Accelerator("rocm", "5.7"))
+    got = verdict(host(amd=dataclasses.replace(amd(), kernel="5.4.0-150-generic")), old)
+    assert got.status == "fail"
+    assert got.reason == (
+        "Linux 5.4 is older than every kernel AMD supports ROCm 5.7 on (>= 5.15); run a newer kernel or an image of an older ROCm"
+    )
+
+
+def test_rocm_in_tree_amdgpu_leaves_the_kernel_driver_unknown_with_its_reason() -> None:
+    got = verdict(host(amd=dataclasses.replace(amd(), kernel="6.8.0-45-generic")), rocm_image())
+    assert got.status == "ok" and not any(f.name == "amd kernel driver" for f in got.findings)
+    (driver,) = [u for u in got.unchecked if u.startswith("kernel driver")]
+    assert "Linux 6.8 >= 4.18" in driver and "no version (/sys/module/amdgpu/version" in driver
+    assert "ROCm 6.2 is tested with amdgpu KMD 6.0, 6.1, 6.2, 6.3" in driver
+
+
+def test_rocm_gfx_finding_comes_from_the_injected_judge() -> None:
+    """doctor's own stage cannot judge code objects (fit/ comes after host/): the use-case injects it,
+    and its refusal fails the image naming the library, its `unknown` is listed as not checked."""
+    image = rocm_image()
+    no = doctor.image_verdicts(
+        host(amd=amd()), [image], lambda spec: doctor.GfxFinding("does not fit", f"{spec.id}: lib.so has no gfx906", "gfx942")
+    )[0]
+    assert no.status == "fail" and no.reason == "torch2.5.1-rocm6.2-py3.11-ubuntu22.04: lib.so has no gfx906"
+    assert "builder fit --planned --vendor amd" in no.fix
+    unknown = doctor.image_verdicts(host(amd=amd()), [image], lambda spec: doctor.GfxFinding("unknown", "compressed", "gfx ?"))[0]
+    assert unknown.status == "ok" and "gfx targets: compressed" in unknown.unchecked
+    yes = doctor.image_verdicts(host(amd=amd()), [image], lambda spec: doctor.GfxFinding("fits", "runs on gfx942", "gfx942"))[0]
+    assert any(f.name == "gfx targets" and f.status == "ok" and f.detail == "runs on gfx942" for f in yes.findings)
+    away = doctor.image_verdicts(host(), [image], lambda spec: doctor.GfxFinding("unknown", "no GPUs", "gfx942, Linux >= 4.18"))[0]
+    assert away.status == "n/a" and away.reason.endswith("the GPU checks will be skipped; it runs on gfx942, Linux >= 4.18")
 
 
 def test_rocm_user_not_in_render_group_warns_with_group_add() -> None:

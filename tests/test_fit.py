@@ -307,9 +307,12 @@ def test_amd_targets_from_sysfs_and_rocminfo(tmp_path: Path) -> None:
         folder.mkdir(parents=True)
         (folder / "properties").write_text(text)
     assert hosts.amd_targets(tmp_path) == ("gfx90a",)
-    assert hosts.detect(lambda argv: (127, "nvidia-smi: command not found"), tmp_path, "x86_64") == FitHost(
-        "amd64", "amd", ("gfx90a",), None, ("arch", "vendor", "gpus")
+    assert hosts.detect(lambda argv: (127, "nvidia-smi: command not found"), tmp_path, "x86_64", lambda: "6.8.0-45-generic") == FitHost(
+        "amd64", "amd", ("gfx90a",), None, ("arch", "vendor", "gpus", "kernel"), kernel="6.8.0-45-generic"
     )
+    (tmp_path / "sys/module/amdgpu").mkdir(parents=True)
+    (tmp_path / "sys/module/amdgpu/version").write_text("6.8.5\n")  # AMD's amdgpu-dkms driver has this file
+    assert hosts.detect(lambda argv: (127, "x"), tmp_path, "x86_64", lambda: "6.8.0").amdgpu == "6.8.5"
 
 
 def test_rocminfo_when_sysfs_has_no_kfd(tmp_path: Path) -> None:

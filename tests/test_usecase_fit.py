@@ -292,7 +292,7 @@ def test_bad_doctor_image_options_are_one_line_exit_2(cli: RunCli, args: list[st
         ({"cupy": "14.0.0"}, MeasuredAccelerator("cuda", "13.0", cuda="13.0"), "sm ? (cupy 14.0.0 not in the tables), driver >= 580.65.06, amd64 (table)"),
         ({"cupy": "14.0.0"}, MeasuredAccelerator("cuda", "13.0", cuda="13.0", cudnn="9.28.0.42"), "sm ? (cupy 14.0.0 not in the tables; its cuDNN needs >= 7.5), driver >= 580.65.06, amd64 (table)"),
         ({"torch": "2.14.1"}, MeasuredAccelerator("cpu", None), "any (CPU image), amd64 (table)"),
-        ({"torch": "2.5.1"}, MeasuredAccelerator("rocm", "6.2", rocm="6.2"), "gfx targets not in the tables, amd64 (table)"),
+        ({"torch": "2.5.1"}, MeasuredAccelerator("rocm", "6.2", rocm="6.2"), "gfx ? (its code objects are not measured), Linux >= 4.18, amd64 (table)"),
         # a hand-edited catalog's odd values give a cell, never a crash
         ({"torch": "2.5.1\x1b[5m"}, MeasuredAccelerator("cuda", "12.4.1", cuda="12.4[/]\x1b]0;t\x07"), "sm 5.0-9.0, driver >= 550.54.14, amd64 (table)"),
         ({"torch": "2.5.1"}, MeasuredAccelerator("cuda", None, cuda="n/a"), "sm ? (torch 2.5.1 not in the tables), amd64 (table)"),

@@ -13,8 +13,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from builder.model import amd_fit, measured_fit
 from builder.model import jsonfields as jf
-from builder.model import measured_fit
+from builder.model.amd_fit import AmdFit
 from builder.model.measured_fit import MeasuredFit
 from builder.model.plan import AMD64, PLATFORMS, VENDORS, Accelerator, TagLine, Vendor, recorded_tag_line
 from builder.model.results import GOOD, TestedOn, Verdict, tested_on
@@ -80,6 +81,7 @@ class KnownGood:
     manifest: str = ""  # catalog-relative path of the package manifest
     notes: tuple[str, ...] = field(default_factory=tuple)
     fit: MeasuredFit | None = None  # a CUDA image's measured fit (from its smoke result); None: not measured
+    amd: AmdFit | None = None  # a ROCm image's gfx targets, measured from its code objects (model/amd_fit.py); None: not measured
     platform: str = AMD64  # the image's platform (linux/arm64)
     emulated: bool = False  # its smoke tests ran under qemu-user emulation (an arm64 image tested on an amd64 host)
     # its measured fit as wheel-variant properties (builder/model/locked_fit.py `variant_properties`:
@@ -109,6 +111,9 @@ class KnownGood:
         del data["fit"]
         if self.fit is not None:  # records without a measured fit keep their old form
             data["fit"] = self.fit.to_json()
+        del data["amd"]
+        if self.amd is not None:  # and records without an AMD fit theirs
+            data["amd"] = self.amd.to_json()
         if self.platform == AMD64 and not self.emulated:  # and amd64 records theirs (their signatures cover this form)
             del data["platform"], data["emulated"]
         if self.tag_line is None:  # and records written before tag lines theirs
@@ -208,6 +213,7 @@ FIELDS = (
     jf.Field("manifest", TEXT, ""),
     jf.Field("notes", TEXTS, ()),
     jf.Field("fit", jf.optional(measured_fit.from_json), None),
+    jf.Field("amd", jf.optional(amd_fit.from_json), None),
     jf.Field("platform", jf.one_of(PLATFORMS), AMD64),
     jf.Field("emulated", FLAG, False),
     jf.Field("variant_properties", TEXTS, ()),

@@ -1,8 +1,10 @@
 """AMD ROCm facts and the shared ROCm rules (pure): compat.yaml `rocm`.
 
-- `releases`: the GPUs (LLVM gfx targets) AMD supports on each ROCm release and the oldest Linux
-  kernel of the OSes it lists; what a JIT compiler (CuPy's hiprtc) of that release targets, and the
-  "supported by ROCm X" note of a fit.
+- `releases`: the GPUs (LLVM gfx targets) AMD supports on each ROCm release, the oldest Linux
+  kernel of the OSes it lists and the kernel-mode driver releases (`kmd`) AMD tests it with; what a
+  JIT compiler (CuPy's hiprtc) of that release targets, the "supported by ROCm X" note of a fit and
+  the kernel-driver check (fit/amd_driver.py).
+- `amdgpu_modules` (optional): which KMD release a /sys/module/amdgpu/version text is.
 - `sonames` / `os_sonames`: the user space a ROCm base brings, per kind of base (`image`: AMD's
   rocm/dev-* images, made from its apt packages; `debian`: Debian's own ROCm packages), and what
   every Linux base has.
@@ -29,7 +31,7 @@ from builder.model.versions import mm
 from builder.util.yamlsrc import LDict
 
 SECTION = "rocm"
-KEYS = ("releases", "sonames", "os_sonames", "generic", "wheels")
+KEYS = ("releases", "sonames", "os_sonames", "generic", "wheels", "amdgpu_modules")
 KINDS = ("image", "debian")
 GFX = re.compile(r"^gfx[0-9]{1,2}[0-9a-f]{2}$")  # gfx90a, gfx1100, gfx942
 GENERIC = re.compile(r"^gfx[0-9]{1,2}(-[0-9])?-generic$")  # gfx11-generic, gfx9-4-generic
@@ -41,6 +43,7 @@ class RocmRelease:
     rocm: str  # 7.0
     gfx: tuple[str, ...]  # the GPUs AMD supports on it
     kernel: str  # the oldest Linux kernel of the OSes it is supported on
+    kmd: tuple[str, ...] = ()  # the kernel-mode driver releases AMD tests it with ("6.2", "30.30"); (): not in the table
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,11 @@ class RocmFacts:
     os_sonames: tuple[str, ...] = ()
     generic: tuple[tuple[str, tuple[str, ...]], ...] = ()  # generic target -> the processors it runs on
     wheels: tuple[RocmWheel, ...] = ()
+    amdgpu_modules: tuple[tuple[str, str], ...] = ()  # /sys/module/amdgpu/version text -> the KMD release it is
+
+    def kmd_of(self, module: str) -> str | None:
+        """The KMD release an amdgpu module version names; None when no row says."""
+        return dict(self.amdgpu_modules).get(module.strip())
 
     def release(self, version: str) -> RocmRelease | None:
         """The row of a ROCm version's minor (7.0.2 -> 7.0)."""
@@ -92,9 +100,14 @@ def load_rocm(t: Table, doc: LDict) -> RocmFacts:
     section = t.mapping(doc, SECTION)
     t.only(section, KEYS, f"section '{SECTION}'")
     releases = []
-    for row in t.rows(t.section(section, "releases"), ("rocm", "gfx", "kernel"), "rocm", section.line):
+    for row in t.rows(t.section(section, "releases"), ("rocm", "gfx", "kernel"), "rocm", section.line, optional=("kmd",)):
         releases.append(
-            RocmRelease(str(row["rocm"]), _names(t, row["gfx"], GFX, "gfx target", row.line), str(t.version(row["kernel"], row.line)))
+            RocmRelease(
+                str(row["rocm"]),
+                _names(t, row["gfx"], GFX, "gfx target", row.line),
+                str(t.version(row["kernel"], row.line)),
+                _kmd(t, row.get("kmd", []), row.line),
+            )
         )
     sonames = []
     for row in t.rows(t.section(section, "sonames"), ("rocm", "kind", "provides"), None, section.line):
@@ -120,13 +133,30 @@ def load_rocm(t: Table, doc: LDict) -> RocmFacts:
     keys = [(w.project, Version(w.start)) for w in wheels]
     if keys != sorted(keys) or len(set(keys)) != len(keys):
         raise t.fail("rocm.wheels rows must be sorted by project, then `from`, each listed once", section.line_of("wheels"))
+    modules = []
+    if "amdgpu_modules" in section:
+        for row in t.rows(section["amdgpu_modules"], ("module", "kmd"), None, section.line_of("amdgpu_modules")):
+            modules.append((str(row["module"]), _kmd(t, [row["kmd"]], row.line)[0]))
+        if len({m for m, _ in modules}) != len(modules):
+            raise t.fail("rocm.amdgpu_modules lists a module version twice", section.line_of("amdgpu_modules"))
     return RocmFacts(
+        amdgpu_modules=tuple(modules),
         releases=tuple(releases),
         sonames=tuple(sonames),
         os_sonames=_names(t, t.section(section, "os_sonames"), SONAME, "soname", section.line_of("os_sonames")),
         generic=tuple(generic),
         wheels=tuple(wheels),
     )
+
+
+def _kmd(t: Table, value: object, line: int) -> tuple[str, ...]:
+    """KMD release names as AMD's matrix gives them: "6.2", "30.30" (quoted), each once, ascending."""
+    names = t.strs(value, line)
+    if not all(re.fullmatch(r"\d{1,2}\.\d{1,2}", n) for n in names):
+        raise t.fail(f'kmd {list(names)!r} must list driver releases as major.minor strings ("6.2", "30.30")', line)
+    if list(names) != sorted(set(names), key=mm):
+        raise t.fail("the kmd releases of a row must be sorted and listed once", line)
+    return names
 
 
 def _rocm(t: Table, value: object, line: int) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import platform
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -40,16 +40,20 @@ class FitHost:
     vendor: Vendor
     gpus: tuple[str, ...]  # NVIDIA: compute capabilities ("8.6"); AMD: gfx targets ("gfx90a")
     driver: str | None  # NVIDIA driver version; None when not known
-    detected: tuple[str, ...] = ()  # which of arch, vendor, gpus, driver, brand were detected, not given
+    detected: tuple[str, ...] = ()  # which of arch, vendor, gpus, driver, brand, kernel were detected, not given
     brand: str | None = None  # NVIDIA: the GPUs' product brand as libnvidia-container names it; None when not known (or mixed)
+    kernel: str | None = None  # AMD: `uname -r`, detected (the kernel-driver check, compat/rocm_driver.py); None: not known
+    amdgpu: str | None = None  # AMD: /sys/module/amdgpu/version (amdgpu-dkms only); None: none, or not detected
 
     def to_json(self) -> dict[str, object]:
+        amd = {"kernel": self.kernel, "amdgpu": self.amdgpu} if self.vendor == "amd" else {}
         return {
             "arch": self.arch,
             "vendor": self.vendor,
             "gpus": list(self.gpus),
             "driver": self.driver,
             "brand": self.brand,
+            **amd,
             "detected": list(self.detected),
         }
 
@@ -104,8 +108,11 @@ def check_driver(value: str) -> str:
     return value.strip()
 
 
-def detect(run: facts.Runner = facts.run_command, root: Path = Path("/"), machine: str | None = None) -> FitHost:
-    """What this machine has: NVIDIA first (nvidia-smi), else AMD (kfd in sysfs, else rocminfo), else no GPU."""
+def detect(
+    run: facts.Runner = facts.run_command, root: Path = Path("/"), machine: str | None = None, kernel: Callable[[], str] = platform.release
+) -> FitHost:
+    """What this machine has: NVIDIA first (nvidia-smi), else AMD (kfd in sysfs, else rocminfo, with
+    the kernel and amdgpu module a ROCm image meets), else no GPU."""
     arch = cpu_arch(machine or platform.machine())
     nvidia = facts.gather_nvidia(run, root)
     if nvidia.has_gpu:
@@ -119,7 +126,9 @@ def detect(run: facts.Runner = facts.run_command, root: Path = Path("/"), machin
         rc, out = run(["rocminfo"])
         gfx = parse_rocminfo(out) if rc == 0 else ()
     if gfx:
-        return FitHost(arch, "amd", gfx, None, ("arch", "vendor", "gpus"))
+        return FitHost(
+            arch, "amd", gfx, None, ("arch", "vendor", "gpus", "kernel"), kernel=kernel() or None, amdgpu=facts.amdgpu_version(root)
+        )
     return FitHost(arch, "none", (), None, ("arch", "vendor", "gpus"))
 
 
@@ -188,6 +197,7 @@ def _merged(base: FitHost, chosen: Vendor, gpus: tuple[str, ...], driver: str | 
         "gpus": bool(gpus) or not same,
         "driver": driver is not None or not same,
         "brand": brand is not None or not same,
+        "kernel": bool(gpus) or not same,  # a described GPU is another machine: this one's kernel is not its
     }
     return FitHost(
         arch=cpu_arch(arch) if arch is not None else base.arch,
@@ -196,6 +206,8 @@ def _merged(base: FitHost, chosen: Vendor, gpus: tuple[str, ...], driver: str | 
         driver=check_driver(driver) if driver is not None else base.driver if same else None,
         detected=tuple(key for key in base.detected if not replaced[key]),
         brand=brand if brand is not None else base.brand if same else None,
+        kernel=None if replaced["kernel"] else base.kernel,
+        amdgpu=None if replaced["kernel"] else base.amdgpu,
     )
 
 

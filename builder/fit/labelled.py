@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from builder.catalog.records import BaseIdentity, KnownGood, MeasuredAccelerator
+from builder.model.amd_fit import AmdFit
 from builder.model.measured_fit import MeasuredFit
 from builder.model.plan import AMD64, VENDORS
 from builder.model.results import TestedOn
@@ -139,6 +140,7 @@ def unpublished(
     fit: MeasuredFit | None = None,
     platform: str = AMD64,
     host: str = "not recorded",
+    amd: AmdFit | None = None,
 ) -> KnownGood:
     """An image that was not published (a local image, a planned one) as the record `judge` reads:
     no digest, no base identity, no smoke verdict (`not-built` stands for "none recorded")."""
@@ -164,5 +166,6 @@ def unpublished(
         published="",
         builder_version="",
         fit=fit,
+        amd=amd,
         platform=platform,
     )

@@ -2,6 +2,9 @@
 oldest driver its CUDA runtime accepts and the CPU architecture, so "which image for our V100s"
 is answered by looking at the report or `builder catalog`.
 
+A ROCm image: the gfx targets every framework's libraries have code objects for (measured, from
+the record's AMD fit) and the oldest kernel AMD supports its ROCm on.
+
 Pure: from the record and the compat tables (gpu_arch.yaml, compat.yaml's driver floors and
 cuDNN's GPU floor), marked `table`; a fit measured from the image's own binaries will be marked
 `measured`. The same row lookup serves `builder fit` (usecases/fit.py), so the column and the
@@ -19,9 +22,12 @@ from packaging.version import InvalidVersion
 from builder.catalog.records import KnownGood
 from builder.compat import gpu_arch, runtime_fit
 from builder.compat.facts import Compat
+from builder.compat.rocm import gfx_key
 from builder.compat.rules import framework, names
 from builder.compat.rules.cuda import require_cuda
 from builder.fit import driver as drivers
+from builder.fit import gfx as gfxs
+from builder.model.amd_fit import AmdFit
 from builder.model.plan import PLATFORM_ARCH
 from builder.model.versions import cc_tuple, release_tuple
 
@@ -31,21 +37,23 @@ _CUDA_VARIANT = re.compile(r"^cu(?:da)?(\d{2,3})$")
 
 @dataclass(frozen=True)
 class RunsOn:
-    gpus: str  # "sm 7.5-12.0 (+PTX)", "sm >= 7.5", "any (CPU image)", or what is not known and why
+    gpus: str  # "sm 7.5-12.0 (+PTX)", "sm >= 7.5", "gfx908 gfx90a gfx942", "any (CPU image)", or what is not known and why
     driver: (
         str | None
     )  # the oldest NVIDIA driver `docker run --gpus all` starts it on (its NVIDIA_REQUIRE_CUDA); None: no CUDA, or not known
     arch: str  # the CPU architecture, "amd64" or "arm64"
     source: Source  # "table": from the compat tables; "measured": from the image's binaries
+    kernel: str | None = None  # ROCm: the oldest Linux kernel AMD supports its ROCm release on (compat.yaml rocm.releases)
 
     @property
     def label(self) -> str:
-        """One cell: `sm 7.5-12.0 (+PTX), driver >= 580.65.06, amd64 (table)`."""
-        parts = [self.gpus, *([f"driver >= {self.driver}"] if self.driver else []), self.arch]
-        return f"{', '.join(parts)} ({self.source})"
+        """One cell: `sm 7.5-12.0 (+PTX), driver >= 580.65.06, amd64 (table)`, `gfx90a gfx942, Linux >= 4.18, amd64 (measured)`."""
+        parts = [self.gpus, *([f"driver >= {self.driver}"] if self.driver else []), *([f"Linux >= {self.kernel}"] if self.kernel else [])]
+        return f"{', '.join([*parts, self.arch])} ({self.source})"
 
     def to_json(self) -> dict[str, object]:
-        return {"gpus": self.gpus, "driver": self.driver, "arch": self.arch, "source": self.source, "label": self.label}
+        kernel = {"kernel": self.kernel} if self.kernel else {}
+        return {"gpus": self.gpus, "driver": self.driver, **kernel, "arch": self.arch, "source": self.source, "label": self.label}
 
 
 def record_arch(record: KnownGood) -> str:
@@ -61,7 +69,7 @@ def runs_on(record: KnownGood, compat: Compat) -> RunsOn:
     if kind == "cpu":
         return RunsOn("any (CPU image)", None, arch, "table")
     if kind == "rocm":
-        return RunsOn("gfx targets not in the tables", None, arch, "table")
+        return rocm_runs_on(record.amd, record.accelerator.rocm or record.accelerator.version, arch, compat)
     requirement = requirement_of(record, compat)
     started = runtime_fit.first_driver(requirement, compat) if requirement else None  # what `docker run` starts it on
     if record.fit is not None:  # measured from the image's own binaries when it was smoke-tested
@@ -69,6 +77,47 @@ def runs_on(record: KnownGood, compat: Compat) -> RunsOn:
     cuda = cuda_mm(record.accelerator.cuda or record.accelerator.version or "")
     floor = drivers.floor_for(cuda, compat) if cuda else None
     return RunsOn(_cuda_gpus(record, cuda, compat), started or (floor.floor if floor else None), arch, "table")
+
+
+def rocm_runs_on(amd: AmdFit | None, rocm: str | None, arch: str, compat: Compat) -> RunsOn:
+    """A ROCm image's cell: the gfx targets it runs on, measured from its code objects (`gfx_targets`),
+    and the oldest kernel AMD supports its ROCm on; nothing is taken from a table."""
+    release = compat.rocm.release(rocm) if rocm else None
+    kernel = release.kernel if release else None
+    if amd is None:
+        return RunsOn("gfx ? (its code objects are not measured)", None, arch, "table", kernel)
+    targets = " ".join(gfx_targets(amd, compat))
+    unread = sorted({t.partition(":")[2] for lib in amd.libraries for t, _ in lib.targets if t.startswith("compressed:")})
+    if unread:  # bundles this Python cannot inflate: the processors they hold are not known
+        note = f"compressed code objects ({', '.join(unread)}) not read"
+        return RunsOn(f"{targets} (+ {note})" if targets else f"gfx ? ({note})", None, arch, "measured", kernel)
+    return RunsOn(targets or "gfx: none (no processor has code in every library)", None, arch, "measured", kernel)
+
+
+def gfx_targets(amd: AmdFit, compat: Compat) -> tuple[str, ...]:
+    """The processors every framework of the image runs on through every library it loads: the rule
+    `builder fit --gfx` judges with (fit/gfx.py: the exact processor or a generic target), asked of
+    every processor some code object names or a generic one covers, kept where each library `fits`
+    (a processor only one xnack/sramecc mode runs is left out: that is `unknown`, not a yes). A
+    processor its ROCm release does not support is still listed: its own libraries have code for it."""
+    candidates: set[str] = set()
+    for library in amd.libraries:
+        for target, _ in library.targets:
+            processor = target.split(":")[0]
+            if processor.startswith("compressed:"):
+                continue
+            candidates.update(compat.rocm.runs_on(processor) if processor.endswith("-generic") else (processor,))
+    if not amd.frameworks:  # a base's libraries (rocBLAS's per-GPU code object files are alternatives): what they have code for
+        return amd.targets
+    libraries = {lib.path: lib for lib in amd.libraries}
+    paths = {path for f in amd.frameworks for path in f.libraries}
+
+    def runs(processor: str) -> bool:
+        return all(
+            gfxs.judge_library(path, [t for t, _ in libraries[path].targets], processor, compat.rocm).status == "fits" for path in paths
+        )
+
+    return tuple(sorted((p for p in candidates if runs(p)), key=gfx_key))
 
 
 def requirement_of(record: KnownGood, compat: Compat) -> str | None:

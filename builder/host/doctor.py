@@ -17,11 +17,11 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from builder.compat import gpu_arch, lifecycle, runtime_fit
+from builder.compat import gpu_arch, lifecycle, rocm_driver, runtime_fit
 from builder.compat.rules import framework, table
 from builder.host.facts import (
     AmdInfo,
@@ -436,13 +436,54 @@ def _cuda_verdict(host: HostInfo, image: ImageSpec) -> ImageVerdict:
     return _combine(image, "cuda", [f for f in findings if f is not None], unchecked)
 
 
-def _rocm_verdict(host: HostInfo, image: ImageSpec) -> ImageVerdict:
+@dataclass(frozen=True)
+class GfxFinding:
+    """A ROCm image on this host's AMD GPUs, from its measured code objects (usecases/fit.py gfx_verdict)."""
+
+    status: str  # fits | does not fit | unknown
+    reason: str
+    runs_on: str  # what it runs on: fit/runs_on.py's cell, the one pull, catalog and report show
+
+
+# The use-case injects it: fit/ judges code objects, and this stage comes before fit/.
+GfxJudge = Callable[[ImageSpec], GfxFinding]
+
+
+def _kernel_driver_finding(amd: AmdInfo, image: ImageSpec, unchecked: list[str]) -> Check | None:
+    """The host's kernel and amdgpu module against AMD's published support of the image's ROCm (compat/rocm_driver.py)."""
+    found = rocm_driver.check(image.accelerator.version, amd.kernel, amd.amdgpu, table().rocm)
+    if found.status == "fits":
+        return Check("amd kernel driver", "ok", found.reason)
+    if found.status == "does not fit":
+        return Check("amd kernel driver", "fail", found.reason, "install a kernel and amdgpu-dkms AMD lists for this ROCm release")
+    unchecked.append(f"kernel driver: {found.reason}")
+    return None
+
+
+def _gfx_finding(image: ImageSpec, judge_gfx: GfxJudge | None, unchecked: list[str]) -> Check | None:
+    if judge_gfx is None:
+        unchecked.append(f"{image.id}: this host's gfx targets against its code objects are not checked")
+        return None
+    found = judge_gfx(image)
+    status, reason = found.status, found.reason
+    if status == "fits":
+        return Check("gfx targets", "ok", reason)
+    if status == "does not fit":
+        return Check("gfx targets", "fail", reason, "use an image built for this GPU: `builder fit --planned --vendor amd` lists them")
+    unchecked.append(f"gfx targets: {reason}")
+    return None
+
+
+def _rocm_verdict(host: HostInfo, image: ImageSpec, judge_gfx: GfxJudge | None = None) -> ImageVerdict:
     amd = host.amd
     if not amd.present:
-        return ImageVerdict(image.id, "rocm", "n/a", NO_KFD)
-    findings = [check for check in _amd_checks(amd) if check.name != "amd /dev/kfd"]
-    unchecked = [f"ROCm {image.accelerator.version}: host driver/GPU support for this ROCm release is not checked"]
-    return _combine(image, "rocm", findings, unchecked)
+        cell = f"; it runs on {judge_gfx(image).runs_on}" if judge_gfx is not None else ""
+        return ImageVerdict(image.id, "rocm", "n/a", NO_KFD + cell)
+    findings: list[Check | None] = [check for check in _amd_checks(amd) if check.name != "amd /dev/kfd"]
+    unchecked: list[str] = []
+    findings.append(_kernel_driver_finding(amd, image, unchecked))
+    findings.append(_gfx_finding(image, judge_gfx, unchecked))
+    return _combine(image, "rocm", [f for f in findings if f is not None], unchecked)
 
 
 def _combine(image: ImageSpec, vendor: str, findings: list[Check], unchecked: list[str]) -> ImageVerdict:
@@ -479,7 +520,7 @@ def _another_arch(host: HostInfo, image: ImageSpec, machine: str) -> ImageVerdic
     return ImageVerdict(image.id, image.base.vendor, "n/a", reason, f"run it on an {arch} host", note=note)
 
 
-def image_verdict(host: HostInfo, image: ImageSpec) -> ImageVerdict:
+def image_verdict(host: HostInfo, image: ImageSpec, judge_gfx: GfxJudge | None = None) -> ImageVerdict:
     machine = host_machine(host)
     if runs_emulated(image.platform, machine):
         return _another_arch(host, image, machine)
@@ -487,13 +528,14 @@ def image_verdict(host: HostInfo, image: ImageSpec) -> ImageVerdict:
     if kind == "cuda":
         return _cuda_verdict(host, image)
     if kind == "rocm":
-        return _rocm_verdict(host, image)
+        return _rocm_verdict(host, image, judge_gfx)
     return ImageVerdict(image.id, "cpu", "ok", "CPU image: needs no GPU")
 
 
-def image_verdicts(host: HostInfo, images: Sequence[ImageSpec]) -> list[ImageVerdict]:
-    """One verdict per image: can it use this host's GPU, and if not, what to do instead."""
-    return [image_verdict(host, image) for image in images]
+def image_verdicts(host: HostInfo, images: Sequence[ImageSpec], judge_gfx: GfxJudge | None = None) -> list[ImageVerdict]:
+    """One verdict per image: can it use this host's GPU, and if not, what to do instead (`judge_gfx`:
+    a ROCm image's code objects against this host's AMD GPUs, when the caller can judge them)."""
+    return [image_verdict(host, image, judge_gfx) for image in images]
 
 
 # --- data out -------------------------------------------------------------------------------

@@ -92,6 +92,8 @@ class DeviceNode:
 class AmdInfo:
     kfd: DeviceNode | None = None
     render_nodes: tuple[DeviceNode, ...] = ()
+    kernel: str | None = None  # `uname -r`, gathered where /dev/kfd is (the kernel-driver check, compat/rocm_driver.py)
+    amdgpu: str | None = None  # /sys/module/amdgpu/version: AMD's amdgpu-dkms driver has one, the kernel's own does not
 
     @property
     def present(self) -> bool:
@@ -247,10 +249,25 @@ def _render_number(path: Path) -> int:
     return int(digits) if digits.isdigit() else 1 << 30
 
 
+AMDGPU_VERSION = Path("sys/module/amdgpu/version")  # under the root given to amdgpu_version
+_MODULE = re.compile(r"^[0-9][0-9A-Za-z.+_-]{0,63}$")
+
+
+def amdgpu_version(root: Path = Path("/")) -> str | None:
+    """The amdgpu module's version file (AMD's amdgpu-dkms driver has one, the kernel's own in-tree driver
+    does not); None when absent or not a version."""
+    try:
+        text = (root / AMDGPU_VERSION).read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return None
+    return text if _MODULE.fullmatch(text) else None
+
+
 def gather_amd(
     dev_root: Path = Path("/"),
     identity: Identity = current_identity,
     name: GroupName = group_name,
+    kernel: Callable[[], str] = platform.release,
 ) -> AmdInfo:
     kfd_path = dev_root / "dev" / "kfd"
     if not kfd_path.exists():
@@ -260,6 +277,8 @@ def gather_amd(
     return AmdInfo(
         kfd=_device_node(kfd_path, dev_root, uid, gids, name),
         render_nodes=tuple(_device_node(p, dev_root, uid, gids, name) for p in nodes),
+        kernel=kernel() or None,
+        amdgpu=amdgpu_version(dev_root),
     )
 
 

@@ -269,6 +269,8 @@ def build_record(spec: ImageSpec, local: Local, result: SmokeResult, repository:
         size_mb=local.size_mb,
         manifest=f"manifests/{spec.id}.txt",
         fit=result.fit,
+        # a ROCm image's gfx targets: measured from its own binaries by the smoke test where it did, else from its locked wheels
+        amd=result.amd_fit or (spec.locked_fit.amd if spec.locked_fit else None),
         variant_properties=variant_properties(result.fit.runs_on, spec.accelerator.require_cuda) if result.fit else (),
         platform=spec.platform,
         emulated=result.emulated,

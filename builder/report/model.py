@@ -8,9 +8,10 @@ from dataclasses import dataclass
 
 from builder.catalog.records import KnownGood
 from builder.compat import lifecycle
+from builder.compat.facts import Compat
 from builder.compat.rules import table
-from builder.fit.runs_on import runs_on
-from builder.model.plan import AMD64, ImageSpec, Plan, platform_suffix
+from builder.fit.runs_on import rocm_runs_on, runs_on
+from builder.model.plan import AMD64, PLATFORM_ARCH, ImageSpec, Plan, platform_suffix
 from builder.model.results import SmokeResult, is_good
 
 # In the order a reader cares: what can be pulled first. `passed`: tested, not published yet.
@@ -103,6 +104,17 @@ def _status(spec: ImageSpec, record: KnownGood | None, result: SmokeResult | Non
     return "not-built", "no smoke result for its current content hash"
 
 
+def _runs_on(spec: ImageSpec, record: KnownGood | None, compat: Compat) -> str:
+    """The record's cell (fit/runs_on.py); a ROCm image not yet published shows the gfx targets
+    measured from its locked wheels (images/<id>/fit.json), the same cell `builder doctor` prints."""
+    if record is not None:
+        return runs_on(record, compat).label
+    amd = spec.locked_fit.amd if spec.locked_fit else None
+    if spec.accelerator.kind == "rocm" and amd is not None:
+        return rocm_runs_on(amd, spec.accelerator.version, PLATFORM_ARCH.get(spec.platform, spec.platform), compat).label
+    return ""
+
+
 def _tested(result: SmokeResult | None) -> str:
     return result.date[:64] if result else ""
 
@@ -137,7 +149,7 @@ def build_report(
                 digest=record.digest if record else "",
                 size_mb=record.size_mb if record and record.size_mb else sizes.get(spec.id),
                 date=record.published if record else _tested(results.get(spec.id)),
-                runs_on=runs_on(record, compat).label if record else "",
+                runs_on=_runs_on(spec, record, compat),
                 platform=spec.platform,
             )
         )

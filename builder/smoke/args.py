@@ -8,6 +8,7 @@ without an engine or a GPU.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from builder.engine.port import ContainerSpec
 from builder.host.facts import HostInfo
@@ -56,16 +57,76 @@ class GpuDevices:
     group_add: tuple[str, ...] = ()
 
 
+Need = Literal["required", "recommended", "optional"]
+
+
+@dataclass(frozen=True)
+class RocmFlag:
+    """One `docker run` option AMD's container documentation gives ROCm containers (compat/data/sources.yaml ROCM_DOCKER)."""
+
+    args: tuple[str, ...]
+    need: Need  # required: the GPUs are not reachable without it; recommended: frameworks want it; optional: a trade-off
+    why: str
+    smoke: bool  # given to the locked-down smoke containers too
+
+
+# The one table of ROCm device flags: the smoke containers (gpu_devices), `builder pull`'s run line and
+# `builder env shell` (gpu_flags) are made from it. A group row stands for the groups that own the
+# device nodes: this host's gids where /dev/kfd is seen, else both names.
+ROCM_FLAGS: tuple[RocmFlag, ...] = (
+    RocmFlag(("--device", "/dev/kfd"), "required", "the compute interface every AMD GPU shares", smoke=True),
+    RocmFlag(("--device", "/dev/dri"), "required", "the render nodes, one per GPU (/dev/dri/renderD<N> gives fewer)", smoke=True),
+    RocmFlag(
+        ("--group-add", "video"), "required", "the image runs as a non-root user: video owns the nodes on older distributions", smoke=True
+    ),
+    RocmFlag(("--group-add", "render"), "required", "render owns /dev/kfd and /dev/dri/renderD* from Ubuntu 20.04 on", smoke=True),
+    RocmFlag(("--ipc=host",), "recommended", "PyTorch's data loaders and RCCL share memory between processes", smoke=False),
+    RocmFlag(("--shm-size", "8G"), "recommended", "room in /dev/shm where --ipc=host is not wanted", smoke=False),
+    RocmFlag(
+        ("--security-opt", "seccomp=unconfined"),
+        "optional",
+        "memory mapping (numactl) in HPC environments; it lifts the syscall filter, so builder never adds it",
+        smoke=False,
+    ),
+)
+
+
+def rocm_groups(host: HostInfo) -> tuple[str, ...]:
+    """The groups a ROCm container joins: the gids owning this host's /dev/kfd and render nodes, else video and render."""
+    nodes = [n for n in (host.amd.kfd, *host.amd.render_nodes) if n is not None]
+    return tuple(sorted({str(n.gid) for n in nodes})) or tuple(f.args[1] for f in ROCM_FLAGS if f.args[0] == "--group-add")
+
+
+def rocm_flags(host: HostInfo, needs: tuple[Need, ...] = ("required", "recommended"), smoke: bool = False) -> list[str]:
+    """The table's options of these needs (only the smoke containers' with `smoke`), the groups as this host has them."""
+    out: list[str] = []
+    grouped = False
+    for flag in (f for f in ROCM_FLAGS if f.need in needs and (f.smoke or not smoke)):
+        if flag.args[0] != "--group-add":
+            out += flag.args
+        elif not grouped:  # the group rows, once, as this host has them
+            out += [arg for gid in rocm_groups(host) for arg in ("--group-add", gid)]
+            grouped = True
+    return out
+
+
+def rocm_flags_note() -> str:
+    """What each ROCm option is for, by need: the line `pull` and `env shell` print beside the run line."""
+    parts = []
+    for need in ("required", "recommended", "optional"):
+        flags = [f for f in ROCM_FLAGS if f.need == need]
+        parts.append(f"{need}: " + "; ".join(f"{' '.join(f.args)} ({f.why})" for f in flags))
+    return "ROCm container options (AMD's docs) - " + " | ".join(parts)
+
+
 def gpu_devices(spec: ImageSpec, access: GpuAccess, host: HostInfo) -> GpuDevices:
-    """`--gpus all` for CUDA; /dev/kfd + /dev/dri with the nodes' groups for ROCm."""
+    """`--gpus all` for CUDA; for ROCm the table's smoke devices (/dev/kfd, /dev/dri) with the nodes' groups."""
     if not access.attach:
         return GpuDevices()
     if spec.base.vendor == "cuda":
         return GpuDevices(gpus=True)
-    devices = ("/dev/kfd:/dev/kfd:rwm", "/dev/dri:/dev/dri:rwm")
-    nodes = [n for n in (host.amd.kfd, *host.amd.render_nodes) if n is not None]
-    gids = tuple(sorted({str(n.gid) for n in nodes})) or ("video", "render")
-    return GpuDevices(devices=devices, group_add=gids)
+    paths = [f.args[1] for f in ROCM_FLAGS if f.smoke and f.args[0] == "--device"]
+    return GpuDevices(devices=tuple(f"{p}:{p}:rwm" for p in paths), group_add=rocm_groups(host))
 
 
 def run_spec(spec: ImageSpec, access: GpuAccess, host: HostInfo, timeout_s: int, env: dict[str, str] | None = None) -> ContainerSpec:
@@ -96,9 +157,7 @@ def gpu_flags(vendor: str, host: HostInfo) -> list[str]:
     if vendor == "cuda":
         return ["--gpus", "all"]
     if vendor == "rocm":
-        nodes = [n for n in (host.amd.kfd, *host.amd.render_nodes) if n is not None]
-        gids = sorted({str(n.gid) for n in nodes}) or ["video", "render"]
-        return ["--device", "/dev/kfd", "--device", "/dev/dri", *[arg for gid in gids for arg in ("--group-add", gid)]]
+        return rocm_flags(host)
     return []
 
 

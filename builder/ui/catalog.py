@@ -97,6 +97,8 @@ def show_pulled(pulled: Pulled) -> None:
     """What was checked on stderr; the `docker run` line on stdout."""
     click.echo(plain(pulled.fit, limit=MAX_LINE), err=True)
     click.echo(plain(f"pulled {pulled.record.digest} ({pulled.record.id}): digest checked; {pulled.trust}"), err=True)
+    if pulled.runs_on:
+        click.echo(plain(f"runs on: {pulled.runs_on}", limit=MAX_LINE), err=True)
     if pulled.note:
         click.echo(pulled.note, err=True)
     click.echo(pulled.run_line)

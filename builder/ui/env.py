@@ -55,4 +55,6 @@ def show_shell(plan: ShellPlan) -> None:
     click.echo(plain(f"base: {plan.trust}"), err=True)
     click.echo(plain(f"fit: {plan.fit.status}: {plan.fit.reason}"), err=True)
     click.echo(plain(f"wrote {plan.devcontainer}"), err=True)
+    if plan.note:
+        click.echo(plain(plan.note, limit=2000), err=True)
     click.echo(plain(plan.line))

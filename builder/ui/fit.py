@@ -16,6 +16,9 @@ _STYLE = {"fits": "green", "does not fit": "red", "unknown": "yellow"}
 
 def _host_title(host: FitHost) -> str:
     gpus = ", ".join(host.gpus) or "none"
+    if host.vendor == "amd":  # the kernel and its amdgpu module are the driver a ROCm image meets
+        amdgpu = f"amdgpu {host.amdgpu}" if host.amdgpu else "amdgpu version unknown"
+        return f"fit on {host.arch}, amd GPUs: {gpus}, kernel: {host.kernel or 'unknown'} ({amdgpu})"
     return f"fit on {host.arch}, {host.vendor} GPUs: {gpus}, driver: {host.driver or 'unknown'}"
 
 

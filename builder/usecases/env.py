@@ -53,7 +53,7 @@ from builder.model.sources import Sources
 from builder.model.versions import release_line
 from builder.publish.signing import Signers
 from builder.publish.verify import vouch
-from builder.smoke.args import gpu_flags
+from builder.smoke.args import gpu_flags, rocm_flags_note
 from builder.smoke.runner import smoke_one
 from builder.usecases.catalog import find, no_match_message
 from builder.usecases.fit import RecordFit, judge
@@ -467,6 +467,7 @@ class ShellPlan:
     fit: RecordFit
     devcontainer: Path
     trust: str = ""
+    note: str = ""  # a ROCm base: what each device option is for (smoke/args.py ROCM_FLAGS)
 
 
 def plan_shell(
@@ -486,7 +487,8 @@ def plan_shell(
     doc = shell.devcontainer(env, ready.spec.tag, flags, record.accelerator.kind)
     check_devcontainer(doc)
     path = write_devcontainer(env, shell.devcontainer_text(doc), catalog.root)
-    return ShellPlan(ready.spec.tag, tuple(argv), shell.run_line(argv), found, path, ready.trust)
+    note = rocm_flags_note() if record.accelerator.kind == "rocm" else ""
+    return ShellPlan(ready.spec.tag, tuple(argv), shell.run_line(argv), found, path, ready.trust, note)
 
 
 def write_devcontainer(env: EnvFile, text: str, catalog_root: Path) -> Path:

@@ -22,7 +22,7 @@ from typing import Literal
 from builder.catalog.query import matching, parse_query, unknown_keys
 from builder.catalog.records import BaseIdentity, KnownGood, MeasuredAccelerator
 from builder.catalog.store import Catalog
-from builder.compat import runtime_fit
+from builder.compat import rocm_driver, runtime_fit
 from builder.compat.facts import Compat
 from builder.compat.rules import below_lowest, framework, names, table
 from builder.compat.rules import cuda as rules_cuda
@@ -33,8 +33,9 @@ from builder.fit.arch import Arch, Embedded
 from builder.fit.host import FitHost
 from builder.fit.labelled import unpublished
 from builder.fit.measure import embedded_of, nvrtc_of
-from builder.fit.runs_on import cuda_mm, cudnn_floor, record_arch, requirement_of
+from builder.fit.runs_on import cuda_mm, cudnn_floor, record_arch, requirement_of, runs_on
 from builder.fit.runs_on import framework_row as _row
+from builder.host.doctor import GfxFinding
 from builder.lock.files import libraries as locked_libraries
 from builder.model.amd_fit import AmdFit
 from builder.model.measured_fit import KNOWN_CCS, LibraryCode, MeasuredFit
@@ -123,6 +124,8 @@ def judge(record: KnownGood, host: FitHost, compat: Compat) -> RecordFit:
     refused = _platform(record, host)
     if refused is not None:
         return refused
+    if record.accelerator.kind == "rocm" and record.amd is not None:
+        return judge_amd(record, record.amd, host, compat)
     if record.fit is not None:
         return _measured(record, record.fit, host, compat)
     return _cuda(record, host, compat)
@@ -139,7 +142,11 @@ def _platform(record: KnownGood, host: FitHost) -> RecordFit | None:
     if kind == "rocm":
         if host.vendor != "amd":
             return _no(record, f"a ROCm image needs an AMD GPU; this host has {_vendor_label(host)}")
-        return RecordFit(record.id, "unknown", "a ROCm image: its gfx targets are not in the compat tables yet, not checked", False)
+        if record.amd is None:
+            return RecordFit(
+                record.id, "unknown", "not checked: a ROCm image whose code objects were not measured (no AMD fit recorded)", False
+            )
+        return None
     if host.vendor != "nvidia":
         return _no(record, f"a CUDA image needs an NVIDIA GPU; this host has {_vendor_label(host)}")
     return None
@@ -218,6 +225,18 @@ def _judge_planned(record: KnownGood, why: str | None, host: FitHost, compat: Co
     return judge(record, host, compat)
 
 
+def gfx_verdict(spec: ImageSpec, host: FitHost, compat: Compat) -> GfxFinding:
+    """`builder doctor`'s gfx finding for a planned ROCm image on this host's AMD GPUs: what it runs on
+    (fit/runs_on.py, the cell the report and `catalog` show) and whether this host's gfx targets are
+    covered, by the rule `fit --planned` judges with. The kernel driver is doctor's own finding."""
+    record = planned_record(spec)
+    cell = runs_on(record, compat).label
+    if record.amd is None:
+        return GfxFinding("unknown", f"{spec.id}: {not_measured(spec) or 'its code objects are not measured'}", cell)
+    verdict = judge_amd(record, record.amd, host, compat, kernel_driver=False)
+    return GfxFinding(verdict.status, f"{spec.id} runs on {cell}; this host's {' '.join(host.gpus) or 'GPUs'}: {verdict.reason}", cell)
+
+
 def not_measured(spec: ImageSpec) -> str | None:
     """Why a planned CUDA or ROCm image has no fit measured from its locked wheels; None when it has one."""
     found = spec.locked_fit
@@ -256,6 +275,7 @@ def planned_record(spec: ImageSpec) -> KnownGood:
         libraries=pinned,
         content_hash=spec.content_hash,
         fit=measured,
+        amd=spec.locked_fit.amd if spec.locked_fit else None,
         platform=spec.platform,
         host="not built",
     )
@@ -393,7 +413,7 @@ def _jit_refusal(fit: MeasuredFit, device: Arch, label: str, name: str, release:
     return f"{label} {why}: {device.named} cannot run it" if why else None
 
 
-def judge_amd(record: KnownGood, amd: AmdFit, host: FitHost, compat: Compat) -> RecordFit:
+def judge_amd(record: KnownGood, amd: AmdFit, host: FitHost, compat: Compat, kernel_driver: bool = True) -> RecordFit:
     """A ROCm image on AMD GPUs, from its measured code objects: every GPU against every library each
     framework loads (fit/gfx.py: the exact processor or a generic target, xnack/sramecc modes); the
     first refusal wins, naming the library. What the code objects cannot say stays `unknown`: the
@@ -407,6 +427,11 @@ def judge_amd(record: KnownGood, amd: AmdFit, host: FitHost, compat: Compat) -> 
     libraries = {lib.path: lib for lib in amd.libraries}
     said: list[str] = []
     unknown: list[str] = []
+    driver = rocm_driver.check(amd.rocm or record.accelerator.rocm, host.kernel, host.amdgpu, compat.rocm)
+    if not kernel_driver:  # the caller checks the kernel driver on its own (doctor: a finding of its own)
+        driver = rocm_driver.KernelDriverFit("fits", "")
+    if driver.status == "does not fit":
+        return RecordFit(record.id, "does not fit", f"{driver.reason} ({source})", True)
     for entry in amd.frameworks:
         label = f"{entry.name} {record.frameworks.get(entry.name, '')}".strip()
         for device in host.gpus:
@@ -429,10 +454,14 @@ def judge_amd(record: KnownGood, amd: AmdFit, host: FitHost, compat: Compat) -> 
         how = f"the code objects of its {len(entry.libraries)} libraries" if entry.libraries else "no code objects of its own"
         jit = f" and ROCm {amd.rocm}'s hiprtc compiling its kernels at run time" if entry.jit else ""
         said.append(f"{label} runs on {' '.join(host.gpus)} through {how}{jit}; its base's ROCm {amd.rocm} supports them")
+    if driver.status == "unknown" and host.kernel is not None:  # detected, and not known: never a pass
+        unknown.append(f"the kernel driver: {driver.reason}")
     if unknown:
         listed = list(dict.fromkeys(unknown))
         more = f" (+{len(listed) - 3} more)" if len(listed) > 3 else ""
         return RecordFit(record.id, "unknown", f"not checked: {'; '.join(listed[:3])}{more} ({source})", True)
+    if driver.reason:
+        said.append(driver.reason if driver.status == "fits" else f"kernel driver not checked: {driver.reason}")
     return RecordFit(record.id, "fits", f"{'; '.join(said)} ({source})", True)
 
 

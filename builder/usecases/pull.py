@@ -22,10 +22,11 @@ from builder.engine.port import Connect, Engine, EngineFault, NotFound
 from builder.engine.retry import GaveUp, reason_of, retry_network
 from builder.fit import host as fit_hosts
 from builder.fit.host import FitHost
+from builder.fit.runs_on import runs_on
 from builder.host import facts as hostinfo
 from builder.model.plan import PLATFORM_ARCH
 from builder.publish.verify import signers, vouch
-from builder.smoke.args import docker_run_line
+from builder.smoke.args import docker_run_line, rocm_flags_note
 from builder.usecases.catalog import NO_MANIFEST, record_end_of_life, search
 from builder.usecases.fit import judge
 from builder.util.errors import RunFailure, UserError
@@ -41,6 +42,7 @@ class Pulled:
     note: str  # about this host, when it cannot use the image's GPU; tags the registry moved
     fit: str = ""  # what the fit check said: fits, not checked (and what), or skipped
     trust: str = ""  # what the signature check said: `signatures verified (signed by P)`, or why not
+    runs_on: str = ""  # what the image runs on (fit/runs_on.py's cell: `sm ...` or `gfx...`, the same the catalog and report show)
 
 
 @dataclass(frozen=True)
@@ -105,8 +107,10 @@ def pull(
     note = name_pulled(engine, info.id, repository, tag, build_repository)
     moved = moved_tags(engine, record, catalog.indexes())
     host = hostinfo.gather()
-    notes = "\n".join(filter(None, (note, *moved, host_note(record, host), end_of_life_note(record))))
-    return Pulled(record, docker_run_line(record.accelerator.kind, record.digest, host), notes, fit, trust)
+    flags = rocm_flags_note() if record.accelerator.kind == "rocm" else ""
+    notes = "\n".join(filter(None, (note, *moved, host_note(record, host), end_of_life_note(record), flags)))
+    cell = runs_on(record, table()).label
+    return Pulled(record, docker_run_line(record.accelerator.kind, record.digest, host), notes, fit, trust, cell)
 
 
 def build_repository(ws: Workspace) -> str | None:
