@@ -31,6 +31,7 @@ from builder.model.locked_fit import FIT_NAME, WheelCode, from_json, lock_digest
 from builder.model.measured_fit import KNOWN_CCS
 from builder.model.plan import ImageSpec
 from builder.model.versions import cc_tuple
+from builder.render.formats import ROCM_RUNS_ON
 from builder.updates.wheelfiles import FetchFailed, WheelFiles, parse_listing
 from builder.usecases import lock as locking
 from builder.usecases import measure as measuring
@@ -356,8 +357,9 @@ def test_every_claim_is_the_measurement(spec: ImageSpec) -> None:
     dockerfile = (IMAGES / spec.id / "Dockerfile").read_text(encoding="utf-8")
     found = spec.locked_fit
     assert found is not None
-    if found.fit is None:
-        assert entry["runs_on"] == {"gpus": None, "unknown": found.unknown, "source": "wheels"}
+    if found.fit is None:  # what the wheels cannot tell, or a ROCm image's gfx targets (fit.json's amd part): a reason either way
+        why = ROCM_RUNS_ON if found.amd is not None else found.unknown
+        assert why and entry["runs_on"] == {"gpus": None, "unknown": why, "source": "wheels"}, spec.id
         assert "io.builder.cc-min" not in dockerfile and "io.builder.runs-on" not in dockerfile
         return
     runs_on = found.fit.runs_on

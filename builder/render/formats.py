@@ -103,6 +103,14 @@ def image_entry(spec: ImageSpec) -> ImageEntry:
     )
 
 
+# What a ROCm image's `runs_on` says: its gfx targets are judged per GPU from the code objects fit.json holds
+# (the rule needs the generic targets and xnack modes, fit/gfx.py, a later stage than rendering).
+ROCM_RUNS_ON = (
+    "AMD GPUs: the gfx targets of its code objects are in fit.json's amd part; "
+    "`builder fit --planned --vendor amd --gfx <gfx>` judges a GPU, `builder report` lists them"
+)
+
+
 def runs_on_entry(spec: ImageSpec) -> dict[str, Any]:
     """What an image runs on, measured from its locked wheels (images/<id>/fit.json): `cc_min`,
     `runs_on` (the set of known compute capabilities, whether any library it loads carries PTX, or
@@ -111,6 +119,8 @@ def runs_on_entry(spec: ImageSpec) -> dict[str, Any]:
     measured = spec.locked_fit
     if measured is None:
         return {}
+    if measured.fit is None and measured.amd is not None:  # a ROCm image: its processors are gfx targets, not compute capabilities
+        return {"runs_on": RunsOnEntry(None, unknown=ROCM_RUNS_ON)}
     if measured.fit is None:
         return {"runs_on": RunsOnEntry(None, unknown=measured.unknown)}
     found = measured.runs_on or ()
