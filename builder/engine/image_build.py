@@ -243,7 +243,9 @@ def _with_layer(run: Run, spec: ImageSpec, staged: staging.Staged) -> staging.St
         run.layers(spec, staged.path / LAYER_NAME)
     except LayerFailed as exc:
         raise BuildFailed(f"its venv layer: {exc}") from None
-    return replace(staged, wheels=(), wheel_files=(), extra_index_urls=(), pip_conf_to_serve=None, served_local=None, uv=False)
+    return replace(
+        staged, wheels=(), wheel_files=(), extra_index_urls=(), pip_conf_to_serve=None, served_ca=None, served_local=None, uv=False
+    )
 
 
 def reproducible_image(run: Run, engine: Engine, spec: ImageSpec, built: ImageInfo) -> ImageInfo:

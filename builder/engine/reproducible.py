@@ -7,7 +7,8 @@ COPY step wrote. Here, on the archive `docker save` wrote (a docker-archive: man
 config, one layer.tar per layer):
 
 - every timestamp of the config is the lock's SOURCE_DATE_EPOCH, and the fields that name the build's
-  container or engine are dropped (all optional in the image spec);
+  container or engine are dropped (all optional in the image spec), as is `config.Image` (the ID of
+  the build's previous step image);
 - every layer above the base's is written again with its entries in the same order, each mtime
   clamped to the epoch, no user or group names and no access or change times (uid, gid, modes,
   links and extended attributes kept), which is what BuildKit's `rewrite-timestamp` does; the
@@ -43,6 +44,8 @@ def stamp(epoch: int) -> str:
 def normalize_config(config: dict[str, Any], epoch: int, diff_ids: list[str]) -> bytes:
     """The config with the epoch's timestamps, without the build's container and engine, and these diff IDs."""
     out = {k: v for k, v in config.items() if k not in DROPPED}
+    if isinstance(config.get("config"), dict) and "Image" in config["config"]:
+        out["config"] = {**config["config"], "Image": ""}  # the classic builder's last step image: an ID of this build's
     out["created"] = stamp(epoch)
     out["history"] = [{**entry, "created": stamp(epoch)} for entry in config.get("history") or []]
     out["rootfs"] = {**(config.get("rootfs") or {"type": "layers"}), "diff_ids": diff_ids}
