@@ -68,7 +68,7 @@ def write_archive(out: Path, image: str, tags: list[str], labels: dict[str, str]
     config = {
         "architecture": "amd64",
         "os": "linux",
-        "config": {"Labels": labels},
+        "config": {"Labels": labels, "Image": hashlib.sha256(str(now + 1).encode()).hexdigest()},
         "container": hashlib.sha256(str(now).encode()).hexdigest(),
         "container_config": {"Hostname": str(now)},
         "created": stamp,

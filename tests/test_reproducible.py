@@ -166,6 +166,7 @@ def test_two_saves_of_two_builds_normalize_to_one_image_id(tmp_path: Path) -> No
         assert base == BASE_LAYER, "the base's layers are left as they are"
         assert config["created"] == reproducible.stamp(EPOCH) and {h["created"] for h in config["history"]} == {reproducible.stamp(EPOCH)}
         assert not set(reproducible.DROPPED) & set(config)
+        assert config["config"]["Image"] == "", "the build's previous step image is not the image's"
     assert ids[0] == ids[1]
 
 
