@@ -39,7 +39,7 @@ from builder.engine.secrets import SecretServer, redact, serving
 from builder.engine.session import SESSION_ID
 from builder.engine.settings import BuildSettings
 from builder.lock.layer import LAYER_NAME, source_date_epoch
-from builder.model.plan import ImageSpec
+from builder.model.plan import ImageSpec, Lock
 from builder.render.labels import HASH_LABEL, build_labels
 
 _STEP_ID = re.compile(r"^ ---> ([0-9a-f]{12})\s*$|^Successfully built ([0-9a-f]{12})\s*$")
@@ -220,9 +220,9 @@ def _build_locked(
             if url is not None:
                 secrets.revoke(url)
         shutil.rmtree(staged.path, ignore_errors=True)
-    built = engine.inspect_image(spec.tag)
+    built = engine.inspect_image(build_tag(spec))
     if built is None:
-        return _failed(run, spec, started, attempts, log_path, f"the build finished but the engine has no image {spec.tag}")
+        return _failed(run, spec, started, attempts, log_path, f"the build finished but the engine has no image {build_tag(spec)}")
     if spec.canonical:
         try:
             built = reproducible_image(run, engine, spec, built)
@@ -232,6 +232,12 @@ def _build_locked(
         engine.remove_image(replaced)
     image_id = built.id if spec.canonical else None
     return BuildResult(spec.id, "built", time.monotonic() - started, measured(engine, spec), attempts, str(log_path), image_id=image_id)
+
+
+def build_tag(spec: ImageSpec) -> str:
+    """What the engine tags the build with: a canonical image's tag moves only once the normalized
+    image is loaded (reproducible_image), so an interrupt never leaves the tag on the unnormalized one."""
+    return f"{spec.tag}-unnormalized" if spec.canonical else spec.tag
 
 
 def _with_layer(run: Run, spec: ImageSpec, staged: staging.Staged) -> staging.Staged:
@@ -253,6 +259,19 @@ def reproducible_image(run: Run, engine: Engine, spec: ImageSpec, built: ImageIn
     loaded back under its tag (engine/reproducible.py); the intermediate image this build made is
     removed. Refused when the image is not on its base's layers (the base changed mid-build)."""
     assert spec.lock is not None
+    try:
+        image_id = _normalized(run, engine, spec, built, spec.lock)
+    finally:
+        engine.remove_image(build_tag(spec))  # the tag only: the image goes with it unless the load made it the final one
+    loaded = engine.inspect_image(spec.tag)
+    if loaded is None or loaded.id != image_id:
+        raise BuildFailed(f"the engine did not load the normalized image {image_id} as {spec.tag}")
+    if built.id != image_id:
+        engine.remove_image(built.id)  # the build's own image, untagged now: only this build made it
+    return loaded
+
+
+def _normalized(run: Run, engine: Engine, spec: ImageSpec, built: ImageInfo, lock: Lock) -> str:
     base = engine.inspect_image(spec.base.from_ref)
     keep = len(base.diff_ids) if base is not None else 0
     if base is None or not keep or built.diff_ids[:keep] != base.diff_ids:
@@ -261,18 +280,13 @@ def reproducible_image(run: Run, engine: Engine, spec: ImageSpec, built: ImageIn
     with tempfile.TemporaryDirectory(prefix="reproducible-", dir=run.staging_root) as tmp:
         saved, out = Path(tmp) / "saved.tar", Path(tmp) / "normalized.tar"
         try:
-            engine.save_image(spec.tag, saved)
-            image_id = reproducible.normalize_archive(saved, out, source_date_epoch(spec.lock), keep)
+            engine.save_image(build_tag(spec), saved)
+            image_id = reproducible.normalize_archive(saved, out, source_date_epoch(lock), keep, [spec.tag])
             saved.unlink()
             engine.load_image(out)
         except (EngineFault, reproducible.NotAnArchive) as exc:
             raise BuildFailed(f"cannot make the image reproducible: {exc}") from None
-    loaded = engine.inspect_image(spec.tag)
-    if loaded is None or loaded.id != image_id:
-        raise BuildFailed(f"the engine did not load the normalized image {image_id} as {spec.tag}")
-    if built.id != image_id:
-        engine.remove_image(built.id)  # the build's own image, untagged now: only this build made it
-    return loaded
+    return image_id
 
 
 def measured(engine: Engine, spec: ImageSpec) -> dict[str, float] | None:
@@ -356,7 +370,9 @@ def _attempt(
             run,
             engine,
             # a canonical image fetches nothing: the network off proves it
-            BuildRequest(staged.path, spec.tag, buildargs, labels, run.no_cache, "none" if spec.canonical else "host", spec.platform),
+            BuildRequest(
+                staged.path, build_tag(spec), buildargs, labels, run.no_cache, "none" if spec.canonical else "host", spec.platform
+            ),
             spec.id,
             log,
         )

@@ -84,9 +84,10 @@ class _Hashing(io.RawIOBase):
         return self._sha.hexdigest()
 
 
-def normalize_archive(saved: Path, out: Path, epoch: int, keep: int) -> str:
+def normalize_archive(saved: Path, out: Path, epoch: int, keep: int, tags: list[str] | None = None) -> str:
     """Rewrite the docker-archive `saved` into `out`: the first `keep` layers (the base's) as they
-    are, the rest clamped, the config normalized. Returns the new image ID (sha256 of the config)."""
+    are, the rest clamped, the config normalized, named by `tags` when given (else as saved).
+    Returns the new image ID (sha256 of the config)."""
     with tarfile.open(saved) as src:
         manifest = _json(src, "manifest.json")
         if not isinstance(manifest, list) or len(manifest) != 1:
@@ -107,7 +108,8 @@ def normalize_archive(saved: Path, out: Path, epoch: int, keep: int) -> str:
             image_id = "sha256:" + hashlib.sha256(body).hexdigest()
             config_name = image_id.removeprefix("sha256:") + ".json"
             _add(dst, config_name, body)
-            _add(dst, "manifest.json", json.dumps([{**entry, "Config": config_name}], separators=(",", ":")).encode())
+            named = {**entry, "Config": config_name, **({"RepoTags": tags} if tags is not None else {})}
+            _add(dst, "manifest.json", json.dumps([named], separators=(",", ":")).encode())
     return image_id
 
 

@@ -194,8 +194,10 @@ def test_a_canonical_build_is_offline_and_its_id_is_the_locks(tmp_path: Path) ->
     assert engine.resolve(SPEC.tag) == results[0].image_id
     assert {r.network_mode for r in engine.builds} == {"none"}
     assert seen == [b"the venv of " + SPEC.id.encode()] * 2
-    built = [image_id_of(SPEC.tag, dict(r.labels)) for r in engine.builds]
-    assert set(built) <= set(engine.removed_images), "the build's own image is removed once the normalized one is loaded"
+    assert {r.tag for r in engine.builds} == {image_build.build_tag(SPEC)} != {SPEC.tag}, "the tag moves only to the normalized image"
+    built = {image_id_of(r.tag, dict(r.labels)) for r in engine.builds}
+    assert not built & engine.image_ids, "the build's own image is removed once the normalized one is loaded"
+    assert image_build.build_tag(SPEC) not in engine.names
     assert "sha256:base" in engine.image_ids
 
 
