@@ -191,6 +191,7 @@ def test_a_canonical_build_is_offline_and_its_id_is_the_locks(tmp_path: Path) ->
         results.append(image_build.build_image(run, engine, SPEC, {"Dockerfile": b"FROM x\nADD venv.tar /\n"}, force=True))
     assert [r.status for r in results] == ["built", "built"], results
     assert results[0].image_id == results[1].image_id
+    assert {r.base_id for r in results} == {"sha256:base"}
     assert engine.resolve(SPEC.tag) == results[0].image_id
     assert {r.network_mode for r in engine.builds} == {"none"}
     assert seen == [b"the venv of " + SPEC.id.encode()] * 2
@@ -199,6 +200,25 @@ def test_a_canonical_build_is_offline_and_its_id_is_the_locks(tmp_path: Path) ->
     assert not built & engine.image_ids, "the build's own image is removed once the normalized one is loaded"
     assert image_build.build_tag(SPEC) not in engine.names
     assert "sha256:base" in engine.image_ids
+
+
+def test_a_base_that_moved_during_the_build_fails_it(tmp_path: Path) -> None:
+    engine = FakeEngine()
+    engine.add_image("sha256:base", SPEC.base.from_ref)
+
+    def output(request: BuildRequest) -> list[Progress]:
+        engine.add_image("sha256:another-base", SPEC.base.from_ref)  # a bootstrap elsewhere re-tagged the base
+        return [Progress(text="Successfully built 0123456789ab\n")]
+
+    engine.build_output = output
+
+    def make(spec: ImageSpec, out: Path) -> None:
+        out.write_bytes(b"venv")
+
+    run = Run(settings=BuildSettings(), build_dir=tmp_path, lock_dir=tmp_path, layers=make)
+    result = image_build.build_image(run, engine, SPEC, {"Dockerfile": b"FROM x\n"}, force=True)
+    assert result.status == "failed" and "not the image the build started from (sha256:base)" in (result.error or ""), result
+    assert SPEC.tag not in engine.names and image_build.build_tag(SPEC) not in engine.names
 
 
 def test_a_layer_that_cannot_be_made_fails_the_build_in_one_line(tmp_path: Path) -> None:

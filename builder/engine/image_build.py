@@ -82,6 +82,7 @@ class BuildResult:
     # Such a failure says nothing about the image; the nightly reports it as a failed stage.
     blocked_by: str | None = None
     image_id: str | None = None  # a canonical image's: the same lock on the same base gives the same ID
+    base_id: str | None = None  # the base image a canonical image was built on (its FROM names it by tag)
 
 
 @dataclass
@@ -169,6 +170,7 @@ def _build_locked(
     if secrets is None:
         raise RuntimeError("build settings to serve but no secret server")
     staged = staging.stage(spec, files, run.staging_root, run.settings)
+    base_before = engine.inspect_image(spec.base.from_ref) if spec.canonical else None  # the base the build asserts
     if spec.canonical:
         try:
             staged = _with_layer(run, spec, staged)
@@ -225,13 +227,14 @@ def _build_locked(
         return _failed(run, spec, started, attempts, log_path, f"the build finished but the engine has no image {build_tag(spec)}")
     if spec.canonical:
         try:
-            built = reproducible_image(run, engine, spec, built)
+            built = reproducible_image(run, engine, spec, built, base_before.id if base_before else None)
         except BuildFailed as exc:
             return _failed(run, spec, started, attempts, log_path, exc.message)
     if replaced and replaced != built.id:  # the old image is garbage now; nightly rebuilds would fill the disk
         engine.remove_image(replaced)
-    image_id = built.id if spec.canonical else None
-    return BuildResult(spec.id, "built", time.monotonic() - started, measured(engine, spec), attempts, str(log_path), image_id=image_id)
+    image_id, base_id = (built.id, base_before.id if base_before else None) if spec.canonical else (None, None)
+    seconds = time.monotonic() - started
+    return BuildResult(spec.id, "built", seconds, measured(engine, spec), attempts, str(log_path), image_id=image_id, base_id=base_id)
 
 
 def build_tag(spec: ImageSpec) -> str:
@@ -254,13 +257,14 @@ def _with_layer(run: Run, spec: ImageSpec, staged: staging.Staged) -> staging.St
     )
 
 
-def reproducible_image(run: Run, engine: Engine, spec: ImageSpec, built: ImageInfo) -> ImageInfo:
+def reproducible_image(run: Run, engine: Engine, spec: ImageSpec, built: ImageInfo, base_id: str | None) -> ImageInfo:
     """The built image saved, its timestamps and build-only fields normalized to the lock's epoch,
     loaded back under its tag (engine/reproducible.py); the intermediate image this build made is
-    removed. Refused when the image is not on its base's layers (the base changed mid-build)."""
+    removed. Refused when the base is not `base_id` (the one the build started from) or the image is
+    not on its layers: the FROM line names the base by tag, so the build asserts its ID."""
     assert spec.lock is not None
     try:
-        image_id = _normalized(run, engine, spec, built, spec.lock)
+        image_id = _normalized(run, engine, spec, built, spec.lock, base_id)
     finally:
         engine.remove_image(build_tag(spec))  # the tag only: the image goes with it unless the load made it the final one
     loaded = engine.inspect_image(spec.tag)
@@ -271,10 +275,12 @@ def reproducible_image(run: Run, engine: Engine, spec: ImageSpec, built: ImageIn
     return loaded
 
 
-def _normalized(run: Run, engine: Engine, spec: ImageSpec, built: ImageInfo, lock: Lock) -> str:
+def _normalized(run: Run, engine: Engine, spec: ImageSpec, built: ImageInfo, lock: Lock, base_id: str | None) -> str:
     base = engine.inspect_image(spec.base.from_ref)
     keep = len(base.diff_ids) if base is not None else 0
-    if base is None or not keep or built.diff_ids[:keep] != base.diff_ids:
+    if base is None or base.id != base_id:
+        raise BuildFailed(f"the base {spec.base.from_ref} is not the image the build started from ({base_id}); build again")
+    if not keep or built.diff_ids[:keep] != base.diff_ids:
         raise BuildFailed(f"the built image is not on the layers of its base {spec.base.from_ref}; build again")
     run.staging_root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="reproducible-", dir=run.staging_root) as tmp:
