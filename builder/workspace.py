@@ -133,13 +133,14 @@ class Workspace:
     def decided(self) -> Plan:
         """The plan without content hashes: enough to select from. Each image carries its lock
         (images/<id>/requirements.lock, as `builder lock` wrote it), matrix.yaml's policies for it
-        (`unlocked`, `cuda_exceptions`, `keep_older_gpus`, each with its reason) and the claims its
+        (`unlocked`, `cuda_exceptions`, `keep_older_gpus`, `canonical_layers`, each with its reason) and the claims its
         lock makes (builder.lock.claims)."""
         plan = make_plan(self.matrix)
         recover(self.images_dir)  # a render killed mid-swap: its previous tree (and locks) back before they are read
         policy = [(parse_select(expr), reason) for expr, reason, _ in self.matrix.unlocked]
         exceptions = [(parse_select(expr), reason) for expr, reason, _ in self.matrix.cuda_exceptions]
         older_gpus = [parse_select(expr) for expr, _, _ in self.matrix.keep_older_gpus]
+        canonical = [(parse_select(expr), reason) for expr, reason, _ in self.matrix.canonical_layers]
         overrides = dict(self.lock_overrides)
         fits = dict(self.fit_overrides)
         images = []
@@ -153,6 +154,8 @@ class Workspace:
                 locked_fit=fits.get(spec.id) or current_fit(spec.id, lock, self.images_dir / spec.id / FIT_NAME),
                 unlocked=next((reason for selector, reason in policy if matches(selector, fields)), None),
                 cuda_exception=exception,
+                # a canonical layer is made from a lock: an image without a current one installs with RUN as before
+                canonical=next((reason for selector, reason in canonical if matches(selector, fields)), None) if lock else None,
                 # an exception's CUDA wheels may leave the base's minor: nothing holds them to it
                 constraints=() if exception is not None and not spec.base.cuda_from_wheels else spec.constraints,
             )

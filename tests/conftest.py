@@ -70,9 +70,10 @@ SECOND_LANE = tuple(
     )
 )
 ENGINE2_ENV = "BUILDER_TEST_ENGINE2"
-# Integration modules that need the package index but no engine: each runs as a unit of its own on
-# whichever worker is free (the offline tests' worker, idle once they are done), not in a lane.
-ANY_WORKER = (f"{INTEGRATION}test_probe_hermetic.py",)
+# Integration modules that need the package index but no engine, or both engines under names of their
+# own (test_reproducible.py builds one image on each and compares them): each runs as a unit of its own
+# on whichever worker is free (the offline tests' worker, idle once they are done), not in a lane.
+ANY_WORKER = (f"{INTEGRATION}test_probe_hermetic.py", f"{INTEGRATION}test_reproducible.py")
 
 from builder.engine.client import DEFAULT_SOCKET, engine_endpoint  # noqa: E402
 from builder.util.errors import UserError  # noqa: E402

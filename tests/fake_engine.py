@@ -19,6 +19,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
+import json
+import tarfile
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -43,6 +46,50 @@ from builder.model.plan import Lock
 from builder.publish.inventory import INVENTORY_SCRIPT
 
 IMAGES = Path(__file__).resolve().parents[1] / "images"
+
+
+def layer_tar(files: dict[str, bytes], mtime: int) -> bytes:
+    """A layer's tar: these files, each with this mtime, owned by root with names (as an engine writes them)."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, data in sorted(files.items()):
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime, info.uname, info.gname = len(data), mtime, "root", "root"
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+BASE_LAYER = layer_tar({"usr/bin/python3": b"base"}, 1_600_000_000)
+
+
+def write_archive(out: Path, image: str, tags: list[str], labels: dict[str, str], layers: list[bytes], now: int) -> None:
+    """`docker save`'s docker-archive of a fake image: its config carries the save's clock and a container ID, as a build's does."""
+    stamp = f"2023-11-{now % 28 + 1:02d}T00:00:00.{now}Z"
+    config = {
+        "architecture": "amd64",
+        "os": "linux",
+        "config": {"Labels": labels, "Image": hashlib.sha256(str(now + 1).encode()).hexdigest()},
+        "container": hashlib.sha256(str(now).encode()).hexdigest(),
+        "container_config": {"Hostname": str(now)},
+        "created": stamp,
+        "docker_version": "20.10.24",
+        "history": [{"created": stamp, "created_by": f"step {i}"} for i in range(len(layers))],
+        "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(layer).hexdigest() for layer in layers]},
+    }
+    body = json.dumps(config).encode()
+    names = [f"{hashlib.sha256(layer).hexdigest()}/layer.tar" for layer in layers]
+    manifest = json.dumps([{"Config": image.removeprefix("sha256:") + ".json", "RepoTags": tags, "Layers": names}]).encode()
+    with tarfile.open(out, "w") as tar:
+        for name, data in [*zip(names, layers, strict=True), (image.removeprefix("sha256:") + ".json", body), ("manifest.json", manifest)]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+def _read(tar: tarfile.TarFile, name: str) -> bytes:
+    handle = tar.extractfile(name)
+    assert handle is not None, name
+    return handle.read()
 
 
 def digest_of(image: str) -> str:
@@ -144,6 +191,12 @@ class FakeEngine:
         self.histories: dict[str, list[Layer]] = {}  # image id -> its history, when a test scripts one
         self.architectures: dict[str, str] = {}  # image id -> its config's architecture (a build's or an import's platform)
         self.imports: list[tuple[str, str | None]] = []  # (name, platform) of every import
+        # image id -> its layers' tar bytes, base first: every image is on BASE_LAYER, a build adds one
+        # layer whose file mtime is the engine's clock at build time (as a real build's is)
+        self.layers: dict[str, list[bytes]] = {}
+        self.clock = 1_700_000_000
+        self.saves: list[str] = []  # every ref save_image saved
+        self.loads: list[str] = []  # the image id of every load
         self.before_push: Callable[[str], None] = lambda name: None
         self.fail_push: Callable[[str], str | None] = lambda name: None
         self.fail_pull: Callable[[str], str | None] = lambda reference: None
@@ -198,6 +251,7 @@ class FakeEngine:
             repo_digests=tuple(self.repo_digests.get(image, [])),
             size=self.sizes.get(image, 5_000_000),
             architecture=self.architectures.get(image, ""),
+            diff_ids=tuple("sha256:" + hashlib.sha256(layer).hexdigest() for layer in self._layers(image)),
         )
 
     # -- the port
@@ -261,8 +315,36 @@ class FakeEngine:
             if not failed:
                 made = self.add_image(image_id_of(request.tag, dict(request.labels)), request.tag, labels=dict(request.labels))
                 self.architectures[made] = architecture_of(request.platform)
+                self.clock += 1
+                self.layers[made] = [BASE_LAYER, layer_tar({"etc/passwd": request.tag.encode()}, self.clock)]
 
         return self._opened(FakeStream(events))
+
+    def save_image(self, ref: str, out: Path) -> None:
+        image = self.resolve(ref)
+        self.saves.append(ref)
+        self.clock += 1
+        write_archive(
+            out, image, [n for n, i in self.names.items() if i == image], self.labels.get(image, {}), self._layers(image), self.clock
+        )
+
+    def load_image(self, archive: Path) -> None:
+        with tarfile.open(archive) as tar:
+            entry = json.loads(_read(tar, "manifest.json"))[0]
+            body = _read(tar, entry["Config"])
+            config = json.loads(body)
+            layers = [_read(tar, name) for name in entry["Layers"]]
+        if ["sha256:" + hashlib.sha256(layer).hexdigest() for layer in layers] != config["rootfs"]["diff_ids"]:
+            raise EngineFault("the layers' diff IDs are not the config's")
+        image = "sha256:" + hashlib.sha256(body).hexdigest()
+        for name in entry.get("RepoTags") or ():
+            self.names.pop(name, None)
+        self.add_image(image, *(entry.get("RepoTags") or ()), labels=dict(config["config"].get("Labels") or {}))
+        self.layers[image] = layers
+        self.loads.append(image)
+
+    def _layers(self, image: str) -> list[bytes]:
+        return self.layers.get(image, [BASE_LAYER])
 
     def import_image(self, tarball: Path, repository: str, tag: str, changes: Sequence[str], platform: str | None = None) -> None:
         labels = {}

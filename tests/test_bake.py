@@ -53,7 +53,14 @@ def bake_doc(cli: RunCli, root: Path, embedded_matrix_path: Path, monkeypatch: p
 
 
 def by_name(plan: Plan) -> dict[str, ImageSpec]:
-    return {bake.target_name(s.id): s for s in plan.images}
+    """The plan's images bake builds: all but the canonical ones (their venv layer is made by `builder build`)."""
+    return {bake.target_name(s.id): s for s in plan.images if not s.canonical}
+
+
+def test_canonical_images_are_left_out(bake_doc: dict[str, Any], embedded_plan: Plan) -> None:
+    canonical = [bake.target_name(s.id) for s in embedded_plan.images if s.canonical]
+    assert canonical, "the embedded matrix names canonical images (canonical_layers); this test needs one"
+    assert not set(canonical) & set(bake_doc["target"])
 
 
 def test_targets_are_the_plan(bake_doc: dict[str, Any], embedded_plan: Plan, root: Path) -> None:

@@ -111,6 +111,10 @@ def test_the_statement_is_in_toto_v1_about_the_digest_with_the_smoke_evidence() 
     assert predicate["sbom"]["sha256"] == attestation.sha256_text("{}\n") and predicate["builder"] == {"version": "0.1.0"}
     assert predicate["dates"] == {"tested": rec.tested, "published": rec.published} and "cuda_checks" in predicate and "fit" in predicate
     assert attestation.read(text, "x") == attestation.Subject("127.0.0.1:5000/gpu-images", SHA)
+    assert predicate["built"] is None  # not read: said so, never invented
+    built = attestation.BuiltImage("sha256:" + "1" * 64, ("sha256:" + "2" * 64, "sha256:" + "3" * 64), True)
+    again = json.loads(attestation.statement(rec, smoke(TORCH_CPU), "{}\n", built))["predicate"]["built"]
+    assert again == {"image_id": built.image_id, "diff_ids": list(built.diff_ids), "canonical": True}  # what a rebuild compares
     with pytest.raises(RunFailure, match="not an in-toto Statement"):
         attestation.read(text.replace("Statement/v1", "Statement/v0"), "x")
 

@@ -36,6 +36,12 @@ def test_the_venv_is_the_layer_that_wrote_it() -> None:
     assert sizes.venv_bytes(layers(CLASSIC)) == 262_600_000  # an image older versions built: the final COPY
     assert sizes.venv_bytes(layers(BUILDKIT)) == 1_000
     assert sizes.venv_bytes([Layer("COPY dir:1 in /opt/venvs", 9)]) == 0
+    canonical = "/bin/sh -c #(nop) ADD file:0f3e2a9c1b in / "  # the classic builder's history of `ADD venv.tar /`
+    assert (
+        sizes.venv_bytes([Layer(canonical, 250_000_000), Layer("/bin/sh -c #(nop) COPY file:1 in /usr/local/bin/hello-gpu ", 9)])
+        == 250_000_000
+    )
+    assert sizes.venv_bytes([Layer("ADD venv.tar / # buildkit", 7)]) == 7
 
 
 def layers(history: list[dict[str, object]]) -> list[Layer]:

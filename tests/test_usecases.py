@@ -34,6 +34,7 @@ from builder.model.plan import ImageSpec
 from builder.model.results import SmokeResult
 from builder.model.sources import Sources
 from builder.nightly.compare import BLOCKED
+from builder.publish import evidence
 from builder.render.labels import HASH_LABEL
 from builder.render.tree import write_tree
 from builder.usecases import build as building
@@ -455,6 +456,9 @@ def test_publish_pushes_tested_images_and_records_them(
         info = fake.inspect_image(spec.tag)
         assert info is not None and records[spec.id].digest == f"{REPO}@{fake.registry[f'{REPO}:{spec.id}']}"
         assert records[spec.id].floating and all(fake.registry[t] == fake.registry[f"{REPO}:{spec.id}"] for t in records[spec.id].floating)
+        statement = json.loads((ws.root / "catalog" / "evidence" / evidence.statement_name(spec.id)).read_text(encoding="utf-8"))
+        built = statement["predicate"]["built"]  # the tested image's ID and layers: what a rebuild compares
+        assert built == {"image_id": info.id, "diff_ids": list(info.diff_ids), "canonical": spec.canonical is not None}
     assert [n for n in fake.names if n.startswith(REPO + ":")] == [s.tag for s in specs], "only the build tags stay"
     assert any("digest:" in line for line in events.lines)
 

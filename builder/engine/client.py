@@ -477,6 +477,7 @@ def _image_info(attrs: Mapping[str, Any]) -> port.ImageInfo:
         repo_digests=tuple(str(d) for d in attrs.get("RepoDigests") or () if d != "<none>@<none>"),
         size=int(attrs.get("Size") or 0),
         architecture=str(attrs.get("Architecture") or ""),
+        diff_ids=tuple(str(d) for d in (attrs.get("RootFS") or {}).get("Layers") or ()),
     )
 
 
@@ -612,6 +613,18 @@ class DockerEngine:
         for line in output.splitlines():
             message = json.loads(line) if line.strip().startswith("{") else {}
             if "error" in message:
+                raise port.EngineFault(" ".join(str(message["error"]).split()))
+
+    def save_image(self, ref: str, out: Path) -> None:
+        with _faults(), out.open("wb") as data:
+            for chunk in self._sdk.api.get_image(ref):
+                data.write(chunk)
+
+    def load_image(self, archive: Path) -> None:
+        with _faults(), archive.open("rb") as data:
+            messages = list(self._sdk.api.load_image(data))
+        for message in messages:
+            if isinstance(message, dict) and "error" in message:
                 raise port.EngineFault(" ".join(str(message["error"]).split()))
 
     def push(self, repository: str, tag: str) -> _DockerStream:

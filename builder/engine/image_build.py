@@ -19,6 +19,7 @@ import contextlib
 import hashlib
 import re
 import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -28,22 +29,30 @@ from typing import TextIO
 
 import filelock
 
-from builder.engine import native_uv, sizes, staging
+from builder.engine import native_uv, reproducible, sizes, staging
 from builder.engine.diagnose import diagnose_text
 from builder.engine.failures import diagnose_build, is_network_build_failure, is_tls_failure
 from builder.engine.ownership import Owner, owner_of
-from builder.engine.port import BuildRequest, Engine, ImageInfo
+from builder.engine.port import BuildRequest, Engine, EngineFault, ImageInfo
 from builder.engine.retry import GaveUp, retry_network
 from builder.engine.secrets import SecretServer, redact, serving
 from builder.engine.session import SESSION_ID
 from builder.engine.settings import BuildSettings
-from builder.model.plan import ImageSpec
+from builder.lock.layer import LAYER_NAME, source_date_epoch
+from builder.model.plan import ImageSpec, Lock
 from builder.render.labels import HASH_LABEL, build_labels
 
 _STEP_ID = re.compile(r"^ ---> ([0-9a-f]{12})\s*$|^Successfully built ([0-9a-f]{12})\s*$")
 _RUNNING_IN = re.compile(r"^ ---> Running in ([0-9a-f]{12,64})\s*$")  # the classic builder's container for a RUN step
 ENGINE_FAILED = "engine connection failed"
 Log = Callable[[str, str], None]  # (image id, line)
+# Writes a canonical image's venv layer (builder/lock/layer.py) at the path; raises LayerFailed.
+# The use-case supplies it: fetching the lock's wheels is the index's business, not the engine's.
+LayerMaker = Callable[[ImageSpec, Path], None]
+
+
+class LayerFailed(Exception):
+    """The venv layer could not be made from the lock (a wheel not fetched, not installable): one line."""
 
 
 class NetworkFlake(Exception):
@@ -72,6 +81,8 @@ class BuildResult:
     # every attempt), "tls" (a certificate the build does not trust), "engine" (the engine went away).
     # Such a failure says nothing about the image; the nightly reports it as a failed stage.
     blocked_by: str | None = None
+    image_id: str | None = None  # a canonical image's: the same lock on the same base gives the same ID
+    base_id: str | None = None  # the base image a canonical image was built on (its FROM names it by tag)
 
 
 @dataclass
@@ -91,6 +102,7 @@ class Run:
     stop: threading.Event = field(default_factory=threading.Event)
     # image id -> the container of the build step running now, so an interrupt can remove it
     step_containers: dict[str, str] = field(default_factory=dict)
+    layers: LayerMaker | None = None  # makes a canonical image's venv layer (matrix.yaml canonical_layers)
 
     @property
     def log_dir(self) -> Path:
@@ -158,6 +170,13 @@ def _build_locked(
     if secrets is None:
         raise RuntimeError("build settings to serve but no secret server")
     staged = staging.stage(spec, files, run.staging_root, run.settings)
+    base_before = engine.inspect_image(spec.base.from_ref) if spec.canonical else None  # the base the build asserts
+    if spec.canonical:
+        try:
+            staged = _with_layer(run, spec, staged)
+        except BuildFailed as exc:
+            shutil.rmtree(staged.path, ignore_errors=True)
+            return _failed(run, spec, started, 0, log_path, exc.message)
     uv, no_uv = None, None
     try:
         uv = native_uv.binary(run.settings, run.tools_dir) if staged.uv else None
@@ -203,12 +222,77 @@ def _build_locked(
             if url is not None:
                 secrets.revoke(url)
         shutil.rmtree(staged.path, ignore_errors=True)
-    built = engine.inspect_image(spec.tag)
+    built = engine.inspect_image(build_tag(spec))
     if built is None:
-        return _failed(run, spec, started, attempts, log_path, f"the build finished but the engine has no image {spec.tag}")
+        return _failed(run, spec, started, attempts, log_path, f"the build finished but the engine has no image {build_tag(spec)}")
+    if spec.canonical:
+        try:
+            built = reproducible_image(run, engine, spec, built, base_before.id if base_before else None)
+        except BuildFailed as exc:
+            return _failed(run, spec, started, attempts, log_path, exc.message)
     if replaced and replaced != built.id:  # the old image is garbage now; nightly rebuilds would fill the disk
         engine.remove_image(replaced)
-    return BuildResult(spec.id, "built", time.monotonic() - started, measured(engine, spec), attempts, str(log_path))
+    image_id, base_id = (built.id, base_before.id if base_before else None) if spec.canonical else (None, None)
+    seconds = time.monotonic() - started
+    return BuildResult(spec.id, "built", seconds, measured(engine, spec), attempts, str(log_path), image_id=image_id, base_id=base_id)
+
+
+def build_tag(spec: ImageSpec) -> str:
+    """What the engine tags the build with: a canonical image's tag moves only once the normalized
+    image is loaded (reproducible_image), so an interrupt never leaves the tag on the unnormalized one."""
+    return f"{spec.tag}-unnormalized" if spec.canonical else spec.tag
+
+
+def _with_layer(run: Run, spec: ImageSpec, staged: staging.Staged) -> staging.Staged:
+    """The context with the venv layer made from the lock, and nothing to serve: the Dockerfile
+    fetches nothing (it is built with the network off)."""
+    if run.layers is None:
+        raise BuildFailed(f"{spec.id} is a canonical image but this build cannot make its venv layer")
+    try:
+        run.layers(spec, staged.path / LAYER_NAME)
+    except LayerFailed as exc:
+        raise BuildFailed(f"its venv layer: {exc}") from None
+    return replace(
+        staged, wheels=(), wheel_files=(), extra_index_urls=(), pip_conf_to_serve=None, served_ca=None, served_local=None, uv=False
+    )
+
+
+def reproducible_image(run: Run, engine: Engine, spec: ImageSpec, built: ImageInfo, base_id: str | None) -> ImageInfo:
+    """The built image saved, its timestamps and build-only fields normalized to the lock's epoch,
+    loaded back under its tag (engine/reproducible.py); the intermediate image this build made is
+    removed. Refused when the base is not `base_id` (the one the build started from) or the image is
+    not on its layers: the FROM line names the base by tag, so the build asserts its ID."""
+    assert spec.lock is not None
+    try:
+        image_id = _normalized(run, engine, spec, built, spec.lock, base_id)
+    finally:
+        engine.remove_image(build_tag(spec))  # the tag only: the image goes with it unless the load made it the final one
+    loaded = engine.inspect_image(spec.tag)
+    if loaded is None or loaded.id != image_id:
+        raise BuildFailed(f"the engine did not load the normalized image {image_id} as {spec.tag}")
+    if built.id != image_id:
+        engine.remove_image(built.id)  # the build's own image, untagged now: only this build made it
+    return loaded
+
+
+def _normalized(run: Run, engine: Engine, spec: ImageSpec, built: ImageInfo, lock: Lock, base_id: str | None) -> str:
+    base = engine.inspect_image(spec.base.from_ref)
+    keep = len(base.diff_ids) if base is not None else 0
+    if base is None or base.id != base_id:
+        raise BuildFailed(f"the base {spec.base.from_ref} is not the image the build started from ({base_id}); build again")
+    if not keep or built.diff_ids[:keep] != base.diff_ids:
+        raise BuildFailed(f"the built image is not on the layers of its base {spec.base.from_ref}; build again")
+    run.staging_root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="reproducible-", dir=run.staging_root) as tmp:
+        saved, out = Path(tmp) / "saved.tar", Path(tmp) / "normalized.tar"
+        try:
+            engine.save_image(build_tag(spec), saved)
+            image_id = reproducible.normalize_archive(saved, out, source_date_epoch(lock), keep, [spec.tag])
+            saved.unlink()
+            engine.load_image(out)
+        except (EngineFault, reproducible.NotAnArchive) as exc:
+            raise BuildFailed(f"cannot make the image reproducible: {exc}") from None
+    return image_id
 
 
 def measured(engine: Engine, spec: ImageSpec) -> dict[str, float] | None:
@@ -289,7 +373,14 @@ def _attempt(
         installer = f"uv {native_uv.VERSION} (served)" if served.uv else "pip"
         log.write(f"# installer: {installer}{f' ({served.no_uv})' if served.no_uv else ''}\n")
         error = _stream_into(
-            run, engine, BuildRequest(staged.path, spec.tag, buildargs, labels, run.no_cache, platform=spec.platform), spec.id, log
+            run,
+            engine,
+            # a canonical image fetches nothing: the network off proves it
+            BuildRequest(
+                staged.path, build_tag(spec), buildargs, labels, run.no_cache, "none" if spec.canonical else "host", spec.platform
+            ),
+            spec.id,
+            log,
         )
     if error is None:
         return

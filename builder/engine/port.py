@@ -45,6 +45,7 @@ class ImageInfo:
     repo_digests: tuple[str, ...] = ()  # repository@sha256:... of each registry the image was pushed to or pulled from
     size: int = 0  # bytes
     architecture: str = ""  # the image config's (amd64, arm64); "" when the engine did not say (a listing)
+    diff_ids: tuple[str, ...] = ()  # its layers' diff IDs, base first (inspect only; a listing says none)
 
 
 @dataclass(frozen=True)
@@ -175,6 +176,14 @@ class Engine(Protocol):
     def import_image(self, tarball: Path, repository: str, tag: str, changes: Sequence[str], platform: str | None = None) -> None:
         """A root filesystem tarball as an image, with Dockerfile `changes` (LABEL, ENV, CMD), its config
         saying `platform` (linux/arm64; None: the engine's own); EngineFault on an error."""
+        ...
+
+    def save_image(self, ref: str, out: Path) -> None:
+        """The image as a docker-archive file (`docker save`); EngineFault on an error."""
+        ...
+
+    def load_image(self, archive: Path) -> None:
+        """A docker-archive loaded (`docker load`), tagged as its manifest says; EngineFault on an error."""
         ...
 
     # -- registries

@@ -32,8 +32,19 @@ def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def statement(record: KnownGood, result: SmokeResult, sbom: str) -> str:
-    """The Statement's JSON text for `record` (pushed as record.digest), tested as `result`."""
+@dataclass(frozen=True)
+class BuiltImage:
+    """The tested image as the engine holds it: a rebuild of the same lock and base compares these
+    (a canonical image's are the same on any engine: docs/reproducible.md)."""
+
+    image_id: str  # sha256:... of its config
+    diff_ids: tuple[str, ...]  # its layers, base first
+    canonical: bool  # its venv is a canonical layer made from the lock (matrix.yaml canonical_layers)
+
+
+def statement(record: KnownGood, result: SmokeResult, sbom: str, built: BuiltImage | None = None) -> str:
+    """The Statement's JSON text for `record` (pushed as record.digest), tested as `result`;
+    `built`: the tested image's ID and layers (None: not read, the predicate says null)."""
     repository, _, digest = record.digest.partition("@")
     probe = result.probe
     frameworks: dict[str, Any] = {}
@@ -75,6 +86,7 @@ def statement(record: KnownGood, result: SmokeResult, sbom: str) -> str:
         "sbom": {"sha256": sha256_text(sbom), "format": "CycloneDX 1.6 JSON"},
         "base": {"name": record.base.name, "ref": record.base.ref, "id": record.base.id, "digest": record.base.digest},
         "builder": {"version": record.builder_version},
+        "built": None if built is None else {"image_id": built.image_id, "diff_ids": list(built.diff_ids), "canonical": built.canonical},
         "dates": {"tested": record.tested, "published": record.published},
     }
     doc = {

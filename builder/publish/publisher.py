@@ -229,6 +229,8 @@ class Local:
     base: BaseIdentity
     size_mb: float
     inventory: Inventory  # the venv's distributions and dpkg's packages: the SBOM's content
+    image_id: str = ""  # the tested image's ID and layer diff IDs, for the attestation (a rebuild compares them)
+    diff_ids: tuple[str, ...] = ()
 
 
 def read_local(engine: Engine, spec: ImageSpec, image: str, host: HostInfo) -> Local:
@@ -240,6 +242,8 @@ def read_local(engine: Engine, spec: ImageSpec, image: str, host: HostInfo) -> L
         base_identity(engine, spec),
         round(info.size / 1e6, 1),
         read_inventory(engine, spec, image, host),
+        info.id,
+        info.diff_ids,
     )
 
 

@@ -9,6 +9,8 @@ else become `_`); the mapping is checked to be one-to-one (for base groups too: 
 so a name leads back to its image. Groups: `default` (everything), `base-<base>`, `vendor-<vendor>`,
 and `needs-local-base` / `from-registry`: a bootstrapped base (`bootstrap: debootstrap`) exists only
 in the engine that `builder build` made it in, never in a registry, so its images build only there.
+An image matrix.yaml's `canonical_layers` names is left out: its context needs the venv layer
+`builder build` makes on the build host from the lock (docs/reproducible.md: not in bake yet).
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ def target(spec: ImageSpec, images_dir: str, revision: str) -> dict[str, Any]:
 def bake_file(images: Iterable[ImageSpec], *, images_dir: str = "images", revision: str = "unknown") -> dict[str, Any]:
     """The docker-bake.json document for `images` (hashed specs). `images_dir`: the images/ folder
     as a path from where bake will run; `revision`: the git revision `builder build` would label."""
-    specs = sorted(images, key=lambda s: s.id)
+    specs = sorted((s for s in images if not s.canonical), key=lambda s: s.id)
     names: dict[str, str] = {}
     targets: dict[str, dict[str, Any]] = {}
     groups: dict[str, list[str]] = {"default": []}

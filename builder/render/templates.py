@@ -83,6 +83,7 @@ def dockerfile(spec: ImageSpec, env: jinja2.Environment, source: str, matrix_nam
         "index_urls": spec.index_urls,
         "frameworks": [name for name, _ in spec.frameworks],
         "locked": spec.lock is not None,
+        "canonical": spec.canonical is not None and spec.lock is not None,
         # what `python -m venv` would seed the venv with (ensurepip: setuptools too up to 3.11); a
         # locked image's venv is made without pip, and the served uv installs these natively
         "seed_wheels": ["pip", "setuptools"] if Version(spec.python) <= Version("3.11") else ["pip"],

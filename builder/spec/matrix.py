@@ -23,7 +23,7 @@ from builder.util.yamlsrc import LDict, LList, load
 
 TOP_KEYS = (
     "registry", "defaults", "bases", "python", "frameworks", "stacks", "exclude", "include", "indexes", "build", "source", "unlocked",
-    "cuda_exceptions", "keep_older_gpus", "newest",
+    "cuda_exceptions", "keep_older_gpus", "newest", "canonical_layers",
 )  # fmt: skip
 REQUIRED_TOP = ("registry", "bases", "python", "frameworks", "stacks")
 BASE_KEYS = ("vendor", "version", "os", "image", "digest", "bootstrap", "platforms", "packages")
@@ -138,6 +138,13 @@ def load_matrix(path: Path) -> Matrix:
             top.line_of("keep_older_gpus"),
             "keep_older_gpus",
             "which images keep the cuDNN that still runs on older GPUs, and why",
+        ),
+        canonical_layers=_policies(
+            ctx,
+            top.get("canonical_layers"),
+            top.line_of("canonical_layers"),
+            "canonical_layers",
+            "which locked images get their venv as a canonical layer made on the build host, and why",
         ),
     )
     _bounded(ctx, matrix, top.line_of("bases"))

@@ -26,6 +26,7 @@ from builder.model import results as results_files
 from builder.model.plan import ImageSpec
 from builder.model.sources import Sources
 from builder.render.tree import expected_tree, stale_images
+from builder.usecases.layers import layer_maker
 from builder.util import fsio
 from builder.util.errors import UserError
 from builder.workspace import Workspace
@@ -92,6 +93,7 @@ def build_images(
         no_cache=options.no_cache,
         on_line=events.line,
         owner=owner,
+        layers=layer_maker(specs, chosen, ws.build_dir / "wheels"),
     )
     builder = Builder(make_engine=lambda: connect(timeout=3600), run=run, contexts=ws.contexts(tuple(specs)))
     events.info(f"CA bundle: {chosen.ca_bundle or 'none'}; local wheel folders: {', '.join(map(str, chosen.pip.local_dirs)) or 'none'}")

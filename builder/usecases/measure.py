@@ -320,13 +320,13 @@ def known_readings(fits: Iterable[LockedFit | None]) -> list[WheelCode]:
     return [wheel.code for fit in fits if fit is not None for wheel in fit.wheels]
 
 
-def wheel_files(specs: Sequence[ImageSpec], settings: BuildSettings) -> WheelFiles:
-    """The sources the images were locked from (lock/resolve.py `sources`): local folders and
+def wheel_files(specs: Sequence[ImageSpec], settings: BuildSettings, wanted: Callable[[ImageSpec], bool] = measured) -> WheelFiles:
+    """The sources the `wanted` images were locked from (lock/resolve.py `sources`): local folders and
     file:// trees first (nothing to download), then the default index and the plan's indexes."""
     indexes: list[str] = []
     folders: list[Path] = []
     for spec in specs:
-        if not measured(spec):
+        if not wanted(spec):
             continue
         where = sources(staging.needed_indexes(spec, set()), settings)
         indexes += [i for i in where.indexes if i not in indexes]

@@ -289,7 +289,8 @@ def evidence_files(
     with a key, their signatures (without one, an earlier digest's signatures are removed)."""
     repository, _, digest = record.digest.partition("@")
     sbom_text = sbom.make_sbom(spec.id, repository, digest, local.inventory, pins, record.published)
-    statement = attestation.statement(record, result, sbom_text)
+    built = attestation.BuiltImage(local.image_id, local.diff_ids, spec.canonical is not None) if local.image_id else None
+    statement = attestation.statement(record, result, sbom_text, built)
     signed = evidence.signed_fields(record)
     files: dict[str, str | None] = {
         evidence.sbom_name(spec.id): sbom_text,

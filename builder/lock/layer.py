@@ -1,0 +1,174 @@
+"""A locked image's venv as one canonical layer, made on the build host from the lock's wheels.
+
+The same lock gives the same bytes, on any host, in any folder, under any umask: the wheels are
+installed by PyPA's `installer` (what pip does, without running the image's Python) into the
+image's venv layout under a scratch root, and the tree is written as a tar whose entries are sorted,
+whose mtimes are the lock's SOURCE_DATE_EPOCH, owned by 0:0 with no user or group names, and whose
+modes are normalized (0755 for directories and anything executable, 0644 otherwise). No file is
+byte-compiled: the image runs with PYTHONDONTWRITEBYTECODE and a read-only root, so the first
+import of each module compiles it in memory (docs/reproducible.md says what that costs).
+
+Nothing of the host is written into the layer: the scheme's paths are the image's (`/opt/venv`),
+scripts name the image's interpreter, pyvenv.cfg names the base's Python, and `host_paths` checks
+every file for the scratch root before the tar is trusted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import stat
+import tarfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from installer import install
+from installer.destinations import SchemeDictionaryDestination
+from installer.sources import WheelFile
+
+from builder.model.plan import Lock
+
+VENV = PurePosixPath("/opt/venv")  # the venv every image's Dockerfile puts on PATH (templates/Dockerfile.j2)
+LAYER_NAME = "venv.tar"  # in the build context, added by the Dockerfile: never committed in images/
+# 2000-01-01T00:00:00Z: the floor of every lock's SOURCE_DATE_EPOCH (see source_date_epoch)
+EPOCH_FLOOR = 946_684_800
+INSTALLER = b"builder\n"  # the venv's INSTALLER files: no version, so a new builder release makes the same layer
+# pip, for the smoke test's `python -m pip check`: a lock pins what the image needs, not the tool,
+# so the venv is seeded with this one wheel, by its sha256 (PyPI's pip 25.0.1, py3-none-any)
+SEED = ("pip", "25.0.1", "c46efd13b6aa8279f33f2864459c8ce587ea6a1a59ee20de055868d8f7688f7f")
+
+
+class LayerError(Exception):
+    """A wheel that cannot be installed, or a layer that would carry a host path (one line)."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the venv lives in the image and which interpreter it runs on."""
+
+    python: str  # "3.11"
+    python_bin: str  # the base's interpreter, e.g. python3.11 (in /usr/bin)
+    venv: PurePosixPath = VENV
+
+    @property
+    def site_packages(self) -> PurePosixPath:
+        return self.venv / "lib" / f"python{self.python}" / "site-packages"
+
+    def scheme(self) -> dict[str, str]:
+        """installer's scheme: the image's own paths (the scratch root is its destdir)."""
+        site = str(self.site_packages)
+        return {
+            "purelib": site,
+            "platlib": site,
+            "headers": str(self.venv / "include" / "site" / f"python{self.python}"),
+            "scripts": str(self.venv / "bin"),
+            "data": str(self.venv),
+        }
+
+
+def source_date_epoch(lock: Lock) -> int:
+    """The lock's SOURCE_DATE_EPOCH: EPOCH_FLOOR plus the first 28 bits of the sha256 of the lock's
+    text (a date between 2000 and 2008). It names the lock, not a moment: the same lock always gives
+    the same epoch, and a changed lock another one."""
+    return EPOCH_FLOOR + int(hashlib.sha256(lock.text.encode()).hexdigest()[:7], 16)
+
+
+def assemble(root: Path, layout: Layout, wheels: Sequence[Path]) -> None:
+    """Install `wheels` (already checked against the lock) into the venv under `root`, with its skeleton."""
+    venv = root / layout.venv.relative_to("/")
+    (venv / "bin").mkdir(parents=True)
+    (root / layout.site_packages.relative_to("/")).mkdir(parents=True)
+    (venv / "include").mkdir()
+    (venv / "lib64").symlink_to("lib")  # as `python -m venv` makes it on a 64-bit POSIX host
+    (venv / "pyvenv.cfg").write_text(
+        f"home = /usr/bin\ninclude-system-site-packages = false\nversion = {layout.python}\nexecutable = /usr/bin/{layout.python_bin}\n"
+    )
+    (venv / "bin" / layout.python_bin).symlink_to(f"/usr/bin/{layout.python_bin}")
+    for alias in ("python", "python3"):
+        if alias != layout.python_bin:
+            (venv / "bin" / alias).symlink_to(layout.python_bin)
+    destination = SchemeDictionaryDestination(
+        layout.scheme(), interpreter=str(layout.venv / "bin" / "python"), script_kind="posix", destdir=str(root)
+    )
+    for wheel in sorted(wheels, key=lambda p: p.name):
+        try:
+            with WheelFile.open(wheel) as source:
+                install(source, destination, {"INSTALLER": INSTALLER})
+        except Exception as exc:  # noqa: BLE001 - installer raises several kinds; each is this wheel's fault
+            raise LayerError(f"{wheel.name} cannot be installed into {layout.venv}: {exc}") from None
+
+
+def _mode(path: Path, found: os.stat_result) -> int:
+    if stat.S_ISDIR(found.st_mode) or found.st_mode & 0o111:
+        return 0o755
+    return 0o644
+
+
+def entries(root: Path) -> list[Path]:
+    """Every path under `root`, sorted by its relative POSIX name (parents before children)."""
+    found = [Path(dirpath) / name for dirpath, dirs, files in os.walk(root) for name in (*dirs, *files)]
+    return sorted(found, key=lambda p: p.relative_to(root).as_posix().encode())
+
+
+def write_tar(root: Path, out: Path, epoch: int) -> None:
+    """The tree under `root` as a canonical tar at `out`, including the parents of its top folders
+    (so extracting it sets their modes and mtimes too)."""
+    with tarfile.open(out, "w", format=tarfile.PAX_FORMAT) as tar:
+        for path in entries(root):
+            name = path.relative_to(root).as_posix()
+            found = path.lstat()
+            info = tarfile.TarInfo(name)
+            info.mtime, info.uid, info.gid, info.uname, info.gname = epoch, 0, 0, "", ""
+            if stat.S_ISLNK(found.st_mode):
+                info.type, info.linkname, info.mode = tarfile.SYMTYPE, os.readlink(path), 0o777
+                tar.addfile(info)
+            elif stat.S_ISDIR(found.st_mode):
+                info.type, info.mode = tarfile.DIRTYPE, 0o755
+                tar.addfile(info)
+            elif stat.S_ISREG(found.st_mode):
+                info.size, info.mode = found.st_size, _mode(path, found)
+                with path.open("rb") as data:
+                    tar.addfile(info, data)
+            else:
+                raise LayerError(f"{name} is neither a file, a folder nor a link; a venv has no other kind")
+
+
+def host_paths(root: Path, needles: Iterable[str]) -> list[str]:
+    """The files under `root` (links included) that contain any of `needles` (the scratch root's
+    spellings): each would carry a path of the build host into the image."""
+    marks = [n.encode() for n in needles if n]
+    bad = []
+    for path in entries(root):
+        name = path.relative_to(root).as_posix()
+        if path.is_symlink():
+            data = os.readlink(path).encode()
+        elif path.is_file():
+            data = path.read_bytes()
+        else:
+            continue
+        if any(mark in data for mark in marks):
+            bad.append(name)
+    return bad
+
+
+def make_layer(scratch: Path, layout: Layout, wheels: Sequence[Path], epoch: int, out: Path) -> None:
+    """The venv of `wheels` as a canonical tar at `out`, assembled under `scratch` (which must be empty)."""
+    root = scratch / "root"
+    assemble(root, layout, wheels)
+    bad = host_paths(root, {str(root), str(root.resolve()), str(scratch), str(scratch.resolve())})
+    if bad:
+        raise LayerError(f"{bad[0]} names the build host's scratch folder {scratch}; the layer would not be canonical")
+    write_tar(root, out, epoch)
+
+
+def layer_sha256(data: bytes | Path) -> str:
+    digest = hashlib.sha256()
+    if isinstance(data, Path):
+        with data.open("rb") as handle:
+            while chunk := handle.read(1 << 22):
+                digest.update(chunk)
+    else:
+        digest.update(io.BytesIO(data).getvalue())
+    return digest.hexdigest()

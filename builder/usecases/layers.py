@@ -1,0 +1,87 @@
+"""A canonical image's venv layer, made on the build host from its lock (matrix.yaml `canonical_layers`).
+
+Each pin's wheel is the one the lock's target installs (lock/wheels.py `pick`), found on the lock's
+own sources and fetched hash-checked (updates/wheelfiles.py), then kept in build/wheels/ by its
+sha256, so a second build (or a second image with the same wheel) reads it from there. The layer
+itself is lock/layer.py's: the same wheels give the same bytes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from builder.compat.rules import table
+from builder.engine import staging
+from builder.engine.image_build import LayerFailed, LayerMaker
+from builder.lock import children
+from builder.lock.layer import SEED, LayerError, Layout, make_layer, source_date_epoch
+from builder.lock.target import target_for
+from builder.lock.wheels import IndexFile, Pin, pick, pins, target_tags
+from builder.model.plan import ImageSpec
+from builder.model.sources import BuildSettings
+from builder.updates.wheelfiles import FetchFailed, WheelFiles
+from builder.usecases.measure import wheel_files
+
+
+def canonical(spec: ImageSpec) -> bool:
+    return spec.canonical is not None and spec.lock is not None
+
+
+class WheelCache:
+    """Wheels by sha256 in one folder: a local file is read where it is, a remote one downloaded once."""
+
+    def __init__(self, files: WheelFiles, folder: Path) -> None:
+        self.files = files
+        self.folder = folder
+        self.fetched = 0
+
+    def get(self, file: IndexFile, sha256: str) -> Path:
+        if file.url.startswith("file:"):
+            return self.files.fetch(file, sha256, self.folder)  # checked against the sha256 where it lies
+        kept = self.folder / sha256 / file.filename
+        if kept.is_file() and staging.sha256_of(kept) == sha256:
+            return kept
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        with children.work_folder() as scratch:
+            fetched = self.files.fetch(file, sha256, scratch)
+            os.replace(fetched, kept.with_suffix(".part"))
+        os.replace(kept.with_suffix(".part"), kept)
+        self.fetched += 1
+        return kept
+
+
+def locked_wheels(spec: ImageSpec, cache: WheelCache) -> list[Path]:
+    """The lock's wheels for its target, and the seed (pip), as local files checked against their sha256."""
+    assert spec.lock is not None
+    target = target_for(spec, table())
+    tags = target_tags(target.python, target.platform)
+    out = []
+    for pin in (*pins(spec.lock), Pin(SEED[0], SEED[1], (SEED[2],))):
+        file = pick(cache.files.files(pin.name), pin, tags)
+        if file is None or file.sha256 is None:
+            raise LayerFailed(
+                f"{pin.name}=={pin.version}: no file the sources list with the lock's hashes is a wheel for {target.platform}, "
+                f"Python {target.python}; check the index or re-lock"
+            )
+        out.append(cache.get(file, file.sha256))
+    return out
+
+
+def layer_maker(specs: Sequence[ImageSpec], settings: BuildSettings, folder: Path) -> LayerMaker | None:
+    """What `builder build` calls for each canonical image it builds; None when the selection has none."""
+    if not any(canonical(s) for s in specs):
+        return None
+    cache = WheelCache(wheel_files(specs, settings, canonical), folder)
+
+    def make(spec: ImageSpec, out: Path) -> None:
+        assert spec.lock is not None
+        try:
+            wheels = locked_wheels(spec, cache)
+            with children.work_folder() as scratch:
+                make_layer(scratch, Layout(spec.python, spec.python_bin), wheels, source_date_epoch(spec.lock), out)
+        except (FetchFailed, LayerError) as exc:
+            raise LayerFailed(str(exc)) from None
+
+    return make

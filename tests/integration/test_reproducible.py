@@ -1,0 +1,102 @@
+"""Same lock, same image ID, for real: the canonical numba CPU image (matrix.yaml `canonical_layers`)
+built from clean on the suite's two engines (the second at $BUILDER_TEST_ENGINE2), one after the other,
+from one copy of the repository (so the workspace and revision labels `builder build` adds are the
+same), under a registry name of its own (so the slice's image of the same id is not touched). The
+image IDs and the layer diff IDs must be equal. Without a second engine (a one-lane run) the second
+build is on the same engine, after the first image is removed. The slice smoke-tests the image.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import docker
+import pytest
+from docker import DockerClient
+
+from builder.engine import client as engine
+from tests.integration.conftest import copy_repository
+
+pytestmark = pytest.mark.docker
+
+ROOT = Path(__file__).resolve().parents[2]
+IMAGE = "numba0.68.0-cpu-py3.11-debian12"
+REGISTRY = "reproducible.test/gpu-images"
+TAG = f"{REGISTRY}:{IMAGE}"
+BASE = "builder-base/debian12:latest"
+
+
+def builder(folder: Path, *args: str, host: str | None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "DOCKER_HOST"}
+    if host is not None:
+        env["DOCKER_HOST"] = host
+        if host == os.environ.get("BUILDER_TEST_ENGINE2"):
+            env["BUILDER_LOCK_DIR"] = os.environ.get("BUILDER_LOCK_DIR") or "/tmp/builder-engine2"  # the second lane's locks
+    return subprocess.run(
+        [sys.executable, "-m", "builder", *args], cwd=folder, env=env, capture_output=True, text=True, timeout=1200, check=False
+    )
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = copy_repository(tmp_path_factory.mktemp("reproducible") / "repo")
+    matrix = folder / "matrix.yaml"
+    text = matrix.read_text(encoding="utf-8")
+    matrix.write_text("\n".join(f"registry: {REGISTRY}" if line.startswith("registry:") else line for line in text.splitlines()) + "\n")
+    rendered = builder(folder, "render", host=None)
+    assert rendered.returncode == 0, rendered.stderr
+    return folder
+
+
+def _engines(docker_client: DockerClient) -> list[tuple[str | None, DockerClient]]:
+    """(DOCKER_HOST for `builder`, a client) of this lane's engine, then the other engine's; this one
+    twice in a one-engine run."""
+    mine = (os.environ.get("DOCKER_HOST"), docker_client)
+    other = os.environ.get("BUILDER_TEST_ENGINE1") if os.environ.get("BUILDER_TEST_LANE") == "2" else os.environ.get("BUILDER_TEST_ENGINE2")
+    return [mine, (other, docker.DockerClient(base_url=other))] if other else [mine, mine]
+
+
+def _same_base(source: DockerClient, target: DockerClient) -> None:
+    """The second engine builds on the very base the first did: loaded from it when it has none."""
+    want = engine.image_id(source, BASE)
+    assert want is not None, f"the first build left no {BASE}"
+    found = engine.image_id(target, BASE)
+    if found is None:
+        for line in target.api.load_image(source.api.get_image(BASE)):
+            assert "error" not in line, line
+        found = engine.image_id(target, BASE)
+    assert found == want, f"the engines hold two different {BASE} ({want} and {found}): their images cannot be compared"
+
+
+def test_two_engines_build_one_image_id(docker_client: DockerClient, workspace: Path) -> None:
+    made: list[tuple[str, str, list[str], float]] = []  # (engine, image ID, diff IDs, seconds)
+    engines = _engines(docker_client)
+    try:
+        for n, (host, client) in enumerate(engines):
+            if n:
+                _same_base(engines[0][1], client)
+            engine.remove_image_quietly(client, TAG)  # from clean: no image of the tag, so no step images of it either
+            started = time.monotonic()
+            done = builder(workspace, "build", "--select", f"id={IMAGE}", host=host)
+            assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+            attrs = client.api.inspect_image(TAG)
+            result = json.loads((workspace / "build" / "results" / "build.json").read_text(encoding="utf-8"))
+            assert [r["image_id"] for r in result] == [attrs["Id"]]
+            assert "2000" <= attrs["Created"] < "2009", f"created {attrs['Created']}: not the lock's SOURCE_DATE_EPOCH"
+            made.append((host or "the default engine", attrs["Id"], attrs["RootFS"]["Layers"], time.monotonic() - started))
+        print("\n" + "\n".join(f"{where}: {image} in {seconds:.1f}s" for where, image, _, seconds in made))
+        (first_engine, first_id, first_layers, _), (second_engine, second_id, second_layers, _) = made
+        assert first_layers == second_layers, f"layer diff IDs differ between {first_engine} and {second_engine}"
+        assert first_id == second_id, f"{first_engine} built {first_id}, {second_engine} {second_id}"
+        dockerfile = (workspace / "images" / IMAGE / "Dockerfile").read_text(encoding="utf-8")
+        assert "ADD venv.tar /" in dockerfile and "pip install" not in dockerfile
+    finally:
+        for _, client in dict.fromkeys(engines):
+            engine.remove_image_quietly(client, TAG)
+            if client is not docker_client:
+                client.close()

@@ -1,0 +1,254 @@
+"""Same lock, same image (offline): the canonical venv layer and the normalized image config.
+
+The layer is made from small wheels written here (a package, a console script, an executable data
+file), the builds run against tests/fake_engine.py, whose builds stamp their layer with the clock
+and whose saves stamp the config, like the classic builder's.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+import os
+import tarfile
+import zipfile
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from builder.engine import image_build, reproducible
+from builder.engine.image_build import LayerFailed, Run
+from builder.engine.port import BuildRequest, Progress
+from builder.engine.settings import BuildSettings
+from builder.lock import layer
+from builder.lock.layer import LAYER_NAME, Layout, make_layer, source_date_epoch
+from builder.model.plan import Accelerator, Base, ImageSpec, Lock
+from builder.spec.matrix import load_matrix
+from builder.util.errors import UserError
+from tests.fake_engine import BASE_LAYER, FakeEngine, image_id_of, layer_tar
+
+EPOCH = 1_000_000_000
+
+
+def _record_line(name: str, data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{name},sha256={digest},{len(data)}"
+
+
+def make_wheel(folder: Path, name: str = "toy", version: str = "1.0") -> Path:
+    """A wheel with a module, a console script and an executable file in its data scheme."""
+    info = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}/__init__.py": b"VALUE = 42\n",
+        f"{name}/cli.py": b"def main():\n    print('hi')\n",
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        f"{info}/entry_points.txt": f"[console_scripts]\n{name} = {name}.cli:main\n".encode(),
+        f"{name}-{version}.data/scripts/{name}-tool": b"#!python\nprint('tool')\n",
+    }
+    record = "\n".join([*(_record_line(n, d) for n, d in files.items()), f"{info}/RECORD,,"]) + "\n"
+    path = folder / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as whl:
+        for entry, data in [*files.items(), (f"{info}/RECORD", record.encode())]:
+            zinfo = zipfile.ZipInfo(entry, (2024, 1, 1, 0, 0, 0))
+            zinfo.external_attr = (0o755 if entry.endswith("-tool") else 0o644) << 16
+            whl.writestr(zinfo, data)
+    return path
+
+
+def _layer(tmp_path: Path, label: str, umask: int) -> tuple[bytes, Path]:
+    work = tmp_path / label
+    (work / "wheels").mkdir(parents=True)
+    (work / "scratch").mkdir()
+    wheel = make_wheel(work / "wheels")
+    old = os.umask(umask)
+    try:
+        make_layer(work / "scratch", Layout("3.11", "python3.11"), [wheel], EPOCH, work / LAYER_NAME)
+    finally:
+        os.umask(old)
+    return (work / LAYER_NAME).read_bytes(), work
+
+
+def test_the_layer_is_the_same_bytes_from_other_folders_and_umasks(tmp_path: Path) -> None:
+    first, _ = _layer(tmp_path, "one", 0o022)
+    second, _ = _layer(tmp_path, "two-with-a-longer-name", 0o077)
+    assert first == second
+
+
+def test_the_layer_names_no_host_path_and_is_canonical(tmp_path: Path) -> None:
+    data, work = _layer(tmp_path, "host", 0o002)
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        members = tar.getmembers()
+        names = [m.name for m in members]
+        assert names == sorted(names, key=str.encode)
+        assert names[:2] == ["opt", "opt/venv"]
+        for member in members:
+            assert (member.mtime, member.uid, member.gid, member.uname, member.gname) == (EPOCH, 0, 0, "", ""), member.name
+            expected = 0o777 if member.issym() else 0o755 if member.isdir() else None
+            if expected is not None:
+                assert member.mode == expected, member.name
+            else:
+                assert member.mode in (0o644, 0o755), member.name
+            if member.isfile():
+                body = tar.extractfile(member)
+                assert body is not None
+                assert str(tmp_path).encode() not in body.read(), f"{member.name} names the build host's folder"
+            if member.issym():
+                assert str(tmp_path) not in member.linkname
+        by_name = {m.name: m for m in members}
+        script = by_name["opt/venv/bin/toy"]
+        assert script.mode == 0o755
+        body = tar.extractfile(script)
+        assert body is not None and body.read().startswith(b"#!/opt/venv/bin/python\n")
+        assert by_name["opt/venv/lib/python3.11/site-packages/toy/__init__.py"].mode == 0o644
+        assert by_name["opt/venv/bin/python3.11"].linkname == "/usr/bin/python3.11"
+        assert by_name["opt/venv/bin/python"].linkname == "python3.11"
+        cfg = tar.extractfile("opt/venv/pyvenv.cfg")
+        assert cfg is not None and b"home = /usr/bin\n" in cfg.read()
+        record = tar.extractfile("opt/venv/lib/python3.11/site-packages/toy-1.0.dist-info/RECORD")
+        assert record is not None and b"../../../bin/toy," in record.read()  # relative to site-packages, never the host's root
+        assert not [n for n in names if n.endswith(".pyc")], "no byte-compiled files"
+
+
+def test_a_host_path_in_a_file_is_refused(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    (root / "opt").mkdir(parents=True)
+    (root / "opt" / "leak.txt").write_text(f"built in {tmp_path}\n")
+    assert layer.host_paths(root, {str(tmp_path)}) == ["opt/leak.txt"]
+
+
+def test_the_epoch_is_the_locks() -> None:
+    lock = Lock("numba==0.68.0 --hash=sha256:aa\n", "sha256:x", (("numba", "0.68.0"),))
+    epoch = source_date_epoch(lock)
+    assert epoch == source_date_epoch(replace(lock))  # the same text, the same epoch
+    assert epoch != source_date_epoch(replace(lock, text=lock.text + "numpy==2.4.6\n"))
+    assert layer.EPOCH_FLOOR <= epoch < layer.EPOCH_FLOOR + 2**28
+    assert epoch == layer.EPOCH_FLOOR + int(hashlib.sha256(lock.text.encode()).hexdigest()[:7], 16)
+
+
+# -- the image: the config and the layers above the base normalized --------------------------------
+LOCK = Lock("numba==0.68.0 \\\n    --hash=sha256:aa\n", "sha256:inputs", (("numba", "0.68.0"),), (("numba", ("aa",)),))
+SPEC = ImageSpec(
+    id="numba0.68.0-cpu-py3.11-debian12",
+    tag="reg/x:numba0.68.0-cpu-py3.11-debian12",
+    base=Base("local-debian12", "cpu", "debian12", bootstrap="debootstrap"),
+    stack="numba",
+    python="3.11",
+    frameworks=(("numba", "0.68.0"),),
+    installs=(),
+    packages=("numba==0.68.0",),
+    index_urls=(),
+    accelerator=Accelerator("cpu", None),
+    content_hash="sha256:" + "c" * 64,
+    python_bin="python3.11",
+    lock=LOCK,
+    canonical="reproducible",
+)
+
+
+def test_two_saves_of_two_builds_normalize_to_one_image_id(tmp_path: Path) -> None:
+    engine = FakeEngine()
+    ids = []
+    for n in (1, 2):
+        engine.clock += 1000 * n  # another day, another build
+        made = engine.add_image(f"sha256:{n}" * 1, SPEC.tag)
+        engine.layers[made] = [BASE_LAYER, layer_tar({"etc/passwd": b"app:x:10001"}, engine.clock)]
+        saved, out = tmp_path / f"saved{n}.tar", tmp_path / f"out{n}.tar"
+        engine.save_image(SPEC.tag, saved)
+        ids.append(reproducible.normalize_archive(saved, out, EPOCH, keep=1))
+        with tarfile.open(out) as tar:
+            manifest = json.loads(tar.extractfile("manifest.json").read())  # type: ignore[union-attr]
+            config = json.loads(tar.extractfile(manifest[0]["Config"]).read())  # type: ignore[union-attr]
+            base = tar.extractfile(manifest[0]["Layers"][0]).read()  # type: ignore[union-attr]
+        assert base == BASE_LAYER, "the base's layers are left as they are"
+        assert config["created"] == reproducible.stamp(EPOCH) and {h["created"] for h in config["history"]} == {reproducible.stamp(EPOCH)}
+        assert not set(reproducible.DROPPED) & set(config)
+        assert config["config"]["Image"] == "", "the build's previous step image is not the image's"
+    assert ids[0] == ids[1]
+
+
+def test_a_canonical_build_is_offline_and_its_id_is_the_locks(tmp_path: Path) -> None:
+    engine = FakeEngine()
+    engine.add_image("sha256:base", SPEC.base.from_ref)
+    seen: list[bytes] = []
+
+    def output(request: BuildRequest) -> list[Progress]:
+        seen.append((request.path / LAYER_NAME).read_bytes())
+        return [Progress(text="Successfully built 0123456789ab\n")]
+
+    engine.build_output = output
+
+    def make(spec: ImageSpec, out: Path) -> None:
+        out.write_bytes(b"the venv of " + spec.id.encode())
+
+    results = []
+    for n in (1, 2):
+        engine.clock += 86_400 * n
+        run = Run(settings=BuildSettings(), build_dir=tmp_path / f"b{n}", lock_dir=tmp_path, revision="0" * 40, layers=make)
+        results.append(image_build.build_image(run, engine, SPEC, {"Dockerfile": b"FROM x\nADD venv.tar /\n"}, force=True))
+    assert [r.status for r in results] == ["built", "built"], results
+    assert results[0].image_id == results[1].image_id
+    assert {r.base_id for r in results} == {"sha256:base"}
+    assert engine.resolve(SPEC.tag) == results[0].image_id
+    assert {r.network_mode for r in engine.builds} == {"none"}
+    assert seen == [b"the venv of " + SPEC.id.encode()] * 2
+    assert {r.tag for r in engine.builds} == {image_build.build_tag(SPEC)} != {SPEC.tag}, "the tag moves only to the normalized image"
+    built = {image_id_of(r.tag, dict(r.labels)) for r in engine.builds}
+    assert not built & engine.image_ids, "the build's own image is removed once the normalized one is loaded"
+    assert image_build.build_tag(SPEC) not in engine.names
+    assert "sha256:base" in engine.image_ids
+
+
+def test_a_base_that_moved_during_the_build_fails_it(tmp_path: Path) -> None:
+    engine = FakeEngine()
+    engine.add_image("sha256:base", SPEC.base.from_ref)
+
+    def output(request: BuildRequest) -> list[Progress]:
+        engine.add_image("sha256:another-base", SPEC.base.from_ref)  # a bootstrap elsewhere re-tagged the base
+        return [Progress(text="Successfully built 0123456789ab\n")]
+
+    engine.build_output = output
+
+    def make(spec: ImageSpec, out: Path) -> None:
+        out.write_bytes(b"venv")
+
+    run = Run(settings=BuildSettings(), build_dir=tmp_path, lock_dir=tmp_path, layers=make)
+    result = image_build.build_image(run, engine, SPEC, {"Dockerfile": b"FROM x\n"}, force=True)
+    assert result.status == "failed" and "not the image the build started from (sha256:base)" in (result.error or ""), result
+    assert SPEC.tag not in engine.names and image_build.build_tag(SPEC) not in engine.names
+
+
+def test_a_layer_that_cannot_be_made_fails_the_build_in_one_line(tmp_path: Path) -> None:
+    def broken(spec: ImageSpec, out: Path) -> None:
+        raise LayerFailed("numba==0.68.0: no wheel for the target")
+
+    run = Run(settings=BuildSettings(), build_dir=tmp_path, lock_dir=tmp_path, layers=broken)
+    result = image_build.build_image(run, FakeEngine(), SPEC, {"Dockerfile": b"FROM x\n"}, force=True)
+    assert result.status == "failed" and "no wheel for the target" in (result.error or "")
+
+
+MATRIX = """\
+registry: reg/x
+bases:
+  local-debian12: {vendor: cpu, os: debian12, bootstrap: debootstrap}
+python: ["3.11"]
+frameworks:
+  numba: ["0.68.0"]
+stacks:
+  numba: [numba]
+canonical_layers:
+  - select: "%s"
+    reason: "reproducible"
+"""
+
+
+def test_canonical_layers_are_validated_with_their_line(tmp_path: Path) -> None:
+    path = tmp_path / "matrix.yaml"
+    path.write_text(MATRIX % "id=numba*")
+    assert load_matrix(path).canonical_layers == (("id=numba*", "reproducible", 10),)
+    path.write_text(MATRIX % "colour=blue")
+    with pytest.raises(UserError, match=r"matrix.yaml:10: canonical_layers.select"):
+        load_matrix(path)
