@@ -315,6 +315,9 @@ def test_derived_spec_keeps_the_planned_pins(tmp_path: Path) -> None:
     derived = derived_spec(env, record(IMAGE, digest=DIGEST), planned, "sha256:" + h("a"))
     assert (derived.id, derived.packages, derived.installs) == ("env-vision", planned.packages, planned.installs)
     assert derived.base.from_ref == DIGEST and derived.base.bootstrap is None
+    # an environment installs its own packages with a RUN on its base: never a canonical (reproducible) image,
+    # even where the base image was one (matrix.yaml canonical_layers)
+    assert derived_spec(env, record(IMAGE, digest=DIGEST), replace(planned, canonical="a reason"), "sha256:" + h("a")).canonical is None
 
 
 @pytest.mark.parametrize(

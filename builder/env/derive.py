@@ -32,7 +32,7 @@ def derived_spec(env: EnvFile, record: KnownGood, planned: ImageSpec | None, con
     base = base_of(record)
     if planned is not None:
         return replace(
-            planned, id=env.id, tag=env.tag, base=base, content_hash=content_hash, warnings=(), tag_line=None
+            planned, id=env.id, tag=env.tag, base=base, content_hash=content_hash, warnings=(), tag_line=None, canonical=None
         )  # no line: an environment's own image
     return ImageSpec(
         id=env.id,

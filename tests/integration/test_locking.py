@@ -92,28 +92,46 @@ def test_an_unresolvable_set_names_the_resolvers_reason(repo: Path, serve_index:
 
 
 @pytest.mark.docker
-def test_a_mirror_serving_other_bytes_fails_the_build_on_the_hash(repo: Path, serve_index: Any, docker_client: DockerClient) -> None:
-    """The lock pins PyPI's hashes; a mirror that serves a changed numba wheel is refused by the build, once, with the cause."""
-    _retag(repo, "builder-test/mirror")
+@pytest.mark.parametrize("venv", ["pip", "canonical"])
+def test_a_mirror_serving_other_bytes_fails_the_build_on_the_hash(
+    repo: Path, serve_index: Any, docker_client: DockerClient, venv: str
+) -> None:
+    """The lock pins PyPI's hashes; a mirror that serves a changed numba wheel is refused with the cause:
+    by pip's --require-hashes in the build, once (`pip`), or on the build host before any build, when
+    the venv is a canonical layer made from the lock (`canonical`: matrix.yaml canonical_layers)."""
+    _retag(repo, "builder-test/mirror", canonical=venv == "canonical")
     tag = f"builder-test/mirror:{NUMBA}"
     try:
         with serve_index(corrupt=("numba",)) as url:
             done = builder(repo, "build", "--select", f"id={NUMBA}", "--no-host-settings", "--index-url", url)
         assert done.returncode == 1, done.stdout[-3000:]
-        (result,) = json.loads((repo / "build" / "results" / "build.json").read_text(encoding="utf-8"))
-        assert result["status"] == "failed" and result["attempts"] == 1
-        assert "does not match the hash pinned for it" in (result["cause"] or ""), result
+        _refused_on_the_hash(repo, venv)
         assert engine.image_id(docker_client, tag) is None
     finally:
         _forget(docker_client, tag)
 
 
-def _retag(repo: Path, registry: str) -> None:
-    """Build under a test registry (never replace the real slice's tags); render again for it."""
+def _retag(repo: Path, registry: str, canonical: bool = True) -> None:
+    """Build under a test registry (never replace the real slice's tags); render again for it. Without
+    `canonical`, matrix.yaml's canonical_layers goes: every image installs its lock with pip in a RUN step."""
     matrix = repo / "matrix.yaml"
-    matrix.write_text(matrix.read_text(encoding="utf-8").replace("registry: ghcr.io/example/gpu-images", f"registry: {registry}"))
+    text = matrix.read_text(encoding="utf-8").replace("registry: ghcr.io/example/gpu-images", f"registry: {registry}")
+    if not canonical:
+        text, found = re.subn(r"(?m)^canonical_layers:\n(?:  .*\n|    .*\n)*", "", text)
+        assert found == 1, "matrix.yaml's canonical_layers block moved: update this test"
+    matrix.write_text(text)
     render = builder(repo, "render", "--force")
     assert render.returncode == 0, render.stderr
+
+
+def _refused_on_the_hash(repo: Path, venv: str) -> None:
+    (result,) = json.loads((repo / "build" / "results" / "build.json").read_text(encoding="utf-8"))
+    if venv == "pip":
+        assert result["status"] == "failed" and result["attempts"] == 1, result
+        assert "does not match the hash pinned for it" in (result["cause"] or ""), result
+        return
+    assert result["status"] == "failed" and result["attempts"] == 0, result  # no build was started
+    assert re.search(r"its venv layer: .*(sha256 differs|with the lock's hashes)", result["error"] or ""), result
 
 
 def _forget(client: DockerClient, tag: str) -> None:
@@ -142,10 +160,12 @@ def test_keep_going_locks_the_rest_and_lists_what_failed(repo: Path, serve_index
 
 
 @pytest.mark.docker
-def test_a_build_from_a_tampered_lock_fails_on_the_hash(repo: Path, docker_client: DockerClient) -> None:
+@pytest.mark.parametrize("venv", ["pip", "canonical"])
+def test_a_build_from_a_tampered_lock_fails_on_the_hash(repo: Path, docker_client: DockerClient, venv: str) -> None:
     """Every hash of one locked package replaced, and the body digest rewritten to match (it binds
     the body; it is no signature), so the lock passes `builder lock --check`: pip's --require-hashes
-    still refuses every copy of it. (Without the rewritten digest, render and build refuse the lock
+    still refuses every copy of it, and so does the build host that makes a canonical venv layer (no
+    file its sources list has those hashes). (Without the rewritten digest, render and build refuse the lock
     before any build: tests/test_lock_integrity.py.)"""
     lock = repo / "images" / NUMBA / "requirements.lock"
     lines = lock.read_text(encoding="utf-8").splitlines()
@@ -157,14 +177,12 @@ def test_a_build_from_a_tampered_lock_fails_on_the_hash(repo: Path, docker_clien
     lines[4] = "# body: sha256:" + hashlib.sha256(body.encode()).hexdigest()
     lock.write_text("\n".join(lines) + "\n", encoding="utf-8")
     assert builder(repo, "lock", "--check", "--select", f"id={NUMBA}").returncode == 0
-    _retag(repo, "builder-test/tampered")
+    _retag(repo, "builder-test/tampered", canonical=venv == "canonical")
     tag = f"builder-test/tampered:{NUMBA}"
     try:
         done = builder(repo, "build", "--select", f"id={NUMBA}")
         assert done.returncode == 1, done.stdout[-3000:]
-        (result,) = json.loads((repo / "build" / "results" / "build.json").read_text(encoding="utf-8"))
-        assert result["status"] == "failed" and result["attempts"] == 1
-        assert "does not match the hash pinned for it" in (result["cause"] or ""), result
+        _refused_on_the_hash(repo, venv)
         assert engine.image_id(docker_client, tag) is None
     finally:
         _forget(docker_client, tag)
