@@ -1,0 +1,121 @@
+"""usecases/layers.py (offline): which wheels a canonical image's venv layer is made of, the wheel
+cache by sha256, and the layer maker `builder build` calls, against a fake index (no network)."""
+
+from __future__ import annotations
+
+import hashlib
+import tarfile
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from builder.engine.image_build import LayerFailed
+from builder.lock.layer import SEED
+from builder.lock.wheels import IndexFile
+from builder.model.sources import BuildSettings
+from builder.updates.wheelfiles import FetchFailed
+from builder.usecases import layers
+from tests.test_canonical_layer import SPEC, make_wheel
+
+
+class FakeFiles:
+    """WheelFiles' two calls: what an index lists for a project, and one file fetched (sha256-checked)."""
+
+    def __init__(self, listed: dict[str, list[IndexFile]], data: dict[str, bytes]) -> None:
+        self.listed = listed
+        self.data = data  # url -> bytes served
+        self.fetches: list[str] = []
+
+    def files(self, name: str) -> list[IndexFile]:
+        return self.listed.get(name, [])
+
+    def fetch(self, file: IndexFile, sha256: str, folder: Path) -> Path:
+        self.fetches.append(file.url)
+        if file.url.startswith("file://"):  # read where it lies, as WheelFiles does
+            local = Path(file.url.removeprefix("file://"))
+            assert hashlib.sha256(local.read_bytes()).hexdigest() == sha256
+            return local
+        data = self.data[file.url]
+        if hashlib.sha256(data).hexdigest() != sha256:
+            raise FetchFailed(f"{file.url} is not the file the lock pins (its sha256 differs); check the index or mirror")
+        out = folder / "wheel.whl"
+        out.write_bytes(data)
+        return out
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_only_a_locked_image_the_policy_names_is_canonical() -> None:
+    assert layers.canonical(SPEC)
+    assert not layers.canonical(replace(SPEC, canonical=None))
+    assert not layers.canonical(replace(SPEC, lock=None))  # the policy needs a lock to make the layer from
+
+
+def test_a_remote_wheel_is_fetched_once_and_kept_by_its_sha256(tmp_path: Path) -> None:
+    data = b"wheel bytes"
+    file = IndexFile("numba-0.68.0-py3-none-any.whl", "https://index.example/numba.whl", _sha(data))
+    fake = FakeFiles({}, {file.url: data})
+    cache = layers.WheelCache(fake, tmp_path / "wheels")  # type: ignore[arg-type]
+    first = cache.get(file, _sha(data))
+    assert first == tmp_path / "wheels" / _sha(data) / file.filename and first.read_bytes() == data
+    assert cache.get(file, _sha(data)) == first and fake.fetches == [file.url] and cache.fetched == 1
+    first.write_bytes(b"changed on disk")  # a kept file that is no longer the lock's is fetched again
+    assert cache.get(file, _sha(data)).read_bytes() == data and cache.fetched == 2
+    assert not list((tmp_path / "wheels").rglob("*.part"))
+
+
+def test_a_local_wheel_is_read_where_it_lies(tmp_path: Path) -> None:
+    data = b"local wheel"
+    (tmp_path / "numba.whl").write_bytes(data)
+    file = IndexFile("numba-0.68.0-py3-none-any.whl", f"file://{tmp_path}/numba.whl", _sha(data))
+    fake = FakeFiles({}, {})
+    cache = layers.WheelCache(fake, tmp_path / "wheels")  # type: ignore[arg-type]
+    assert cache.get(file, _sha(data)) == tmp_path / "numba.whl"
+    assert fake.fetches == [file.url] and cache.fetched == 0 and not (tmp_path / "wheels").exists()
+
+
+def test_the_locked_wheels_are_the_targets_with_the_seed_and_a_missing_one_is_named(tmp_path: Path) -> None:
+    numba, pip = b"numba wheel", b"pip wheel"
+    assert SPEC.lock is not None
+    spec = replace(SPEC, lock=replace(SPEC.lock, hashes=(("numba", (_sha(numba),)),)))
+    listed = {
+        "numba": [
+            IndexFile("numba-0.68.0.tar.gz", "https://i/numba.tar.gz", _sha(numba)),  # not a wheel: never picked
+            IndexFile("numba-0.68.0-cp311-cp311-manylinux_2_17_x86_64.whl", "https://i/numba.whl", _sha(numba)),
+        ],
+        "pip": [IndexFile(f"pip-{SEED[1]}-py3-none-any.whl", "https://i/pip.whl", SEED[2])],
+    }
+    fake = FakeFiles(listed, {"https://i/numba.whl": numba, "https://i/pip.whl": pip})
+    with pytest.raises(FetchFailed, match="pip.whl is not the file the lock pins"):  # the seed is pinned by its sha256 too
+        layers.locked_wheels(spec, layers.WheelCache(fake, tmp_path / "a"))  # type: ignore[arg-type]
+    assert fake.fetches == ["https://i/numba.whl", "https://i/pip.whl"]
+
+    listed["numba"] = listed["numba"][:1]
+    with pytest.raises(LayerFailed, match=r"^numba==0\.68\.0: no file the sources list with the lock's hashes is a wheel for x86_64"):
+        layers.locked_wheels(spec, layers.WheelCache(FakeFiles(listed, {}), tmp_path / "b"))  # type: ignore[arg-type]
+
+
+def test_no_canonical_image_no_layer_maker() -> None:
+    assert layers.layer_maker([replace(SPEC, canonical=None)], BuildSettings(), Path("/nonexistent")) is None
+
+
+def test_the_layer_maker_writes_the_layer_and_names_a_fetch_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    wheel = make_wheel(tmp_path)
+    monkeypatch.setattr(layers, "locked_wheels", lambda spec, cache: [wheel])
+    make = layers.layer_maker([SPEC], BuildSettings(), tmp_path / "wheels")
+    assert make is not None
+    make(SPEC, tmp_path / "venv.tar")
+    with tarfile.open(tmp_path / "venv.tar") as tar:
+        names = tar.getnames()
+    assert "opt/venv/pyvenv.cfg" in names and any(n.endswith("site-packages/toy/__init__.py") for n in names)
+
+    def refused(spec: object, cache: object) -> list[Path]:
+        raise FetchFailed("https://i/numba.whl is not the file the lock pins (its sha256 differs); check the index or mirror")
+
+    monkeypatch.setattr(layers, "locked_wheels", refused)
+    with pytest.raises(LayerFailed, match="sha256 differs"):
+        make(SPEC, tmp_path / "other.tar")
+    assert not (tmp_path / "other.tar").exists()
