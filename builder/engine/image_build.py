@@ -277,9 +277,9 @@ def reproducible_image(run: Run, engine: Engine, spec: ImageSpec, built: ImageIn
 
 def _normalized(run: Run, engine: Engine, spec: ImageSpec, built: ImageInfo, lock: Lock, base_id: str | None) -> str:
     base = engine.inspect_image(spec.base.from_ref)
-    keep = len(base.diff_ids) if base is not None else 0
     if base is None or base.id != base_id:
         raise BuildFailed(f"the base {spec.base.from_ref} is not the image the build started from ({base_id}); build again")
+    keep = len(base.diff_ids)
     if not keep or built.diff_ids[:keep] != base.diff_ids:
         raise BuildFailed(f"the built image is not on the layers of its base {spec.base.from_ref}; build again")
     run.staging_root.mkdir(parents=True, exist_ok=True)

@@ -20,14 +20,14 @@ The image ID is the sha256 of that config, so the same lock on the same base giv
 
 from __future__ import annotations
 
-import datetime
 import hashlib
 import io
 import json
 import tarfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
+
+from builder.util.text import utc_stamp
 
 DROPPED = ("container", "container_config", "docker_version")  # the build's container and engine, not the image's content
 _TIMES = ("atime", "ctime", "mtime")
@@ -37,17 +37,13 @@ class NotAnArchive(Exception):
     """The saved file is not the docker-archive this rewrites (one line)."""
 
 
-def stamp(epoch: int) -> str:
-    return datetime.datetime.fromtimestamp(epoch, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def normalize_config(config: dict[str, Any], epoch: int, diff_ids: list[str]) -> bytes:
     """The config with the epoch's timestamps, without the build's container and engine, and these diff IDs."""
     out = {k: v for k, v in config.items() if k not in DROPPED}
     if isinstance(config.get("config"), dict) and "Image" in config["config"]:
         out["config"] = {**config["config"], "Image": ""}  # the classic builder's last step image: an ID of this build's
-    out["created"] = stamp(epoch)
-    out["history"] = [{**entry, "created": stamp(epoch)} for entry in config.get("history") or []]
+    out["created"] = utc_stamp(epoch)
+    out["history"] = [{**entry, "created": utc_stamp(epoch)} for entry in config.get("history") or []]
     out["rootfs"] = {**(config.get("rootfs") or {"type": "layers"}), "diff_ids": diff_ids}
     return json.dumps(out, sort_keys=True, separators=(",", ":")).encode()
 
@@ -147,6 +143,3 @@ def _add(dst: tarfile.TarFile, name: str, body: bytes) -> None:
     info = tarfile.TarInfo(name)
     info.size, info.mode = len(body), 0o644
     dst.addfile(info, io.BytesIO(body))
-
-
-Normalize = Callable[[Path, Path, int, int], str]

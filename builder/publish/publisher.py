@@ -16,7 +16,6 @@ import importlib.metadata
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 import filelock
 
@@ -32,6 +31,7 @@ from builder.publish.inventory import Inventory, read_inventory, run_script
 from builder.publish.tags import floating_tags, newest_of_line
 from builder.util import fsio
 from builder.util.errors import RunFailure, UserError
+from builder.util.text import utc_stamp
 
 REPOSITORY = re.compile(r"^(?:[a-z0-9.-]+(?::\d{1,5})?/)?[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$")
 MANIFEST_ENV = re.compile(r"^(PATH|VIRTUAL_ENV|LD_LIBRARY_PATH|NVIDIA_[A-Z_]+|CUDA_[A-Z_]+|PYTHON[A-Z_]*|NUMBA_[A-Z_]+|HSA_[A-Z_]+)=")
@@ -58,7 +58,7 @@ def builder_version() -> str:
 
 
 def now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return utc_stamp()
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from pathlib import Path
 
 from builder.engine.bootstrap import HASH_LABEL
@@ -27,6 +26,7 @@ from builder.probes import hip_base
 from builder.smoke import hip
 from builder.smoke.args import MEMORY_LIMIT, PIDS_LIMIT, TMPFS
 from builder.util.errors import RunFailure, UserError
+from builder.util.text import utc_stamp
 
 PROBE = Path(hip_base.__file__).read_text(encoding="utf-8")
 SCAN = Path(offload.__file__).read_text(encoding="utf-8")
@@ -112,7 +112,7 @@ def result_of(base: Base, run: BaseRun, seconds: float, tested: TestedOn) -> Smo
         seconds=round(seconds, 2),
         tests=TestCounts(tests=len(checks), failures=len(bad)),
         failures=tuple(f"{c.name}: {c.detail}" for c in bad),
-        date=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        date=utc_stamp(),
         host=tested,
         returncode=0 if verdict == "gpu-skipped" else 1,
         vendor=base.vendor,

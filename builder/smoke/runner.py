@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +36,7 @@ from builder.render.labels import HASH_LABEL
 from builder.smoke.args import GpuAccess, gpu_access, run_spec
 from builder.util.errors import RunFailure, UserError
 from builder.util.fsio import read_json
+from builder.util.text import utc_stamp
 
 CHECKS_DIR = Path(__file__).resolve().parent / "checks"
 
@@ -288,7 +288,7 @@ def smoke_one(engine: Engine, spec: ImageSpec, host: HostInfo, mode: str, timeou
     """Test one built image: GPU access decided, checks run, verdict written to results/<id>.json."""
     started = time.monotonic()
     access = gpu_access(spec, mode, host)
-    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    stamp = utc_stamp()
     if access.failure:
         gpu = GpuUse(access.attach, access.reason)
         return SmokeResult(

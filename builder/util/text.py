@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import re
+from datetime import UTC, datetime
 
 ELLIPSIS = "…"
 
@@ -144,3 +145,9 @@ def _next(positions: list[int], start: int, default: int) -> int:
     """The first position at or after `start`, else `default` (positions are sorted)."""
     i = bisect.bisect_left(positions, start)
     return positions[i] if i < len(positions) else default
+
+
+def utc_stamp(epoch: float | None = None) -> str:
+    """A UTC time in ISO 8601 to the second with a Z (now, or the Unix time `epoch`): every date the project records."""
+    moment = datetime.now(UTC) if epoch is None else datetime.fromtimestamp(epoch, UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
