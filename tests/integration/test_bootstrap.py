@@ -230,7 +230,9 @@ def built_debian12(
     base = _base(f"itest-debian12-{uuid.uuid4().hex[:6]}")
     logs: list[str] = []
     work = tmp_path_factory.mktemp("bootstrap")
-    shared = next(s.base for s in Workspace.locate(str(ROOT / "matrix.yaml")).selected(None, use_default=True))
+    # The Debian 12 base the other modules build on: the default job's torch image, and the images the
+    # second lane's modules build (Debian 13's, only the first lane's slice builds: it bootstraps that one).
+    shared = Workspace.locate(str(ROOT / "matrix.yaml")).matrix.base("local-debian12")
     with _lane_one_waits_for(shared) as lane_one, pytest.MonkeyPatch.context() as patch:
         patch.setattr(bootstrap, "SCRATCH_DIR", work / "scratch")
         patch.setenv("BUILDER_LOCK_DIR", str(work / "locks"))
@@ -252,7 +254,7 @@ def _share_as_the_default_base(client: DockerClient, base: Base, shared: Base) -
     mine = engine.image_labels(client, base.local_tag)
     assert mine is not None
     mirror = bootstrap.Recipe.from_label(mine[bootstrap.RECIPE_LABEL]).mirror
-    assert mine[bootstrap.HASH_LABEL] == bootstrap.recipe_hash(bootstrap.recipe_for(shared, mirror)), "not the default base's recipe"
+    assert mine[bootstrap.HASH_LABEL] == bootstrap.recipe_hash(bootstrap.recipe_for(shared, mirror)), "not the shared base's recipe"
     if engine.image_labels(client, shared.local_tag) is None:
         repository, tag = shared.local_tag.rsplit(":", 1)
         client.api.tag(base.local_tag, repository, tag)
@@ -261,7 +263,7 @@ def _share_as_the_default_base(client: DockerClient, base: Base, shared: Base) -
 @contextlib.contextmanager
 def _lane_one_waits_for(shared: Base) -> Iterator[DockerClient | None]:
     """In the second lane (tests/conftest.py), the first lane's engine, with the first lane's bootstrap
-    lock of the default base held: its first build waits on that lock, as a second `builder` process
+    lock of the shared base held: its first build waits on that lock, as a second `builder` process
     waits on a first (ensure_base), and then finds the base this module made loaded into its engine,
     so one debootstrap serves both engines (about a minute of the run's CPU). None, and nothing held,
     in a one-lane run, or where the first lane is already bootstrapping it (it then makes its own)."""
@@ -286,7 +288,7 @@ def _lane_one_waits_for(shared: Base) -> Iterator[DockerClient | None]:
 
 
 def _load_into(lane_one: DockerClient, client: DockerClient, shared: Base) -> None:
-    """The default base, saved from this engine and loaded into the first lane's (same image id, same
+    """The shared base, saved from this engine and loaded into the first lane's (same image id, same
     labels), unless that engine already holds it."""
     labels = engine.image_labels(client, shared.local_tag)
     assert labels is not None
