@@ -190,7 +190,6 @@ class FakeEngine:
         self.listings: list[tuple[str, bool, bool]] = []  # (label, dangling, intermediate) of every images() call
         self.histories: dict[str, list[Layer]] = {}  # image id -> its history, when a test scripts one
         self.architectures: dict[str, str] = {}  # image id -> its config's architecture (a build's or an import's platform)
-        self.imports: list[tuple[str, str | None]] = []  # (name, platform) of every import
         # image id -> its layers' tar bytes, base first: every image is on BASE_LAYER, a build adds one
         # layer whose file mtime is the engine's clock at build time (as a real build's is)
         self.layers: dict[str, list[bytes]] = {}
@@ -347,16 +346,6 @@ class FakeEngine:
 
     def _layers(self, image: str) -> list[bytes]:
         return self.layers.get(image, [BASE_LAYER])
-
-    def import_image(self, tarball: Path, repository: str, tag: str, changes: Sequence[str], platform: str | None = None) -> None:
-        labels = {}
-        for change in changes:
-            if change.startswith("LABEL "):
-                key, _, value = change.removeprefix("LABEL ").partition("=")
-                labels[key] = value.strip('"').replace('\\"', '"').replace("\\$", "$").replace("\\\\", "\\")
-        made = self.add_image(image_id_of(f"{repository}:{tag}", labels), f"{repository}:{tag}", labels=labels)
-        self.architectures[made] = architecture_of(platform)
-        self.imports.append((f"{repository}:{tag}", platform))
 
     def push(self, repository: str, tag: str) -> FakeStream:
         name = f"{repository}:{tag}"

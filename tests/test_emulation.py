@@ -8,6 +8,7 @@ tests/integration/test_arm64.py.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 from collections.abc import Sequence
@@ -189,15 +190,17 @@ def test_the_adapter_passes_the_platform_only_when_there_is_one() -> None:
     assert "platform" not in create_kwargs(ContainerSpec("i", ("true",)))
 
 
-def test_the_base_is_imported_for_its_platform(specs: tuple[ImageSpec, ...], tmp_path: Path) -> None:
+def test_the_base_is_loaded_for_its_platform(specs: tuple[ImageSpec, ...], tmp_path: Path) -> None:
+    """The base's config names its architecture (what `FROM --platform=linux/arm64` checks)."""
     fake = FakeEngine()
     arm = specs[1].base
     recipe = bootstrap.recipe_for(arm, "http://deb.debian.org/debian")
     assert recipe.arch == "arm64"
     tarball = tmp_path / "rootfs.tar"
     tarball.write_bytes(b"")
-    bootstrap._import(fake, tarball, "builder-base/debian12-arm64:tmp-1", recipe, bootstrap.recipe_hash(recipe), arm.platform)
-    assert fake.imports == [("builder-base/debian12-arm64:tmp-1", ARM64)]
+    config = bootstrap.base_config(recipe, bootstrap.recipe_hash(recipe), 1_700_000_000, "sha256:" + hashlib.sha256(b"").hexdigest())
+    bootstrap.image_archive(tarball, tmp_path / "image.tar", "builder-base/debian12-arm64:tmp-1", config)
+    fake.load_image(tmp_path / "image.tar")
     assert getattr(fake.inspect_image("builder-base/debian12-arm64:tmp-1"), "architecture", None) == "arm64"
 
 

@@ -264,11 +264,11 @@ def test_a_base_is_bootstrapped_only_when_its_recipe_changed(
 ) -> None:
     """The planted base carries the recipe's hash: nothing to bootstrap. Without it, bootstrapping needs
     debootstrap; its absence is a one-line UserError for the whole run (never a real debootstrap here)."""
-    monkeypatch.setattr(bootstrap, "_debootstrap_binary", lambda: None)
+    monkeypatch.setattr(bootstrap, "_tool_binary", lambda: None)
     building.build_images(ws, specs, OFFLINE, BuildEvents(), connect_to(fake))
     assert fake.removed_images == [], "the base was current: nothing was imported or replaced"
     fake.labels["sha256:base-debian12"] = {bootstrap.HASH_LABEL: "sha256:an-older-recipe"}
-    with pytest.raises(UserError, match="debootstrap is not installed"):
+    with pytest.raises(UserError, match="mmdebstrap is not installed"):
         building.build_images(ws, specs, replace(OFFLINE, force=True), BuildEvents(), connect_to(fake))
 
 

@@ -223,7 +223,7 @@ def ensure_base(
             return BootstrapResult(tag, built=False, seconds=time.monotonic() - start, recipe_hash=digest)
         _check_tools()
         log(f"bootstrapping {tag}: debian {recipe.release} ({recipe.variant}) from {mirror}")
-        _build(engine, tag, recipe, digest, log, base.platform)
+        _build(engine, tag, recipe, digest, log)
     finally:
         lock.release()
     seconds = time.monotonic() - start
@@ -251,7 +251,7 @@ def _image_id(engine: Engine, ref: str) -> str | None:
     return None if info is None else info.id
 
 
-def _build(engine: Engine, tag: str, recipe: Recipe, digest: str, log: Log, platform: str) -> None:
+def _build(engine: Engine, tag: str, recipe: Recipe, digest: str, log: Log) -> None:
     SCRATCH_DIR.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="builder-bootstrap-", dir=SCRATCH_DIR))
     repository = tag.rsplit(":", 1)[0]

@@ -14,14 +14,10 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import io
-import json
 import os
 import shutil
 import signal
 import socket
-import tarfile
-import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -29,7 +25,6 @@ from types import FrameType
 from typing import Any, cast
 
 import docker
-from docker.api import APIClient
 from docker.context import ContextAPI
 from docker.context.config import get_current_context_name
 from docker.errors import APIError, DockerException, NotFound
@@ -481,67 +476,6 @@ def _image_info(attrs: Mapping[str, Any]) -> port.ImageInfo:
     )
 
 
-def _import_tarball(api: APIClient, tarball: Path, repository: str, tag: str, changes: list[str], platform: str | None) -> str:
-    """`docker import --platform`: the SDK's import_image has no platform, so the same request with
-    it (POST /images/create?fromSrc=-, API 1.32+); without it the engine stamps its own architecture
-    on an arm64 root filesystem, and `FROM --platform=linux/arm64` refuses the image. Engine 20.10
-    ignores the parameter too: then the image's config is rewritten for the platform (`_set_platform`)."""
-    params: dict[str, Any] = {"repo": repository, "tag": tag, "fromSrc": "-", "changes": changes}
-    if platform is not None:
-        params["platform"] = platform
-    raw = cast(Any, api)  # the SDK's own request helpers, which the stubs leave out (private)
-    with tarball.open("rb") as data:
-        response = raw._post(
-            raw._url("/images/create"), data=data, params=params, headers={"Content-Type": "application/tar"}, timeout=None
-        )
-    output = str(raw._result(response))  # the engine's progress lines, one JSON object each
-    ref = f"{repository}:{tag}"
-    if platform is not None and _platform_of(api.inspect_image(ref)) != platform:
-        _set_platform(api, ref, platform, tarball.parent)
-    return output
-
-
-def _platform_of(attrs: Mapping[str, Any]) -> str:
-    return f"{attrs.get('Os') or 'linux'}/{attrs.get('Architecture') or ''}"
-
-
-def _set_platform(api: APIClient, ref: str, platform: str, scratch: Path) -> None:
-    """The image `ref` with its config saying `platform`: saved, its config patched (os, architecture),
-    loaded back under the same tag; the image it replaces is removed. The layers are unchanged."""
-    os_name, _, arch = platform.partition("/")
-    old = str(api.inspect_image(ref)["Id"])
-    with tempfile.TemporaryDirectory(prefix="builder-platform-", dir=scratch) as tmp:
-        saved, patched = Path(tmp) / "saved.tar", Path(tmp) / "patched.tar"
-        with saved.open("wb") as out:
-            for chunk in api.get_image(ref):
-                out.write(chunk)
-        with tarfile.open(saved) as src, tarfile.open(patched, "w") as dst:
-            manifest_file = src.extractfile("manifest.json")
-            if manifest_file is None:
-                raise port.EngineFault(f"the engine saved {ref} without a manifest.json")
-            config_name = json.loads(manifest_file.read())[0]["Config"]
-            for member in src:
-                data = src.extractfile(member) if member.isfile() else None
-                if member.name == config_name and data is not None:
-                    config = json.loads(data.read())
-                    config["os"], config["architecture"] = os_name, arch
-                    body = json.dumps(config).encode()
-                    member.size = len(body)
-                    dst.addfile(member, io.BytesIO(body))
-                else:
-                    dst.addfile(member, data)
-        with patched.open("rb") as data:
-            for message in api.load_image(data):
-                if isinstance(message, dict) and "error" in message:
-                    raise port.EngineFault(" ".join(str(message["error"]).split()))
-    loaded = api.inspect_image(ref)
-    if _platform_of(loaded) != platform:
-        raise port.EngineFault(f"the engine did not take {ref} as a {platform} image")
-    if str(loaded["Id"]) != old:
-        with contextlib.suppress(NotFound, APIError):
-            api.remove_image(old)
-
-
 class DockerEngine:
     """The engine port over a connected docker SDK client (see port.Engine for each operation)."""
 
@@ -606,14 +540,6 @@ class DockerEngine:
                 decode=True,
             ),
         )
-
-    def import_image(self, tarball: Path, repository: str, tag: str, changes: Sequence[str], platform: str | None = None) -> None:
-        with _faults():
-            output = _import_tarball(self._sdk.api, tarball, repository, tag, list(changes), platform)
-        for line in output.splitlines():
-            message = json.loads(line) if line.strip().startswith("{") else {}
-            if "error" in message:
-                raise port.EngineFault(" ".join(str(message["error"]).split()))
 
     def save_image(self, ref: str, out: Path) -> None:
         with _faults(), out.open("wb") as data:
