@@ -29,6 +29,7 @@ from builder.ui.args import (
     PullArgs,
     RenderArgs,
     ReportArgs,
+    ReproduceArgs,
     RunArgs,
     TestArgs,
     UpdatesArgs,
@@ -230,9 +231,32 @@ def catalog(ws: Workspace, args: CatalogArgs) -> None:
     from builder.usecases.catalog import listing
 
     store = ws.store.catalog(args.catalog_dir, must_exist=True)
-    found = listing(store, args.query, args.signers(store), indexes=args.fmt == "json")
+    found = listing(store, args.query, args.signers(store), indexes=args.fmt == "json", verdicts=ws.store.reproduced)
     show_listing(found, args.fmt)
     exit_for(found.ok)
+
+
+@command(main, ReproduceArgs)
+def reproduce(ws: Workspace, args: ReproduceArgs) -> None:
+    """Rebuild the newest known-good record matching QUERY from its lock and base, and compare it
+    with its signed attestation: `reproduced`, or `differs: layer N (what it is): expected ..., got ...`.
+
+    The record's evidence is verified first (no --no-verify); this checkout must hold the record's
+    lock and images/<id>/. An image built with RUN is `not reproducible` (exit 1). The verdict is kept
+    in build/results/reproduced.json, which `builder catalog` and `builder report` show. Exit 0 when reproduced."""
+    from builder.ui.catalog import show_reproduced
+    from builder.usecases.reproduce import reproduce
+
+    store = ws.store.catalog(args.catalog_dir, must_exist=True)
+    done = reproduce(
+        ws,
+        store,
+        " ".join(args.query),
+        log=lambda line: err.print(line, markup=False, highlight=False),
+        allowed_signers=args.allowed_signers,
+    )
+    show_reproduced(done)
+    exit_for(done.verdict.ok)
 
 
 @command(main, ReportArgs)

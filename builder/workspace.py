@@ -60,6 +60,11 @@ class Store:
         return self.results / "build.json"
 
     @property
+    def reproduced(self) -> Path:
+        """`builder reproduce`'s verdicts, one per record (model/reproduced.py)."""
+        return self.results / "reproduced.json"
+
+    @property
     def nightly(self) -> Path:
         return self.build / "nightly"
 

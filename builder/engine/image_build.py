@@ -103,6 +103,9 @@ class Run:
     # image id -> the container of the build step running now, so an interrupt can remove it
     step_containers: dict[str, str] = field(default_factory=dict)
     layers: LayerMaker | None = None  # makes a canonical image's venv layer (matrix.yaml canonical_layers)
+    # the workspace label to write instead of the owner's identity ("": none), for `builder reproduce`,
+    # which rebuilds a published image with the labels its config carries (usecases/reproduce.py)
+    workspace: str | None = None
 
     @property
     def log_dir(self) -> Path:
@@ -365,7 +368,8 @@ def _attempt(
     ):
         if url is not None:
             buildargs[name] = url
-    labels = build_labels(spec, run.revision, run.owner.identity if run.owner else "")
+    workspace = run.workspace if run.workspace is not None else (run.owner.identity if run.owner else "")
+    labels = build_labels(spec, run.revision, workspace)
     with log_path.open("w" if attempt == 1 else "a", encoding="utf-8", buffering=1) as log:  # line-buffered: `tail -f` works
         log.write(f"# build {spec.id} attempt {attempt} -> {spec.tag}\n")
         log.write(f"# local wheels: {', '.join(staged.wheels) or 'none'}\n")

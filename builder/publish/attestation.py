@@ -118,6 +118,26 @@ def read(text: str, where: str) -> Subject:
     return Subject(name, hexdigest)
 
 
+def built_image(text: str, where: str) -> BuiltImage | None:
+    """The tested image a Statement (already `read`) names (`predicate.built`); None when it names
+    none (published before the attestation recorded it); RunFailure when it is not of that shape."""
+    doc = parse_json(text, where)
+    built = doc.get("predicate", {}).get("built") if isinstance(doc, dict) and isinstance(doc.get("predicate"), dict) else None
+    if built is None:
+        return None
+    image_id = built.get("image_id") if isinstance(built, dict) else None
+    diff_ids = built.get("diff_ids") if isinstance(built, dict) else None
+    canonical = built.get("canonical") if isinstance(built, dict) else None
+    if (
+        not isinstance(image_id, str)
+        or not isinstance(diff_ids, list)
+        or not all(isinstance(d, str) for d in diff_ids)
+        or not isinstance(canonical, bool)
+    ):
+        raise RunFailure(f"{where}: predicate.built must be {{image_id, diff_ids: [...], canonical: true|false}}")
+    return BuiltImage(image_id, tuple(diff_ids), canonical)
+
+
 def sbom_sha256(text: str) -> str | None:
     """The SBOM sha256 a Statement (already `read`) names, or None."""
     doc = parse_json(text, "statement")

@@ -94,6 +94,11 @@ def render_markdown(report: Report) -> str:
         lines += ["| base | status | HIP checks | runs on (measured) | date | detail |", "|---|---|---|---|---|---|"]
         for b in report.base_tests:
             lines.append("| " + " | ".join(text(c) for c in (b.base, b.status, b.checks, b.runs_on, b.date, b.detail)) + " |")
+    if report.reproduced:
+        lines += ["", "## Reproduced here", "", "`builder reproduce`: each published record rebuilt on this host from its lock and base,"]
+        lines += ["compared with its signed attestation.", "", "| image | digest | verdict | checked |", "|---|---|---|---|"]
+        for v in report.reproduced:
+            lines.append(f"| {text(v.id)} | {code(v.digest)} | {text(v.line)} | {text(v.checked)} |")
     lines += ["", "## Skipped by the rules", "", "| base | stack | python | frameworks | reason |", "|---|---|---|---|---|"]
     for r in (r for r in report.rows if r.status == "skipped"):
         lines.append("| " + " | ".join(text(c) for c in (r.base, r.stack, r.python, r.frameworks, r.detail)) + " |")

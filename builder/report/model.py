@@ -11,6 +11,7 @@ from builder.compat import lifecycle
 from builder.compat.facts import Compat
 from builder.compat.rules import table
 from builder.fit.runs_on import rocm_runs_on, runs_on
+from builder.model import reproduced as reproduction
 from builder.model.plan import AMD64, PLATFORM_ARCH, ImageSpec, Plan, platform_suffix
 from builder.model.results import SmokeResult, is_good
 
@@ -73,6 +74,7 @@ class Report:
     stacks: tuple[str, ...]
     end_of_life: tuple[EndOfLifeRow, ...] = ()  # soonest first (compat/data/lifecycle.yaml)
     base_tests: tuple[BaseRow, ...] = ()  # the bases with a base-level smoke test, in matrix order
+    reproduced: tuple[reproduction.Verdict, ...] = ()  # `builder reproduce`'s verdicts of the records as published now, by id
 
     def cell(self, base: str, stack: str) -> tuple[Row, ...]:
         return tuple(r for r in self.rows if r.base == base and r.stack == stack)
@@ -127,9 +129,11 @@ def build_report(
     sizes: Mapping[str, float],
     today: dt.date | None = None,
     base_results: Mapping[str, SmokeResult | None] | None = None,
+    verdicts: Mapping[str, reproduction.Verdict] | None = None,
 ) -> Report:
     """`specs`: the plan's images with content hashes; `results`: build/results/<id>.json by id;
-    `sizes`: image MB by id (build.json); `base_results`: each base with a base-level smoke test -> its result (None: untested)."""
+    `sizes`: image MB by id (build.json); `base_results`: each base with a base-level smoke test -> its result (None: untested);
+    `verdicts`: `builder reproduce`'s, by record id (only those about a record's current digest are shown)."""
     by_id = {r.id: r for r in records}
     compat = table()
     rows = []
@@ -172,7 +176,8 @@ def build_report(
     order = {s: i for i, s in enumerate(STATUSES)}
     rows.sort(key=lambda r: (bases.index(r.base), stacks.index(r.stack), order[r.status], r.id))
     eol = end_of_life_rows(specs, today or dt.datetime.now(dt.UTC).date())
-    return Report(tuple(rows), bases, stacks, eol, base_rows(base_results or {}))
+    rebuilt = tuple(v for r in sorted(records, key=lambda r: r.id) if (v := reproduction.current(verdicts or {}, r.id, r.digest)))
+    return Report(tuple(rows), bases, stacks, eol, base_rows(base_results or {}), rebuilt)
 
 
 def base_rows(base_results: Mapping[str, SmokeResult | None]) -> tuple[BaseRow, ...]:

@@ -306,6 +306,19 @@ class CatalogArgs:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ReproduceArgs:
+    query: tuple[str, ...] = query(required=True)
+    catalog_dir: str | None = catalog()
+    allowed_signers: Path | None = option(
+        "--allowed-signers",
+        "allowed_signers",
+        type=click.Path(path_type=Path),
+        metavar="FILE",
+        help="OpenSSH allowed_signers the attestation is checked against (default: $BUILDER_ALLOWED_SIGNERS, else CATALOG/allowed_signers)",
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
 class ReportArgs:
     markdown_path: str | None = option(
         "--markdown", "markdown_path", metavar="FILE", help="default: docs/support-matrix.md beside matrix.yaml"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
@@ -18,6 +19,10 @@ from builder.ui.text import MAX_LINE, markup, plain
 from builder.usecases.catalog import Listing, Verified
 from builder.usecases.publish import Published
 from builder.usecases.pull import Pulled
+
+if TYPE_CHECKING:
+    from builder.model.reproduced import Verdict
+    from builder.usecases.reproduce import Reproduced
 
 
 class PublishLines:
@@ -43,14 +48,22 @@ def print_publish_summary(out: Console, outcomes: Sequence[Published]) -> None:
 
 
 def print_catalog(
-    out: Console, records: Sequence[KnownGood], verified: Sequence[Verified] = (), runs_on: Mapping[str, RunsOn] | None = None
+    out: Console,
+    records: Sequence[KnownGood],
+    verified: Sequence[Verified] = (),
+    runs_on: Mapping[str, RunsOn] | None = None,
+    reproduced: Mapping[str, Verdict] | None = None,
 ) -> None:
     """A rich table; beyond RICH_ROWS records plain aligned lines (2,001 records took rich 3.5 s).
-    `runs_on`: what each record runs on, by id (usecases/catalog.py runs_on_each)."""
+    `runs_on`: what each record runs on, by id (usecases/catalog.py runs_on_each); `reproduced`:
+    `builder reproduce`'s verdict of each record checked (a column only when there is one)."""
     checks = {v.record.id: v for v in verified}
     runs = runs_on or {}
     title = f"known-good ({len(records)})"
     columns = ["image", "frameworks", "accelerator", "python", "verdict", "runs on", "host", "published", "digest"]
+    rebuilt = reproduced or {}
+    if rebuilt:
+        columns.append("reproduced")
     if verified:
         columns.append("verify")
     rows = []
@@ -64,6 +77,9 @@ def print_catalog(
         frameworks = " ".join(f"{k} {v}" for k, v in sorted(r.frameworks.items()))
         where = runs.get(r.id)
         row = [r.id, frameworks, accel, r.python, r.verdict, where.label if where else "", r.host.gpu, r.published, r.digest]
+        if rebuilt:
+            found = rebuilt.get(r.id)
+            row.append(found.short if found else "not checked")
         if verified:
             check = checks.get(r.id)
             more = f" (+{len(check.findings) - 1} more, below)" if check and len(check.findings) > 1 else ""
@@ -109,9 +125,17 @@ def show_listing(listing: Listing, fmt: str) -> None:
     if fmt == "json":
         emit_json(listing.to_json())
     else:
-        print_catalog(out, listing.records, listing.verified or (), listing.runs_on)
+        print_catalog(out, listing.records, listing.verified or (), listing.runs_on, listing.reproduced)
     for v in listing.verified or ():
         for finding in v.findings:
             click.echo(plain(f"{v.record.id}: {finding}", limit=MAX_LINE), err=True)
     if listing.no_match:
         click.echo(f"error: {plain(listing.no_match, limit=MAX_LINE)}", err=True)
+
+
+def show_reproduced(done: Reproduced) -> None:
+    """What was checked and what the rebuild took on stderr; the verdict on stdout."""
+    click.echo(plain(f"{done.record.id} ({done.record.digest}): {done.trust}", limit=MAX_LINE), err=True)
+    if done.note:
+        click.echo(plain(done.note, limit=MAX_LINE), err=True)
+    click.echo(plain(done.verdict.line, limit=MAX_LINE))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,8 @@ from builder.compat.rules import table
 from builder.engine.registry import HttpRegistry, Registry
 from builder.engine.settings import host_ca_bundle
 from builder.fit.runs_on import RunsOn, runs_on
+from builder.model import reproduced
+from builder.model.reproduced import Verdict
 from builder.publish import signing
 from builder.publish.signing import Signers
 from builder.publish.verify import registry_findings, vouch
@@ -124,6 +126,7 @@ class Listing:
     indexes: Mapping[str, IndexRecord]  # by image name, of the listed records' names
     verified: tuple[Verified, ...] | None = None  # None: not asked (--verify)
     no_match: str = ""  # a query that matched nothing: why, and what is closest
+    reproduced: Mapping[str, Verdict] = field(default_factory=dict)  # `builder reproduce`'s verdicts of the listed digests, by id
 
     @property
     def ok(self) -> bool:
@@ -137,18 +140,23 @@ class Listing:
             "support_window": {i: lifecycle.window_json(dates) for i, dates in self.end_of_life.items()},
             "indexes": {name: index.to_json() for name, index in self.indexes.items()},
         }
+        if self.reproduced:
+            data["reproduced"] = {i: v.to_json() for i, v in sorted(self.reproduced.items())}
         if self.verified is not None:
             data["verify"] = {v.record.id: {"ok": v.ok, "detail": v.detail, "findings": list(v.findings)} for v in self.verified}
         return data
 
 
-def listing(catalog: Catalog, words: Sequence[str], chosen: Signers | None, indexes: bool = False) -> Listing:
+def listing(catalog: Catalog, words: Sequence[str], chosen: Signers | None, indexes: bool = False, verdicts: Path | None = None) -> Listing:
     """The records the query's words match; with `chosen` (--verify) each one's evidence and tags
-    checked; with `indexes` the multi-platform indexes of their names (the JSON lists them)."""
+    checked; with `indexes` the multi-platform indexes of their names (the JSON lists them); with
+    `verdicts` (build/results/reproduced.json) `builder reproduce`'s verdict of each record's digest."""
     found = search(catalog, parse_query(" ".join(words)))
     records = found.hits
     checked = tuple(verify(catalog, records, chosen)) if chosen is not None else None
     names = {image_name(r.id, r.platform) for r in records}
     held = {name: index for name, index in catalog.indexes().items() if name in names} if indexes else {}
     eol = {r.id: record_end_of_life(r) for r in records}
-    return Listing(records, runs_on_each(records), eol, held, checked, found.no_match() if words and not records else "")
+    known = reproduced.load(verdicts) if verdicts is not None else {}
+    rebuilt = {r.id: v for r in records if (v := reproduced.current(known, r.id, r.digest)) is not None}
+    return Listing(records, runs_on_each(records), eol, held, checked, found.no_match() if words and not records else "", rebuilt)

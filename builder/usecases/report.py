@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builder.catalog.store import Catalog
-from builder.model import results
+from builder.model import reproduced, results
 from builder.model.plan import ImageSpec
 from builder.model.results import SmokeResult
 from builder.util.errors import UserError
@@ -38,7 +38,12 @@ def report(ws: Workspace, catalog: Catalog, markdown: Path, html: Path) -> Repor
     except UserError as exc:  # sizes are a nicety: the report stands without them, and says why they are missing
         sizes = {}
         notes.append(f"image sizes left out: {exc}")
-    model = build_report(ws.decided, specs, found, records, sizes, base_results=_base_results(ws, notes))
+    try:
+        verdicts = reproduced.load(store.reproduced)
+    except UserError as exc:  # like sizes: the report stands without them, and says why
+        verdicts = {}
+        notes.append(f"reproduce verdicts left out: {exc}")
+    model = build_report(ws.decided, specs, found, records, sizes, base_results=_base_results(ws, notes), verdicts=verdicts)
     write_report((markdown, render_markdown(model)), (html, render_html(model)), protected=(ws.matrix_path, catalog.file))
     return ReportFiles(markdown, html, model.counts(), tuple(notes))
 

@@ -334,3 +334,47 @@ def test_two_publishers_at_once_both_land(tested: None, tmp_path: Path, docker_c
     finally:
         for tag in {t for image in docker_client.api.images(name=repository) for t in image.get("RepoTags") or []}:
             engine.remove_image_quietly(docker_client, tag)
+
+
+def test_reproduce_rebuilds_the_canonical_record_and_names_the_layer_that_differs(published: tuple[Path, Any], tmp_path: Path) -> None:
+    """`builder reproduce` (issue 41, part 6) on the published canonical image: the one rebuild it
+    makes gives the attested image ID (`reproduced`, shown by `catalog`); a record built with RUN is
+    `not reproducible`; a record whose signed attestation names another base layer `differs` at
+    layer 0, found before any build (a rebuild is on this engine's base layers)."""
+    from builder.publish import evidence, signing
+    from builder.util.fsio import dump_json
+
+    catalog, _ = published
+    numba = next(s for s in SLICE if s.canonical)
+    done = builder("reproduce", "--catalog", str(catalog), f"id={numba.id}")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    statement = json.loads((catalog / "evidence" / evidence.statement_name(numba.id)).read_text())
+    attested = dict(statement["predicate"]["built"])
+    said = f"reproduced: image ID {attested['image_id']} and its {len(attested['diff_ids'])} layers equal the record's"
+    assert done.stdout.startswith(said), done.stdout  # `(rebuilt with the published image's ...)` when another checkout built it
+    assert "signatures verified (signed by publish-test@example.org)" in done.stderr
+    listed = json.loads(builder("catalog", "--catalog", str(catalog), "--format", "json").stdout)
+    assert listed["reproduced"][numba.id]["outcome"] == "reproduced"
+
+    torch = next(s for s in SLICE if s.stack == "torch")
+    run_built = builder("reproduce", "--catalog", str(catalog), f"id={torch.id}")
+    assert run_built.returncode == 1 and run_built.stdout.startswith("not reproducible: built with RUN"), (
+        run_built.stdout + run_built.stderr
+    )
+
+    copy = tmp_path / "catalog"  # a record signed by another allowed key whose attestation names another base layer
+    shutil.copytree(catalog, copy)
+    key = tmp_path / "other"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "other@example.org", "-f", str(key)], check=True)
+    (copy / "allowed_signers").write_text(f"other@example.org {' '.join(Path(f'{key}.pub').read_text().split()[:2])}\n")
+    other_base = "sha256:" + "0" * 64
+    statement["predicate"]["built"]["diff_ids"] = [other_base, *attested["diff_ids"][1:]]
+    names = {evidence.statement_name(numba.id): signing.ATTESTATION_NAMESPACE, evidence.record_name(numba.id): signing.RECORD_NAMESPACE}
+    (copy / "evidence" / evidence.statement_name(numba.id)).write_text(dump_json(statement))
+    for name, namespace in names.items():
+        text = (copy / "evidence" / name).read_bytes()
+        (copy / "evidence" / f"{name}{evidence.SIG}").write_text(signing.sign(text, key, namespace))
+    differs = builder("reproduce", "--catalog", str(copy), f"id={numba.id}")
+    assert differs.returncode == 1, differs.stdout + differs.stderr
+    expected = f"differs: layer 0 (a layer of the base {numba.base.from_ref}): expected {other_base}, got {attested['diff_ids'][0]}"
+    assert differs.stdout.startswith(expected) and "(not rebuilt:" in differs.stdout, differs.stdout
