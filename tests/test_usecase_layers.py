@@ -107,7 +107,8 @@ def test_the_layer_maker_writes_the_layer_and_names_a_fetch_failure(tmp_path: Pa
     monkeypatch.setattr(layers, "locked_wheels", lambda spec, cache: [wheel])
     make = layers.layer_maker([SPEC], BuildSettings(), tmp_path / "wheels")
     assert make is not None
-    make(SPEC, tmp_path / "venv.tar")
+    make(SPEC, tmp_path)
+    assert not (tmp_path / "nvidia.tar").exists(), "a lock with no NVIDIA wheels is one layer"
     with tarfile.open(tmp_path / "venv.tar") as tar:
         names = tar.getnames()
     assert "opt/venv/pyvenv.cfg" in names and any(n.endswith("site-packages/toy/__init__.py") for n in names)
@@ -116,6 +117,7 @@ def test_the_layer_maker_writes_the_layer_and_names_a_fetch_failure(tmp_path: Pa
         raise FetchFailed("https://i/numba.whl is not the file the lock pins (its sha256 differs); check the index or mirror")
 
     monkeypatch.setattr(layers, "locked_wheels", refused)
+    (tmp_path / "other").mkdir()
     with pytest.raises(LayerFailed, match="sha256 differs"):
-        make(SPEC, tmp_path / "other.tar")
-    assert not (tmp_path / "other.tar").exists()
+        make(SPEC, tmp_path / "other")
+    assert not list((tmp_path / "other").iterdir())
