@@ -225,18 +225,24 @@ def make_layers(scratch: Path, layout: Layout, wheels: Sequence[Path], epoch: in
     assemble_site(lower, layout, libraries)
     assemble(upper, layout, rest)
     below = {p.relative_to(lower) for p in entries(lower) if not p.is_dir() or p.is_symlink()}
-    both = sorted(p.as_posix() for p in entries(upper) if p.relative_to(upper) in below)
+    both = sorted(p.relative_to(upper).as_posix() for p in entries(upper) if p.relative_to(upper) in below)
     if both:
         raise LayerError(f"{both[0]} is installed by an NVIDIA wheel and by another wheel of the lock; the layers would overlap")
-    _checked_tar(lower, scratch, folder / NVIDIA_LAYER_NAME, EPOCH_FLOOR)
-    _checked_tar(upper, scratch, folder / LAYER_NAME, epoch)
+    _check(lower, scratch)
+    _check(upper, scratch)  # both checked before either is written: a refusal leaves neither
+    write_tar(lower, folder / NVIDIA_LAYER_NAME, EPOCH_FLOOR)
+    write_tar(upper, folder / LAYER_NAME, epoch)
 
 
 def _checked_tar(root: Path, scratch: Path, out: Path, epoch: int) -> None:
+    _check(root, scratch)
+    write_tar(root, out, epoch)
+
+
+def _check(root: Path, scratch: Path) -> None:
     bad = host_paths(root, {str(root), str(root.resolve()), str(scratch), str(scratch.resolve())})
     if bad:
         raise LayerError(f"{bad[0]} names the build host's scratch folder {scratch}; the layer would not be canonical")
-    write_tar(root, out, epoch)
 
 
 def layer_sha256(data: bytes | Path) -> str:
