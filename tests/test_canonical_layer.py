@@ -130,6 +130,85 @@ def test_the_epoch_is_the_locks() -> None:
     assert epoch == layer.EPOCH_FLOOR + int(hashlib.sha256(lock.text.encode()).hexdigest()[:7], 16)
 
 
+# -- a CUDA lock: its NVIDIA library wheels in a layer of their own, below the venv's ----------------
+def library_wheel(folder: Path, name: str, version: str, files: dict[str, bytes]) -> Path:
+    """A wheel of `files` (NVIDIA's library wheels put theirs under nvidia/), with its dist-info."""
+    dist = name.replace("-", "_")
+    info = f"{dist}-{version}.dist-info"
+    body = {
+        **files,
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: py3-none-manylinux_2_17_x86_64\n",
+    }
+    record = "\n".join([*(_record_line(n, d) for n, d in body.items()), f"{info}/RECORD,,"]) + "\n"
+    path = folder / f"{dist}-{version}-py3-none-manylinux_2_17_x86_64.whl"
+    with zipfile.ZipFile(path, "w") as whl:
+        for entry, data in [*body.items(), (f"{info}/RECORD", record.encode())]:
+            whl.writestr(zipfile.ZipInfo(entry, (2024, 1, 1, 0, 0, 0)), data)
+    return path
+
+
+def _split(tmp_path: Path, label: str, epoch: int, other: str) -> Path:
+    work = tmp_path / label
+    (work / "wheels").mkdir(parents=True)
+    (work / "scratch").mkdir()
+    wheels = [
+        library_wheel(work / "wheels", "nvidia-cublas", "13.1.1.3", {"nvidia/cu13/lib/libcublas.so.13": b"\x7fELF cublas"}),
+        library_wheel(work / "wheels", "nvidia-cuda-runtime", "13.0.96", {"nvidia/cu13/lib/libcudart.so.13": b"\x7fELF cudart"}),
+        make_wheel(work / "wheels", other),  # the framework's own: another per image
+    ]
+    layer.make_layers(work / "scratch", Layout("3.11", "python3.11"), wheels, epoch, work, nvidia=True)
+    return work
+
+
+def test_the_nvidia_wheels_are_a_layer_of_their_own_the_same_for_every_lock(tmp_path: Path) -> None:
+    one, two = _split(tmp_path, "one", EPOCH, "toy"), _split(tmp_path, "two", EPOCH + 12345, "other")
+    assert (one / layer.NVIDIA_LAYER_NAME).read_bytes() == (two / layer.NVIDIA_LAYER_NAME).read_bytes(), (
+        "another lock, the same NVIDIA wheels"
+    )
+    assert (one / LAYER_NAME).read_bytes() != (two / LAYER_NAME).read_bytes()
+    with tarfile.open(one / layer.NVIDIA_LAYER_NAME) as tar:
+        members = tar.getmembers()
+    site = "opt/venv/lib/python3.11/site-packages"
+    assert [m.name for m in members][:5] == ["opt", "opt/venv", "opt/venv/lib", "opt/venv/lib/python3.11", site]
+    assert {m.mtime for m in members} == {layer.EPOCH_FLOOR}, "nothing of the lock in the NVIDIA layer"
+    assert all(m.name.startswith((f"{site}/nvidia", f"{site}/nvidia_")) for m in members[5:]), [m.name for m in members]
+    assert f"{site}/nvidia/cu13/lib/libcudart.so.13" in {m.name for m in members}
+    with tarfile.open(one / LAYER_NAME) as tar:
+        names, mtimes = tar.getnames(), {m.mtime for m in tar.getmembers()}
+    assert not [n for n in names if "nvidia" in n] and f"{site}/toy/__init__.py" in names and "opt/venv/pyvenv.cfg" in names
+    assert mtimes == {EPOCH}
+
+
+def test_only_a_lock_with_nvidia_wheels_is_two_layers() -> None:
+    assert not layer.nvidia_layer(LOCK)
+    assert layer.nvidia_layer(replace(LOCK, pins=(*LOCK.pins, ("nvidia-cuda-nvrtc", "13.0.88"))))
+    assert not layer.nvidia_layer(replace(LOCK, pins=(("cuda-toolkit", "13.0.3.0"), ("cuda-bindings", "13.5.0"))))
+    assert [layer.is_nvidia(n) for n in ("nvidia-cudnn-cu13", "NVIDIA_NCCL_CU13", "cuda-pathfinder", "cupy-cuda13x")] == [
+        True,
+        True,
+        False,
+        False,
+    ]
+
+
+def test_an_nvidia_wheel_with_files_outside_nvidia_or_an_overlap_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "scratch").mkdir()
+    odd = library_wheel(tmp_path, "nvidia-odd", "1.0", {"nvidia/lib/libodd.so": b"x", "odd_helper.py": b"print(1)\n"})
+    with pytest.raises(
+        layer.LayerError, match=r"^nvidia_odd-1.0-py3-none-manylinux_2_17_x86_64.whl installs odd_helper.py, outside nvidia/"
+    ):
+        layer.make_layers(tmp_path / "scratch", Layout("3.11", "python3.11"), [odd], EPOCH, tmp_path, nvidia=True)
+    (tmp_path / "scratch2").mkdir()
+    lib = library_wheel(tmp_path, "nvidia-lib", "1.0", {"nvidia/lib/libx.so": b"x"})
+    clash = library_wheel(tmp_path, "framework", "1.0", {"nvidia/lib/libx.so": b"y", "framework/__init__.py": b""})
+    with pytest.raises(
+        layer.LayerError, match=r"^opt/venv/lib/python3.11/site-packages/nvidia/lib/libx.so is installed by an NVIDIA wheel and"
+    ):
+        layer.make_layers(tmp_path / "scratch2", Layout("3.11", "python3.11"), [lib, clash], EPOCH, tmp_path, nvidia=True)
+    assert not (tmp_path / layer.NVIDIA_LAYER_NAME).exists() and not (tmp_path / LAYER_NAME).exists(), "nothing half-written"
+
+
 # -- the image: the config and the layers above the base normalized --------------------------------
 LOCK = Lock("numba==0.68.0 \\\n    --hash=sha256:aa\n", "sha256:inputs", (("numba", "0.68.0"),), (("numba", ("aa",)),))
 SPEC = ImageSpec(
@@ -182,8 +261,8 @@ def test_a_canonical_build_is_offline_and_its_id_is_the_locks(tmp_path: Path) ->
 
     engine.build_output = output
 
-    def make(spec: ImageSpec, out: Path) -> None:
-        out.write_bytes(b"the venv of " + spec.id.encode())
+    def make(spec: ImageSpec, folder: Path) -> None:
+        (folder / LAYER_NAME).write_bytes(b"the venv of " + spec.id.encode())
 
     results = []
     for n in (1, 2):
@@ -213,8 +292,8 @@ def test_a_base_that_moved_during_the_build_fails_it(tmp_path: Path) -> None:
 
     engine.build_output = output
 
-    def make(spec: ImageSpec, out: Path) -> None:
-        out.write_bytes(b"venv")
+    def make(spec: ImageSpec, folder: Path) -> None:
+        (folder / LAYER_NAME).write_bytes(b"venv")
 
     run = Run(settings=BuildSettings(), build_dir=tmp_path, lock_dir=tmp_path, layers=make)
     result = image_build.build_image(run, engine, SPEC, {"Dockerfile": b"FROM x\n"}, force=True)
@@ -223,7 +302,7 @@ def test_a_base_that_moved_during_the_build_fails_it(tmp_path: Path) -> None:
 
 
 def test_a_layer_that_cannot_be_made_fails_the_build_in_one_line(tmp_path: Path) -> None:
-    def broken(spec: ImageSpec, out: Path) -> None:
+    def broken(spec: ImageSpec, folder: Path) -> None:
         raise LayerFailed("numba==0.68.0: no wheel for the target")
 
     run = Run(settings=BuildSettings(), build_dir=tmp_path, lock_dir=tmp_path, layers=broken)

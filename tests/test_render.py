@@ -21,6 +21,7 @@ import pytest
 from click.testing import Result
 
 from builder.engine.staging import APT_CA_COPY
+from builder.lock import layer
 from builder.lock.files import parse
 from builder.model.plan import ImageSpec, platform_suffix
 from builder.render import templates
@@ -110,6 +111,8 @@ def expected_sequence(spec: ImageSpec) -> list[str]:
         ["FROM", "LABEL", "USER"]
         + (["ENV"] if spec.base.vendor != "cpu" else [])
         + (["COPY", "RUN"] if spec.python_packages else [])
+        # a canonical CUDA image's NVIDIA wheels: their own layer right on the base, below the user's
+        + (["ADD"] if spec.canonical and spec.lock and layer.nvidia_layer(spec.lock) else [])
         + ["RUN"]
     )
     # an unlocked image reads local.txt too; a locked one the served uv and its uv.toml
@@ -182,8 +185,10 @@ def test_parses_as_one_stage_in_the_expected_order(rendered: Rendered) -> None:
         copied = [source for i in parsed if i.cmd.upper() == "COPY" for source in i.value[:-1]]
         assert [s for s in copied if s.startswith(".builder")] == ([APT_CA_COPY.decode()] if spec.python_packages else []), spec.id
         writes = [i.original for i in parsed if i.cmd.upper() == "RUN" and "/opt/venv" in i.original and "-m venv" in i.original]
-        if spec.canonical:  # nothing fetches: no served setting, no install step, the venv one ADDed layer
-            assert writes == [] and [i.value for i in parsed if i.cmd.upper() == "ADD"] == [("venv.tar", "/")], spec.id
+        if spec.canonical:  # nothing fetches: no served setting, no install step, the venv ADDed layers
+            # a CUDA lock's NVIDIA wheels first (lock/layer.py), then the venv
+            added = [("nvidia.tar", "/")] if spec.lock and layer.nvidia_layer(spec.lock) else []
+            assert writes == [] and [i.value for i in parsed if i.cmd.upper() == "ADD"] == [*added, ("venv.tar", "/")], spec.id
             assert not any(word in text for word in ("BUILDER_CA_URL", "pip install", "fetch(")), spec.id
             continue
         assert len(writes) == 1, spec.id

@@ -133,3 +133,15 @@ def test_a_results_file_of_the_wrong_shape_does_not_stop_the_report(broken: dict
     row = next(r for r in report.rows if r.id == FAILED)
     assert row.status == "not-built" and len(row.detail) <= 300
     render_markdown(report)
+
+
+def test_the_size_says_what_the_image_shares_with_its_line() -> None:
+    """build.json's shared MB (engine/sizes.py line_shares) beside the size, in both renderings."""
+    base = fixture_report()
+    ws = Workspace(GOLDEN_MATRIX)
+    built = build_report(ws.decided, ws.selected(None, use_default=False), {}, [], {PASSED: 432.0}, shared={PASSED: 120.0})
+    assert {r.id: r.shared_mb for r in built.rows if r.shared_mb is not None} == {PASSED: 120.0}
+    shared = replace(base, rows=tuple(replace(r, shared_mb=120.0) if r.id == PASSED else r for r in base.rows))
+    assert f"| {PASSED} |" in render_markdown(shared) and "| 432 (120 shared) |" in render_markdown(shared)
+    assert "432 (120 shared)" in render_html(shared)
+    assert "shared)" not in render_markdown(base), "no shared MB said, none shown"

@@ -65,3 +65,20 @@ def test_cuda_difference_is_split_by_distribution() -> None:
     assert tf == {"cuda_wheels": 900, "framework": 600, "other": 0}
     assert sizes.CUDA_DISTRIBUTION.search("jax-cuda13-plugin") and sizes.CUDA_DISTRIBUTION.search("cupy-cuda13x")
     assert not sizes.CUDA_DISTRIBUTION.search("numba")
+
+
+def test_each_layer_is_sized_from_the_history_that_wrote_bytes() -> None:
+    history = [Layer("CMD", 0), Layer("ADD venv.tar", 300), Layer("RUN useradd", 9), Layer("ADD nvidia.tar", 500), Layer("", 169)]
+    ids = ["sha256:base", "sha256:nvidia", "sha256:user", sizes.EMPTY_LAYER, "sha256:venv"]  # a step that wrote nothing
+    assert sizes.sized_layers(ids, history) == (("sha256:base", 169), ("sha256:nvidia", 500), ("sha256:user", 9), ("sha256:venv", 300))
+    assert sizes.sized_layers(ids[:3], history) is None, "a history that does not pair with the layers says nothing"
+
+
+def test_a_line_shares_the_layers_two_images_hold() -> None:
+    base = ("sha256:base", 169)
+    torch = sizes.Layers((base, ("sha256:nvidia-a", 500), ("sha256:u1", 9), ("sha256:torch", 300)), 1)
+    numba = sizes.Layers((base, ("sha256:nvidia-a", 500), ("sha256:u2", 9), ("sha256:numba", 100)), 1)
+    jax = sizes.Layers((base, ("sha256:nvidia-b", 700), ("sha256:u3", 9), ("sha256:jax", 200)), 1)
+    shares = sizes.line_shares({"torch": torch, "numba": numba, "jax": jax})
+    assert shares == {"torch": (500, 309), "numba": (500, 109), "jax": (0, 909)}  # the base is neither: every image has it
+    assert sizes.line_shares({"alone": torch}) == {"alone": (0, 809)}

@@ -10,12 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from builder.engine.image_build import LayerFailed
+from builder.engine.image_build import BuildResult, LayerFailed
+from builder.engine.port import Layer
 from builder.lock.layer import SEED
 from builder.lock.wheels import IndexFile
 from builder.model.sources import BuildSettings
 from builder.updates.wheelfiles import FetchFailed
 from builder.usecases import layers
+from builder.usecases.build import with_line_shares
+from tests.fake_engine import BASE_LAYER, FakeEngine
 from tests.test_canonical_layer import SPEC, make_wheel
 
 
@@ -107,7 +110,8 @@ def test_the_layer_maker_writes_the_layer_and_names_a_fetch_failure(tmp_path: Pa
     monkeypatch.setattr(layers, "locked_wheels", lambda spec, cache: [wheel])
     make = layers.layer_maker([SPEC], BuildSettings(), tmp_path / "wheels")
     assert make is not None
-    make(SPEC, tmp_path / "venv.tar")
+    make(SPEC, tmp_path)
+    assert not (tmp_path / "nvidia.tar").exists(), "a lock with no NVIDIA wheels is one layer"
     with tarfile.open(tmp_path / "venv.tar") as tar:
         names = tar.getnames()
     assert "opt/venv/pyvenv.cfg" in names and any(n.endswith("site-packages/toy/__init__.py") for n in names)
@@ -116,6 +120,37 @@ def test_the_layer_maker_writes_the_layer_and_names_a_fetch_failure(tmp_path: Pa
         raise FetchFailed("https://i/numba.whl is not the file the lock pins (its sha256 differs); check the index or mirror")
 
     monkeypatch.setattr(layers, "locked_wheels", refused)
+    (tmp_path / "other").mkdir()
     with pytest.raises(LayerFailed, match="sha256 differs"):
-        make(SPEC, tmp_path / "other.tar")
-    assert not (tmp_path / "other.tar").exists()
+        make(SPEC, tmp_path / "other")
+    assert not list((tmp_path / "other").iterdir())
+
+
+def test_the_build_results_say_what_each_image_shares_with_its_line() -> None:
+    """usecases/build.py with_line_shares, against the fake engine: two images of a line on one NVIDIA
+    layer, a third image of the line built before (not in this run), another line's image apart."""
+    engine = FakeEngine()
+    base = engine.add_image("sha256:base", SPEC.base.from_ref)
+    nvidia, mb = b"the NVIDIA layer", 1_000_000
+    specs = [replace(SPEC, id=name, tag=f"reg/x:{name}") for name in ("numba", "torch", "jax")]
+    other = replace(SPEC, id="arm", tag="reg/x:arm", python="3.12")
+    for spec, layers_of, written in (
+        (specs[0], [nvidia, b"numba venv"], [500, 100]),
+        (specs[1], [nvidia, b"torch venv"], [500, 300]),
+        (specs[2], [b"another NVIDIA layer", b"jax venv"], [700, 200]),
+        (other, [nvidia, b"arm venv"], [500, 50]),
+    ):
+        image = engine.add_image(f"sha256:{spec.id}", spec.tag)
+        engine.layers[image] = [BASE_LAYER, *layers_of]
+        engine.histories[image] = [Layer("ADD venv.tar", written[1] * mb), Layer("ADD nvidia.tar", written[0] * mb), Layer("", 169 * mb)]
+    assert engine.resolve(SPEC.base.from_ref) == base
+    sized = {"image_mb": 1.0, "venv_mb": 1.0, "base_mb": 169.0, "ratio": 1.0}
+    results = [BuildResult("numba", "built", sizes=sized), BuildResult("torch", "up-to-date", sizes=sized), BuildResult("arm", "failed")]
+
+    def connect(timeout: int = 60) -> FakeEngine:
+        return engine
+
+    out = {r.id: r for r in with_line_shares(connect, results, specs[:2] + [other], [*specs, other])}
+    assert out["numba"].sizes == {**sized, "shared_mb": 500.0, "own_mb": 100.0}
+    assert out["torch"].sizes == {**sized, "shared_mb": 500.0, "own_mb": 300.0}, "jax is of the line too, with its own NVIDIA layer"
+    assert out["arm"].sizes is None, "a failed build has no sizes, and another Python is another line"

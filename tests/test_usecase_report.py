@@ -136,6 +136,7 @@ def test_a_failed_image_shows_its_diagnosis(site: Site) -> None:
         '{"id": "numba"}',  # not a list
         f'[{{"id": "{NUMBA}", "sizes": {{"image_mb": "big"}}}}]',  # not a number
         f'[{{"id": "{NUMBA}", "sizes": {{"venv_mb": 1.0}}}}]',  # no image_mb
+        f'[{{"id": "{NUMBA}", "sizes": {{"image_mb": 1.0, "shared_mb": "half"}}}}]',  # shared MB not a number
         f'[{{"id": "{NUMBA}", "sizes": [917]}}]',  # not a mapping
         '["numba", 3, null]',  # entries that are not records
     ],

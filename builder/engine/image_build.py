@@ -38,7 +38,7 @@ from builder.engine.retry import GaveUp, retry_network
 from builder.engine.secrets import SecretServer, redact, serving
 from builder.engine.session import SESSION_ID
 from builder.engine.settings import BuildSettings
-from builder.lock.layer import LAYER_NAME, source_date_epoch
+from builder.lock.layer import source_date_epoch
 from builder.model.plan import ImageSpec, Lock
 from builder.render.labels import HASH_LABEL, build_labels
 
@@ -46,7 +46,8 @@ _STEP_ID = re.compile(r"^ ---> ([0-9a-f]{12})\s*$|^Successfully built ([0-9a-f]{
 _RUNNING_IN = re.compile(r"^ ---> Running in ([0-9a-f]{12,64})\s*$")  # the classic builder's container for a RUN step
 ENGINE_FAILED = "engine connection failed"
 Log = Callable[[str, str], None]  # (image id, line)
-# Writes a canonical image's venv layer (builder/lock/layer.py) at the path; raises LayerFailed.
+# Writes a canonical image's venv layer(s) (builder/lock/layer.py: venv.tar, and nvidia.tar for a
+# lock with NVIDIA library wheels) into the context folder; raises LayerFailed.
 # The use-case supplies it: fetching the lock's wheels is the index's business, not the engine's.
 LayerMaker = Callable[[ImageSpec, Path], None]
 
@@ -252,7 +253,7 @@ def _with_layer(run: Run, spec: ImageSpec, staged: staging.Staged) -> staging.St
     if run.layers is None:
         raise BuildFailed(f"{spec.id} is a canonical image but this build cannot make its venv layer")
     try:
-        run.layers(spec, staged.path / LAYER_NAME)
+        run.layers(spec, staged.path)
     except LayerFailed as exc:
         raise BuildFailed(f"its venv layer: {exc}") from None
     return replace(

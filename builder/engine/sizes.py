@@ -5,13 +5,19 @@ into it; `COPY --from=build /opt/venv` in images of older versions' two-stage Do
 few kilobytes of glue (the user, the probe, the requirements files). `ratio` = image / (venv + base): 1.0 means nothing is duplicated,
 such as a second copy of CUDA next to the one the wheels bring. Read from the engine's layer
 history, so measuring costs one API call and runs no container.
+
+Across a line (the images of one base, Python and platform: `line_shares`), an image's bytes above
+its base are `shared` (layers whose diff ID another image of the line holds too: a canonical CUDA
+image's NVIDIA layer, lock/layer.py) or its `own` (pulled for it alone). Each layer's size is read
+from the history: its entries that wrote bytes, oldest first, pair with the diff IDs that are not
+the empty layer's.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from builder.engine.port import ContainerSpec, Engine, EngineFault, Layer
@@ -22,6 +28,8 @@ VENV_LAYER = re.compile(
     r"|ADD (?:file:[0-9a-f]+ in /|venv\.tar /)\s*(?:# buildkit)?\s*$"  # a canonical image's venv.tar (docs/reproducible.md)
 )
 MB = 1e6
+# the diff ID of a layer that holds nothing (1024 zero bytes): a step that wrote no file
+EMPTY_LAYER = "sha256:5f70bf18a086007016e948b04aed3b82103a36bea41755b6cddfaf10ace3c6ef"
 
 
 @dataclass(frozen=True)
@@ -61,6 +69,55 @@ def measure(engine: Engine, tag: str, base_tag: str) -> Sizes | None:
     if image is None or base is None:
         return None
     return Sizes(image=image.size, venv=venv_bytes(history), base=base.size)
+
+
+@dataclass(frozen=True)
+class Layers:
+    """An image's layers as (diff ID, bytes), base first, and how many of them are its base's."""
+
+    sized: tuple[tuple[str, int], ...]
+    base: int
+
+
+def sized_layers(diff_ids: Sequence[str], history: Sequence[Layer]) -> tuple[tuple[str, int], ...] | None:
+    """Each non-empty layer's diff ID with its size, base first: the history's entries that wrote
+    bytes (newest first, as the engine lists them) paired in order with the diff IDs that are not
+    EMPTY_LAYER; None when they do not pair up (a history that does not say)."""
+    written = [layer.size for layer in reversed(history) if layer.size > 0]
+    ids = [d for d in diff_ids if d != EMPTY_LAYER]
+    if len(written) != len(ids):
+        return None
+    return tuple(zip(ids, written, strict=True))
+
+
+def line_shares(images: Mapping[str, Layers]) -> dict[str, tuple[int, int]]:
+    """For each image of one line: (shared, own) bytes above its base, `shared` being the layers
+    whose diff ID another image of the line holds too (above its own base or in it)."""
+    holders: dict[str, set[str]] = {}
+    for name, layers in images.items():
+        for diff_id, _ in layers.sized:
+            holders.setdefault(diff_id, set()).add(name)
+    out = {}
+    for name, layers in images.items():
+        above = layers.sized[layers.base :]
+        shared = sum(size for diff_id, size in above if holders[diff_id] - {name})
+        out[name] = (shared, sum(size for _, size in above) - shared)
+    return out
+
+
+def layers_of(engine: Engine, tag: str, base_tag: str) -> Layers | None:
+    """The image's sized layers and its base's count; None when either is gone or the history does not pair up."""
+    try:
+        image, base = engine.inspect_image(tag), engine.inspect_image(base_tag)
+        history = engine.history(tag) if image is not None else []
+    except EngineFault:
+        return None
+    if image is None or base is None or tuple(image.diff_ids[: len(base.diff_ids)]) != tuple(base.diff_ids):
+        return None
+    sized = sized_layers(image.diff_ids, history)
+    if sized is None:
+        return None
+    return Layers(sized, len([d for d in base.diff_ids if d != EMPTY_LAYER]))
 
 
 # Sums what each installed distribution's RECORD lists, as found on disk (run inside the image).

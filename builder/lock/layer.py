@@ -8,6 +8,13 @@ modes are normalized (0755 for directories and anything executable, 0644 otherwi
 byte-compiled: the image runs with PYTHONDONTWRITEBYTECODE and a read-only root, so the first
 import of each module compiles it in memory (docs/reproducible.md says what that costs).
 
+A CUDA image's venv is two such layers: the NVIDIA library wheels (`nvidia_layer`: the lock's
+`nvidia-*` pins, each checked to install nothing outside `site-packages/nvidia/` and its own
+.dist-info) in NVIDIA_LAYER_NAME, right on the base, and the rest (the framework, its Python
+dependencies, the skeleton, the seed) in LAYER_NAME above it. The NVIDIA layer names nothing of the
+image or its lock: the same NVIDIA wheels on the same Python give the same bytes (its mtimes are
+EPOCH_FLOOR), so the images of a CUDA line whose NVIDIA pins agree share it.
+
 Nothing of the host is written into the layer: the scheme's paths are the image's (`/opt/venv`),
 scripts name the image's interpreter, pyvenv.cfg names the base's Python, and `host_paths` checks
 every file for the scratch root before the tar is trusted.
@@ -20,6 +27,7 @@ import io
 import os
 import stat
 import tarfile
+import zipfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -27,11 +35,14 @@ from pathlib import Path, PurePosixPath
 from installer import install
 from installer.destinations import SchemeDictionaryDestination
 from installer.sources import WheelFile
+from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from builder.model.plan import Lock
 
 VENV = PurePosixPath("/opt/venv")  # the venv every image's Dockerfile puts on PATH (templates/Dockerfile.j2)
 LAYER_NAME = "venv.tar"  # in the build context, added by the Dockerfile: never committed in images/
+NVIDIA_LAYER_NAME = "nvidia.tar"  # a CUDA image's NVIDIA library wheels, added below LAYER_NAME
+NVIDIA_PREFIX = "nvidia-"  # NVIDIA's library wheels (nvidia-cublas, nvidia-cudnn-cu13, ...): all install under nvidia/
 # 2000-01-01T00:00:00Z: the floor of every lock's SOURCE_DATE_EPOCH (see source_date_epoch)
 EPOCH_FLOOR = 946_684_800
 INSTALLER = b"builder\n"  # the venv's INSTALLER files: no version, so a new builder release makes the same layer
@@ -75,6 +86,41 @@ def source_date_epoch(lock: Lock) -> int:
     return EPOCH_FLOOR + int(hashlib.sha256(lock.text.encode()).hexdigest()[:7], 16)
 
 
+def is_nvidia(name: str) -> bool:
+    """Whether a lock's package goes in the NVIDIA layer: NVIDIA's library wheels, by their name
+    (`nvidia-*`). cuda-toolkit (a metapackage with no files), cuda-bindings, cuda-core and
+    cuda-pathfinder (NVIDIA's Python packages, pinned by the framework) stay in the venv layer."""
+    return str(canonicalize_name(name)).startswith(NVIDIA_PREFIX)
+
+
+def nvidia_layer(lock: Lock) -> bool:
+    """Whether the lock's venv is two layers (it pins NVIDIA library wheels): the Dockerfile and the
+    layer maker both ask this, so the context holds exactly the tars the Dockerfile adds."""
+    return any(is_nvidia(name) for name, _ in lock.pins)
+
+
+def split(wheels: Sequence[Path]) -> tuple[list[Path], list[Path]]:
+    """`wheels` as (NVIDIA library wheels, the rest), by each file's project name."""
+    nvidia = [w for w in wheels if is_nvidia(str(parse_wheel_filename(w.name)[0]))]
+    return nvidia, [w for w in wheels if w not in nvidia]
+
+
+def check_nvidia_wheel(wheel: Path) -> None:
+    """Refuse an NVIDIA wheel that would install anything outside `nvidia/` and its own .dist-info
+    (Python code or scripts of its own belong with the framework's layer, not the shared one)."""
+    with zipfile.ZipFile(wheel) as whl:
+        outside = [n for n in whl.namelist() if not n.startswith("nvidia/") and not n.split("/")[0].endswith(".dist-info")]
+    if outside:
+        raise LayerError(f"{wheel.name} installs {outside[0]}, outside nvidia/: it is not a library wheel the NVIDIA layer may hold")
+
+
+def assemble_site(root: Path, layout: Layout, wheels: Sequence[Path]) -> None:
+    """Install `wheels` into the venv's site-packages under `root`, with no venv skeleton (the
+    NVIDIA layer: its wheels have no scripts and no data outside site-packages)."""
+    (root / layout.site_packages.relative_to("/")).mkdir(parents=True)
+    _install(root, layout, wheels)
+
+
 def assemble(root: Path, layout: Layout, wheels: Sequence[Path]) -> None:
     """Install `wheels` (already checked against the lock) into the venv under `root`, with its skeleton."""
     venv = root / layout.venv.relative_to("/")
@@ -89,6 +135,10 @@ def assemble(root: Path, layout: Layout, wheels: Sequence[Path]) -> None:
     for alias in ("python", "python3"):
         if alias != layout.python_bin:
             (venv / "bin" / alias).symlink_to(layout.python_bin)
+    _install(root, layout, wheels)
+
+
+def _install(root: Path, layout: Layout, wheels: Sequence[Path]) -> None:
     destination = SchemeDictionaryDestination(
         layout.scheme(), interpreter=str(layout.venv / "bin" / "python"), script_kind="posix", destdir=str(root)
     )
@@ -157,10 +207,42 @@ def make_layer(scratch: Path, layout: Layout, wheels: Sequence[Path], epoch: int
     """The venv of `wheels` as a canonical tar at `out`, assembled under `scratch` (which must be empty)."""
     root = scratch / "root"
     assemble(root, layout, wheels)
+    _checked_tar(root, scratch, out, epoch)
+
+
+def make_layers(scratch: Path, layout: Layout, wheels: Sequence[Path], epoch: int, folder: Path, nvidia: bool) -> None:
+    """The venv of `wheels` as canonical tars in `folder`: with `nvidia`, its NVIDIA library wheels
+    in NVIDIA_LAYER_NAME (mtimes EPOCH_FLOOR: nothing of the lock but those wheels fixes it) and the
+    rest in LAYER_NAME (the lock's `epoch`); else all of them in LAYER_NAME. No file may be in both
+    (the upper layer would hide the lower's)."""
+    if not nvidia:
+        make_layer(scratch, layout, wheels, epoch, folder / LAYER_NAME)
+        return
+    libraries, rest = split(wheels)
+    for wheel in libraries:
+        check_nvidia_wheel(wheel)
+    lower, upper = scratch / "nvidia", scratch / "root"
+    assemble_site(lower, layout, libraries)
+    assemble(upper, layout, rest)
+    below = {p.relative_to(lower) for p in entries(lower) if not p.is_dir() or p.is_symlink()}
+    both = sorted(p.relative_to(upper).as_posix() for p in entries(upper) if p.relative_to(upper) in below)
+    if both:
+        raise LayerError(f"{both[0]} is installed by an NVIDIA wheel and by another wheel of the lock; the layers would overlap")
+    _check(lower, scratch)
+    _check(upper, scratch)  # both checked before either is written: a refusal leaves neither
+    write_tar(lower, folder / NVIDIA_LAYER_NAME, EPOCH_FLOOR)
+    write_tar(upper, folder / LAYER_NAME, epoch)
+
+
+def _checked_tar(root: Path, scratch: Path, out: Path, epoch: int) -> None:
+    _check(root, scratch)
+    write_tar(root, out, epoch)
+
+
+def _check(root: Path, scratch: Path) -> None:
     bad = host_paths(root, {str(root), str(root.resolve()), str(scratch), str(scratch.resolve())})
     if bad:
         raise LayerError(f"{bad[0]} names the build host's scratch folder {scratch}; the layer would not be canonical")
-    write_tar(root, out, epoch)
 
 
 def layer_sha256(data: bytes | Path) -> str:

@@ -385,6 +385,7 @@ class Built:
     id: str
     status: str
     image_mb: float | None = None
+    shared_mb: float | None = None  # MB above the base another image of its line holds too (engine/sizes.py line_shares)
 
 
 def write_builds(path: Path, entries: Sequence[Mapping[str, object]]) -> None:
@@ -406,6 +407,8 @@ def read_builds(path: Path) -> tuple[Built, ...]:
     out = []
     for entry in jf.objs(entries, "the file", fail):
         sizes = entry.get("sizes")
-        image_mb = jf.number(jf.obj(sizes, "sizes", fail).get("image_mb"), "sizes.image_mb", fail) if sizes is not None else None
-        out.append(Built(jf.text(entry.get("id"), "id", fail), jf.text(entry.get("status"), "status", fail), image_mb))
+        found = jf.obj(sizes, "sizes", fail) if sizes is not None else {}
+        image_mb = jf.number(found.get("image_mb"), "sizes.image_mb", fail) if sizes is not None else None
+        shared_mb = jf.number(found["shared_mb"], "sizes.shared_mb", fail) if "shared_mb" in found else None
+        out.append(Built(jf.text(entry.get("id"), "id", fail), jf.text(entry.get("status"), "status", fail), image_mb, shared_mb))
     return tuple(out)

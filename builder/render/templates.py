@@ -15,6 +15,7 @@ import jinja2
 from packaging.version import Version
 
 from builder.lock.files import libraries
+from builder.lock.layer import nvidia_layer
 from builder.model.locked_fit import variant_properties
 from builder.model.plan import AMD64, ImageSpec
 from builder.render import labels as lb
@@ -84,6 +85,8 @@ def dockerfile(spec: ImageSpec, env: jinja2.Environment, source: str, matrix_nam
         "frameworks": [name for name, _ in spec.frameworks],
         "locked": spec.lock is not None,
         "canonical": spec.canonical is not None and spec.lock is not None,
+        # a canonical CUDA image's NVIDIA library wheels, in their own layer below the venv's
+        "nvidia_layer": spec.canonical is not None and spec.lock is not None and nvidia_layer(spec.lock),
         # what `python -m venv` would seed the venv with (ensurepip: setuptools too up to 3.11); a
         # locked image's venv is made without pip, and the served uv installs these natively
         "seed_wheels": ["pip", "setuptools"] if Version(spec.python) <= Version("3.11") else ["pip"],

@@ -80,6 +80,7 @@ def render_markdown(report: Report) -> str:
     ]
     for r in (r for r in report.rows if r.status != "skipped"):
         size = f"{r.size_mb:,.0f}" if r.size_mb else ""
+        size += f" ({r.shared_mb:,.0f} shared)" if size and r.shared_mb else ""  # with another image of its line
         digest = code(r.digest) if r.digest else ""
         cells = (r.id, r.frameworks, r.accelerator, r.python, r.status, r.runs_on, r.platform)
         lines.append("| " + " | ".join(text(c) for c in cells) + f" | {size} | {digest} | {text(r.date)} | {text(r.detail)} |")

@@ -39,6 +39,7 @@ class Row:
     detail: str  # the reason, the diagnosis, or the verdict's host
     digest: str = ""
     size_mb: float | None = None
+    shared_mb: float | None = None  # of size_mb, the MB above the base another built image of its line holds too
     date: str = ""
     runs_on: str = ""  # known-good: compute capabilities, min driver, arch (builder/fit/runs_on.py)
     platform: str = AMD64  # linux/amd64, linux/arm64: what it is built, locked and run for
@@ -130,10 +131,12 @@ def build_report(
     today: dt.date | None = None,
     base_results: Mapping[str, SmokeResult | None] | None = None,
     verdicts: Mapping[str, reproduction.Verdict] | None = None,
+    shared: Mapping[str, float] | None = None,
 ) -> Report:
     """`specs`: the plan's images with content hashes; `results`: build/results/<id>.json by id;
     `sizes`: image MB by id (build.json); `base_results`: each base with a base-level smoke test -> its result (None: untested);
-    `verdicts`: `builder reproduce`'s, by record id (only those about a record's current digest are shown)."""
+    `verdicts`: `builder reproduce`'s, by record id (only those about a record's current digest are shown);
+    `shared`: of an image's MB, those another built image of its line holds too (build.json)."""
     by_id = {r.id: r for r in records}
     compat = table()
     rows = []
@@ -152,6 +155,7 @@ def build_report(
                 detail=detail,
                 digest=record.digest if record else "",
                 size_mb=record.size_mb if record and record.size_mb else sizes.get(spec.id),
+                shared_mb=(shared or {}).get(spec.id),
                 date=record.published if record else _tested(results.get(spec.id)),
                 runs_on=_runs_on(spec, record, compat),
                 platform=spec.platform,

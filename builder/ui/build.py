@@ -55,12 +55,26 @@ class BuildProgress:
 
 def print_build_summary(out: Console, results: Sequence[BuildResult]) -> None:
     table = Table(title="build", title_justify="left")
-    for column in ("image", "status", "seconds", "size MB", "venv MB", "base MB", "ratio", "attempts", "log / cause"):
+    # shared / own: the MB above the base that another image of its line holds too / that it alone holds
+    for column in (
+        "image",
+        "status",
+        "seconds",
+        "size MB",
+        "venv MB",
+        "base MB",
+        "ratio",
+        "shared MB",
+        "own MB",
+        "attempts",
+        "log / cause",
+    ):
         table.add_column(column, overflow="fold")
     for r in results:
         detail = r.cause or r.error or (r.log or "")
         if r.fix:
             detail += f" -> {r.fix}"
         sizes = [f"{r.sizes[k]:.0f}" for k in ("image_mb", "venv_mb", "base_mb")] + [f"{r.sizes['ratio']:.3f}"] if r.sizes else [""] * 4
+        sizes += [f"{r.sizes[k]:.0f}" if r.sizes and k in r.sizes else "" for k in ("shared_mb", "own_mb")]
         table.add_row(markup(r.id), styled(r.status), f"{r.seconds:.1f}", *sizes, str(r.attempts), markup(detail))
     out.print(table)

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Protocol
 
 from builder.compat.rules import table
-from builder.engine import leftovers, settings
+from builder.engine import leftovers, settings, sizes
 from builder.engine.build import Builder, BuildResult, git_revision
 from builder.engine.client import open_engine
 from builder.engine.image_build import Run
@@ -106,8 +106,40 @@ def build_images(
         raise
     finally:
         events.end()
+    results = with_line_shares(connect, results, specs, ws.decided.images)
     results_files.write_builds(ws.store.build_summary, [asdict(r) for r in results])
     return results
+
+
+def line_of(spec: ImageSpec) -> tuple[str, str, str]:
+    """A line: the images of one base, Python and platform (a CUDA line's base names its CUDA)."""
+    return (spec.base.name, spec.python, spec.platform)
+
+
+def with_line_shares(
+    connect: Connect, results: Sequence[BuildResult], specs: Sequence[ImageSpec], plan: Sequence[ImageSpec]
+) -> list[BuildResult]:
+    """Each built image's sizes with its shared and own MB (engine/sizes.py line_shares), across
+    the images of its line the engine holds (built now or before); the sizes stay as they are where
+    the engine cannot say."""
+    built = {r.id for r in results if r.status in BUILT and r.sizes is not None}
+    lines = {line_of(s) for s in specs if s.id in built}
+    if not lines:
+        return list(results)
+    shares: dict[str, tuple[int, int]] = {}
+    engine = connect()
+    try:
+        for line in lines:
+            peers = {s.id: sizes.layers_of(engine, s.tag, s.base.from_ref) for s in plan if line_of(s) == line}
+            shares.update(sizes.line_shares({name: found for name, found in peers.items() if found is not None}))
+    finally:
+        engine.close()
+    return [
+        replace(r, sizes={**r.sizes, "shared_mb": round(shares[r.id][0] / sizes.MB, 1), "own_mb": round(shares[r.id][1] / sizes.MB, 1)})
+        if r.id in built and r.id in shares and r.sizes is not None
+        else r
+        for r in results
+    ]
 
 
 def build_ok(results: Sequence[BuildResult]) -> bool:

@@ -3,7 +3,8 @@
 Each pin's wheel is the one the lock's target installs (lock/wheels.py `pick`), found on the lock's
 own sources and fetched hash-checked (updates/wheelfiles.py), then kept in build/wheels/ by its
 sha256, so a second build (or a second image with the same wheel) reads it from there. The layer
-itself is lock/layer.py's: the same wheels give the same bytes.
+itself is lock/layer.py's: the same wheels give the same bytes (two layers for a lock with NVIDIA
+library wheels: those below, the rest above).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from builder.compat.rules import table
 from builder.engine import staging
 from builder.engine.image_build import LayerFailed, LayerMaker
 from builder.lock import children
-from builder.lock.layer import SEED, LayerError, Layout, make_layer, source_date_epoch
+from builder.lock.layer import SEED, LayerError, Layout, make_layers, nvidia_layer, source_date_epoch
 from builder.lock.target import target_for
 from builder.lock.wheels import IndexFile, Pin, pick, pins, target_tags
 from builder.model.plan import ImageSpec
@@ -75,12 +76,13 @@ def layer_maker(specs: Sequence[ImageSpec], settings: BuildSettings, folder: Pat
         return None
     cache = WheelCache(wheel_files(specs, settings, canonical), folder)
 
-    def make(spec: ImageSpec, out: Path) -> None:
+    def make(spec: ImageSpec, folder: Path) -> None:
         assert spec.lock is not None
         try:
             wheels = locked_wheels(spec, cache)
             with children.work_folder() as scratch:
-                make_layer(scratch, Layout(spec.python, spec.python_bin), wheels, source_date_epoch(spec.lock), out)
+                layout, epoch = Layout(spec.python, spec.python_bin), source_date_epoch(spec.lock)
+                make_layers(scratch, layout, wheels, epoch, folder, nvidia_layer(spec.lock))
         except (FetchFailed, LayerError) as exc:
             raise LayerFailed(str(exc)) from None
 

@@ -34,16 +34,18 @@ def report(ws: Workspace, catalog: Catalog, markdown: Path, html: Path) -> Repor
     store = ws.store
     found, notes = _results(store.results, specs)
     try:
-        sizes = {b.id: b.image_mb for b in results.read_builds(store.build_summary) if b.image_mb is not None}
+        builds = results.read_builds(store.build_summary)
+        sizes = {b.id: b.image_mb for b in builds if b.image_mb is not None}
+        shared = {b.id: b.shared_mb for b in builds if b.shared_mb is not None}
     except UserError as exc:  # sizes are a nicety: the report stands without them, and says why they are missing
-        sizes = {}
+        sizes, shared = {}, {}
         notes.append(f"image sizes left out: {exc}")
     try:
         verdicts = reproduced.load(store.reproduced)
     except UserError as exc:  # like sizes: the report stands without them, and says why
         verdicts = {}
         notes.append(f"reproduce verdicts left out: {exc}")
-    model = build_report(ws.decided, specs, found, records, sizes, base_results=_base_results(ws, notes), verdicts=verdicts)
+    model = build_report(ws.decided, specs, found, records, sizes, base_results=_base_results(ws, notes), verdicts=verdicts, shared=shared)
     write_report((markdown, render_markdown(model)), (html, render_html(model)), protected=(ws.matrix_path, catalog.file))
     return ReportFiles(markdown, html, model.counts(), tuple(notes))
 
