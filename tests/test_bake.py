@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import tarfile
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -21,7 +20,7 @@ from builder.engine.build import git_revision
 from builder.engine.image_build import Run
 from builder.engine.settings import BuildSettings
 from builder.engine.staging import Staged
-from builder.lock.layer import LAYER_NAME, source_date_epoch
+from builder.lock.layer import source_date_epoch
 from builder.model.plan import ImageSpec, Plan
 from builder.render import bake, labels
 from builder.render.context import PROBE_NAME
@@ -217,28 +216,6 @@ def test_canonical_targets_carry_their_epoch_and_build_with_the_network_off(embe
     assert jsonschema.Draft7Validator(schema).is_valid(doc)
     assert bake.network_file([canonical, other]) == {"services": {name: {"build": {"network": "none"}}}}
     assert name not in bake.bake_file([canonical, other])["target"], "without their contexts they are left out"
-
-
-def test_layers_writes_the_canonical_contexts_with_the_venv_layer(
-    cli: RunCli, root: Path, embedded_matrix_path: Path, embedded_plan: Plan, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The real layer, from the lock's wheels (the local ones where they lie): what `builder build` stages."""
-    monkeypatch.chdir(root)
-    canonical = next(s for s in embedded_plan.images if s.canonical and s.platform == "linux/amd64" and s.accelerator.kind == "cpu")
-    doc = plan_bake(cli, embedded_matrix_path, "--layers", "--select", f"id={canonical.id}")
-    target = doc["target"][bake.target_name(canonical.id)]
-    context = root / target["context"]
-    assert context == root / "build" / "bake-canonical" / canonical.id
-    assert sorted(p.name for p in context.iterdir()) == sorted(
-        ["Dockerfile", LAYER_NAME, PROBE_NAME, "requirements.lock", "requirements.txt"]
-    )
-    assert (context / "Dockerfile").read_bytes() == (root / "images" / canonical.id / "Dockerfile").read_bytes()
-    with tarfile.open(context / LAYER_NAME) as layer:
-        names = layer.getnames()
-    assert names[:2] == ["opt", "opt/venv"] and "opt/venv/pyvenv.cfg" in names
-    network = (context.parent / "network.compose.yaml").read_text(encoding="utf-8")
-    assert json.loads(network) == bake.network_file([canonical])  # JSON is YAML: bake reads it as a compose file
-    assert not [p.name for p in context.parent.iterdir() if p.name.startswith(".")], "no .part or .old folder left"
 
 
 def test_layers_without_bake_is_a_usage_error(cli: RunCli, embedded_matrix_path: Path) -> None:

@@ -137,6 +137,6 @@ def _group(name: str, members: list[str], specs: list[ImageSpec]) -> dict[str, A
     elif name == CANONICAL_GROUP:
         group["description"] = (
             "venv from the lock as a canonical layer (venv.tar in the context); build with the network off: "
-            "-f network.compose.yaml beside this file (docs/reproducible.md, bake)"
+            "add -f network.compose.yaml from beside their contexts (docs/reproducible.md, bake)"
         )
     return group
