@@ -66,14 +66,14 @@ if engine_answers; then
     say "engine already answering"
 else
     # dockerd comes from docker.io; curl is needed for the registry check below.
-    ensure_packages dockerd:docker.io debootstrap:debootstrap docker-registry:docker-registry curl:curl
+    ensure_packages dockerd:docker.io mmdebstrap:mmdebstrap docker-registry:docker-registry curl:curl
     say "starting dockerd (--bridge=none --iptables=false --ip-masq=false), log $DOCKERD_LOG"
     "${SUDO[@]}" setsid dockerd --bridge=none --iptables=false --ip-masq=false >"$DOCKERD_LOG" 2>&1 < /dev/null &
     wait_for "dockerd" engine_answers "$DOCKERD_LOG"
     say "engine up: $(docker version --format 'server {{.Server.Version}}, API {{.Server.APIVersion}}')"
 fi
-# debootstrap and the registry may be missing even when an engine already runs.
-ensure_packages debootstrap:debootstrap docker-registry:docker-registry curl:curl
+# mmdebstrap and the registry may be missing even when an engine already runs.
+ensure_packages mmdebstrap:mmdebstrap arch-test:arch-test docker-registry:docker-registry curl:curl
 # BuildKit's client for `builder bake` and `docker buildx bake`: Debian 13's docker-buildx, pinned
 # (version and .deb sha256) in .ci/buildx.sh. Once it is installed the docker CLI's `docker build`
 # uses BuildKit too (DOCKER_BUILDKIT=0 for the classic builder); the SDK's builds stay classic.

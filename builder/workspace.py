@@ -204,18 +204,36 @@ class Workspace:
     def selected(self, expr: str | None, *, use_default: bool) -> tuple[ImageSpec, ...]:
         """Images matching --select, else the matrix's defaults.select when asked, else all;
         only the chosen ones are rendered for their content hash."""
-        from_default = expr is None and use_default
-        if from_default:
-            expr = self.matrix.default_select
+        if expr is None and use_default and self.matrix.default_select:
+            return self.hashed(self.default_selection())
         selector = parse_select(expr or "")
         chosen = select(self.decided.images, selector)
         if selector and not chosen:
-            if from_default:
-                raise UserError(
-                    no_match(selector, self.decided.images, "defaults.select"), self.matrix.path, self.matrix.default_select_line
-                )
             raise UserError(no_match(selector, self.decided.images, "--select"))
         return self.hashed(chosen)
+
+    def default_selection(self) -> tuple[ImageSpec, ...]:
+        """The union of defaults.select's expressions, in plan order. An expression that matches
+        nothing, or that selects an image without a lock that matrix.yaml's `unlocked:` says cannot be
+        locked (its index is out of reach: a fresh machine's default job would fail there), is an error
+        at its own line."""
+        images = self.decided.images
+        chosen: set[str] = set()
+        for text, line in self.matrix.default_select:
+            selector = parse_select(text)
+            found = select(images, selector)
+            if not found:
+                raise UserError(no_match(selector, images, "defaults.select"), self.matrix.path, line)
+            unlocked = next((spec for spec in found if spec.lock is None and spec.unlocked), None)
+            if unlocked is not None:
+                raise UserError(
+                    f"defaults.select {text!r} selects {unlocked.id}, which has no lock (matrix.yaml unlocked: {unlocked.unlocked}); "
+                    "the default job must build on a fresh machine: narrow the expression to locked images and build that one with --select",
+                    self.matrix.path,
+                    line,
+                )
+            chosen.update(spec.id for spec in found)
+        return tuple(spec for spec in images if spec.id in chosen)
 
     def rendered_tree(self) -> Files:
         """Every file images/ should hold (see builder.render.tree.expected_tree)."""

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The main job on the embedded matrix's default selection: bootstrap the local base, build the
+# The main job on the embedded matrix's default selection: bootstrap the local bases, build the
 # images, smoke-test them in locked-down containers, publish the ones that passed to the local
 # registry (recorded in catalog/known-good.json), write the support matrix, and print the line a
 # teammate runs to get the same digest. Extra args go to `builder run`.

@@ -44,11 +44,12 @@ SHARED_FOLDER = "tests/test_bake.py"
 # (scripts/test.sh starts it: .ci/docker-up.sh), every other integration module on gw0 against the
 # default engine. A lane's tests count, clean and remove what is on their own engine, so the other
 # lane's builds and containers never show up in them (one image crosses, before lane 1 builds
-# anything: the Debian base test_bootstrap.py makes is loaded into lane 1's engine). The modules
+# anything: the Debian 12 base test_bootstrap.py makes is loaded into lane 1's engine; the Debian 13
+# base of the default selection only lane 1 builds on, so its slice bootstraps it there). The modules
 # that build in the repository itself (its build/results/, and the CPU slice's images they share:
 # slice, slice publish, the wheels slice and its sizes) are all in the first lane; each
 # second-lane module works in a copy of its own (test_locking.py and test_team_env.py too, in
-# lane 1: the offline tests moved to a worker of their own, and lane 1 no longer bootstraps its
+# lane 1: the offline tests moved to a worker of their own, and lane 1 no longer bootstraps its Debian 12
 # base). The split is by measured time (docs/benchmarks.md; every run prints its lanes:
 # tests/lanes.py).
 SECOND_LANE = tuple(

@@ -340,6 +340,8 @@ class FakeEngine:
         for name in entry.get("RepoTags") or ():
             self.names.pop(name, None)
         self.add_image(image, *(entry.get("RepoTags") or ()), labels=dict(config["config"].get("Labels") or {}))
+        if config.get("architecture"):
+            self.architectures[image] = config["architecture"]
         self.layers[image] = layers
         self.loads.append(image)
 

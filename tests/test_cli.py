@@ -166,6 +166,44 @@ def test_a_default_selection_matching_nothing_names_the_matrix_line(
     )
 
 
+TWO_TORCH_DEFAULT = 'defaults:\n  select:\n    - "torch=2.4.1"\n    - "{second}"\n'  # the list's items: lines 15 and 16
+
+
+def test_a_default_selection_list_is_the_union_of_its_expressions(write_matrix: Any, in_tmp: Path) -> None:
+    path = write_matrix(small_matrix_text(torch=("2.4.1", "2.5.0", "2.5.1")) + TWO_TORCH_DEFAULT.format(second="torch=2.5.1"))
+    ws = Workspace(path)
+    assert ws.matrix.default_select == (("torch=2.4.1", 15), ("torch=2.5.1", 16))
+    assert [s.versions["torch"] for s in ws.selected(None, use_default=True)] == ["2.4.1", "2.5.1"]
+    assert len(ws.selected(None, use_default=False)) == 3  # no default asked: everything
+    assert [s.versions["torch"] for s in ws.selected("torch=2.5.0", use_default=True)] == ["2.5.0"]  # --select wins
+
+
+def test_a_default_list_expression_matching_nothing_names_its_own_line(cli: RunCli, write_matrix: Any, in_tmp: Path) -> None:
+    write_matrix(small_matrix_text(torch=("2.4.1", "2.5.1")) + TWO_TORCH_DEFAULT.format(second="torch=2.6"))
+    result = cli("build")
+    assert result.exit_code == 2
+    assert result.stderr.startswith(
+        "error: matrix.yaml:16: defaults.select 'torch=2.6' matches none of the 2 planned images; torch is one of: 2.4.1, 2.5.1"
+    )
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_default_selecting_an_image_that_cannot_be_locked_is_refused(cli: RunCli, write_matrix: Any, in_tmp: Path) -> None:
+    """The default job must build on a fresh machine: an image without a lock whose index matrix.yaml
+    says is out of reach (`unlocked:`) is not for it. --select still builds it on purpose."""
+    unlocked = 'unlocked:\n  - select: "torch=2.5.1"\n    reason: "its index is out of reach"\n'
+    path = write_matrix(small_matrix_text(torch=("2.4.1", "2.5.1")) + TWO_TORCH_DEFAULT.format(second="torch=2.5.1") + unlocked)
+    for command in ("build", "test", "publish", "run"):
+        result = cli(command)
+        assert result.exit_code == 2, (command, result.output)
+        assert result.stderr.strip().splitlines() == [
+            "error: matrix.yaml:16: defaults.select 'torch=2.5.1' selects torch2.5.1-cu124-py3.11-ubuntu22.04, which has no lock"
+            " (matrix.yaml unlocked: its index is out of reach); the default job must build on a fresh machine:"
+            " narrow the expression to locked images and build that one with --select"
+        ], command
+    assert [s.id for s in Workspace(path).selected("torch=2.5.1", use_default=True)] == ["torch2.5.1-cu124-py3.11-ubuntu22.04"]
+
+
 def test_a_usage_error_names_the_help_to_run_under_python_m() -> None:
     """Found by the second hostile pass: run as `python -m builder`, the hint read `builder -m builder lock --help`."""
     done = subprocess.run([sys.executable, "-m", "builder", "lock", "-j", "0"], capture_output=True, text=True, timeout=60, check=False)

@@ -248,11 +248,11 @@ def test_a_base_of_the_wrong_architecture_is_bootstrapped_again(
     specs: tuple[ImageSpec, ...], fake: FakeEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Its recipe label current, its config amd64 (an engine that ignored the import's platform): not current."""
-    monkeypatch.setattr(bootstrap, "_debootstrap_binary", lambda: None)
+    monkeypatch.setattr(bootstrap, "_tool_binary", lambda: None)
     arm = specs[1].base
     assert not bootstrap.ensure_base(fake, arm, log=lambda line: None).built, "the arm64 base of arm64 architecture is current"
     fake.architectures[fake.resolve(arm.local_tag)] = "amd64"
-    with pytest.raises(UserError, match="debootstrap is not installed"):
+    with pytest.raises(UserError, match="mmdebstrap is not installed"):
         bootstrap.ensure_base(fake, arm, log=lambda line: None)
 
 

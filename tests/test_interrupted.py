@@ -367,7 +367,7 @@ def test_a_stopped_debootstrap_takes_its_children_with_it(tmp_path: Path, monkey
     fake = tmp_path / "debootstrap"
     fake.write_text('#!/bin/sh\n(while :; do : > "$5/f$$-$(date +%N)"; sleep 0.02; done) &\necho started\nwait\n')
     fake.chmod(0o755)
-    monkeypatch.setattr(bootstrap, "_debootstrap_binary", lambda: str(fake))
+    monkeypatch.setattr(bootstrap, "_tool_binary", lambda: str(fake))
     rootfs = tmp_path / "rootfs"
     rootfs.mkdir()
     recipe = bootstrap.Recipe(arch="amd64", release="bookworm", mirror="http://mirror.invalid", include=("python3",))
@@ -377,7 +377,7 @@ def test_a_stopped_debootstrap_takes_its_children_with_it(tmp_path: Path, monkey
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        bootstrap.run_debootstrap(recipe, rootfs, log)
+        bootstrap.run_bootstrap(recipe, rootfs, 0, log)
     written = len(list(rootfs.iterdir()))
     time.sleep(0.3)
     assert len(list(rootfs.iterdir())) == written, "a child of the stopped debootstrap still writes into the target"

@@ -170,6 +170,28 @@ CASES: dict[str, Case] = {
         "select:",
         ("defaults.select: unknown select key 'bse'", "did you mean 'base'?"),
     ),
+    "bad default select in a list": Case(
+        edit("bases:", 'defaults:\n  select:\n    - "stack=torch"\n    - "stak=jax"\nbases:'),
+        '- "stak=jax"',
+        ("defaults.select: unknown select key 'stak'", "did you mean 'stack'?"),
+    ),
+    "default select list item not text": Case(
+        edit("bases:", 'defaults:\n  select:\n    - "stack=torch"\n    - {stack: jax}\nbases:'),
+        "- {stack: jax}",
+        ("defaults.select must be a quoted string",),
+    ),
+    "empty default select list": Case(
+        edit("bases:", "defaults:\n  select: []\nbases:"), "select: []", ("defaults.select is an empty list",)
+    ),
+    "empty expression in a default select list": Case(
+        edit("bases:", 'defaults:\n  select:\n    - "stack=torch"\n    - ""\nbases:'), '- ""', ("an empty expression in its list",)
+    ),
+    "default select listed twice": Case(
+        edit("bases:", 'defaults:\n  select:\n    - "stack=torch"\n    - "stack=torch"\nbases:'),
+        '- "stack=torch"',
+        ("twice",),
+        occurrence=2,
+    ),
     "bad index url": Case(
         SMALL + 'indexes:\n  torch-cu124: "https://mirror.example.com/$(id)"\n', "torch-cu124:", ("indexes.torch-cu124", "is not valid")
     ),
@@ -322,12 +344,19 @@ def test_small_matrix_loads_into_records(tmp_path: Path) -> None:
     assert matrix.python == ("3.11",)
     assert matrix.frameworks == (("torch", ("2.5.1",)),)
     assert matrix.stacks == (("torch", ("torch",)),)
-    assert (matrix.registry, matrix.default_select, matrix.exclude, matrix.include) == ("ghcr.io/example/gpu-images", "", (), ())
+    assert (matrix.registry, matrix.default_select, matrix.exclude, matrix.include) == ("ghcr.io/example/gpu-images", (), (), ())
 
 
 def test_embedded_matrix_loads(root: Path) -> None:
     matrix = load_matrix(root / "matrix.yaml")
-    assert matrix.default_select == "base=local-debian12,platform=linux/amd64"
+    assert [text for text, _ in matrix.default_select] == [
+        "base=local-debian13,platform=linux/amd64,stack=tensorflow",
+        "base=local-debian13,platform=linux/amd64,stack=jax",
+        "base=local-debian13,platform=linux/amd64,stack=numba",
+        "base=local-debian12,platform=linux/amd64,stack=torch",
+    ]
+    lines = (root / "matrix.yaml").read_text().splitlines()
+    assert all(text in lines[line - 1] for text, line in matrix.default_select), "each expression keeps its own line"
     assert {b.name for b in matrix.bases} >= {"cuda12.4-ubuntu22.04", "rocm7.0-ubuntu24.04", "rocm5.7-debian13", "local-debian12"}
     local = matrix.base("local-debian12")
     assert (local.vendor, local.bootstrap, local.image) == ("cpu", "debootstrap", None)

@@ -31,6 +31,14 @@ LOCAL_IMAGES = {
     "jax0.10.2-cpu-py3.11-debian12": ["jax==0.10.2", "jaxlib==0.10.2"],
     "numba0.68.0-cpu-py3.11-debian12": ["numba==0.68.0", "numpy==2.4.6"],
 }
+# matrix.yaml's defaults.select: Debian 13's newest tensorflow, jax and numba, and torch on Debian 12
+# (its cp313 CPU wheel is on download.pytorch.org only, so the Debian 13 torch image is unlocked)
+DEFAULT_IMAGES = {
+    "jax0.12.0.1-cpu-py3.13-debian13": ["jax==0.12.0.1", "jaxlib==0.12.0.1"],
+    "numba0.68.1-cpu-py3.13-debian13": ["numba==0.68.1", "numpy==2.5.5"],
+    "tensorflow2.21.0-cpu-py3.13-debian13": ["tensorflow-cpu==2.21.0"],
+    "torch2.13.0-cpu-py3.11-debian12": ["torch==2.13.0+cpu"],
+}
 
 TWO_BASES = """\
 registry: ghcr.io/example/gpu-images
@@ -126,13 +134,21 @@ def test_excluded_combinations_name_the_exclude_line(embedded_plan: Plan, embedd
     )
 
 
-def test_default_selection_is_the_four_local_images(embedded_workspace: Workspace) -> None:
+def test_default_selection_is_debian13_and_torch_on_debian12(embedded_workspace: Workspace) -> None:
     images = embedded_workspace.selected(None, use_default=True)
-    assert {s.id: list(s.packages) for s in images} == LOCAL_IMAGES
+    assert {s.id: list(s.packages) for s in images} == DEFAULT_IMAGES
     for spec in images:
-        assert spec.base.name == "local-debian12"
-        assert spec.python == "3.11"
+        assert (spec.base.name, spec.python) == (("local-debian12", "3.11") if spec.stack == "torch" else ("local-debian13", "3.13"))
         assert spec.base.bootstrap == "debootstrap"
+
+
+def test_the_embedded_default_selects_only_locked_images(embedded_workspace: Workspace) -> None:
+    """The main job runs on a fresh machine: every image it builds installs its lock, none resolves
+    against an index (download.pytorch.org) that the machines that lock this matrix cannot reach."""
+    images = embedded_workspace.selected(None, use_default=True)
+    assert [s.id for s in images if s.lock is None] == []
+    planned = {s.id: s for s in embedded_workspace.decided.images}
+    assert planned["torch2.15.0-cpu-py3.13-debian13"].lock is None, "the Debian 13 CPU torch got a lock: move torch's default to it"
 
 
 def test_torch_cpu_index_on_the_local_image(embedded_workspace: Workspace) -> None:

@@ -68,7 +68,7 @@ def matrices(draw: st.DrawFn) -> Matrix:
     return Matrix(
         path="matrix.yaml",
         registry="ghcr.io/example/gpu-images",
-        default_select="",
+        default_select=(),
         bases=bases,
         python=pythons,
         frameworks=frameworks,

@@ -1,15 +1,27 @@
-"""Local base images made with debootstrap, for machines that cannot pull from a registry.
+"""Local base images bootstrapped from the Debian mirror (mmdebstrap), for machines that cannot pull
+from a registry; reproducible: one recipe and one mirror state give one image ID, on any machine.
 
 A base is identified by its recipe (release, variant, packages, mirror, arch). The recipe's hash is
 stored as a label on the image, so a second `ensure_base` with the same recipe is a label lookup,
-not a rebuild. The final tag appears only after a complete import (the import goes to a temporary
-tag first), and the rootfs scratch directory is removed however the build ends.
+not a rebuild. The final tag appears only after a complete load (the load goes to a temporary tag
+first), and the rootfs scratch directory is removed however the build ends.
+
+Reproducible (issue 41; benchmarks/bench_base.py measures it): mmdebstrap runs with SOURCE_DATE_EPOCH
+set to the mirror's own `Date:` (dists/<release>/InRelease), so the epoch names the mirror state, not
+the moment, and mmdebstrap leaves out what debootstrap writes the clock into (dpkg and alternatives
+logs, ldconfig's aux-cache). The tree is written as a tar sorted by name with mtimes clamped to the
+epoch and numeric owners, and loaded with an image config of fixed content (`created` = the epoch,
+the labels, PATH, CMD): its image ID is a function of the tree, and the tree of the recipe and the
+mirror state. (debootstrap, which made the bases before, gave two different trees from one mirror
+state: 4 files by content, 2,005 by mtime.)
 """
 
 from __future__ import annotations
 
 import contextlib
+import email.utils
 import hashlib
+import io
 import json
 import os
 import platform
@@ -17,8 +29,10 @@ import re
 import shutil
 import signal
 import subprocess
+import tarfile
 import tempfile
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -37,7 +51,7 @@ from builder.util.text import redact
 
 Log = Callable[[str], None]
 
-# os name in matrix.yaml -> Debian release codename debootstrap knows.
+# os name in matrix.yaml -> the Debian release codename the mirror knows.
 RELEASES: dict[str, str] = {
     "debian11": "bullseye",
     "debian12": "bookworm",
@@ -49,19 +63,24 @@ RELEASES: dict[str, str] = {
 PACKAGES: tuple[str, ...] = ("ca-certificates", "passwd", "python3", "python3-venv")
 VARIANT = "minbase"
 # Bump when the procedure below changes what ends up in the image (cleanup, config changes).
-RECIPE_SCHEMA = 1
+# 2: mmdebstrap with the mirror's date, a canonical tar, a config of fixed content (1: debootstrap, imported).
+RECIPE_SCHEMA = 2
+TOOL = "mmdebstrap"
 
 HASH_LABEL = "io.builder.recipe-hash"
 RECIPE_LABEL = "io.builder.recipe"
 BASE_NAME_LABEL = "org.opencontainers.image.base.name"
 BOOTSTRAP_LABEL = "io.builder.bootstrap"
+MIRROR_DATE_LABEL = "io.builder.mirror-date"  # the mirror's InRelease Date: the SOURCE_DATE_EPOCH of the tree
 
 SCRATCH_DIR = Path(os.environ.get("BUILDER_SCRATCH_DIR", "/var/tmp"))
 DEBOOTSTRAP_ATTEMPTS = 3
 DEBOOTSTRAP_WAIT_MIN_S = 2.0
 DEBOOTSTRAP_WAIT_MAX_S = 30.0
-GROUP_EXIT_S = 5.0  # after the SIGKILL, how long a stopped debootstrap's children may take to be gone
+GROUP_EXIT_S = 5.0  # after the SIGKILL, how long a stopped bootstrap's children may take to be gone
+RELEASE_FILE_TIMEOUT_S = 60.0
 
+_DEB_TO_OCI = {"amd64": "amd64", "arm64": "arm64", "ppc64el": "ppc64le", "s390x": "s390x"}
 _MACHINE_TO_DEB = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64", "ppc64le": "ppc64el", "s390x": "s390x"}
 _PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -75,15 +94,16 @@ class BootstrapResult:
 
 
 class DebootstrapFailed(Exception):
-    """debootstrap exited non-zero; `network` says whether retrying could help."""
+    """The bootstrap tool exited non-zero, or the mirror's release file could not be read;
+    `network` says whether retrying could help."""
 
     def __init__(self, returncode: int, lines: Sequence[str]) -> None:
         self.returncode = returncode
         self.lines = list(lines)
-        # debootstrap exits 1 for everything; its wget messages tell a flaky network from a bad recipe.
+        # the tool exits 1 for everything; apt's messages tell a flaky network from a bad recipe.
         self.network = any_network(self.lines)
         errors = [ln for ln in self.lines if ln.startswith("E:")] or self.lines[-1:] or ["no output"]
-        super().__init__(f"debootstrap exited {returncode}: {errors[-1].strip()}")
+        super().__init__(f"{TOOL} exited {returncode}: {errors[-1].strip()}")
 
 
 def release_for(base: Base) -> str:
@@ -97,7 +117,7 @@ def release_for(base: Base) -> str:
     except KeyError:
         supported = ", ".join(f"{os_} ({rel})" for os_, rel in RELEASES.items())
         raise UserError(
-            f"base '{base.name}' (line {base.line}): os '{base.os}' cannot be bootstrapped with debootstrap; supported: {supported}",
+            f"base '{base.name}' (line {base.line}): os '{base.os}' cannot be bootstrapped from the Debian mirror; supported: {supported}",
             line=base.line,
         ) from None
 
@@ -124,7 +144,7 @@ class Recipe:
     include: tuple[str, ...] = tuple(sorted(PACKAGES))
     variant: str = VARIANT
     schema: int = RECIPE_SCHEMA
-    tool: str = "debootstrap"
+    tool: str = TOOL
 
     @classmethod
     def from_label(cls, label: str) -> Recipe:
@@ -215,15 +235,15 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
 
 
-def _debootstrap_binary() -> str | None:
-    return shutil.which("debootstrap") or next((p for p in ("/usr/sbin/debootstrap", "/sbin/debootstrap") if os.access(p, os.X_OK)), None)
+def _tool_binary() -> str | None:
+    return shutil.which(TOOL) or next((p for p in (f"/usr/bin/{TOOL}", f"/usr/sbin/{TOOL}") if os.access(p, os.X_OK)), None)
 
 
 def _check_tools() -> None:
-    if _debootstrap_binary() is None:
-        raise UserError("debootstrap is not installed: apt-get install debootstrap (bash .ci/docker-up.sh does)")
+    if _tool_binary() is None:
+        raise UserError(f"{TOOL} is not installed: apt-get install {TOOL} (bash .ci/docker-up.sh does)")
     if os.geteuid() != 0:
-        raise UserError("bootstrapping a base needs root (debootstrap creates device nodes): run as root, or pull a prebuilt base instead")
+        raise UserError(f"bootstrapping a base needs root ({TOOL} creates device nodes): run as root, or pull a prebuilt base instead")
 
 
 def _image_id(engine: Engine, ref: str) -> str | None:
@@ -238,14 +258,17 @@ def _build(engine: Engine, tag: str, recipe: Recipe, digest: str, log: Log, plat
     temp_ref = f"{repository}:tmp-{uuid.uuid4().hex[:12]}"
     try:
         rootfs = scratch / "rootfs"
-        _debootstrap_with_retries(recipe, rootfs, log)
+        epoch = _bootstrap_with_retries(recipe, rootfs, log)
         _tidy_rootfs(rootfs)
         tarball = scratch / "rootfs.tar"
-        subprocess.run(["tar", "--numeric-owner", "-C", str(rootfs), "-cf", str(tarball), "."], check=True)
+        canonical_tar(rootfs, tarball, epoch)
         _remove_tree(rootfs)  # free the disk before the engine copies the tarball
-        log(f"importing {tarball.stat().st_size / 1e6:.0f} MB into the engine as {temp_ref}")
+        archive = scratch / "image.tar"
+        expected = image_archive(tarball, archive, temp_ref, base_config(recipe, digest, epoch, _diff_id(tarball)))
+        tarball.unlink()
+        log(f"loading {archive.stat().st_size / 1e6:.0f} MB into the engine as {temp_ref} (image {expected[:19]})")
         old = _image_id(engine, tag)
-        _import(engine, tarball, temp_ref, recipe, digest, platform)
+        _load(engine, archive, temp_ref, digest, expected)
         engine.tag(temp_ref, repository, tag.rsplit(":", 1)[1])
         if old and old != _image_id(engine, tag):
             engine.remove_image(old)
@@ -254,12 +277,16 @@ def _build(engine: Engine, tag: str, recipe: Recipe, digest: str, log: Log, plat
         _remove_tree(scratch)
 
 
-def _debootstrap_with_retries(recipe: Recipe, rootfs: Path, log: Log) -> None:
+def _bootstrap_with_retries(recipe: Recipe, rootfs: Path, log: Log) -> int:
+    """The tree of `recipe` in `rootfs`; returns its SOURCE_DATE_EPOCH (the mirror's date)."""
+    epochs: list[int] = []
+
     def one_try(attempt: int) -> None:
         if rootfs.exists():  # a half-made tree from the failed attempt
             _remove_tree(rootfs)
         rootfs.mkdir()
-        run_debootstrap(recipe, rootfs, log)
+        epochs.append(mirror_epoch(recipe))
+        run_bootstrap(recipe, rootfs, epochs[-1], log)
 
     def fail(what: str, reason: str) -> UserError:
         return UserError(
@@ -276,28 +303,52 @@ def _debootstrap_with_retries(recipe: Recipe, rootfs: Path, log: Log) -> None:
             min_wait_s=DEBOOTSTRAP_WAIT_MIN_S,
             max_wait_s=DEBOOTSTRAP_WAIT_MAX_S,
             on_retry=lambda attempt, reason: log(
-                f"debootstrap failed on the network ({reason}); retrying (attempt {attempt} of {DEBOOTSTRAP_ATTEMPTS})"
+                f"{TOOL} failed on the network ({reason}); retrying (attempt {attempt} of {DEBOOTSTRAP_ATTEMPTS})"
             ),
         )
     except GaveUp as exc:
         raise fail("the mirror could not be reached", exc.reason) from None
     except DebootstrapFailed as exc:
         raise fail("the recipe failed", redact(str(exc))) from None
+    return epochs[-1]
 
 
-def run_debootstrap(recipe: Recipe, rootfs: Path, log: Log) -> None:
-    """One debootstrap run, output streamed to `log`; raises DebootstrapFailed on a non-zero exit."""
-    binary = _debootstrap_binary() or "debootstrap"
+def mirror_epoch(recipe: Recipe) -> int:
+    """The `Date:` of the mirror's dists/<release>/InRelease, as seconds: the mirror state the tree
+    comes from (a read that fails is a network DebootstrapFailed: retried)."""
+    url = f"{recipe.mirror.rstrip('/')}/dists/{recipe.release}/InRelease"
+    try:
+        with urllib.request.urlopen(url, timeout=RELEASE_FILE_TIMEOUT_S) as response:  # noqa: S310 - the recipe's mirror
+            for raw in response:
+                line = raw.decode("utf-8", "replace")
+                if line.startswith("Date:"):
+                    return int(email.utils.parsedate_to_datetime(line[5:].strip()).timestamp())
+                if line.startswith(("MD5Sum:", "SHA256:", "-----BEGIN PGP SIGNATURE")):  # past the release fields
+                    break
+    except (OSError, ValueError) as exc:
+        raise DebootstrapFailed(1, [f"E: Failed getting release file {url}: {exc}"]) from None
+    raise DebootstrapFailed(1, [f"E: {url} has no Date: field"])
+
+
+def run_bootstrap(recipe: Recipe, rootfs: Path, epoch: int, log: Log) -> None:
+    """One mmdebstrap run into `rootfs`, output streamed to `log`; raises DebootstrapFailed on a
+    non-zero exit."""
     argv = [
-        binary,
+        _tool_binary() or TOOL,
         f"--variant={recipe.variant}",
-        f"--arch={recipe.arch}",
+        f"--architectures={recipe.arch}",
         f"--include={','.join(recipe.include)}",
         recipe.release,
         str(rootfs),
         recipe.mirror,
     ]
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive", "LC_ALL": "C", "PATH": os.environ.get("PATH", "") + ":/usr/sbin:/sbin"}
+    env = {
+        **os.environ,
+        "DEBIAN_FRONTEND": "noninteractive",
+        "LC_ALL": "C",
+        "SOURCE_DATE_EPOCH": str(epoch),
+        "PATH": os.environ.get("PATH", "") + ":/usr/sbin:/sbin",
+    }
     lines: list[str] = []
     proc = subprocess.Popen(
         argv,
@@ -307,7 +358,7 @@ def run_debootstrap(recipe: Recipe, rootfs: Path, log: Log) -> None:
         text=True,
         errors="replace",
         env=env,
-        start_new_session=True,  # its own process group: _stop ends debootstrap's children (wget, dpkg) too
+        start_new_session=True,  # its own process group: _stop ends the tool's children (apt, dpkg) too
     )
     try:
         assert proc.stdout is not None
@@ -316,7 +367,7 @@ def run_debootstrap(recipe: Recipe, rootfs: Path, log: Log) -> None:
             log(lines[-1])
         returncode = proc.wait()
     except BaseException:
-        # Ctrl-C reaches debootstrap too; give it time to unmount /proc and /sys in the target.
+        # Ctrl-C reaches the tool too; give it time to unmount /proc and /sys in the target.
         _stop(proc)
         raise
     if returncode != 0:
@@ -324,12 +375,12 @@ def run_debootstrap(recipe: Recipe, rootfs: Path, log: Log) -> None:
 
 
 def _stop(proc: subprocess.Popen[str]) -> None:
-    """End debootstrap and everything it started (a SIGTERM to this process alone reaches none of
+    """End the tool and everything it started (a SIGTERM to this process alone reaches none of
     them): a child still writing into the target would race the scratch dir's removal."""
     _signal_group(proc, signal.SIGTERM)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=30)
-    _signal_group(proc, signal.SIGKILL)  # what ignored the SIGTERM, debootstrap itself included
+    _signal_group(proc, signal.SIGKILL)  # what ignored the SIGTERM, the tool itself included
     proc.wait()
     deadline = time.monotonic() + GROUP_EXIT_S
     while _signal_group(proc, 0) and time.monotonic() < deadline:  # a killed child may still be closing a file in the target
@@ -337,7 +388,7 @@ def _stop(proc: subprocess.Popen[str]) -> None:
 
 
 def _signal_group(proc: subprocess.Popen[str], sig: int) -> bool:
-    """Send `sig` to debootstrap's process group (0: only ask); False when nothing of it is left."""
+    """Send `sig` to the tool's process group (0: only ask); False when nothing of it is left."""
     try:
         os.killpg(proc.pid, sig)
     except (ProcessLookupError, PermissionError):
@@ -353,36 +404,87 @@ def _tidy_rootfs(rootfs: Path) -> None:
                 shutil.rmtree(path)
             else:
                 path.unlink()
-    # debootstrap copies the host's resolver config and name in; the engine supplies its own.
+    # the tool copies the host's resolver config and name in; the engine supplies its own.
     for name, content in (("etc/resolv.conf", ""), ("etc/hostname", "localhost\n")):
         target = rootfs / name
         if target.is_file() and not target.is_symlink():
             target.write_text(content)
 
 
-def _label_change(key: str, value: str) -> str:
-    # Dockerfile syntax: inside double quotes, backslash escapes `"`, `\` and `$` (no expansion).
-    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$")
-    return f'LABEL {key}="{escaped}"'
+def canonical_tar(rootfs: Path, out: Path, epoch: int) -> None:
+    """The tree as a tar of fixed bytes: entries sorted by name, mtimes clamped to `epoch`, numeric
+    owners (GNU tar's own options, as the Reproducible Builds project writes them)."""
+    subprocess.run(
+        [
+            "tar",
+            "--sort=name",
+            f"--mtime=@{epoch}",
+            "--clamp-mtime",
+            "--numeric-owner",
+            "--format=gnu",
+            "-C",
+            str(rootfs),
+            "-cf",
+            str(out),
+            ".",
+        ],
+        check=True,
+    )
 
 
-def _import(engine: Engine, tarball: Path, ref: str, recipe: Recipe, digest: str, platform: str) -> None:
-    repository, tag = ref.rsplit(":", 1)
-    changes = [
-        _label_change(HASH_LABEL, digest),
-        _label_change(RECIPE_LABEL, canonical_json(recipe)),
-        _label_change(BASE_NAME_LABEL, f"debian:{recipe.release}"),
-        _label_change(BOOTSTRAP_LABEL, f"debootstrap {recipe.variant} from {recipe.mirror}"),
-        f"ENV PATH={_PATH}",
-        'CMD ["/bin/bash"]',
-    ]
+def base_config(recipe: Recipe, digest: str, epoch: int, diff_id: str) -> dict[str, object]:
+    """The base image's config: nothing in it but the recipe, the mirror's date and the layer."""
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+    labels = {
+        HASH_LABEL: digest,
+        RECIPE_LABEL: canonical_json(recipe),
+        BASE_NAME_LABEL: f"debian:{recipe.release}",
+        BOOTSTRAP_LABEL: f"{TOOL} {recipe.variant} from {recipe.mirror}",
+        MIRROR_DATE_LABEL: stamp,
+    }
+    return {
+        "architecture": _DEB_TO_OCI.get(recipe.arch, recipe.arch),
+        "os": "linux",
+        "created": stamp,
+        "config": {"Env": [f"PATH={_PATH}"], "Cmd": ["/bin/bash"], "Labels": labels},
+        "rootfs": {"type": "layers", "diff_ids": [diff_id]},
+        "history": [{"created": stamp, "created_by": f"{TOOL} --variant={recipe.variant} {recipe.release} (builder)"}],
+    }
+
+
+def image_archive(layer: Path, out: Path, ref: str, config: dict[str, object]) -> str:
+    """A `docker load` archive of one layer and `config` (sorted, compact JSON), tagged `ref`; returns
+    the image ID it loads as: the sha256 of those config bytes."""
+    body = json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
+    image_id = hashlib.sha256(body).hexdigest()
+    manifest = json.dumps([{"Config": f"{image_id}.json", "RepoTags": [ref], "Layers": ["layer.tar"]}]).encode()
+    with tarfile.open(out, "w", format=tarfile.GNU_FORMAT) as archive:
+        for name, data in ((f"{image_id}.json", body), ("manifest.json", manifest)):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+        archive.add(layer, arcname="layer.tar")
+    return f"sha256:{image_id}"
+
+
+def _diff_id(tarball: Path) -> str:
+    digest = hashlib.sha256()
+    with tarball.open("rb") as data:
+        for block in iter(lambda: data.read(1 << 20), b""):
+            digest.update(block)
+    return f"sha256:{digest.hexdigest()}"
+
+
+def _load(engine: Engine, archive: Path, ref: str, digest: str, expected: str) -> None:
     try:
-        engine.import_image(tarball, repository, tag, changes, platform)  # an arm64 tree is an arm64 image
+        engine.load_image(archive)  # the config names the architecture: an arm64 tree is an arm64 image
     except EngineFault as exc:
-        raise UserError(f"importing the base into the engine failed: {exc.message}") from None
+        raise UserError(f"loading the base into the engine failed: {exc.message}") from None
     info = engine.inspect_image(ref)
     if info is None or info.labels.get(HASH_LABEL) != digest:
-        raise UserError(f"importing the base into the engine produced no image {ref} with its labels")
+        raise UserError(f"loading the base into the engine produced no image {ref} with its labels")
+    if info.id != expected:
+        raise UserError(f"the engine loaded the base as {info.id}, not the {expected} its config names: the engine rewrote it")
 
 
 def _mounts_under(path: Path) -> list[str]:
@@ -397,7 +499,7 @@ def _mounts_under(path: Path) -> list[str]:
 
 
 def _remove_tree(path: Path) -> None:
-    """rmtree that never descends into a mount (an interrupted debootstrap can leave /proc or a
+    """rmtree that never descends into a mount (an interrupted bootstrap can leave /proc or a
     bind-mounted /dev inside the target): unmount first, and leave the tree if that fails."""
     if not path.exists():
         return

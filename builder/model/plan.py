@@ -140,7 +140,7 @@ class Newest:
 class Matrix:
     path: str
     registry: str
-    default_select: str
+    default_select: tuple[tuple[str, int], ...]  # (select expression, line): the default selection is their union
     bases: tuple[Base, ...]
     python: tuple[str, ...]
     frameworks: tuple[tuple[str, tuple[str, ...]], ...]
@@ -150,7 +150,6 @@ class Matrix:
     index_urls: tuple[tuple[str, str], ...] = ()  # pattern -> URL override
     ca_bundle: str | None = None
     source: str = "https://github.com/example/gpu-images"
-    default_select_line: int = 0
     unlocked: tuple[tuple[str, str, int], ...] = ()  # (select expression, reason, line): may build without a lock
     cuda_exceptions: tuple[tuple[str, str, int], ...] = ()  # (select, reason, line): CUDA wheels may leave the base's minor
     keep_older_gpus: tuple[tuple[str, str, int], ...] = ()  # (select, reason, line): cuDNN held below the release that dropped GPUs

@@ -123,7 +123,6 @@ def load_matrix(path: Path) -> Matrix:
         index_urls=indexes,
         ca_bundle=ca_bundle,
         source=source,
-        default_select_line=top["defaults"].line_of("select") if default_select else 0,
         unlocked=_unlocked(ctx, top.get("unlocked"), top.line_of("unlocked")),
         cuda_exceptions=_policies(
             ctx,
@@ -459,21 +458,40 @@ def _check_include(
         raise ctx.fail(f"include names {', '.join(extra)}, which stack '{keys['stack']}' does not have; remove it", rule.line_of(extra[0]))
 
 
-def _defaults(ctx: _Ctx, top: LDict) -> str:
+def _defaults(ctx: _Ctx, top: LDict) -> tuple[tuple[str, int], ...]:
+    """`defaults.select`: one select expression, or a list of them meaning their union; each
+    (expression, its line), checked here so a typo fails at load with its own line."""
     if "defaults" not in top:
-        return ""
+        return ()
     defaults = ctx.mapping(top["defaults"], "defaults", top.line_of("defaults"))
     ctx.keys(defaults, ("select",), "defaults")
     if "select" not in defaults:
-        return ""
-    text = ctx.text(defaults["select"], "defaults.select", defaults.line_of("select"), lambda t: True, '"base=local-debian12"')
+        return ()
+    value, line = defaults["select"], defaults.line_of("select")
+    example = '"base=local-debian12" or a list of such expressions (their union)'
+    if isinstance(value, LList):
+        if not value:
+            raise ctx.fail(f"defaults.select is an empty list; give {example}, or remove it to select everything", line)
+        entries = [(item, value.line_of(i)) for i, item in enumerate(value)]
+    else:
+        entries = [(value, line)]
     from builder.spec.select import parse_select  # local import: select depends on records only
 
-    try:
-        parse_select(text)
-    except UserError as exc:
-        raise ctx.fail(f"defaults.select: {exc.message}", defaults.line_of("select")) from None
-    return text
+    out: dict[str, int] = {}
+    for item, item_line in entries:
+        text = ctx.text(item, "defaults.select", item_line, lambda t: True, example)
+        try:
+            parse_select(text)
+        except UserError as exc:
+            raise ctx.fail(f"defaults.select: {exc.message}", item_line) from None
+        if not text.strip():
+            if len(entries) == 1 and not isinstance(value, LList):
+                return ()  # `select: ""`: no default, as if the key were absent (everything)
+            raise ctx.fail(f"defaults.select has an empty expression in its list, which would select everything; give {example}", item_line)
+        if text in out:
+            raise ctx.fail(f"defaults.select lists {text!r} twice (lines {out[text]} and {item_line}); remove one", item_line)
+        out[text] = item_line
+    return tuple(out.items())
 
 
 def _indexes(ctx: _Ctx, value: Any, line: int) -> tuple[tuple[str, str], ...]:

@@ -104,15 +104,16 @@ def test_the_selection_is_one_cpu_and_one_cuda_from_wheels_image() -> None:
 
 
 @pytest.mark.parametrize("platform", ["linux/amd64", "linux/arm64"])
-def test_a_bootstrapped_tree_is_imported_for_its_platform(
+def test_a_bootstrapped_tree_is_loaded_for_its_platform(
     docker_client: DockerClient, platform: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The import names the base's platform (the SDK's import_image cannot): a one-file tree stands
-    in for debootstrap's, imported under a tag of this test's own."""
+    """The loaded config names the base's platform: a one-file tree stands in for mmdebstrap's,
+    loaded under a tag of this test's own."""
     monkeypatch.setattr(bootstrap, "SCRATCH_DIR", tmp_path / "scratch")
     monkeypatch.setenv("BUILDER_LOCK_DIR", str(tmp_path / "locks"))
     monkeypatch.setattr(bootstrap, "_check_tools", lambda: None)
-    monkeypatch.setattr(bootstrap, "run_debootstrap", lambda recipe, rootfs, log: (rootfs / "etc").mkdir())
+    monkeypatch.setattr(bootstrap, "mirror_epoch", lambda recipe: 1_700_000_000)
+    monkeypatch.setattr(bootstrap, "run_bootstrap", lambda recipe, rootfs, epoch, log: (rootfs / "etc").mkdir())
     base = Base(
         "itest-arch",
         "cpu",

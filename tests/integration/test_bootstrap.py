@@ -1,4 +1,5 @@
-"""Bootstrapped bases: a real debootstrap + import, the recipe-hash skip, and failure handling."""
+"""Bootstrapped bases: a real mmdebstrap + load, the same image ID from a second bootstrap, the
+recipe-hash skip, and failure handling."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from builder.workspace import Workspace
 from tests.fake_engine import FakeEngine
 
 ROOT = Path(__file__).resolve().parents[2]
+EPOCH = 1_700_000_000  # a mirror date for the fake trees
 
 
 def _base(name: str, os_: str = "debian12") -> Base:
@@ -90,7 +92,7 @@ def test_recipe_hash_is_stable_and_tracks_the_recipe() -> None:
     # The JSON form is the base's identity (its label, its hash): a change renames every base users have.
     assert bootstrap.canonical_json(one) == (
         '{"arch":"amd64","include":["ca-certificates","passwd","python3","python3-venv"],'
-        '"mirror":"http://deb.debian.org/debian","release":"bookworm","schema":1,"tool":"debootstrap","variant":"minbase"}'
+        '"mirror":"http://deb.debian.org/debian","release":"bookworm","schema":2,"tool":"mmdebstrap","variant":"minbase"}'
     )
 
 
@@ -123,7 +125,8 @@ def fast_retries(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def fake_base(docker_client: DockerClient, private_dirs: Path) -> Iterator[Base]:
+def fake_base(docker_client: DockerClient, private_dirs: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Base]:
+    monkeypatch.setattr(bootstrap, "mirror_epoch", lambda recipe: EPOCH)  # the fakes read no mirror
     base = _base(f"itest-fake-{uuid.uuid4().hex[:8]}")
     yield base
     for tag in _temp_tags(docker_client, base):
@@ -136,7 +139,7 @@ def fake_base(docker_client: DockerClient, private_dirs: Path) -> Iterator[Base]
 def test_network_failures_are_retried(docker_client: DockerClient, fake_base: Base, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[Path] = []
 
-    def flaky(recipe: bootstrap.Recipe, rootfs: Path, log: Any) -> None:
+    def flaky(recipe: bootstrap.Recipe, rootfs: Path, epoch: int, log: Any) -> None:
         assert list(rootfs.iterdir()) == [], "a failed attempt's files survived into the retry"
         calls.append(rootfs)
         (rootfs / "half-made").write_text("")
@@ -145,7 +148,7 @@ def test_network_failures_are_retried(docker_client: DockerClient, fake_base: Ba
         (rootfs / "half-made").unlink()
         _fake_rootfs(rootfs)
 
-    monkeypatch.setattr(bootstrap, "run_debootstrap", flaky)
+    monkeypatch.setattr(bootstrap, "run_bootstrap", flaky)
     logs: list[str] = []
     result = ensure_base(engine.DockerEngine(docker_client), fake_base, log=logs.append)
     assert len(calls) == 3
@@ -165,12 +168,12 @@ def test_deterministic_failures_are_not_retried_and_leave_nothing(
 ) -> None:
     calls = []
 
-    def broken(recipe: bootstrap.Recipe, rootfs: Path, log: Any) -> None:
+    def broken(recipe: bootstrap.Recipe, rootfs: Path, epoch: int, log: Any) -> None:
         calls.append(rootfs)
         _fake_rootfs(rootfs)
         raise DebootstrapFailed(1, ["E: Couldn't find these debs: python3-nosuch"])
 
-    monkeypatch.setattr(bootstrap, "run_debootstrap", broken)
+    monkeypatch.setattr(bootstrap, "run_bootstrap", broken)
     with pytest.raises(UserError, match="python3-nosuch"):
         ensure_base(engine.DockerEngine(docker_client), fake_base, log=lambda _: None)
     assert len(calls) == 1
@@ -180,11 +183,11 @@ def test_deterministic_failures_are_not_retried_and_leave_nothing(
 
 @pytest.mark.docker
 def test_ctrl_c_leaves_no_tag_and_no_scratch_dir(docker_client: DockerClient, fake_base: Base, monkeypatch: pytest.MonkeyPatch) -> None:
-    def interrupted(recipe: bootstrap.Recipe, rootfs: Path, log: Any) -> None:
+    def interrupted(recipe: bootstrap.Recipe, rootfs: Path, epoch: int, log: Any) -> None:
         _fake_rootfs(rootfs)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(bootstrap, "run_debootstrap", interrupted)
+    monkeypatch.setattr(bootstrap, "run_bootstrap", interrupted)
     with pytest.raises(KeyboardInterrupt):
         ensure_base(engine.DockerEngine(docker_client), fake_base, log=lambda _: None)
     assert engine.image_labels(docker_client, fake_base.local_tag) is None
@@ -206,7 +209,7 @@ def test_a_second_process_waits_for_the_lock(docker_client: DockerClient, fake_b
     )
     assert holder.stdout is not None
     assert holder.stdout.readline().strip() == "held"
-    monkeypatch.setattr(bootstrap, "run_debootstrap", lambda r, rootfs, log: _fake_rootfs(rootfs))
+    monkeypatch.setattr(bootstrap, "run_bootstrap", lambda r, rootfs, epoch, log: _fake_rootfs(rootfs))
     logs: list[str] = []
     start = time.monotonic()
     result = ensure_base(engine.DockerEngine(docker_client), fake_base, log=logs.append)
@@ -227,7 +230,9 @@ def built_debian12(
     base = _base(f"itest-debian12-{uuid.uuid4().hex[:6]}")
     logs: list[str] = []
     work = tmp_path_factory.mktemp("bootstrap")
-    shared = next(s.base for s in Workspace.locate(str(ROOT / "matrix.yaml")).selected(None, use_default=True))
+    # The Debian 12 base the other modules build on: the default job's torch image, and the images the
+    # second lane's modules build (Debian 13's, only the first lane's slice builds: it bootstraps that one).
+    shared = Workspace.locate(str(ROOT / "matrix.yaml")).matrix.base("local-debian12")
     with _lane_one_waits_for(shared) as lane_one, pytest.MonkeyPatch.context() as patch:
         patch.setattr(bootstrap, "SCRATCH_DIR", work / "scratch")
         patch.setenv("BUILDER_LOCK_DIR", str(work / "locks"))
@@ -249,7 +254,7 @@ def _share_as_the_default_base(client: DockerClient, base: Base, shared: Base) -
     mine = engine.image_labels(client, base.local_tag)
     assert mine is not None
     mirror = bootstrap.Recipe.from_label(mine[bootstrap.RECIPE_LABEL]).mirror
-    assert mine[bootstrap.HASH_LABEL] == bootstrap.recipe_hash(bootstrap.recipe_for(shared, mirror)), "not the default base's recipe"
+    assert mine[bootstrap.HASH_LABEL] == bootstrap.recipe_hash(bootstrap.recipe_for(shared, mirror)), "not the shared base's recipe"
     if engine.image_labels(client, shared.local_tag) is None:
         repository, tag = shared.local_tag.rsplit(":", 1)
         client.api.tag(base.local_tag, repository, tag)
@@ -258,7 +263,7 @@ def _share_as_the_default_base(client: DockerClient, base: Base, shared: Base) -
 @contextlib.contextmanager
 def _lane_one_waits_for(shared: Base) -> Iterator[DockerClient | None]:
     """In the second lane (tests/conftest.py), the first lane's engine, with the first lane's bootstrap
-    lock of the default base held: its first build waits on that lock, as a second `builder` process
+    lock of the shared base held: its first build waits on that lock, as a second `builder` process
     waits on a first (ensure_base), and then finds the base this module made loaded into its engine,
     so one debootstrap serves both engines (about a minute of the run's CPU). None, and nothing held,
     in a one-lane run, or where the first lane is already bootstrapping it (it then makes its own)."""
@@ -283,7 +288,7 @@ def _lane_one_waits_for(shared: Base) -> Iterator[DockerClient | None]:
 
 
 def _load_into(lane_one: DockerClient, client: DockerClient, shared: Base) -> None:
-    """The default base, saved from this engine and loaded into the first lane's (same image id, same
+    """The shared base, saved from this engine and loaded into the first lane's (same image id, same
     labels), unless that engine already holds it."""
     labels = engine.image_labels(client, shared.local_tag)
     assert labels is not None
@@ -302,7 +307,7 @@ def test_debootstrap_builds_a_working_debian12_base(
     base, result, logs = built_debian12
     assert result.built
     assert result.tag == base.local_tag
-    assert any(line.startswith("I: Base system installed successfully") for line in logs)
+    assert any(line.startswith("I: success in") for line in logs), logs[-5:]
     labels = engine.image_labels(docker_client, base.local_tag)
     assert labels is not None
     assert labels[bootstrap.HASH_LABEL] == result.recipe_hash

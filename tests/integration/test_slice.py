@@ -1,5 +1,6 @@
-"""The CI slice, for real: bootstrap the Debian base, build the default selection (torch,
-tensorflow, jax, numba on the local base), smoke-test it in locked-down containers, and prove
+"""The CI slice, for real: bootstrap the Debian bases, build the default selection (tensorflow,
+jax, numba on the local Debian 13 base, torch on Debian 12: matrix.yaml's defaults), smoke-test it
+in locked-down containers, and prove
 the promises around it: incremental rebuilds, no secrets in images, nothing left behind.
 
 The build runs with planted credentials in a proxy URL and an index URL; a local server that

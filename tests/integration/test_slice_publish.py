@@ -129,7 +129,7 @@ def test_publish_pushes_the_slice_and_records_registry_digests(published: tuple[
         for pin in spec.packages:  # every top-level pin of the plan, as pip freeze reports it
             name, version = pin.split("==")
             assert f"\n{name.split('[')[0].lower()}=={version}\n" in frozen, pin
-        assert "## dpkg" in manifest and "\npython3.11 " in manifest and "VIRTUAL_ENV=/opt/venv" in manifest
+        assert "## dpkg" in manifest and f"\npython{spec.python} " in manifest and "VIRTUAL_ENV=/opt/venv" in manifest
     text = (catalog / "known-good.json").read_text()
     assert text == json.dumps(json.loads(text), indent=2, sort_keys=True) + "\n", "deterministic form"
 
@@ -161,7 +161,7 @@ def test_each_digest_has_its_sbom_and_signed_attestation_in_the_registry(publish
         pins = dict(spec.lock.pins)  # the venv's own pip (and setuptools, unless the lock pins it) aside
         assert {n: v for n, v in found.items() if n in pins or n not in sbom.VENV_TOOLS} == pins, "the SBOM read from the image == the lock"
         text = sbom_files["sbom.cdx.json"].decode()
-        assert '"pkg:deb/debian/python3.11@' in text and '"SHA-256"' in text, "dpkg packages and the lock's hashes are in"
+        assert f'"pkg:deb/debian/python{spec.python}@' in text and '"SHA-256"' in text, "dpkg packages and the lock's hashes are in"
         att = registry_files(NAME, f"sha256-{hexdigest}.att")
         statement = json.loads(att["attestation.intoto.json"])
         assert statement["subject"][0]["digest"] == {"sha256": hexdigest} and statement["predicate"]["gpu"]["model"] == "no GPU"
@@ -203,7 +203,8 @@ def test_pull_by_query_gets_the_same_digest_back(published: tuple[Path, Any], do
     assert engine.image_id(docker_client, record["tag"]) is None, "publish leaves no push name in the engine"
     engine.remove_image_quietly(docker_client, record["tag"])  # the pull must bring the name back by digest
     version = ".".join(torch.versions["torch"].split(".")[:2])
-    done = builder("pull", f"torch={version}", "python=3.11", "--catalog", str(catalog))
+    # README's `pull torch=2.13 python=3.11`
+    done = builder("pull", f"torch={version}", f"python={torch.python}", "--catalog", str(catalog))
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"docker run --rm -it {record['digest']}"
     assert record["digest"] in docker_client.api.inspect_image(record["digest"])["RepoDigests"]
