@@ -133,3 +133,19 @@ def test_the_selection_is_the_canonical_images(tmp_path: Path) -> None:
     assert all(s.canonical for s in baking.chosen(ws, None))
     with pytest.raises(UserError, match="is not a canonical image"):
         baking.chosen(ws, "stack=torch")
+
+
+def test_a_failed_bake_is_named_by_its_last_error_line(tmp_path: Path) -> None:
+    log = tmp_path / "bake.log"
+    log.write_text("#6 [2/6] RUN useradd\n#6 ERROR: network bridge not found\nERROR: failed to solve: network bridge not found\n\n")
+    assert baking._last_error(log) == "ERROR: failed to solve: network bridge not found"
+    log.write_text("")
+    assert baking._last_error(log) == "no output"
+
+
+def test_no_docker_cli_is_one_line() -> None:
+    def missing(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        raise FileNotFoundError(argv[0])
+
+    with pytest.raises(UserError, match=r"^no docker CLI on PATH: `builder bake` runs `docker buildx bake`$"):
+        baking._has_buildx(missing)
