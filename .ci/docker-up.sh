@@ -74,6 +74,10 @@ else
 fi
 # mmdebstrap and the registry may be missing even when an engine already runs.
 ensure_packages mmdebstrap:mmdebstrap arch-test:arch-test docker-registry:docker-registry curl:curl
+# BuildKit's client for `builder bake` and `docker buildx bake`: Debian 13's docker-buildx, pinned
+# (version and .deb sha256) in .ci/buildx.sh. Once it is installed the docker CLI's `docker build`
+# uses BuildKit too (DOCKER_BUILDKIT=0 for the classic builder); the SDK's builds stay classic.
+bash "$(dirname "$0")/buildx.sh"
 
 # --- registry -------------------------------------------------------------------------------
 if registry_answers; then

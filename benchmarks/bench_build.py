@@ -45,7 +45,9 @@ def noop_rebuild(ws: Workspace) -> tuple[float, float]:
         rendered = ws.contexts(specs)
         staged = [context.stage(s, rendered[s.id], staging, chosen) for s in specs]
         args = [
-            ["docker", "build", "-q", "--network", "host", "-t", f"bench/{s.id}:plain", str(st.path)]
+            # the classic builder, as `builder build`'s SDK builds: with the buildx plugin installed
+            # (.ci/buildx.sh) the CLI's `docker build` would be BuildKit's
+            ["env", "DOCKER_BUILDKIT=0", "docker", "build", "-q", "--network", "host", "-t", f"bench/{s.id}:plain", str(st.path)]
             for s, st in zip(specs, staged, strict=True)
         ]
         for argv in args:  # warm the layer cache for exactly these contexts

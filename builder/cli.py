@@ -16,6 +16,7 @@ from typing import TypeVar
 import click
 
 from builder.ui.args import (
+    BakeArgs,
     BuildArgs,
     CatalogArgs,
     CleanArgs,
@@ -69,7 +70,7 @@ def plan(ws: Workspace, args: PlanArgs) -> None:
     contexts = args.contexts()
     found = planning.plan(ws, args.select_expr)
     if args.fmt == "bake":
-        emit_json(planning.bake(ws, found.images, contexts, Path.cwd()))
+        emit_json(planning.bake(ws, found.images, contexts, Path.cwd(), args.layers))
     else:
         show.show_plan(found, args.fmt, args.explain)
     show.warn_past_end_of_life(found)
@@ -105,6 +106,21 @@ def build(ws: Workspace, args: BuildArgs) -> None:
     results = build_images(ws, ws.selected(args.select_expr, use_default=True), args.build.options(), BuildProgress(err))
     print_build_summary(out, results)
     exit_for(build_ok(results))
+
+
+@command(main, BakeArgs)
+def bake(ws: Workspace, args: BakeArgs) -> None:
+    """Build the canonical images with `docker buildx bake`, normalized to `builder build`'s layer diff IDs."""
+    from builder.ui.terminal import out
+    from builder.usecases.bake import bake_images, chosen
+
+    results = bake_images(ws, chosen(ws, args.select_expr), args.builder)
+    for baked in results:
+        if baked.image_id is None:
+            out.print(f"{baked.id}: failed: {baked.error}", markup=False, highlight=False)
+        else:
+            out.print(f"{baked.id}: {baked.tag} {baked.image_id} ({len(baked.diff_ids)} layers)", markup=False, highlight=False)
+    exit_for(all(b.image_id is not None for b in results))
 
 
 @command(main, TestArgs)

@@ -20,6 +20,7 @@ from builder.engine.build import git_revision
 from builder.engine.image_build import Run
 from builder.engine.settings import BuildSettings
 from builder.engine.staging import Staged
+from builder.lock.layer import source_date_epoch
 from builder.model.plan import ImageSpec, Plan
 from builder.render import bake, labels
 from builder.render.context import PROBE_NAME
@@ -195,3 +196,36 @@ def test_contexts_without_bake_is_a_usage_error_not_ignored(cli: RunCli, embedde
     result = cli("--matrix", str(embedded_matrix_path), "plan", "--format", "json", "--contexts", str(tmp_path / "ctx"))
     assert result.exit_code == 2 and "--contexts goes with --format bake" in result.output
     assert not (tmp_path / "ctx").exists()
+
+
+# -- canonical images: their contexts carry the venv layer made from the lock (`--layers`) -----------
+
+
+def test_canonical_targets_carry_their_epoch_and_build_with_the_network_off(embedded_plan: Plan, schema: dict[str, Any]) -> None:
+    canonical = next(s for s in embedded_plan.images if s.canonical)
+    other = next(s for s in embedded_plan.images if not s.canonical and s.base.name == canonical.base.name)
+    doc = bake.bake_file([canonical, other], canonical_dir="build/bake-canonical")
+    name = bake.target_name(canonical.id)
+    assert doc["target"][name]["context"] == f"build/bake-canonical/{canonical.id}"
+    assert canonical.lock is not None
+    assert doc["target"][name]["args"] == {"SOURCE_DATE_EPOCH": str(source_date_epoch(canonical.lock))}
+    assert "args" not in doc["target"][bake.target_name(other.id)]
+    assert doc["target"][bake.target_name(other.id)]["context"] == f"images/{other.id}"
+    assert doc["group"][bake.CANONICAL_GROUP]["targets"] == [name]
+    assert sorted(doc["group"]["default"]["targets"]) == sorted([name, bake.target_name(other.id)])
+    assert jsonschema.Draft7Validator(schema).is_valid(doc)
+    assert bake.network_file([canonical, other]) == {"services": {name: {"build": {"network": "none"}}}}
+    assert name not in bake.bake_file([canonical, other])["target"], "without their contexts they are left out"
+
+
+def test_layers_without_bake_is_a_usage_error(cli: RunCli, embedded_matrix_path: Path) -> None:
+    result = cli("--matrix", str(embedded_matrix_path), "plan", "--format", "json", "--layers")
+    assert result.exit_code == 2 and "--layers goes with --format bake" in result.output
+
+
+def test_bake_refuses_an_image_that_is_not_canonical(cli: RunCli, embedded_matrix_path: Path, embedded_plan: Plan) -> None:
+    other = next(s for s in embedded_plan.images if not s.canonical)
+    result = cli("--matrix", str(embedded_matrix_path), "bake", "--select", f"id={other.id}")
+    assert result.exit_code == 2
+    assert f"{other.id} is not a canonical image (matrix.yaml canonical_layers)" in result.output
+    assert len(result.output.strip().splitlines()) == 1

@@ -29,7 +29,7 @@ from builder.model.plan import Accelerator, Base, ImageSpec, Lock
 from builder.spec.matrix import load_matrix
 from builder.util.errors import UserError
 from builder.util.text import utc_stamp
-from tests.fake_engine import BASE_LAYER, FakeEngine, image_id_of, layer_tar
+from tests.fake_engine import BASE_LAYER, FakeEngine, image_id_of, layer_tar, write_archive
 
 EPOCH = 1_000_000_000
 
@@ -332,3 +332,70 @@ def test_canonical_layers_are_validated_with_their_line(tmp_path: Path) -> None:
     path.write_text(MATRIX % "colour=blue")
     with pytest.raises(UserError, match=r"matrix.yaml:10: canonical_layers.select"):
         load_matrix(path)
+
+
+# -- BuildKit's layers normalize to the classic builder's (docs/reproducible.md, "bake") -----------
+
+
+def _tar(entries: list[tuple[str, int, bytes | None]], mtime: int) -> bytes:
+    """A layer of (name, mode, data) entries in this order: data None is a directory."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, mode, data in entries:
+            info = tarfile.TarInfo(name)
+            info.mode, info.mtime, info.uname, info.gname = mode, mtime, "root", "root"
+            if data is None:
+                info.type = tarfile.DIRTYPE
+                tar.addfile(info)
+            else:
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+BASE_DIRS = _tar(
+    [("etc", 0o755, None), ("etc/os-release", 0o644, b"debian"), ("usr", 0o755, None), ("usr/bin", 0o755, None)], 1_600_000_000
+)
+USERADD = [("etc", 0o755, None), ("etc/passwd", 0o644, b"app:x:10001")]
+CHMOD = [("usr", 0o755, None), ("usr/local", 0o755, None), ("usr/local/hello", 0o755, b"hi")]
+
+
+def _normalized(tmp_path: Path, name: str, layers: list[bytes]) -> tuple[list[str], list[dict[str, object]]]:
+    saved, out = tmp_path / f"{name}.saved.tar", tmp_path / f"{name}.tar"
+    write_archive(saved, "sha256:" + "1" * 64, [SPEC.tag], {}, [BASE_DIRS, *layers], 1_700_000_000 + len(name))
+    reproducible.normalize_archive(saved, out, EPOCH, keep=1)
+    with tarfile.open(out) as tar:
+        manifest = json.loads(tar.extractfile("manifest.json").read())  # type: ignore[union-attr]
+        config = json.loads(tar.extractfile(manifest[0]["Config"]).read())  # type: ignore[union-attr]
+        assert len(manifest[0]["Layers"]) == len(config["rootfs"]["diff_ids"])
+    return config["rootfs"]["diff_ids"], config["history"]
+
+
+def test_buildkits_layers_normalize_to_the_classic_builders(tmp_path: Path) -> None:
+    """BuildKit's RUN leaves /etc in its layer (it mounted hosts and resolv.conf there) and its
+    WORKDIR an empty layer; neither says anything of the image, so both go."""
+    clock = 1_765_000_000
+    classic, _ = _normalized(tmp_path, "classic", [_tar(USERADD, clock), _tar(CHMOD, clock)])
+    buildkit, history = _normalized(
+        tmp_path, "buildkit", [_tar(USERADD, clock + 7), _tar([("etc", 0o755, None), *CHMOD], clock + 9), _tar([], clock + 9)]
+    )
+    assert buildkit == classic
+    assert [bool(h.get("empty_layer")) for h in history] == [False, False, False, True]
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [("data", 0o755, None), ("etc", 0o700, None), ("usr/bin", 0o775, None)],
+    ids=["a new folder", "a folder whose mode changed", "another"],
+)
+def test_a_folder_that_says_something_is_kept(tmp_path: Path, extra: tuple[str, int, bytes | None]) -> None:
+    plain, _ = _normalized(tmp_path, "plain", [_tar(USERADD, 1), _tar(CHMOD, 1)])
+    more, _ = _normalized(tmp_path, "more", [_tar(USERADD, 1), _tar([extra, *CHMOD], 1)])
+    assert more[:2] == plain[:2] and more[2] != plain[2]
+
+
+def test_a_folder_a_layer_below_removed_is_kept(tmp_path: Path) -> None:
+    """/etc deleted by a whiteout and made again, empty: the folder beneath is gone, so this one says something."""
+    plain, _ = _normalized(tmp_path, "plain", [_tar([(".wh.etc", 0o644, b"")], 1), _tar(CHMOD, 1)])
+    again, _ = _normalized(tmp_path, "again", [_tar([(".wh.etc", 0o644, b"")], 1), _tar([("etc", 0o755, None), *CHMOD], 1)])
+    assert again[2] != plain[2]

@@ -13,6 +13,13 @@ config, one layer.tar per layer):
   clamped to the epoch, no user or group names and no access or change times (uid, gid, modes,
   links and extended attributes kept), which is what BuildKit's `rewrite-timestamp` does; the
   base's layers are left as they are, so the image still shares them;
+- what tells BuildKit's layers from the classic builder's but says nothing of the image goes: a
+  directory entry with nothing below it in its layer that repeats the directory beneath (same mode,
+  owner and extended attributes: only its mtime differs, and that is clamped anyway; BuildKit's RUN
+  leaves one for /etc, where it mounted hosts and resolv.conf), and a layer left with no entry (a
+  WORKDIR whose folder exists: BuildKit commits an empty layer, the classic builder none), whose
+  history entry is then marked `empty_layer`. So an image `docker buildx bake` built from the same
+  context normalizes to the same diff IDs (docs/reproducible.md, "bake");
 - the config's diff IDs follow the rewritten layers, and the config is written as sorted compact JSON.
 
 The image ID is the sha256 of that config, so the same lock on the same base gives the same ID.
@@ -24,6 +31,7 @@ import hashlib
 import io
 import json
 import tarfile
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -31,32 +39,120 @@ from builder.util.text import utc_stamp
 
 DROPPED = ("container", "container_config", "docker_version")  # the build's container and engine, not the image's content
 _TIMES = ("atime", "ctime", "mtime")
+_XATTR = "SCHILY.xattr."
+WHITEOUT, OPAQUE = ".wh.", ".wh..wh..opq"  # the image spec's deletion markers
+DirKey = tuple[int, int, int, tuple[tuple[str, str], ...]]  # a directory's permission bits, uid, gid and extended attributes
 
 
 class NotAnArchive(Exception):
     """The saved file is not the docker-archive this rewrites (one line)."""
 
 
-def normalize_config(config: dict[str, Any], epoch: int, diff_ids: list[str]) -> bytes:
-    """The config with the epoch's timestamps, without the build's container and engine, and these diff IDs."""
+def normalize_config(config: dict[str, Any], epoch: int, diff_ids: list[str], dropped: Iterable[int] = ()) -> bytes:
+    """The config with the epoch's timestamps, without the build's container and engine, and these diff IDs;
+    `dropped`: the indexes (among the layers as saved) of layers left out, whose history entries become empty."""
     out = {k: v for k, v in config.items() if k not in DROPPED}
     if isinstance(config.get("config"), dict) and "Image" in config["config"]:
         out["config"] = {**config["config"], "Image": ""}  # the classic builder's last step image: an ID of this build's
     out["created"] = utc_stamp(epoch)
-    out["history"] = [{**entry, "created": utc_stamp(epoch)} for entry in config.get("history") or []]
+    out["history"] = list(_history(config.get("history") or [], epoch, set(dropped)))
     out["rootfs"] = {**(config.get("rootfs") or {"type": "layers"}), "diff_ids": diff_ids}
     return json.dumps(out, sort_keys=True, separators=(",", ":")).encode()
 
 
-def clamp_layer(source: IO[bytes], out: IO[bytes], epoch: int) -> str:
-    """A layer tar rewritten with clamped times and no names (same entries, same order); its sha256 (the diff ID)."""
-    digest = _Hashing(out)
-    with tarfile.open(fileobj=source, mode="r|") as src, tarfile.open(fileobj=digest, mode="w|", format=tarfile.PAX_FORMAT) as dst:
-        for member in src:
-            member.mtime = min(int(member.mtime), epoch)
-            member.uname, member.gname = "", ""
-            member.pax_headers = {k: v for k, v in member.pax_headers.items() if k not in _TIMES and k not in ("uname", "gname")}
-            dst.addfile(member, src.extractfile(member) if member.isfile() else None)
+def _history(entries: list[dict[str, Any]], epoch: int, dropped: set[int]) -> Iterator[dict[str, Any]]:
+    layer = 0  # the index of the layer the next entry that is not empty made
+    for entry in entries:
+        out = {**entry, "created": utc_stamp(epoch)}
+        if not entry.get("empty_layer"):
+            if layer in dropped:
+                out["empty_layer"] = True
+            layer += 1
+        yield out
+
+
+class Beneath:
+    """The directories of the layers below the one being clamped (path -> DirKey), so a directory
+    entry that only repeats one of them can be left out. The base's layers are read (headers only)
+    the first time a path is not among those above it."""
+
+    def __init__(self, base: Callable[[], Iterable[tarfile.TarInfo]] = lambda: ()) -> None:
+        self._base: Callable[[], Iterable[tarfile.TarInfo]] | None = base
+        self._above: list[list[tarfile.TarInfo]] = []
+        self._dirs: dict[str, DirKey] = {}
+
+    def key(self, name: str) -> DirKey | None:
+        if name not in self._dirs and self._base is not None:
+            base, self._base = self._base, None
+            above, self._dirs = self._above, {}
+            self.add(base())  # the base first, then what the layers above it did
+            for layer in above:
+                self.add(layer)
+        return self._dirs.get(name)
+
+    def add(self, members: Iterable[tarfile.TarInfo]) -> None:
+        """A layer applied on top: its whiteouts delete, its directories are known from here on."""
+        members = list(members)
+        if self._base is not None:
+            self._above.append(members)
+        for member in members:
+            name = _path(member.name)
+            folder, _, leaf = name.rpartition("/")
+            if leaf == OPAQUE:
+                self._forget(folder, keep_self=True)
+            elif leaf.startswith(WHITEOUT):
+                self._forget(f"{folder}/{leaf.removeprefix(WHITEOUT)}" if folder else leaf.removeprefix(WHITEOUT))
+            elif member.isdir():
+                self._dirs[name] = _dir_key(member)
+            else:
+                self._forget(name)
+
+    def _forget(self, name: str, keep_self: bool = False) -> None:
+        below = f"{name}/" if name else ""
+        for known in [k for k in self._dirs if k.startswith(below) or (k == name and not keep_self)]:
+            del self._dirs[known]
+
+
+def _path(name: str) -> str:
+    return name.removeprefix("./").rstrip("/")
+
+
+def _dir_key(member: tarfile.TarInfo) -> DirKey:
+    xattrs = tuple(sorted((k, v) for k, v in member.pax_headers.items() if k.startswith(_XATTR)))
+    return (member.mode & 0o7777, member.uid, member.gid, xattrs)
+
+
+def _repeats(members: list[tarfile.TarInfo], beneath: Beneath) -> set[str]:
+    """The directory entries with nothing below them in this layer that repeat the directory beneath."""
+    parents = {_path(m.name).rpartition("/")[0] for m in members}
+    ancestors = set(parents)
+    for parent in parents:
+        while parent:
+            parent = parent.rpartition("/")[0]
+            ancestors.add(parent)
+    return {_path(m.name) for m in members if m.isdir() and _path(m.name) not in ancestors and beneath.key(_path(m.name)) == _dir_key(m)}
+
+
+def clamp_layer(source: IO[bytes], out: IO[bytes], epoch: int, beneath: Beneath | None = None) -> str | None:
+    """A layer tar rewritten with clamped times and no names (same entries, same order, less what
+    repeats a directory of `beneath`); its sha256 (the diff ID), or None when no entry is left
+    (nothing is written then). `source` is read twice: it must be seekable."""
+    with tarfile.open(fileobj=source, mode="r:") as src:
+        members = src.getmembers()
+        dropped = _repeats(members, beneath) if beneath is not None else set()
+        kept = [m for m in members if _path(m.name) not in dropped]
+        if beneath is not None:
+            beneath.add(kept)
+        if not kept:
+            return None
+        digest = _Hashing(out)
+        with tarfile.open(fileobj=digest, mode="w|", format=tarfile.PAX_FORMAT) as dst:
+            for member in kept:
+                data = src.extractfile(member) if member.isfile() else None
+                member.mtime = min(int(member.mtime), epoch)
+                member.uname, member.gname = "", ""
+                member.pax_headers = {k: v for k, v in member.pax_headers.items() if k not in _TIMES and k not in ("uname", "gname")}
+                dst.addfile(member, data)
     return "sha256:" + digest.hexdigest()
 
 
@@ -82,8 +178,8 @@ class _Hashing(io.RawIOBase):
 
 def normalize_archive(saved: Path, out: Path, epoch: int, keep: int, tags: list[str] | None = None) -> str:
     """Rewrite the docker-archive `saved` into `out`: the first `keep` layers (the base's) as they
-    are, the rest clamped, the config normalized, named by `tags` when given (else as saved).
-    Returns the new image ID (sha256 of the config)."""
+    are, the rest clamped (a layer left empty is left out), the config normalized, named by `tags`
+    when given (else as saved). Returns the new image ID (sha256 of the config)."""
     with tarfile.open(saved) as src:
         manifest = _json(src, "manifest.json")
         if not isinstance(manifest, list) or len(manifest) != 1:
@@ -94,19 +190,35 @@ def normalize_archive(saved: Path, out: Path, epoch: int, keep: int, tags: list[
         diff_ids: list[str] = list(config["rootfs"]["diff_ids"])
         if len(layers) != len(diff_ids) or keep > len(layers):
             raise NotAnArchive(f"{saved.name}: {len(layers)} layers for {len(diff_ids)} diff IDs, {keep} of them the base's")
+        beneath = Beneath(lambda: _members(src, layers[:keep]))
+        kept_layers, kept_ids, dropped = [], [], []
         with tarfile.open(out, "w") as dst:
             for index, name in enumerate(layers):
+                diff_id = diff_ids[index] if index < keep else _clamped(src, dst, name, epoch, out.parent, beneath)
                 if index < keep:
                     _copy(src, dst, name)
-                else:
-                    diff_ids[index] = _clamped(src, dst, name, epoch, out.parent)
-            body = normalize_config(config, epoch, diff_ids)
+                if diff_id is None:
+                    dropped.append(index)
+                    continue
+                kept_layers.append(name)
+                kept_ids.append(diff_id)
+            body = normalize_config(config, epoch, kept_ids, dropped)
             image_id = "sha256:" + hashlib.sha256(body).hexdigest()
             config_name = image_id.removeprefix("sha256:") + ".json"
             _add(dst, config_name, body)
-            named = {**entry, "Config": config_name, **({"RepoTags": tags} if tags is not None else {})}
+            named = {**entry, "Config": config_name, "Layers": kept_layers, **({"RepoTags": tags} if tags is not None else {})}
             _add(dst, "manifest.json", json.dumps([named], separators=(",", ":")).encode())
     return image_id
+
+
+def _members(src: tarfile.TarFile, layers: list[str]) -> Iterator[tarfile.TarInfo]:
+    """The entries (headers) of these layers of the saved image, in order."""
+    for name in layers:
+        handle = src.extractfile(name)
+        if handle is None:
+            raise NotAnArchive(f"the saved image's {name} is not a file")
+        with tarfile.open(fileobj=handle, mode="r:") as layer:
+            yield from layer.getmembers()
 
 
 def _json(src: tarfile.TarFile, name: str) -> Any:
@@ -121,7 +233,7 @@ def _copy(src: tarfile.TarFile, dst: tarfile.TarFile, name: str) -> None:
     dst.addfile(member, src.extractfile(member))
 
 
-def _clamped(src: tarfile.TarFile, dst: tarfile.TarFile, name: str, epoch: int, scratch: Path) -> str:
+def _clamped(src: tarfile.TarFile, dst: tarfile.TarFile, name: str, epoch: int, scratch: Path, beneath: Beneath) -> str | None:
     member = src.getmember(name)
     handle = src.extractfile(member)
     if handle is None:
@@ -129,7 +241,9 @@ def _clamped(src: tarfile.TarFile, dst: tarfile.TarFile, name: str, epoch: int, 
     temp = scratch / (hashlib.sha256(name.encode()).hexdigest()[:16] + ".layer")
     try:
         with temp.open("wb") as out:
-            diff_id = clamp_layer(handle, out, epoch)
+            diff_id = clamp_layer(handle, out, epoch, beneath)
+        if diff_id is None:
+            return None
         info = tarfile.TarInfo(name)
         info.size, info.mode, info.mtime = temp.stat().st_size, 0o644, epoch
         with temp.open("rb") as data:

@@ -66,10 +66,17 @@ class PlanArgs:
     contexts_dir: str | None = option(
         "--contexts", "contexts_dir", metavar="DIR", help="with --format bake: where the complete build contexts go (default build/bake)"
     )
+    layers: bool = option(
+        "--layers",
+        is_flag=True,
+        help="with --format bake: the canonical images too, their contexts with the venv layer made from the lock (build/bake-canonical)",
+    )
 
     def contexts(self) -> str | None:
         if self.contexts_dir is not None and self.fmt != "bake":
             raise click.UsageError("--contexts goes with --format bake (where its build contexts are written)")
+        if self.layers and self.fmt != "bake":
+            raise click.UsageError("--layers goes with --format bake (the canonical images' contexts)")
         return self.contexts_dir
 
 
@@ -107,6 +114,14 @@ class ProbeArgs:
 class BuildArgs:
     select_expr: str | None = select()
     build: BuildFlags = group(BuildFlags)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BakeArgs:
+    select_expr: str | None = select()
+    builder: str | None = option(
+        "--builder", metavar="NAME", help="the buildx builder to bake on (a remote or Kubernetes one; default: buildx's current one)"
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -9,8 +9,10 @@ library wheels: those below, the rest above).
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Sequence
+import shutil
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from builder.compat.rules import table
@@ -22,8 +24,12 @@ from builder.lock.target import target_for
 from builder.lock.wheels import IndexFile, Pin, pick, pins, target_tags
 from builder.model.plan import ImageSpec
 from builder.model.sources import BuildSettings
+from builder.render.bake import network_file
 from builder.updates.wheelfiles import FetchFailed, WheelFiles
 from builder.usecases.measure import wheel_files
+from builder.util.errors import UserError
+
+NETWORK_FILE = "network.compose.yaml"  # beside the canonical contexts: bake's `-f` after the bake file
 
 
 def canonical(spec: ImageSpec) -> bool:
@@ -87,3 +93,35 @@ def layer_maker(specs: Sequence[ImageSpec], settings: BuildSettings, folder: Pat
             raise LayerFailed(str(exc)) from None
 
     return make
+
+
+def stage_contexts(specs: Sequence[ImageSpec], files: Mapping[str, Mapping[str, bytes]], settings: BuildSettings, build_dir: Path) -> Path:
+    """Complete build contexts of canonical images for bake: `folder/<id>/` holds the rendered files
+    (`files[id]`: Dockerfile, requirements, the probe) and the layer tars made from the lock (venv.tar; nvidia.tar where it pins NVIDIA wheels), as `builder
+    build` stages them; `folder/network.compose.yaml` builds them with the network off. Each folder
+    is made aside and swapped in whole, so a failed layer leaves the previous context, never half a
+    new one. Returns the folder (build/bake-canonical/)."""
+    folder = build_dir / "bake-canonical"
+    folder.mkdir(parents=True, exist_ok=True)
+    chosen = [s for s in specs if canonical(s)]
+    make = layer_maker(chosen, settings, build_dir / "wheels")
+    for spec in chosen:
+        assert make is not None
+        part, old, final = folder / f".{spec.id}.part", folder / f".{spec.id}.old", folder / spec.id
+        for stale in (part, old):
+            shutil.rmtree(stale, ignore_errors=True)
+        part.mkdir()
+        for name, data in files[spec.id].items():
+            (part / name).write_bytes(data)
+        try:
+            make(spec, part)
+        except LayerFailed as exc:
+            shutil.rmtree(part, ignore_errors=True)
+            raise UserError(f"{spec.id}: its venv layer cannot be made from images/{spec.id}/requirements.lock: {exc}") from None
+        if final.exists():
+            final.rename(old)
+        part.rename(final)
+        shutil.rmtree(old, ignore_errors=True)
+    # JSON is YAML: bake reads a compose file by its name
+    (folder / NETWORK_FILE).write_text(json.dumps(network_file(chosen), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return folder

@@ -4,6 +4,11 @@ from one copy of the repository (so the workspace and revision labels `builder b
 same), under a registry name of its own (so the slice's image of the same id is not touched). The
 image IDs and the layer diff IDs must be equal. Without a second engine (a one-lane run) the second
 build is on the same engine, after the first image is removed. The slice smoke-tests the image.
+
+Then BuildKit: `builder bake` builds the same image with `docker buildx bake` (Debian 13's plugin,
+.ci/buildx.sh) on this lane's engine and normalizes it; its layer diff IDs must be `builder build`'s
+(the image ID differs: BuildKit's history says other things). The CUDA case is the canonical CUDA
+numba image, run once matrix.yaml's canonical_layers names it.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ IMAGE = "numba0.68.0-cpu-py3.11-debian12"
 REGISTRY = "reproducible.test/gpu-images"
 TAG = f"{REGISTRY}:{IMAGE}"
 BASE = "builder-base/debian12:latest"
+CUDA_IMAGE = "numba0.68.0-cu130-py3.11-debian12"
+BUILT: dict[str, list[str]] = {}  # image id -> the layer diff IDs `builder build` gave it on this lane's engine
 
 
 def builder(folder: Path, *args: str, host: str | None) -> subprocess.CompletedProcess[str]:
@@ -89,6 +96,8 @@ def test_two_engines_build_one_image_id(docker_client: DockerClient, workspace: 
             assert [r["image_id"] for r in result] == [attrs["Id"]]
             assert "2000" <= attrs["Created"] < "2009", f"created {attrs['Created']}: not the lock's SOURCE_DATE_EPOCH"
             made.append((host or "the default engine", attrs["Id"], attrs["RootFS"]["Layers"], time.monotonic() - started))
+            if n == 0:
+                BUILT[IMAGE] = attrs["RootFS"]["Layers"]
         print("\n" + "\n".join(f"{where}: {image} in {seconds:.1f}s" for where, image, _, seconds in made))
         (first_engine, first_id, first_layers, _), (second_engine, second_id, second_layers, _) = made
         assert first_layers == second_layers, f"layer diff IDs differ between {first_engine} and {second_engine}"
@@ -100,3 +109,34 @@ def test_two_engines_build_one_image_id(docker_client: DockerClient, workspace: 
             engine.remove_image_quietly(client, TAG)
             if client is not docker_client:
                 client.close()
+
+
+def _canonical(folder: Path, image: str) -> bool:
+    """Whether its Dockerfile adds the venv layer made from the lock (render wrote it from canonical_layers)."""
+    dockerfile = folder / "images" / image / "Dockerfile"
+    return dockerfile.is_file() and "ADD venv.tar /" in dockerfile.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("image", [IMAGE, CUDA_IMAGE])
+def test_bake_builds_the_same_layers(docker_client: DockerClient, workspace: Path, image: str) -> None:
+    """`builder bake` (docker buildx bake, then the normalization) gives `builder build`'s diff IDs."""
+    if not _canonical(workspace, image):
+        pytest.skip(f"{image} is not canonical yet (matrix.yaml canonical_layers)")
+    host, tag = os.environ.get("DOCKER_HOST"), f"{REGISTRY}:{image}"
+    try:
+        if image not in BUILT:  # the two-engine test did not build it here: build it the classic way first
+            engine.remove_image_quietly(docker_client, tag)
+            done = builder(workspace, "build", "--select", f"id={image}", host=host)
+            assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+            BUILT[image] = docker_client.api.inspect_image(tag)["RootFS"]["Layers"]
+        started = time.monotonic()
+        baked = builder(workspace, "bake", "--select", f"id={image}", host=host)
+        assert baked.returncode == 0, baked.stdout[-2000:] + baked.stderr[-2000:]
+        print(f"\nbake of {image}: {time.monotonic() - started:.1f}s")
+        attrs = docker_client.api.inspect_image(tag)
+        assert any("buildkit" in (h.get("Comment") or "") for h in docker_client.api.history(tag)), "bake did not build it"
+        assert attrs["Id"] in baked.stdout
+        assert attrs["RootFS"]["Layers"] == BUILT[image], f"bake's layer diff IDs differ from builder build's for {image}"
+        assert "2000" <= attrs["Created"] < "2009", f"created {attrs['Created']}: not the lock's SOURCE_DATE_EPOCH"
+    finally:
+        engine.remove_image_quietly(docker_client, tag)
