@@ -254,23 +254,16 @@ def catalog(ws: Workspace, args: CatalogArgs) -> None:
 
 @command(main, ReproduceArgs)
 def reproduce(ws: Workspace, args: ReproduceArgs) -> None:
-    """Rebuild the newest known-good record matching QUERY from its lock and base, and compare it
-    with its signed attestation: `reproduced`, or `differs: layer N (what it is): expected ..., got ...`.
+    """Rebuild the newest known-good record matching QUERY from its lock and base and compare it with its
+    signed attestation: `reproduced` (exit 0), or `differs: layer N (what it is): expected ..., got ...`.
 
-    The record's evidence is verified first (no --no-verify); this checkout must hold the record's
-    lock and images/<id>/. An image built with RUN is `not reproducible` (exit 1). The verdict is kept
-    in build/results/reproduced.json, which `builder catalog` and `builder report` show. Exit 0 when reproduced."""
+    Its evidence is verified first; this checkout must hold its lock and images/<id>/ (docs/reproducible.md)."""
     from builder.ui.catalog import show_reproduced
     from builder.usecases.reproduce import reproduce
 
     store = ws.store.catalog(args.catalog_dir, must_exist=True)
-    done = reproduce(
-        ws,
-        store,
-        " ".join(args.query),
-        log=lambda line: err.print(line, markup=False, highlight=False),
-        allowed_signers=args.allowed_signers,
-    )
+    log = lambda line: err.print(line, markup=False, highlight=False)  # noqa: E731 - one line
+    done = reproduce(ws, store, " ".join(args.query), log=log, allowed_signers=args.allowed_signers)
     show_reproduced(done)
     exit_for(done.verdict.ok)
 

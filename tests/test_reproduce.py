@@ -23,6 +23,7 @@ from builder.engine.build import Builder
 from builder.engine.port import EngineFault
 from builder.engine.registry import Manifest
 from builder.host import facts as hostinfo
+from builder.lock.layer import LAYER_NAME
 from builder.model import reproduced
 from builder.model.reproduced import Image, Verdict
 from builder.publish import attestation, evidence, signing
@@ -273,7 +274,9 @@ def offline_rebuild(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> tuple[An
     make the venv layer from nothing (the layer's own tests are tests/test_canonical_layer.py)."""
     monkeypatch.setenv("BUILDER_LOCK_DIR", str(tmp_path / "locks"))
     monkeypatch.setattr(Builder, "ensure_bases", lambda self, specs: {})
-    monkeypatch.setattr(reproducing, "layer_maker", lambda specs, settings, folder: lambda spec, out: out.write_bytes(b"venv"))
+    monkeypatch.setattr(
+        reproducing, "layer_maker", lambda specs, settings, folder: lambda spec, context: (context / LAYER_NAME).write_bytes(b"venv")
+    )
     real = Workspace.locate(str(ROOT / "matrix.yaml"))
     ws = Elsewhere(real, tmp_path)
     (numba,) = real.hashed(real.selected(f"id={NUMBA}", use_default=False))
