@@ -117,3 +117,26 @@ def test_the_label_check_fails_on_labels_that_are_not_the_plans(tmp_path: Path, 
     done = _run_label_check(tmp_path, {**_labels_of_the_build(), **change})
     assert done.returncode == 1, f"{name}: " + done.stdout[-2000:]
     assert "1 failed" in done.stdout
+
+
+def test_every_image_says_whether_it_is_reproducible_and_why() -> None:
+    """image.json's `reproducible` (issue 41): only a canonical image on a bootstrapped base is; an apt
+    step (hadolint DL3008), an unlocked image and a RUN install are each marked not, naming that step."""
+    ws = Workspace.locate(str(ROOT / "matrix.yaml"))
+    entries = {spec.id: (spec, entry_of(spec).reproducible) for spec in ws.decided.images}
+    assert all(r is not None for _, r in entries.values()), "every image says it"
+    yes = sorted(i for i, (_, r) in entries.items() if r is not None and r.image_id)
+    assert yes and all(entries[i][0].canonical is not None and not entries[i][0].python_packages for i in yes)
+    assert "numba0.68.1-cpu-py3.13-debian13" in yes, "the default selection's reproducible image"
+    for spec, found in entries.values():
+        assert found is not None
+        if spec.python_packages:
+            assert not found.image_id and "DL3008" in found.why and spec.base.from_ref in found.why
+        elif spec.lock is None:
+            assert not found.image_id and found.why.startswith("unlocked")
+        elif spec.canonical is None:
+            assert not found.image_id and "canonical_layers does not name it" in found.why
+    with pytest.raises(UserError, match="reproducible"):
+        doc = json.loads(COMMITTED[0].read_text())
+        doc["reproducible"] = {"image_id": "yes", "why": "x"}
+        image_entry.from_json(doc, str(COMMITTED[0]))

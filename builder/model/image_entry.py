@@ -63,6 +63,18 @@ class RunsOnEntry:
 
 
 @dataclass(frozen=True)
+class ReproducibleEntry:
+    """Whether the same inputs give the same image ID (docs/reproducible.md), and why: said for every
+    image, so an image that is not is marked, never silently assumed to be."""
+
+    image_id: bool
+    why: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"image_id": self.image_id, "why": self.why}
+
+
+@dataclass(frozen=True)
 class ImageEntry:
     id: str
     tag: str
@@ -84,6 +96,7 @@ class ImageEntry:
     cc_min: str | None = None
     variant_properties: tuple[str, ...] = ()
     platform: str = AMD64  # in the file only when it is not linux/amd64
+    reproducible: ReproducibleEntry | None = None  # None only in an image.json written before it
 
     def to_json(self) -> dict[str, Any]:
         """The committed form: `platform` only off amd64, the measured keys only when measured."""
@@ -108,6 +121,7 @@ class ImageEntry:
             **({"cc_min": self.cc_min} if self.cc_min is not None else {}),
             **({"variant_properties": list(self.variant_properties)} if self.variant_properties else {}),
             **({"platform": self.platform} if self.platform != AMD64 else {}),
+            **({"reproducible": self.reproducible.to_json()} if self.reproducible else {}),
         }
 
     def text(self, indent: int | None = 2) -> str:
@@ -132,6 +146,10 @@ RUNS_ON_FIELDS = (
     jf.Field("unknown", jf.optional_text, None),
     jf.Field("source", jf.text),
 )
+REPRODUCIBLE_FIELDS = (
+    jf.Field("image_id", jf.flag),
+    jf.Field("why", jf.text),
+)
 FIELDS = (
     jf.Field("id", jf.text),
     jf.Field("tag", jf.text),
@@ -153,6 +171,7 @@ FIELDS = (
     jf.Field("cc_min", jf.optional_text, None),
     jf.Field("variant_properties", jf.texts, ()),
     jf.Field("platform", jf.text, AMD64),
+    jf.Field("reproducible", jf.nested(REPRODUCIBLE_FIELDS, ReproducibleEntry), None),
 )
 
 

@@ -11,7 +11,7 @@ from builder.compat import lifecycle
 from builder.compat.rules import table
 from builder.lock.files import libraries
 from builder.lock.target import lock_state
-from builder.model.image_entry import BaseEntry, ImageEntry, RunsOnEntry
+from builder.model.image_entry import BaseEntry, ImageEntry, ReproducibleEntry, RunsOnEntry
 from builder.model.locked_fit import variant_properties
 from builder.model.plan import AMD64, ImageSpec, Skipped, Vendor
 from builder.util.errors import UserError
@@ -99,7 +99,30 @@ def image_entry(spec: ImageSpec) -> ImageEntry:
         lock=lock_state(spec, table()),
         libraries=libraries(spec.lock) if spec.lock else {},
         platform=spec.platform,
+        reproducible=reproducible_entry(spec),
         **runs_on_entry(spec),
+    )
+
+
+def reproducible_entry(spec: ImageSpec) -> ReproducibleEntry:
+    """Whether the same inputs give this image's ID again, from how it is built: only a canonical
+    image on a bootstrapped base (no apt step) does; each other reason names the step that does not."""
+    if spec.python_packages:
+        return ReproducibleEntry(
+            False,
+            f"apt-get installs {' '.join(spec.python_packages)} unpinned from {spec.base.from_ref}'s apt sources "
+            "(hadolint DL3008): the sources' state on build day decides their versions and files",
+        )
+    if spec.lock is None:
+        return ReproducibleEntry(False, "unlocked: pip resolves its packages when it builds")
+    if spec.canonical is None:
+        return ReproducibleEntry(
+            False, "a RUN installs the locked wheels: its files carry the build's clock (matrix.yaml canonical_layers does not name it)"
+        )
+    return ReproducibleEntry(
+        True,
+        "canonical layers from the lock, built with the network off and normalized to the lock's SOURCE_DATE_EPOCH: "
+        "the same lock on the same base image gives the same image ID (docs/reproducible.md)",
     )
 
 
