@@ -23,6 +23,7 @@ from builder.ui.flags import (
     FitHostFlags,
     SourceFlags,
     VerifyFlags,
+    allowed_signers,
     catalog,
     gpu,
     index_json,
@@ -324,13 +325,7 @@ class CatalogArgs:
 class ReproduceArgs:
     query: tuple[str, ...] = query(required=True)
     catalog_dir: str | None = catalog()
-    allowed_signers: Path | None = option(
-        "--allowed-signers",
-        "allowed_signers",
-        type=click.Path(path_type=Path),
-        metavar="FILE",
-        help="OpenSSH allowed_signers the attestation is checked against (default: $BUILDER_ALLOWED_SIGNERS, else CATALOG/allowed_signers)",
-    )
+    allowed_signers: Path | None = allowed_signers()
 
 
 @dataclass(frozen=True, kw_only=True)

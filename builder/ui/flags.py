@@ -68,6 +68,16 @@ def index_json() -> Any:
     )
 
 
+def allowed_signers() -> Any:
+    return option(
+        "--allowed-signers",
+        "allowed_signers",
+        type=click.Path(path_type=Path),
+        metavar="FILE",
+        help="OpenSSH allowed_signers the evidence is checked against (default: $BUILDER_ALLOWED_SIGNERS, else CATALOG/allowed_signers)",
+    )
+
+
 def query(required: bool = False) -> Any:
     return argument("query", nargs=-1, required=required)
 
@@ -168,13 +178,7 @@ class FitHostFlags:
 class VerifyFlags:
     """The one evidence check of pull, catalog --verify and the env commands (publish/verify.py's `signers`)."""
 
-    allowed_signers: Path | None = option(
-        "--allowed-signers",
-        "allowed_signers",
-        type=click.Path(path_type=Path),
-        metavar="FILE",
-        help="OpenSSH allowed_signers the evidence is checked against (default: $BUILDER_ALLOWED_SIGNERS, else CATALOG/allowed_signers)",
-    )
+    allowed_signers: Path | None = allowed_signers()
     no_verify: bool = option(
         "--no-verify", "no_verify", is_flag=True, help="do not check the records' signatures (the output says `not verified`)"
     )
