@@ -218,7 +218,7 @@ def test_the_default_catalog_may_be_absent(cli: RunCli, write_matrix: Callable[.
     matrix = write_matrix()
     result = cli("--matrix", str(matrix), "catalog", "--format", "json")
     assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout) == {"images": [], "runs_on": {}, "end_of_life": {}, "support_window": {}, "indexes": {}}
+    assert json.loads(result.stdout) == {"images": [], "runs_on": {}, "end_of_life": {}, "support_window": {}, "indexes": {}, "shares": {}}
 
 
 def test_the_catalog_is_written_without_nan(tmp_path: Path) -> None:

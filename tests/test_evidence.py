@@ -6,6 +6,7 @@ line by `pull` and `catalog --verify`."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -16,7 +17,9 @@ from typing import Any
 
 import pytest
 
+from builder.catalog.layers import ImageLayer
 from builder.catalog.store import Catalog
+from builder.engine.port import Layer
 from builder.host import facts as hostinfo
 from builder.host.facts import AmdInfo, EngineFacts, HostInfo, NvidiaInfo
 from builder.model import results
@@ -31,7 +34,7 @@ from builder.usecases import pull as pulling
 from builder.util.errors import RunFailure
 from builder.workspace import Store, Workspace
 from tests.catalog_fixtures import SHA, record, smoke
-from tests.fake_engine import FakeEngine, built, connect_to
+from tests.fake_engine import BASE_LAYER, FakeEngine, built, connect_to
 from tests.fake_registry import published
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -177,6 +180,29 @@ def test_publish_stores_and_pushes_the_sbom_and_the_attestation(tmp_path: Path, 
     assert set(sbom.python_set((folder / evidence.sbom_name(spec.id)).read_text())) == {name for name, _ in spec.lock.pins} | {"pip"}
     statement = (folder / evidence.statement_name(spec.id)).read_text()
     assert attestation.read(statement, "s").sha256 == digest.removeprefix("sha256:")
+
+
+def test_the_record_carries_the_layers_above_its_base_and_its_export_vouches_for_them(tmp_path: Path, spec: Any, fake: FakeEngine) -> None:
+    nvidia, venv = b"the NVIDIA wheels' layer", b"the venv layer"
+    fake.layers[TESTED] = [BASE_LAYER, nvidia, venv]
+    fake.histories[TESTED] = [Layer("LABEL x", 0), Layer("ADD venv.tar /", 300), Layer("ADD nvidia.tar /", 2_500), Layer("", 169)]
+    outcome, catalog = publish(tmp_path, spec, fake, None)
+    assert outcome.status == "published", outcome.reason
+    (rec,) = catalog.load()
+    assert rec.layers == tuple(
+        ImageLayer("sha256:" + hashlib.sha256(layer).hexdigest(), size) for layer, size in ((nvidia, 2_500), (venv, 300))
+    )
+    exported = json.loads((catalog.evidence / evidence.record_name(spec.id)).read_text())
+    assert exported["layers"] == [layer.to_json() for layer in rec.layers], "the signed export holds them"
+
+
+def test_a_history_that_does_not_pair_with_the_layers_records_none(tmp_path: Path, spec: Any, fake: FakeEngine) -> None:
+    fake.layers[TESTED] = [BASE_LAYER, b"one layer"]
+    fake.histories[TESTED] = [Layer("ADD venv.tar /", 300), Layer("RUN true", 7), Layer("", 169)]
+    outcome, catalog = publish(tmp_path, spec, fake, None)
+    assert outcome.status == "published", outcome.reason
+    (rec,) = catalog.load()
+    assert rec.layers is None and "layers" not in rec.to_json(), "not measured: said so, never guessed"
 
 
 def test_publish_refuses_an_image_whose_venv_is_not_its_lock_before_any_push(tmp_path: Path, spec: Any, fake: FakeEngine) -> None:

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
 
+from builder.catalog.layers import ImageLayer
 from builder.catalog.store import Catalog
 from builder.host import facts as hostinfo
 from builder.render.tree import write_tree
@@ -22,6 +23,7 @@ from builder.usecases import report as reporting
 from builder.usecases import test as testing
 from builder.util.errors import UserError
 from builder.workspace import Workspace
+from tests.catalog_fixtures import record
 from tests.fake_engine import FakeEngine, connect_to
 from tests.usecase_fixtures import (
     HOST,
@@ -172,3 +174,17 @@ def test_the_report_never_replaces_an_input_or_a_file_of_the_users(site: Site, t
     assert "\n" not in str(caught.value)
     assert (path.read_bytes() if path.exists() else None) == before
     assert not site.html.exists(), "both files or neither"
+
+
+def test_a_published_images_shared_mb_is_the_catalogs(site: Site) -> None:
+    """The catalog's records of a line share their NVIDIA layer (catalog/shares.py): the report shows it
+    beside the record's size; a record without layers shows no shared MB (not zero)."""
+    nvidia = ImageLayer("sha256:" + "1" * 64, 2_500_000_000)
+    specs = {s.id: s for s in planned(site.ws)}
+    numba = record(NUMBA, content_hash=specs[NUMBA].content_hash, layers=(nvidia, ImageLayer("sha256:" + "2" * 64, 90_000_000)))
+    site.catalog.add([numba, replace(numba, id=JAX, tag=numba.tag.replace(NUMBA, JAX), layers=(nvidia,))], {})
+    site.report()
+    assert site.row(NUMBA)[7] == "917 (2,500 shared)" and site.row(JAX)[7] == "917 (2,500 shared)"
+    site.catalog.add([replace(numba, id=JAX, tag=numba.tag.replace(NUMBA, JAX), layers=None)], {})
+    site.report()
+    assert site.row(NUMBA)[7] == "917" and site.row(JAX)[7] == "917", "nothing shared with a record whose layers are unknown"

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from builder.catalog.layers import ImageLayer, read_layers
 from builder.model import amd_fit, measured_fit
 from builder.model import jsonfields as jf
 from builder.model.amd_fit import AmdFit
@@ -90,6 +91,10 @@ class KnownGood:
     # the line its floating tags name, as planned (ImageSpec.tag_line); None: not recorded (a record
     # written before records carried it, or an image of no line): see `line`
     tag_line: TagLine | None = None
+    # its layers above its base, each diff ID with its bytes, as measured at publish (catalog/layers.py);
+    # None: not measured (a record written before records carried them). What of them another record
+    # shares is computed across the catalog's records of its line (catalog/shares.py), not stored
+    layers: tuple[ImageLayer, ...] | None = None
 
     @property
     def repository(self) -> str:
@@ -118,6 +123,9 @@ class KnownGood:
             del data["platform"], data["emulated"]
         if self.tag_line is None:  # and records written before tag lines theirs
             del data["tag_line"]
+        del data["layers"]
+        if self.layers is not None:  # and records written before layers theirs
+            data["layers"] = [layer.to_json() for layer in self.layers]
         return data
 
     def fields(self) -> dict[str, str]:
@@ -218,6 +226,7 @@ FIELDS = (
     jf.Field("emulated", FLAG, False),
     jf.Field("variant_properties", TEXTS, ()),
     jf.Field("tag_line", jf.optional(lambda value, key, fail: _tag_line(value, fail)), None),
+    jf.Field("layers", jf.optional(read_layers), None),
 )
 
 

@@ -19,9 +19,10 @@ from dataclasses import dataclass
 
 import filelock
 
+from builder.catalog.layers import ImageLayer, above_base
 from builder.catalog.records import BaseIdentity, KnownGood, MeasuredAccelerator
 from builder.compat.rules import framework
-from builder.engine import push
+from builder.engine import push, sizes
 from builder.engine.port import Engine, EngineFault
 from builder.host.facts import HostInfo
 from builder.model.locked_fit import variant_properties
@@ -231,6 +232,7 @@ class Local:
     inventory: Inventory  # the venv's distributions and dpkg's packages: the SBOM's content
     image_id: str = ""  # the tested image's ID and layer diff IDs, for the attestation (a rebuild compares them)
     diff_ids: tuple[str, ...] = ()
+    layers: tuple[ImageLayer, ...] | None = None  # above the base, with their bytes (None: the engine's history did not say)
 
 
 def read_local(engine: Engine, spec: ImageSpec, image: str, host: HostInfo) -> Local:
@@ -244,7 +246,13 @@ def read_local(engine: Engine, spec: ImageSpec, image: str, host: HostInfo) -> L
         read_inventory(engine, spec, image, host),
         info.id,
         info.diff_ids,
+        _layers_above_base(engine, spec, image),
     )
+
+
+def _layers_above_base(engine: Engine, spec: ImageSpec, image: str) -> tuple[ImageLayer, ...] | None:
+    found = sizes.layers_of(engine, image, spec.base.from_ref)
+    return above_base(found.sized, found.base) if found is not None else None
 
 
 def build_record(spec: ImageSpec, local: Local, result: SmokeResult, repository: str, digest: str, accepted: bool) -> KnownGood:
@@ -279,6 +287,7 @@ def build_record(spec: ImageSpec, local: Local, result: SmokeResult, repository:
         platform=spec.platform,
         emulated=result.emulated,
         tag_line=spec.tag_line,
+        layers=local.layers,
         notes=tuple(note for i in spec.installs for note in i.notes)
         + (("published without a GPU run: its verdict is gpu-skipped",) if result.verdict == "gpu-skipped" else ()),
     )

@@ -39,7 +39,7 @@ class Row:
     detail: str  # the reason, the diagnosis, or the verdict's host
     digest: str = ""
     size_mb: float | None = None
-    shared_mb: float | None = None  # of size_mb, the MB above the base another built image of its line holds too
+    shared_mb: float | None = None  # of size_mb, the MB above the base another image of its line holds too (build_report's `shared`)
     date: str = ""
     runs_on: str = ""  # known-good: compute capabilities, min driver, arch (builder/fit/runs_on.py)
     platform: str = AMD64  # linux/amd64, linux/arm64: what it is built, locked and run for
@@ -136,7 +136,8 @@ def build_report(
     """`specs`: the plan's images with content hashes; `results`: build/results/<id>.json by id;
     `sizes`: image MB by id (build.json); `base_results`: each base with a base-level smoke test -> its result (None: untested);
     `verdicts`: `builder reproduce`'s, by record id (only those about a record's current digest are shown);
-    `shared`: of an image's MB, those another built image of its line holds too (build.json)."""
+    `shared`: of an image's MB, those another image of its line holds too (a published image's among the
+    catalog's records, catalog/shares.py; another's among the built images, build.json)."""
     by_id = {r.id: r for r in records}
     compat = table()
     rows = []

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from builder.catalog.records import KnownGood
+from builder.catalog.shares import MB, Share
 from builder.fit.runs_on import RunsOn
 from builder.ui.rows import RICH_ROWS, print_rows
 from builder.ui.status import styled
@@ -53,14 +54,17 @@ def print_catalog(
     verified: Sequence[Verified] = (),
     runs_on: Mapping[str, RunsOn] | None = None,
     reproduced: Mapping[str, Verdict] | None = None,
+    shares: Mapping[str, Share] | None = None,
 ) -> None:
     """A rich table; beyond RICH_ROWS records plain aligned lines (2,001 records took rich 3.5 s).
     `runs_on`: what each record runs on, by id (usecases/catalog.py runs_on_each); `reproduced`:
-    `builder reproduce`'s verdict of each record checked (a column only when there is one)."""
+    `builder reproduce`'s verdict of each record checked (a column only when there is one);
+    `shares`: of each record's MB, those another record of its line holds (catalog/shares.py)."""
     checks = {v.record.id: v for v in verified}
     runs = runs_on or {}
     title = f"known-good ({len(records)})"
-    columns = ["image", "frameworks", "accelerator", "python", "verdict", "runs on", "host", "published", "digest"]
+    split = shares or {}
+    columns = ["image", "frameworks", "accelerator", "python", "verdict", "runs on", "host", "MB (shared)", "published", "digest"]
     rebuilt = reproduced or {}
     if rebuilt:
         columns.append("reproduced")
@@ -76,7 +80,8 @@ def print_catalog(
             accel += f" {a.rocm}"
         frameworks = " ".join(f"{k} {v}" for k, v in sorted(r.frameworks.items()))
         where = runs.get(r.id)
-        row = [r.id, frameworks, accel, r.python, r.verdict, where.label if where else "", r.host.gpu, r.published, r.digest]
+        size = size_cell(r, split.get(r.id))
+        row = [r.id, frameworks, accel, r.python, r.verdict, where.label if where else "", r.host.gpu, size, r.published, r.digest]
         if rebuilt:
             found = rebuilt.get(r.id)
             row.append(found.short if found else "not checked")
@@ -99,6 +104,13 @@ def print_catalog(
             cells[-1] = f"{'[green]ok[/green]' if word == 'ok' else '[red]FAILED[/red]'}:{markup(rest)}"
         table.add_row(*cells)
     out.print(table)
+
+
+def size_cell(record: KnownGood, share: Share | None) -> str:
+    """`4,512 (3,900)`: the image's MB and, in brackets, those another record of its line holds; a
+    record without measured layers shows no bracket (unknown, not zero), one without a size nothing."""
+    size = f"{record.size_mb:,.0f}" if record.size_mb is not None else ""
+    return f"{size} ({share.shared / MB:,.0f})".strip() if share is not None else size
 
 
 def show_published(catalog_file: Path, outcomes: Sequence[Published]) -> None:
@@ -125,7 +137,7 @@ def show_listing(listing: Listing, fmt: str) -> None:
     if fmt == "json":
         emit_json(listing.to_json())
     else:
-        print_catalog(out, listing.records, listing.verified or (), listing.runs_on, listing.reproduced)
+        print_catalog(out, listing.records, listing.verified or (), listing.runs_on, listing.reproduced, listing.shares)
     for v in listing.verified or ():
         for finding in v.findings:
             click.echo(plain(f"{v.record.id}: {finding}", limit=MAX_LINE), err=True)

@@ -12,6 +12,7 @@ from typing import Any
 from builder.catalog.indexes import IndexRecord, image_name
 from builder.catalog.query import closest, known_keys, matching, parse_query, unknown_keys
 from builder.catalog.records import KnownGood
+from builder.catalog.shares import Share, shares
 from builder.catalog.store import Catalog
 from builder.compat import lifecycle
 from builder.compat.rules import table
@@ -127,6 +128,9 @@ class Listing:
     verified: tuple[Verified, ...] | None = None  # None: not asked (--verify)
     no_match: str = ""  # a query that matched nothing: why, and what is closest
     reproduced: Mapping[str, Verdict] = field(default_factory=dict)  # `builder reproduce`'s verdicts of the listed digests, by id
+    # by id, of the listed records that carry their layers: bytes above the base shared with another
+    # record of their line in the whole catalog, and their own (catalog/shares.py); absent: not measured
+    shares: Mapping[str, Share] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -139,6 +143,7 @@ class Listing:
             "end_of_life": {i: lifecycle.to_json(dates) for i, dates in self.end_of_life.items()},
             "support_window": {i: lifecycle.window_json(dates) for i, dates in self.end_of_life.items()},
             "indexes": {name: index.to_json() for name, index in self.indexes.items()},
+            "shares": {i: share.to_json() for i, share in sorted(self.shares.items())},
         }
         if self.reproduced:
             data["reproduced"] = {i: v.to_json() for i, v in sorted(self.reproduced.items())}
@@ -159,4 +164,6 @@ def listing(catalog: Catalog, words: Sequence[str], chosen: Signers | None, inde
     eol = {r.id: record_end_of_life(r) for r in records}
     known = reproduced.load(verdicts) if verdicts is not None else {}
     rebuilt = {r.id: v for r in records if (v := reproduced.current(known, r.id, r.digest)) is not None}
-    return Listing(records, runs_on_each(records), eol, held, checked, found.no_match() if words and not records else "", rebuilt)
+    shown = {r.id for r in records}
+    split = {i: share for i, share in shares(found.records).items() if i in shown}  # among the whole catalog's lines
+    return Listing(records, runs_on_each(records), eol, held, checked, found.no_match() if words and not records else "", rebuilt, split)

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from builder.catalog.shares import MB, shares
 from builder.catalog.store import Catalog
 from builder.model import reproduced, results
 from builder.model.plan import ImageSpec
@@ -40,6 +41,8 @@ def report(ws: Workspace, catalog: Catalog, markdown: Path, html: Path) -> Repor
     except UserError as exc:  # sizes are a nicety: the report stands without them, and says why they are missing
         sizes, shared = {}, {}
         notes.append(f"image sizes left out: {exc}")
+    # a published image's size is its record's, so its shared MB is too: among the catalog's records of its line
+    shared.update({i: round(share.shared / MB, 1) for i, share in shares(records).items()})
     try:
         verdicts = reproduced.load(store.reproduced)
     except UserError as exc:  # like sizes: the report stands without them, and says why
