@@ -130,6 +130,10 @@ def test_publish_pushes_the_slice_and_records_registry_digests(published: tuple[
             name, version = pin.split("==")
             assert f"\n{name.split('[')[0].lower()}=={version}\n" in frozen, pin
         assert "## dpkg" in manifest and f"\npython{spec.python} " in manifest and "VIRTUAL_ENV=/opt/venv" in manifest
+        # its layers above the base, measured from the engine (what `catalog` splits into shared and own bytes)
+        layers = record.get("layers")
+        assert layers and all(layer["diff_id"].startswith("sha256:") and layer["size"] >= 0 for layer in layers), record.get("layers")
+        assert sum(layer["size"] for layer in layers) > 10_000_000, "the venv layer is among them"
     text = (catalog / "known-good.json").read_text()
     assert text == json.dumps(json.loads(text), indent=2, sort_keys=True) + "\n", "deterministic form"
 
