@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 from docker import DockerClient
 
+from builder.engine import bootstrap
 from builder.engine import client as engine
 from builder.workspace import Workspace
 
@@ -104,6 +105,10 @@ def slice_build(docker_client: DockerClient, recorder: tuple[int, list[Any]], lo
     named `localhost`: the build sends 127.0.0.1 (where builder serves it its local wheels) past any
     proxy, so an index named by that address would never meet the planted proxy."""
     port, _ = recorder
+    # The bases first, through this machine's own network settings: the planted proxy is for the build
+    # steps (the bootstrap honours HTTP_PROXY too, and the recorder answers 404 to the mirror).
+    for base in {s.base.name: s.base for s in SLICE if s.base.bootstrap}.values():
+        bootstrap.ensure_base(engine.DockerEngine(docker_client), base, log=lambda line: None)
     done = builder(
         "build",
         "--force",

@@ -194,9 +194,16 @@ def test_sizes_are_printed_with_the_cpu_difference_explained(wheels_build: Any) 
     assert "target <= 1.05: met" in text, text
     for spec in WHEELS:
         assert spec.id in text
-    for stack in ("torch", "tensorflow", "jax", "numba"):  # cupy has no CPU image
+    # A CUDA image is explained against the default selection's CPU image of its framework on the same
+    # Python: torch (Debian 12, 3.11); the default's tensorflow, jax and numba are Debian 13's (3.13).
+    cpu = WS.selected(None, use_default=True)
+    paired = {s.stack for s in WHEELS for c in cpu if c.stack == s.stack and c.python == s.python}
+    assert "torch" in paired, paired
+    for stack in paired:
         line = next(row for row in text.splitlines() if row.strip().startswith(stack) and " - " in row)
         assert "CUDA wheels" in line, line
+    for stack in {s.stack for s in WHEELS} - paired:
+        assert f"no CPU image of {stack} built" in text, text
 
 
 def site_packages(spec: ImageSpec) -> str:
