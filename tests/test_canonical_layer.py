@@ -267,13 +267,16 @@ def test_a_canonical_build_is_offline_and_its_id_is_the_locks(tmp_path: Path) ->
     results = []
     for n in (1, 2):
         engine.clock += 86_400 * n
-        run = Run(settings=BuildSettings(), build_dir=tmp_path / f"b{n}", lock_dir=tmp_path, revision="0" * 40, layers=make)
+        # the second build's host has a proxy: a canonical build takes no build args (they change the history)
+        settings = BuildSettings(proxies=(("HTTP_PROXY", "http://u:p@proxy.example:3128"),) if n == 2 else ())
+        run = Run(settings=settings, build_dir=tmp_path / f"b{n}", lock_dir=tmp_path, revision="0" * 40, layers=make)
         results.append(image_build.build_image(run, engine, SPEC, {"Dockerfile": b"FROM x\nADD venv.tar /\n"}, force=True))
     assert [r.status for r in results] == ["built", "built"], results
     assert results[0].image_id == results[1].image_id
     assert {r.base_id for r in results} == {"sha256:base"}
     assert engine.resolve(SPEC.tag) == results[0].image_id
     assert {r.network_mode for r in engine.builds} == {"none"}
+    assert [dict(r.buildargs) for r in engine.builds] == [{}, {}], "no proxy reaches a canonical build"
     assert seen == [b"the venv of " + SPEC.id.encode()] * 2
     assert {r.tag for r in engine.builds} == {image_build.build_tag(SPEC)} != {SPEC.tag}, "the tag moves only to the normalized image"
     built = {image_id_of(r.tag, dict(r.labels)) for r in engine.builds}

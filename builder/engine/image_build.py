@@ -359,7 +359,10 @@ def _attempt(
 ) -> None:
     if run.stop.is_set():
         raise BuildFailed("interrupted before the build started")
-    buildargs = dict(run.settings.build_args)  # only Docker's predefined proxy args: kept out of the history
+    # Docker's predefined proxy args, kept out of the history but not out of the ID: with any build arg the
+    # classic builder writes `|0 ` before each RUN's history entry. A canonical build fetches nothing (its
+    # network is off) and takes none, so a proxy on the building host cannot change its image ID.
+    buildargs = {} if spec.canonical else dict(run.settings.build_args)
     for name, url in (
         ("BUILDER_PIP_CONF_URL", served.pip_conf),
         ("BUILDER_CA_URL", served.ca),
