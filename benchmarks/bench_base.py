@@ -17,7 +17,6 @@ Needs root, debootstrap (for 1), mmdebstrap and a Docker engine. It prints figur
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import shutil
 import subprocess
@@ -33,18 +32,11 @@ if str(ROOT) not in sys.path:
 
 from builder.engine import bootstrap  # noqa: E402
 from builder.engine import client as engine  # noqa: E402
+from builder.engine.staging import sha256_of  # noqa: E402
 from builder.model.plan import Base  # noqa: E402
 
 MIRROR = "http://deb.debian.org/debian"
 SHOWN = 12  # differing paths listed per kind
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def tree(rootfs: Path) -> dict[str, tuple[str, str]]:
@@ -58,7 +50,7 @@ def tree(rootfs: Path) -> dict[str, tuple[str, str]]:
             if path.is_symlink():
                 content = "-> " + os.readlink(path)
             elif path.is_file():
-                content = sha256_file(path)
+                content = sha256_of(path)
             else:
                 content = "dir" if path.is_dir() else "special"
             out[rel] = (content, f"mode={st.st_mode:o} owner={st.st_uid}:{st.st_gid} mtime={int(st.st_mtime)}")
@@ -100,7 +92,7 @@ def debootstrap_twice(recipe: bootstrap.Recipe, scratch: Path) -> None:
         seconds.append(time.monotonic() - start)
         tarball = scratch / f"debootstrap-{n}.tar"
         subprocess.run(["tar", "--numeric-owner", "-C", str(rootfs), "-cf", str(tarball), "."], check=True)
-        sums.append(sha256_file(tarball))
+        sums.append(sha256_of(tarball))
         trees.append(tree(rootfs))
     print(f"debootstrap ({recipe.release}, {recipe.arch}): {seconds[0]:.0f} s and {seconds[1]:.0f} s; {len(trees[0])} paths")
     print(f"  tar sha256: {sums[0][:16]}  {sums[1][:16]}  {'EQUAL' if sums[0] == sums[1] else 'differ'}")

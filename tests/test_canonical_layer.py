@@ -50,8 +50,12 @@ def make_wheel(folder: Path, name: str = "toy", version: str = "1.0") -> Path:
         f"{info}/entry_points.txt": f"[console_scripts]\n{name} = {name}.cli:main\n".encode(),
         f"{name}-{version}.data/scripts/{name}-tool": b"#!python\nprint('tool')\n",
     }
+    return _zip_wheel(folder / f"{name}-{version}-py3-none-any.whl", files, info)
+
+
+def _zip_wheel(path: Path, files: dict[str, bytes], info: str) -> Path:
+    """`files` and their RECORD as the wheel `path` (fixed dates; `*-tool` files executable)."""
     record = "\n".join([*(_record_line(n, d) for n, d in files.items()), f"{info}/RECORD,,"]) + "\n"
-    path = folder / f"{name}-{version}-py3-none-any.whl"
     with zipfile.ZipFile(path, "w") as whl:
         for entry, data in [*files.items(), (f"{info}/RECORD", record.encode())]:
             zinfo = zipfile.ZipInfo(entry, (2024, 1, 1, 0, 0, 0))
@@ -140,12 +144,7 @@ def library_wheel(folder: Path, name: str, version: str, files: dict[str, bytes]
         f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
         f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: py3-none-manylinux_2_17_x86_64\n",
     }
-    record = "\n".join([*(_record_line(n, d) for n, d in body.items()), f"{info}/RECORD,,"]) + "\n"
-    path = folder / f"{dist}-{version}-py3-none-manylinux_2_17_x86_64.whl"
-    with zipfile.ZipFile(path, "w") as whl:
-        for entry, data in [*body.items(), (f"{info}/RECORD", record.encode())]:
-            whl.writestr(zipfile.ZipInfo(entry, (2024, 1, 1, 0, 0, 0)), data)
-    return path
+    return _zip_wheel(folder / f"{dist}-{version}-py3-none-manylinux_2_17_x86_64.whl", body, info)
 
 
 def _split(tmp_path: Path, label: str, epoch: int, other: str) -> Path:

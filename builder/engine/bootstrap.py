@@ -43,6 +43,7 @@ import filelock
 from builder.engine.failures import any_network
 from builder.engine.port import Engine, EngineFault
 from builder.engine.retry import GaveUp, retry_network
+from builder.engine.staging import sha256_of
 from builder.model import jsonfields as jf
 from builder.model.plan import PLATFORM_ARCH, Base
 from builder.util import fsio
@@ -264,7 +265,7 @@ def _build(engine: Engine, tag: str, recipe: Recipe, digest: str, log: Log) -> N
         canonical_tar(rootfs, tarball, epoch)
         _remove_tree(rootfs)  # free the disk before the engine copies the tarball
         archive = scratch / "image.tar"
-        expected = image_archive(tarball, archive, temp_ref, base_config(recipe, digest, epoch, _diff_id(tarball)))
+        expected = image_archive(tarball, archive, temp_ref, base_config(recipe, digest, epoch, f"sha256:{sha256_of(tarball)}"))
         tarball.unlink()
         log(f"loading {archive.stat().st_size / 1e6:.0f} MB into the engine as {temp_ref} (image {expected[:19]})")
         old = _image_id(engine, tag)
@@ -465,14 +466,6 @@ def image_archive(layer: Path, out: Path, ref: str, config: dict[str, object]) -
             archive.addfile(info, io.BytesIO(data))
         archive.add(layer, arcname="layer.tar")
     return f"sha256:{image_id}"
-
-
-def _diff_id(tarball: Path) -> str:
-    digest = hashlib.sha256()
-    with tarball.open("rb") as data:
-        for block in iter(lambda: data.read(1 << 20), b""):
-            digest.update(block)
-    return f"sha256:{digest.hexdigest()}"
 
 
 def _load(engine: Engine, archive: Path, ref: str, digest: str, expected: str) -> None:
