@@ -16,7 +16,8 @@ from builder.catalog.store import Catalog
 from builder.compat.rules import table
 from builder.lock.claims import keep_older_gpus, with_lock_claims
 from builder.lock.files import LOCK_NAME, load, verify
-from builder.lock.target import target_for
+from builder.lock import line
+from builder.lock.target import LockTarget, target_for
 from builder.model.locked_fit import FIT_NAME, LockedFit, lock_digest
 from builder.model.locked_fit import from_json as fit_from_json
 from builder.model.plan import ImageSpec, Lock, Matrix, Plan
@@ -148,8 +149,11 @@ class Workspace:
         canonical = [(parse_select(expr), reason) for expr, reason, _ in self.matrix.canonical_layers]
         overrides = dict(self.lock_overrides)
         fits = dict(self.fit_overrides)
+        lined = self._lines(plan.images)
+        line_locks = self._line_locks(lined)
         images = []
-        for spec in plan.images:
+        for spec in lined:
+            spec = line.joined(spec, line_locks)
             fields = fields_of(spec)
             exception = next((reason for selector, reason in exceptions if matches(selector, fields)), None)
             lock = overrides.get(spec.id) or checked_lock(spec, self.images_dir / spec.id / LOCK_NAME)
@@ -169,6 +173,51 @@ class Workspace:
             images.append(with_lock_claims(spec, table()))
         warnings = tuple(sorted({w for spec in images for w in spec.warnings}))
         return replace(plan, images=tuple(images), warnings=warnings)
+
+    def _lines(self, images: tuple[ImageSpec, ...]) -> tuple[ImageSpec, ...]:
+        """Each image matrix.yaml's `line_layers` names, with its CUDA line (lock/line.py); naming an
+        image whose CUDA is not from wheels is an error at the entry's line."""
+        policy = [(parse_select(expr), expr, at) for expr, _, at in self.matrix.line_layers]
+        out = []
+        for spec in images:
+            entry = next(((expr, at) for selector, expr, at in policy if matches(selector, fields_of(spec))), None)
+            if entry is not None and not spec.base.cuda_from_wheels:
+                raise UserError(
+                    f"line_layers.select {entry[0]!r} names {spec.id}, whose CUDA is not from wheels (base {spec.base.name}): a line "
+                    "shares NVIDIA library wheels; narrow the expression to CUDA-from-wheels images",
+                    self.matrix.path,
+                    entry[1],
+                )
+            out.append(replace(spec, line=line.key_of(spec)) if entry is not None else spec)
+        return tuple(out)
+
+    def _line_locks(self, images: tuple[ImageSpec, ...]) -> dict[str, Lock]:
+        """The current lock of each line (images/lines/<line>.lock, or the one `builder lock` is about to
+        write); a line whose lock is missing or stale is left out (its members then lock without its pins)."""
+        overrides = dict(self.lock_overrides)
+        out = {}
+        for key, members in line.members(images).items():
+            target = line.target_of(key, members, table())
+            found = overrides.get(target.image) or self._read_line_lock(key, target)
+            if found is not None and found.inputs == target.inputs:
+                out[key] = found
+        return out
+
+    def _read_line_lock(self, key: str, target: LockTarget) -> Lock | None:
+        path = line.path_of(self.images_dir, key)
+        found = read_lock(path)
+        if found is not None:
+            line.verify_line(found, target, _shown(path))
+        return found
+
+    def line_locks(self) -> dict[str, tuple[LockTarget, Lock | None]]:
+        """Every line of the plan: its joint target and its lock as on disk (or overridden), current or not."""
+        overrides = dict(self.lock_overrides)
+        out: dict[str, tuple[LockTarget, Lock | None]] = {}
+        for key, members in line.members(self._lines(make_plan(self.matrix).images)).items():
+            target = line.target_of(key, members, table())
+            out[key] = (target, overrides.get(target.image) or self._read_line_lock(key, target))
+        return out
 
     def with_locks(self, locks: dict[str, Lock]) -> Workspace:
         """This workspace as if these images had these locks (what `builder lock` is about to write)."""
@@ -243,7 +292,8 @@ class Workspace:
     def rendered_tree(self) -> Files:
         """Every file images/ should hold (see builder.render.tree.expected_tree)."""
         images = self.decided.images
-        return expected_tree(images, self.contexts(images))
+        locks = {key: found.text for key, (_, found) in self.line_locks().items() if found is not None}
+        return expected_tree(images, self.contexts(images), locks)
 
 
 def checked_lock(spec: ImageSpec, path: Path) -> Lock | None:

@@ -23,7 +23,7 @@ from builder.util.yamlsrc import LDict, LList, load
 
 TOP_KEYS = (
     "registry", "defaults", "bases", "python", "frameworks", "stacks", "exclude", "include", "indexes", "build", "source", "unlocked",
-    "cuda_exceptions", "keep_older_gpus", "newest", "canonical_layers",
+    "cuda_exceptions", "keep_older_gpus", "newest", "canonical_layers", "line_layers",
 )  # fmt: skip
 REQUIRED_TOP = ("registry", "bases", "python", "frameworks", "stacks")
 BASE_KEYS = ("vendor", "version", "os", "image", "digest", "bootstrap", "platforms", "packages")
@@ -144,6 +144,13 @@ def load_matrix(path: Path) -> Matrix:
             top.line_of("canonical_layers"),
             "canonical_layers",
             "which locked images get their venv as a canonical layer made on the build host, and why",
+        ),
+        line_layers=_policies(
+            ctx,
+            top.get("line_layers"),
+            top.line_of("line_layers"),
+            "line_layers",
+            "which CUDA-from-wheels images share their line's NVIDIA wheels as one layer, and why",
         ),
     )
     _bounded(ctx, matrix, top.line_of("bases"))

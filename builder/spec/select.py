@@ -13,7 +13,7 @@ from builder.model.plan import Combination, ImageSpec
 from builder.util import query
 from builder.util.query import matches
 
-SELECT_FIELDS = ("id", "base", "stack", "python", "vendor", "os", "index", "platform")  # and every framework of the registry in force
+SELECT_FIELDS = ("id", "base", "stack", "python", "vendor", "os", "index", "platform", "line")  # and every framework of the registry in force
 Selector = tuple[tuple[str, str], ...]
 
 
@@ -48,6 +48,7 @@ def fields_of(spec: ImageSpec) -> dict[str, str | tuple[str, ...]]:
         "vendor": spec.base.vendor,
         "os": spec.base.os,
         "platform": spec.platform,
+        "line": spec.line or "",  # the CUDA line whose NVIDIA layer it shares (matrix.yaml line_layers)
     }
     fields.update(spec.frameworks)
     return fields

@@ -59,7 +59,7 @@ def print_lock_summary(out: Console, results: Sequence[LockResult]) -> None:
 def show_check(checked: LockCheck) -> None:
     """`lock --check` (and `--index`): each lock that is not what it should be on stdout, the count on stderr."""
     for r in checked.bad:
-        click.echo(f"{r.status}: {checked.folder}/{r.id}/{r.file} ({r.detail})")
+        click.echo(f"{r.status}: {checked.folder}/{r.path} ({r.detail})")
     if checked.asked is None:
         tail = f"; {checked.unlocked} unlocked by matrix.yaml" if checked.unlocked else ""
         click.echo(f"{checked.current} locks current, {len(checked.bad)} missing or stale{tail}", err=True)

@@ -12,18 +12,19 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from builder.compat.rules import table
 from builder.engine import settings as build_settings
 from builder.engine import staging
 from builder.engine.settings import BuildSettings
-from builder.lock import children
+from builder.lock import children, line
 from builder.lock.claims import refusals, refuse_other_cuda
 from builder.lock.files import LOCK_NAME, drift, load, lock_text, verify
 from builder.lock.published import Problem, judge_pin, pins_of, published_for
 from builder.lock.resolve import LockFailed, resolve, sources, uv_binary
+from builder.lock.resolve import Sources as UvSources
 from builder.lock.target import lock_state, target_for
 from builder.model.locked_fit import FIT_NAME
 from builder.model.plan import ImageSpec, Lock
@@ -57,6 +58,11 @@ class LockResult:
     pins: int = 0  # packages in the new lock
     changes: tuple[tuple[str, str | None, str | None], ...] = ()  # (package, old, new) when an existing lock changed
     file: str = LOCK_NAME  # the file of images/<id>/ the status is about (requirements.lock, or fit.json for `check`)
+
+    @property
+    def path(self) -> str:
+        """Its file below images/: `<id>/requirements.lock`, or a CUDA line's `lines/<line>.lock`."""
+        return self.file if self.id.startswith(line.PREFIX) else f"{self.id}/{self.file}"
 
 
 Done = Callable[[LockResult], None]
@@ -115,13 +121,25 @@ class LockCheck:
 
 def check_locks(ws: Workspace, specs: Sequence[ImageSpec], against_index: bool, chosen_sources: Sources) -> LockCheck:
     """`check` (offline first: a stale lock is that), then with `against_index` `check_index` of the rest."""
-    results = check(specs, ws.images_dir.name)
+    results = check(specs, ws.images_dir.name) + check_lines(ws, specs)
     bad = tuple(r for r in results if r.status in ("missing", "stale"))
     unlocked = sum(r.status == "unlocked" for r in results)
     asked = None
     if against_index:
         asked = tuple(check_index(ws, [s for s in specs if s.id not in {r.id for r in bad}], chosen_sources))
     return LockCheck(ws.images_dir.name, bad, len(results) - len(bad) - unlocked, unlocked, asked)
+
+
+def check_lines(ws: Workspace, specs: Sequence[ImageSpec]) -> list[LockResult]:
+    """Offline: the lock of each CUDA line the images are on (lock/line.py), against the line's inputs."""
+    lines = ws.line_locks()
+    out = []
+    for key in sorted({s.line for s in specs if s.line is not None}):
+        target, found = lines[key]
+        status = "missing" if found is None else "stale" if found.inputs != target.inputs else "current"
+        detail = {"missing": f"no {line.rel_path(key)}", "stale": "its members' requirements or constraints changed since `builder lock`"}
+        out.append(LockResult(target.image, status, detail=detail.get(status, ""), file=line.rel_path(key)))
+    return out
 
 
 def check_index(ws: Workspace, specs: Sequence[ImageSpec], chosen_sources: Sources, backoff_s: float = 1.0) -> list[LockResult]:
@@ -182,16 +200,24 @@ def lock_images(ws: Workspace, specs: Sequence[ImageSpec], options: LockOptions,
     cache = ws.build_dir / "uv-cache"
     cache.mkdir(parents=True, exist_ok=True)
     results: dict[str, LockResult] = {}
+    new, broken = _lock_lines(ws, specs, chosen, cache, uv, options, done, results)
+    if new:  # the members as they are with their lines' new pins: each re-locked on them
+        ws = ws.with_locks(new)
+        by_id = {spec.id: spec for spec in ws.decided.images}
+        specs = [by_id[spec.id] for spec in specs]
     todo = []
     for spec in specs:
         found = lock_state(spec, table())
-        if (not options.upgrade and found == "locked") or (found == "unlocked" and not options.include_unlocked):
+        if spec.line in broken:
+            results[spec.id] = LockResult(spec.id, "not-locked", detail=f"its CUDA line {spec.line} could not be locked (above)")
+        elif (not options.upgrade and found == "locked") or (found == "unlocked" and not options.include_unlocked):
             results[spec.id] = LockResult(spec.id, "current" if found == "locked" else "unlocked", detail=spec.unlocked or "")
-            done(results[spec.id])
         else:
             todo.append(spec)
-    new: dict[str, Lock] = {}
-    failed = False
+            continue
+        done(results[spec.id])
+    failed = bool(broken)
+    line_of = {key: found for key, (_, found) in ws.line_locks().items() if found is not None}
     with ThreadPoolExecutor(max_workers=max(1, min(options.jobs, MAX_JOBS))) as pool, children.stopped_on_exit():
         futures = {spec.id: pool.submit(_lock_one, spec, chosen, cache, uv, options.upgrade) for spec in todo}
         for spec in todo:
@@ -200,6 +226,9 @@ def lock_images(ws: Workspace, specs: Sequence[ImageSpec], options: LockOptions,
                 result, lock = LockResult(spec.id, "not-locked", detail="an earlier lock failed (use --keep-going)"), None
             else:
                 result, lock = future.result()
+            why = line.differs(lock, line_of[spec.line]) if lock is not None and spec.line in line_of else None
+            if why is not None:  # the line's NVIDIA set is a requirement, so only a resolver bug gets here
+                result, lock = replace(result, status="failed", detail=f"{why}; re-lock its line (`builder lock --select line={spec.line}`)"), None
             results[spec.id] = result
             if lock is not None:
                 new[spec.id] = lock
@@ -209,7 +238,49 @@ def lock_images(ws: Workspace, specs: Sequence[ImageSpec], options: LockOptions,
     if new:
         updated = ws.with_locks(new)
         write_tree(ws.images_dir, updated.rendered_tree())
-    return [results[s.id] for s in specs]
+    return [results[s.id] for s in specs if s.id in results] + [r for key, r in results.items() if key.startswith(line.PREFIX)]
+
+
+def _lock_lines(
+    ws: Workspace, specs: Sequence[ImageSpec], chosen: BuildSettings, cache: Path, uv: str, options: LockOptions, done: Done,
+    results: dict[str, LockResult],
+) -> tuple[dict[str, Lock], set[str]]:  # fmt: skip
+    """First the CUDA lines of the images to lock (matrix.yaml `line_layers`): each line whose lock is
+    missing or stale (every one with `upgrade`) resolved jointly (lock/line.py); its members then
+    lock on its pins. A line that cannot be locked fails its members' locks with it."""
+    wanted = {spec.line for spec in specs if spec.line is not None}
+    new: dict[str, Lock] = {}
+    broken: set[str] = set()
+    for key, (target, found) in sorted(ws.line_locks().items()):
+        if key not in wanted or (found is not None and found.inputs == target.inputs and not options.upgrade):
+            continue
+        started = time.monotonic()
+        members = [s for s in ws.decided.images if s.line == key]
+        where = _joint_sources(members, chosen)
+        try:
+            text = line.line_text(target, lock_text(target.image, target.inputs, target.python, target.platform,
+                                                    resolve(target, where, chosen, cache, found.text if found and not options.upgrade else None, uv)))  # fmt: skip
+            made = load(text, f"the line lock of {key}")
+            status = "locked" if found is None or made.text != found.text else "current"
+            result = LockResult(target.image, status, time.monotonic() - started, pins=len(made.pins),
+                                changes=tuple(drift(found, made)) if found else (), file=line.rel_path(key))  # fmt: skip
+            new[target.image] = made
+        except LockFailed as exc:
+            result = LockResult(target.image, exc.kind, time.monotonic() - started, exc.message, file=line.rel_path(key))
+            broken.add(key)
+        results[target.image] = result
+        done(result)
+    return new, broken
+
+
+def _joint_sources(members: Sequence[ImageSpec], chosen: BuildSettings) -> UvSources:
+    """Every source any member of a line resolves from (the default index first)."""
+    each = [sources(staging.needed_indexes(s, set(staging.local_wheels(s, chosen.pip.local_dirs))), chosen) for s in members]
+    return UvSources(
+        default_index=each[0].default_index,
+        indexes=tuple(dict.fromkeys(i for w in each for i in w.indexes)),
+        find_links=tuple(dict.fromkeys(f for w in each for f in w.find_links)),
+    )
 
 
 def measure_locked(ws: Workspace, specs: Sequence[ImageSpec], options: LockOptions, done: measuring.Done) -> list[measuring.MeasureResult]:
