@@ -14,9 +14,9 @@ from pathlib import Path
 
 from builder.catalog.store import Catalog
 from builder.compat.rules import table
+from builder.lock import line as lines
 from builder.lock.claims import keep_older_gpus, with_lock_claims
 from builder.lock.files import LOCK_NAME, load, verify
-from builder.lock import line
 from builder.lock.target import LockTarget, target_for
 from builder.model.locked_fit import FIT_NAME, LockedFit, lock_digest
 from builder.model.locked_fit import from_json as fit_from_json
@@ -153,7 +153,7 @@ class Workspace:
         line_locks = self._line_locks(lined)
         images = []
         for spec in lined:
-            spec = line.joined(spec, line_locks)
+            spec = lines.joined(spec, line_locks)
             fields = fields_of(spec)
             exception = next((reason for selector, reason in exceptions if matches(selector, fields)), None)
             lock = overrides.get(spec.id) or checked_lock(spec, self.images_dir / spec.id / LOCK_NAME)
@@ -188,7 +188,7 @@ class Workspace:
                     self.matrix.path,
                     entry[1],
                 )
-            out.append(replace(spec, line=line.key_of(spec)) if entry is not None else spec)
+            out.append(replace(spec, line=lines.key_of(spec)) if entry is not None else spec)
         return tuple(out)
 
     def _line_locks(self, images: tuple[ImageSpec, ...]) -> dict[str, Lock]:
@@ -196,26 +196,26 @@ class Workspace:
         write); a line whose lock is missing or stale is left out (its members then lock without its pins)."""
         overrides = dict(self.lock_overrides)
         out = {}
-        for key, members in line.members(images).items():
-            target = line.target_of(key, members, table())
+        for key, members in lines.members(images).items():
+            target = lines.target_of(key, members, table())
             found = overrides.get(target.image) or self._read_line_lock(key, target)
             if found is not None and found.inputs == target.inputs:
                 out[key] = found
         return out
 
     def _read_line_lock(self, key: str, target: LockTarget) -> Lock | None:
-        path = line.path_of(self.images_dir, key)
+        path = lines.path_of(self.images_dir, key)
         found = read_lock(path)
         if found is not None:
-            line.verify_line(found, target, _shown(path))
+            lines.verify_line(found, target, _shown(path))
         return found
 
     def line_locks(self) -> dict[str, tuple[LockTarget, Lock | None]]:
         """Every line of the plan: its joint target and its lock as on disk (or overridden), current or not."""
         overrides = dict(self.lock_overrides)
         out: dict[str, tuple[LockTarget, Lock | None]] = {}
-        for key, members in line.members(self._lines(make_plan(self.matrix).images)).items():
-            target = line.target_of(key, members, table())
+        for key, members in lines.members(self._lines(make_plan(self.matrix).images)).items():
+            target = lines.target_of(key, members, table())
             out[key] = (target, overrides.get(target.image) or self._read_line_lock(key, target))
         return out
 

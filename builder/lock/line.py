@@ -22,7 +22,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from builder.compat.facts import Compat
-from builder.lock.files import LINE_PREFIX, REQUIREMENTS, Contents, Package, read, write
+from builder.lock.files import LINE_PREFIX, REQUIREMENTS, Contents, read, write
 from builder.lock.layer import is_nvidia
 from builder.lock.target import LockTarget, platform_for
 from builder.model.plan import ImageSpec, Lock

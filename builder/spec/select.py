@@ -13,7 +13,17 @@ from builder.model.plan import Combination, ImageSpec
 from builder.util import query
 from builder.util.query import matches
 
-SELECT_FIELDS = ("id", "base", "stack", "python", "vendor", "os", "index", "platform", "line")  # and every framework of the registry in force
+SELECT_FIELDS = (
+    "id",
+    "base",
+    "stack",
+    "python",
+    "vendor",
+    "os",
+    "index",
+    "platform",
+    "line",
+)  # and every framework of the registry in force
 Selector = tuple[tuple[str, str], ...]
 
 

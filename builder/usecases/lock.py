@@ -228,7 +228,10 @@ def lock_images(ws: Workspace, specs: Sequence[ImageSpec], options: LockOptions,
                 result, lock = future.result()
             why = line.differs(lock, line_of[spec.line]) if lock is not None and spec.line in line_of else None
             if why is not None:  # the line's NVIDIA set is a requirement, so only a resolver bug gets here
-                result, lock = replace(result, status="failed", detail=f"{why}; re-lock its line (`builder lock --select line={spec.line}`)"), None
+                result, lock = (
+                    replace(result, status="failed", detail=f"{why}; re-lock its line (`builder lock --select line={spec.line}`)"),
+                    None,
+                )
             results[spec.id] = result
             if lock is not None:
                 new[spec.id] = lock
