@@ -23,10 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from builder.engine import bootstrap, leftovers, secrets
+from builder.engine import bootstrap, leftovers, line_image, secrets
 from builder.engine.failures import is_network_failure
-from builder.engine.image_build import BuildResult, Run, build_image, up_to_date
+from builder.engine.image_build import BuildFailed, BuildResult, Run, build_image, up_to_date
 from builder.engine.port import Engine, EngineFault
+from builder.lock.layer import line_layer
 from builder.model.plan import Base, ImageSpec, platform_suffix
 from builder.render.context import Files
 from builder.render.labels import HASH_LABEL
@@ -123,6 +124,20 @@ class Builder:
                     failed[base.local_tag] = f"bootstrap failed: {exc} (log: {log_path})"
         return failed
 
+    def ensure_lines(self, specs: Sequence[ImageSpec]) -> dict[str, str]:
+        """Make the NVIDIA image of every CUDA line the selection builds on (engine/line_image.py);
+        returns line image -> error for those that could not be made (their members are not built)."""
+        members = {s.line_image: s for s in specs if line_layer(s) and s.line_image is not None}
+        failed: dict[str, str] = {}
+        for tag, spec in sorted(members.items()):
+            try:
+                line_image.ensure(self.run, self.engine(), spec)
+            except BuildFailed as exc:
+                if self.stop.is_set():
+                    raise KeyboardInterrupt from None
+                failed[tag] = exc.message
+        return failed
+
     # -- images --------------------------------------------------------------------------
     def build_one(self, spec: ImageSpec, force: bool = True) -> BuildResult:
         return build_image(self.run, self.engine(), spec, self.contexts[spec.id], force=force)
@@ -150,6 +165,10 @@ class Builder:
                     error = failed_bases[spec.base.local_tag]
                     done[spec.id] = BuildResult(spec.id, "failed", error=error, blocked_by="network" if is_network_failure(error) else None)
                 todo = [s for s in todo if s.base.local_tag not in failed_bases]
+                failed_lines = self.ensure_lines(todo)
+                for spec in [s for s in todo if s.line_image in failed_lines]:
+                    done[spec.id] = BuildResult(spec.id, "failed", error=failed_lines[str(spec.line_image)])
+                todo = [s for s in todo if s.line_image not in failed_lines]
                 with secrets.serving() as server:
                     self.run.secrets = server
                     self._run_pool(todo, jobs, force, keep_going, done, on_done)

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TextIO
 
 import filelock
+from packaging.utils import parse_wheel_filename
 
 from builder.engine import native_uv, reproducible, sizes, staging
 from builder.engine.diagnose import diagnose_text
@@ -38,7 +39,7 @@ from builder.engine.retry import GaveUp, retry_network
 from builder.engine.secrets import SecretServer, redact, serving
 from builder.engine.session import SESSION_ID
 from builder.engine.settings import BuildSettings
-from builder.lock.layer import source_date_epoch
+from builder.lock.layer import is_nvidia, line_layer, source_date_epoch
 from builder.model.plan import ImageSpec, Lock
 from builder.render.labels import HASH_LABEL, build_labels
 
@@ -175,6 +176,8 @@ def _build_locked(
         raise RuntimeError("build settings to serve but no secret server")
     staged = staging.stage(spec, files, run.staging_root, run.settings)
     base_before = engine.inspect_image(spec.base.from_ref) if spec.canonical else None  # the base the build asserts
+    if line_layer(spec):  # its FROM holds the NVIDIA wheels: nothing serves them to the install
+        staged = _without_nvidia(staged)
     if spec.canonical:
         try:
             staged = _with_layer(run, spec, staged)
@@ -245,6 +248,13 @@ def build_tag(spec: ImageSpec) -> str:
     """What the engine tags the build with: a canonical image's tag moves only once the normalized
     image is loaded (reproducible_image), so an interrupt never leaves the tag on the unnormalized one."""
     return f"{spec.tag}-unnormalized" if spec.canonical else spec.tag
+
+
+def _without_nvidia(staged: staging.Staged) -> staging.Staged:
+    """A CUDA line's member: its line's image has the NVIDIA wheels installed (engine/line_image.py),
+    so the local wheel files served to its install leave them out (GBs nothing would read)."""
+    rest = tuple(path for path in staged.wheel_files if not is_nvidia(str(parse_wheel_filename(path.name)[0])))
+    return replace(staged, wheels=tuple(path.name for path in rest), wheel_files=rest)
 
 
 def _with_layer(run: Run, spec: ImageSpec, staged: staging.Staged) -> staging.Staged:
@@ -380,7 +390,7 @@ def _attempt(
         log.write(f"# extra indexes: {redact(' '.join(staged.extra_index_urls)) or 'none'}\n")
         installer = f"uv {native_uv.VERSION} (served)" if served.uv else "pip"
         log.write(f"# installer: {installer}{f' ({served.no_uv})' if served.no_uv else ''}\n")
-        error = _stream_into(
+        error = stream_into(
             run,
             engine,
             # a canonical image fetches nothing: the network off proves it
@@ -400,7 +410,7 @@ def _attempt(
     raise BuildFailed(error, "engine" if error.startswith(ENGINE_FAILED) else None)
 
 
-def _stream_into(run: Run, engine: Engine, request: BuildRequest, image: str, log: TextIO) -> str | None:
+def stream_into(run: Run, engine: Engine, request: BuildRequest, image: str, log: TextIO) -> str | None:
     """Run the build, writing its output to `log` (redacted) and following its step containers; the error, if any."""
     error = None
     try:

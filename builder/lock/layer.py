@@ -37,7 +37,7 @@ from installer.destinations import SchemeDictionaryDestination
 from installer.sources import WheelFile
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from builder.model.plan import Lock
+from builder.model.plan import ImageSpec, Lock
 
 VENV = PurePosixPath("/opt/venv")  # the venv every image's Dockerfile puts on PATH (templates/Dockerfile.j2)
 LAYER_NAME = "venv.tar"  # in the build context, added by the Dockerfile: never committed in images/
@@ -97,6 +97,20 @@ def nvidia_layer(lock: Lock) -> bool:
     """Whether the lock's venv is two layers (it pins NVIDIA library wheels): the Dockerfile and the
     layer maker both ask this, so the context holds exactly the tars the Dockerfile adds."""
     return any(is_nvidia(name) for name, _ in lock.pins)
+
+
+def line_layer(spec: ImageSpec) -> bool:
+    """Whether an image builds FROM its CUDA line's NVIDIA image and installs the rest with RUN
+    (matrix.yaml `line_layers`, lock/line.py, engine/line_image.py): a member whose line has a current
+    lock, that pins NVIDIA wheels and is not canonical (a canonical one makes both its layers on the
+    host). Render, build and the layer maker ask this one question."""
+    return spec.line_image is not None and spec.canonical is None and spec.lock is not None and nvidia_layer(spec.lock)
+
+
+def takes_layers(spec: ImageSpec) -> bool:
+    """Whether the layer maker makes tars for it: a canonical image (venv.tar, and nvidia.tar where it
+    pins NVIDIA wheels, in its context) or a CUDA line's member (nvidia.tar, for its line's image)."""
+    return (spec.canonical is not None and spec.lock is not None) or line_layer(spec)
 
 
 def split(wheels: Sequence[Path]) -> tuple[list[Path], list[Path]]:
@@ -232,6 +246,18 @@ def make_layers(scratch: Path, layout: Layout, wheels: Sequence[Path], epoch: in
     _check(upper, scratch)  # both checked before either is written: a refusal leaves neither
     write_tar(lower, folder / NVIDIA_LAYER_NAME, EPOCH_FLOOR)
     write_tar(upper, folder / LAYER_NAME, epoch)
+
+
+def make_nvidia_layer(scratch: Path, layout: Layout, wheels: Sequence[Path], out: Path) -> None:
+    """Just the NVIDIA layer of `wheels` (a CUDA line's member that installs the rest with RUN): the
+    same bytes `make_layers` writes for the same NVIDIA wheels."""
+    libraries, _ = split(wheels)
+    for wheel in libraries:
+        check_nvidia_wheel(wheel)
+    lower = scratch / "nvidia"
+    assemble_site(lower, layout, libraries)
+    _check(lower, scratch)
+    write_tar(lower, out, EPOCH_FLOOR)
 
 
 def _checked_tar(root: Path, scratch: Path, out: Path, epoch: int) -> None:

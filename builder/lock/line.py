@@ -14,6 +14,7 @@ lock with uv's reason, which names both.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -31,6 +32,7 @@ from builder.util.errors import UserError
 FOLDER = "lines"  # images/lines/<line>.lock
 SUFFIX = ".lock"
 PREFIX = LINE_PREFIX  # a line lock's header names `line-<line>` where an image lock names the image
+IMAGE_REPOSITORY = "builder-line"  # the line's NVIDIA image, made by `builder build` (engine/line_image.py)
 OWN = ("numpy",)  # requirements each member keeps to itself: left out of the joint resolution
 
 
@@ -102,9 +104,17 @@ def joined(spec: ImageSpec, line_locks: Mapping[str, Lock]) -> ImageSpec:
     """A member with its line's NVIDIA pins added to its requirements; unchanged while its line has
     no current lock (its own lock is then stale too, and `builder lock` makes both)."""
     lock = line_locks.get(spec.line) if spec.line is not None else None
-    if lock is None:
+    if lock is None or spec.line is None:
         return spec
-    return replace(spec, packages=(*(p for p in spec.packages if own(p) or _name(p) in OWN), *pins_of(lock)))
+    return replace(
+        spec, packages=(*(p for p in spec.packages if own(p) or _name(p) in OWN), *pins_of(lock)), line_image=image_of(spec.line, lock)
+    )
+
+
+def image_of(key: str, lock: Lock) -> str:
+    """The line's NVIDIA image, named by the line lock's content: `builder-line/<line>:<16 hex>`; a
+    new line lock names another image, so a member never builds on a stale one."""
+    return f"{IMAGE_REPOSITORY}/{key}:{hashlib.sha256(lock.text.encode()).hexdigest()[:16]}"
 
 
 def differs(member: Lock, line: Lock) -> str | None:

@@ -259,9 +259,8 @@ class ImageSpec:
     unlocked: str | None = None  # why matrix.yaml lets this image build without a lock
     cuda_exception: str | None = None  # why matrix.yaml lets its CUDA wheels leave the base's CUDA minor
     canonical: str | None = None  # why matrix.yaml builds its venv as a canonical layer from the lock (locked images only)
-    line: str | None = (
-        None  # the CUDA line whose NVIDIA layer it shares (matrix.yaml `line_layers`; lock/line.py), e.g. cuda13-debian12-py3.11-amd64
-    )
+    line: str | None = None  # the CUDA line it is on (matrix.yaml `line_layers`; lock/line.py): cuda13-debian12-py3.11-amd64
+    line_image: str | None = None  # its FROM while its line has a current lock: the base + the line's NVIDIA layer (engine/line_image.py)
     locked_fit: LockedFit | None = None  # images/<id>/fit.json: its fit measured from the wheels of this lock
     tag_line: TagLine | None = None  # what its floating tags name; None: no line (several frameworks, a derived image)
 

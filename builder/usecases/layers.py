@@ -9,9 +9,11 @@ library wheels: those below, the rest above).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -19,7 +21,19 @@ from builder.compat.rules import table
 from builder.engine import staging
 from builder.engine.image_build import LayerFailed, LayerMaker
 from builder.lock import children
-from builder.lock.layer import SEED, LayerError, Layout, make_layers, nvidia_layer, source_date_epoch
+from builder.lock.layer import (
+    NVIDIA_LAYER_NAME,
+    SEED,
+    LayerError,
+    Layout,
+    is_nvidia,
+    line_layer,
+    make_layers,
+    make_nvidia_layer,
+    nvidia_layer,
+    source_date_epoch,
+    takes_layers,
+)
 from builder.lock.target import target_for
 from builder.lock.wheels import IndexFile, Pin, pick, pins, target_tags
 from builder.model.plan import ImageSpec
@@ -59,13 +73,15 @@ class WheelCache:
         return kept
 
 
-def locked_wheels(spec: ImageSpec, cache: WheelCache) -> list[Path]:
-    """The lock's wheels for its target, and the seed (pip), as local files checked against their sha256."""
+def locked_wheels(spec: ImageSpec, cache: WheelCache, nvidia_only: bool = False) -> list[Path]:
+    """The lock's wheels for its target, and the seed (pip), as local files checked against their
+    sha256; with `nvidia_only`, its NVIDIA library wheels alone."""
     assert spec.lock is not None
     target = target_for(spec, table())
     tags = target_tags(target.python, target.platform)
     out = []
-    for pin in (*pins(spec.lock), Pin(SEED[0], SEED[1], (SEED[2],))):
+    chosen = [p for p in pins(spec.lock) if is_nvidia(p.name)] if nvidia_only else [*pins(spec.lock), Pin(SEED[0], SEED[1], (SEED[2],))]
+    for pin in chosen:
         file = pick(cache.files.files(pin.name), pin, tags)
         if file is None or file.sha256 is None:
             raise LayerFailed(
@@ -77,14 +93,20 @@ def locked_wheels(spec: ImageSpec, cache: WheelCache) -> list[Path]:
 
 
 def layer_maker(specs: Sequence[ImageSpec], settings: BuildSettings, folder: Path) -> LayerMaker | None:
-    """What `builder build` calls for each canonical image it builds; None when the selection has none."""
-    if not any(canonical(s) for s in specs):
+    """What `builder build` calls for each image it builds whose context takes layer tars (`takes_layers`);
+    None when the selection has none. A CUDA line's NVIDIA layer is made once per line and kept in
+    build/layers/ by the sha256s of its wheels: every member of the line links the same file."""
+    if not any(takes_layers(s) for s in specs):
         return None
-    cache = WheelCache(wheel_files(specs, settings, canonical), folder)
+    cache = WheelCache(wheel_files(specs, settings, takes_layers), folder)
+    kept = LineLayers(folder.parent / "layers")
 
     def make(spec: ImageSpec, folder: Path) -> None:
         assert spec.lock is not None
         try:
+            if line_layer(spec):
+                kept.link(Layout(spec.python, spec.python_bin), locked_wheels(spec, cache, nvidia_only=True), folder / NVIDIA_LAYER_NAME)
+                return
             wheels = locked_wheels(spec, cache)
             with children.work_folder() as scratch:
                 layout, epoch = Layout(spec.python, spec.python_bin), source_date_epoch(spec.lock)
@@ -93,6 +115,35 @@ def layer_maker(specs: Sequence[ImageSpec], settings: BuildSettings, folder: Pat
             raise LayerFailed(str(exc)) from None
 
     return make
+
+
+class LineLayers:
+    """NVIDIA layers by the wheels they hold: made once (under a lock, so two builds of one line in
+    parallel make it once), written aside and renamed into place, then hard-linked into each context."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    def link(self, layout: Layout, wheels: Sequence[Path], out: Path) -> None:
+        key = hashlib.sha256(
+            json.dumps([layout.python, layout.python_bin, sorted(staging.sha256_of(w) for w in wheels)]).encode()
+        ).hexdigest()
+        with self._guard:
+            lock = self._locks.setdefault(key, threading.Lock())
+        kept = self.folder / f"nvidia-{key[:32]}.tar"
+        with lock:
+            if not kept.is_file():
+                self.folder.mkdir(parents=True, exist_ok=True)
+                part = kept.with_name(f".{kept.name}.{os.getpid()}.part")
+                with children.work_folder() as scratch:
+                    make_nvidia_layer(scratch, layout, wheels, part)
+                os.replace(part, kept)
+        try:
+            os.link(kept, out)
+        except OSError:  # another file system: a copy
+            shutil.copyfile(kept, out)
 
 
 def stage_contexts(specs: Sequence[ImageSpec], files: Mapping[str, Mapping[str, bytes]], settings: BuildSettings, build_dir: Path) -> Path:
