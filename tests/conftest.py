@@ -77,6 +77,7 @@ ENGINE2_ENV = "BUILDER_TEST_ENGINE2"
 ANY_WORKER = (f"{INTEGRATION}test_probe_hermetic.py", f"{INTEGRATION}test_reproducible.py")
 
 from builder.engine.client import DEFAULT_SOCKET, engine_endpoint  # noqa: E402
+from builder.lock import line
 from builder.util.errors import UserError  # noqa: E402
 
 
@@ -309,8 +310,8 @@ def embedded_plan(embedded_workspace: Workspace) -> Plan:
 def rendered(embedded_workspace: Workspace) -> Rendered:
     files: dict[str, dict[str, bytes]] = {}
     for rel, data in embedded_workspace.rendered_tree().items():
-        if "/" not in rel:
-            continue  # images/.rendered.json, the manifest of the whole tree
+        if "/" not in rel or rel.startswith(f"{line.FOLDER}/"):
+            continue  # images/.rendered.json, the manifest of the whole tree; lines/<line>.lock, a CUDA line's lock
         image_id, name = rel.split("/", 1)
         files.setdefault(image_id, {})[name] = data
     contexts = embedded_workspace.contexts(embedded_workspace.plan.images)

@@ -132,7 +132,7 @@ def test_a_build_labels_its_image_with_the_workspace_and_notes_its_steps(tmp_pat
     fake.build_output = lambda request: [Progress(text=line) for line in lines]
     run = Run(settings=BuildSettings(), build_dir=owner.build_dir, lock_dir=tmp_path / "locks", owner=owner)
     with (tmp_path / "log").open("w") as log:
-        image_build._stream_into(run, fake, BuildRequest(tmp_path, "t:1"), "img", log)
+        image_build.stream_into(run, fake, BuildRequest(tmp_path, "t:1"), "img", log)
     assert steps_in(owner.ledger) == {"0123456789ab", "fedcba987654"}
     assert build_labels(_spec(), "rev", owner.identity)[WORKSPACE_LABEL] == owner.identity == identity(owner.root)
 

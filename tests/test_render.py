@@ -21,7 +21,7 @@ import pytest
 from click.testing import Result
 
 from builder.engine.staging import APT_CA_COPY
-from builder.lock import layer
+from builder.lock import layer, line
 from builder.lock.files import parse
 from builder.model.plan import ImageSpec, platform_suffix
 from builder.render import templates
@@ -32,7 +32,7 @@ from builder.render.tree import MANIFEST, manifest_bytes
 from builder.spec.matrix import load_matrix
 from builder.spec.plan import make_plan
 from builder.workspace import Workspace
-from tests.conftest import small_matrix_text
+from tests.conftest import ROOT, small_matrix_text
 
 if TYPE_CHECKING:
     from tests.conftest import Rendered
@@ -180,7 +180,7 @@ def test_parses_as_one_stage_in_the_expected_order(rendered: Rendered) -> None:
         parsed = instructions(text)
         assert [i.cmd.upper() for i in parsed] == expected_sequence(spec), spec.id
         froms = [i.value for i in parsed if i.cmd.upper() == "FROM"]
-        assert froms == [(spec.base.from_ref,)], spec.id
+        assert froms == [(spec.line_image if layer.line_layer(spec) else spec.base.from_ref,)], spec.id
         assert not any(i.flags for i in parsed if i.cmd.upper() == "COPY"), spec.id
         copied = [source for i in parsed if i.cmd.upper() == "COPY" for source in i.value[:-1]]
         assert [s for s in copied if s.startswith(".builder")] == ([APT_CA_COPY.decode()] if spec.python_packages else []), spec.id
@@ -199,10 +199,18 @@ def test_parses_as_one_stage_in_the_expected_order(rendered: Rendered) -> None:
         assert "stage-of" not in text and "BUILDER_STAGE_OF" not in text, spec.id
 
 
+def line_lock_text(spec: ImageSpec) -> str:
+    assert spec.line is not None
+    return (ROOT / "images" / line.rel_path(spec.line)).read_text(encoding="utf-8")
+
+
 def test_from_is_the_base(rendered: Rendered) -> None:
     for spec, text in each_image(rendered):
         first_from = next(i for i in instructions(text) if i.cmd.upper() == "FROM")
         expected = spec.base.image if spec.base.bootstrap is None else f"builder-base/{spec.base.os}{platform_suffix(spec.platform)}:latest"
+        if layer.line_layer(spec):  # a CUDA line's member: the base plus the line's NVIDIA layer (engine/line_image.py)
+            assert spec.line_image == f"builder-line/{spec.line}:{hashlib.sha256(line_lock_text(spec).encode()).hexdigest()[:16]}"
+            expected = spec.line_image
         values = list(first_from.value)
         if spec.platform != "linux/amd64":  # FROM --platform=linux/arm64 <base>: the flag is the parser's, not a value
             assert f"--platform={spec.platform}" in first_from.flags, spec.id

@@ -106,9 +106,8 @@ def joined(spec: ImageSpec, line_locks: Mapping[str, Lock]) -> ImageSpec:
     lock = line_locks.get(spec.line) if spec.line is not None else None
     if lock is None or spec.line is None:
         return spec
-    return replace(
-        spec, packages=(*(p for p in spec.packages if own(p) or _name(p) in OWN), *pins_of(lock)), line_image=image_of(spec.line, lock)
-    )
+    kept = [p for p in spec.packages if own(p) or _name(p) in OWN]
+    return replace(spec, packages=tuple(sorted((*kept, *pins_of(lock)))), line_image=image_of(spec.line, lock))
 
 
 def image_of(key: str, lock: Lock) -> str:
