@@ -289,7 +289,8 @@ def test_requirements_are_exact_pins(rendered: Rendered) -> None:
     for spec in rendered.plan.images:
         lines = [line for line in rendered.text(spec.id, "requirements.txt").splitlines() if not line.startswith("#")]
         assert lines == list(spec.packages), spec.id
-        assert lines == sorted(lines)
+        own = [r for r in lines if spec.line is None or not r.startswith("nvidia-")]
+        assert lines == sorted(own) + sorted(r for r in lines if r not in own), f"{spec.id}: its own pins, then its CUDA line's"
         for line in lines:
             assert PIN.match(line), f"{spec.id}: {line!r} is not an exact pin"
         if "numba" in spec.versions:
@@ -344,7 +345,7 @@ def test_render_twice_is_byte_identical(cli: RunCli, embedded_matrix_path: Path,
     assert render_into(cli, embedded_matrix_path, second).exit_code == 0
     tree = tree_of(first)
     assert tree == tree_of(second)
-    files = {f"{i}/{n}": d for i, files in rendered.files.items() for n, d in files.items()}
+    files = {**{f"{i}/{n}": d for i, files in rendered.files.items() for n, d in files.items()}, **rendered.lines}
     assert {path: data for path, (data, _) in tree.items()} == {**files, MANIFEST: manifest_bytes(files)}
     assert not [p for p in (tmp_path / "a").iterdir() if p.name != "images"]  # no temporary folders left behind
     mask = os.umask(0)
@@ -412,7 +413,7 @@ def test_check_on_a_missing_folder_lists_everything(cli: RunCli, embedded_matrix
     out = tmp_path / "images"
     check = render_into(cli, embedded_matrix_path, out, "--check")
     assert check.exit_code == 1
-    assert len(check.stdout.splitlines()) == sum(len(f) for f in rendered.files.values()) + 1  # + the manifest
+    assert len(check.stdout.splitlines()) == sum(len(f) for f in rendered.files.values()) + len(rendered.lines) + 1  # + the manifest
     assert not out.exists()
 
 
