@@ -87,7 +87,8 @@ def build(root: Path, name: str, client: Engine, specs: list[ImageSpec], select:
 
 def chains(layers: list[tuple[str, int]]) -> list[tuple[tuple[str, ...], int]]:
     """Each layer as (its chain: the diff IDs from the base up to it, its bytes)."""
-    out, below = [], ()
+    out: list[tuple[tuple[str, ...], int]] = []
+    below: tuple[str, ...] = ()
     for diff_id, size in layers:
         below = (*below, diff_id)
         out.append((below, size))

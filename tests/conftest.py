@@ -77,7 +77,6 @@ ENGINE2_ENV = "BUILDER_TEST_ENGINE2"
 ANY_WORKER = (f"{INTEGRATION}test_probe_hermetic.py", f"{INTEGRATION}test_reproducible.py")
 
 from builder.engine.client import DEFAULT_SOCKET, engine_endpoint  # noqa: E402
-from builder.lock import line
 from builder.util.errors import UserError  # noqa: E402
 
 
@@ -110,6 +109,7 @@ if lane_two and os.environ.get("BUILDER_TEST_LANE") != "2":  # once (a test impo
     os.environ["BUILDER_LOCK_DIR"] = str(Path(tempfile.gettempdir()) / "builder-engine2")
 
 from builder.cli import main  # noqa: E402
+from builder.lock.line import FOLDER as LINES_FOLDER  # noqa: E402
 from builder.model.plan import ImageSpec, Matrix, Plan  # noqa: E402
 from builder.spec.matrix import load_matrix  # noqa: E402
 from builder.workspace import MATRIX_ENV, Workspace  # noqa: E402
@@ -139,6 +139,7 @@ def small_matrix_text(python: tuple[str, ...] = ("3.11",), torch: tuple[str, ...
 SMALL_MATRIX = small_matrix_text()
 
 WriteMatrix = Callable[..., Path]
+LINES = LINES_FOLDER + "/"  # images/lines/: the CUDA lines' locks, no image's folder
 RunCli = Callable[..., Result]
 
 
@@ -149,6 +150,7 @@ class Rendered:
     plan: Plan
     files: dict[str, dict[str, bytes]]  # image id -> file name -> bytes, as images/<id>/ holds them
     contexts: dict[str, dict[str, bytes]]  # image id -> file name -> bytes of the build context (with the probe)
+    lines: dict[str, bytes]  # `lines/<line>.lock` -> bytes: each CUDA line's lock (matrix.yaml line_layers), beside the images
 
     def spec(self, image_id: str) -> ImageSpec:
         return next(s for s in self.plan.images if s.id == image_id)
@@ -309,13 +311,17 @@ def embedded_plan(embedded_workspace: Workspace) -> Plan:
 @pytest.fixture(scope="session")
 def rendered(embedded_workspace: Workspace) -> Rendered:
     files: dict[str, dict[str, bytes]] = {}
+    lines: dict[str, bytes] = {}
     for rel, data in embedded_workspace.rendered_tree().items():
-        if "/" not in rel or rel.startswith(f"{line.FOLDER}/"):
-            continue  # images/.rendered.json, the manifest of the whole tree; lines/<line>.lock, a CUDA line's lock
+        if rel.startswith(LINES):
+            lines[rel] = data
+            continue
+        if "/" not in rel:
+            continue  # images/.rendered.json, the manifest of the whole tree
         image_id, name = rel.split("/", 1)
         files.setdefault(image_id, {})[name] = data
     contexts = embedded_workspace.contexts(embedded_workspace.plan.images)
-    return Rendered(plan=embedded_workspace.plan, files=files, contexts=contexts)
+    return Rendered(plan=embedded_workspace.plan, files=files, contexts=contexts, lines=lines)
 
 
 @pytest.fixture

@@ -285,7 +285,7 @@ def test_a_folder_or_a_fifo_where_a_lock_goes_is_no_lock_and_never_hangs(tmp_pat
     ("old", "new", "words"),
     [
         (
-            "nvidia-cublas==13.1.2.11 ",
+            "nvidia-cublas==13.1.1.3 ",
             "nvidia-cublas==13.3.0.0 ",
             "nvidia-cublas==13.3.0.0 breaks the image's constraint nvidia-cublas<13.2.0.9",
         ),

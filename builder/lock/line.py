@@ -124,8 +124,10 @@ def differs(member: Lock, line: Lock) -> str | None:
     if extra:
         return f"it pins {extra[0]}=={mine[extra[0]]}, which the line lock does not hold"
     for name, version in sorted(theirs.items()):
-        if mine.get(name) != version:
-            return f"it pins {name}=={mine.get(name)}, the line lock {name}=={version}"
+        if name not in mine:
+            return f"it does not pin {name}, which the line lock pins at {version}"
+        if mine[name] != version:
+            return f"it pins {name}=={mine[name]}, the line lock {name}=={version}"
     return None
 
 

@@ -250,12 +250,20 @@ def _lock_lines(
 ) -> tuple[dict[str, Lock], set[str]]:  # fmt: skip
     """First the CUDA lines of the images to lock (matrix.yaml `line_layers`): each line whose lock is
     missing or stale (every one with `upgrade`) resolved jointly (lock/line.py); its members then
-    lock on its pins. A line that cannot be locked fails its members' locks with it."""
+    lock on its pins. A line that cannot be locked fails its members' locks with it; after one, the
+    rest are not resolved unless `keep_going` (as images are not)."""
     wanted = {spec.line for spec in specs if spec.line is not None}
     new: dict[str, Lock] = {}
     broken: set[str] = set()
     for key, (target, found) in sorted(ws.line_locks().items()):
         if key not in wanted or (found is not None and found.inputs == target.inputs and not options.upgrade):
+            continue
+        if broken and not options.keep_going:
+            results[target.image] = LockResult(
+                target.image, "not-locked", detail="an earlier lock failed (use --keep-going)", file=line.rel_path(key)
+            )
+            broken.add(key)
+            done(results[target.image])
             continue
         started = time.monotonic()
         members = [s for s in ws.decided.images if s.line == key]
@@ -270,6 +278,9 @@ def _lock_lines(
             new[target.image] = made
         except LockFailed as exc:
             result = LockResult(target.image, exc.kind, time.monotonic() - started, exc.message, file=line.rel_path(key))
+            broken.add(key)
+        except UserError as exc:  # uv's output that is no line lock (none of its wheels NVIDIA's): refused like an image's
+            result = LockResult(target.image, "failed", time.monotonic() - started, str(exc), file=line.rel_path(key))
             broken.add(key)
         results[target.image] = result
         done(result)
