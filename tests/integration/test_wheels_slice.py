@@ -82,6 +82,8 @@ def wheels_build(docker_client: DockerClient) -> Iterator[list[dict[str, Any]]]:
     finally:
         for spec in WHEELS:
             _remove(docker_client, spec.tag)
+        for line_image in sorted({s.line_image for s in WHEELS if s.line_image}):
+            engine.remove_image_quietly(docker_client, line_image)  # the CUDA line's NVIDIA image, made by this build
         engine.remove_image_quietly(docker_client, BROKEN_TAG)
 
 
@@ -121,6 +123,31 @@ def test_every_image_builds_with_nothing_duplicated(wheels_build: list[dict[str,
         assert found is not None, spec.id
         assert found["venv_mb"] > 500, f"{spec.id}: a CUDA venv of {found['venv_mb']} MB holds no CUDA wheels"
         assert found["ratio"] <= 1.05, f"{spec.id}: image / (venv + base) = {found['ratio']}"
+
+
+def test_the_cuda_line_shares_one_nvidia_layer(wheels_build: list[dict[str, Any]], docker_client: DockerClient) -> None:
+    """matrix.yaml `line_layers`: torch, jax and cupy on cuda13-debian12 build FROM their line's NVIDIA
+    image (the base plus one layer of the line's NVIDIA wheels, made once: engine/line_image.py), so
+    all three hold that very layer at the same place, and `build` counts it as shared, not as each
+    one's own. numba keeps its own NVIDIA layer (not on the line)."""
+    members = [s for s in WHEELS if s.line is not None]
+    assert sorted(s.stack for s in members) == ["cupy", "jax", "torch"]
+    assert len({s.line_image for s in members}) == 1
+    results = {r["id"]: r for r in wheels_build}
+    base = docker_client.images.get(members[0].base.from_ref).attrs["RootFS"]["Layers"]
+    line_image = docker_client.images.get(str(members[0].line_image))
+    below = line_image.attrs["RootFS"]["Layers"]
+    assert below[: len(base)] == base and len(below) == len(base) + 1, "the line image is its base plus one layer"
+    nvidia_mb = (line_image.attrs["Size"] - docker_client.images.get(members[0].base.from_ref).attrs["Size"]) / 1e6
+    assert nvidia_mb > 3000, f"the line's NVIDIA layer holds {nvidia_mb:.0f} MB"
+    for spec in members:
+        layers = docker_client.images.get(spec.tag).attrs["RootFS"]["Layers"]
+        assert layers[: len(below)] == below, f"{spec.id} is not on its line's NVIDIA layer"
+        found = results[spec.id]["sizes"]
+        assert found["shared_mb"] >= nvidia_mb - 1, (spec.id, found)
+        assert found["own_mb"] < found["venv_mb"] - nvidia_mb + 1, (spec.id, found)
+    numba = next(s for s in WHEELS if s.stack == "numba")
+    assert numba.line is None and docker_client.images.get(numba.tag).attrs["RootFS"]["Layers"][len(base)] != below[-1]
 
 
 def test_smoke_tests_are_gpu_skipped_with_every_cuda_check_passed(wheels_test: dict[str, dict[str, Any]]) -> None:
