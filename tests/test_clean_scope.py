@@ -20,7 +20,7 @@ from builder.engine.ownership import Owner, Workspaces, forget_steps, identity, 
 from builder.engine.port import BuildRequest, ImageInfo, Layer, Progress
 from builder.engine.settings import BuildSettings
 from builder.model.plan import ImageSpec
-from builder.render.labels import BUILT_BY_LABEL, HASH_LABEL, ID_LABEL, WORKSPACE_LABEL, build_labels
+from builder.render.labels import BUILT_BY_LABEL, HASH_LABEL, ID_LABEL, LINE_LABEL, WORKSPACE_LABEL, build_labels
 from builder.usecases import clean as cleaning
 from builder.workspace import Workspace
 from tests.fake_engine import FakeEngine, connect_to
@@ -213,3 +213,21 @@ def test_the_ledger_is_never_written_through_a_link_and_a_fifo_never_blocks_a_bu
     os.mkfifo(owner.ledger)
     owner.note_step("2" * 12)  # returns at once: a FIFO is not the ledger
     assert steps_in(owner.ledger) == frozenset()
+
+
+def test_clean_removes_the_cuda_line_images_the_plan_no_longer_names(engine_of_two: tuple[FakeEngine, Owner, Owner]) -> None:
+    """A CUDA line's NVIDIA image (engine/line_image.py) is this host's, like a base: `clean --stale`
+    removes the ones no current line lock names, `--all` every one; the engine refuses any image
+    that another (another workspace's too) is built on."""
+    fake, a, _ = engine_of_two
+    current, old = "builder-line/cuda13-debian12-py3.11-amd64:1111", "builder-line/cuda13-debian12-py3.11-amd64:0000"
+    fake.add_image("sha256:line-current", current, labels={LINE_LABEL: "cuda13-debian12-py3.11-amd64"})
+    fake.add_image("sha256:line-old", old, labels={LINE_LABEL: "cuda13-debian12-py3.11-amd64"})
+    stale = leftovers.clean(
+        fake, a.build_dir, scope=leftovers.Scope(a, False), repository=REPO, planned=[f"{REPO}:img-a"], everything=False,
+        dry_run=False, planned_lines=[current],
+    )  # fmt: skip
+    assert old in stale.images and current not in stale.images and fake.removed_images.count(old) == 1
+    assert current in fake.names, "the line image the plan names stays"
+    everything = clean(fake, a, everything=True, dry_run=False)
+    assert current in everything.images and current not in fake.names

@@ -35,7 +35,8 @@ from builder.engine import session
 from builder.engine.bootstrap import HASH_LABEL as RECIPE_LABEL
 from builder.engine.ownership import Owner, Workspaces, forget_steps, owner_of, steps_in
 from builder.engine.port import Engine, EngineFault, ImageInfo
-from builder.render.labels import BUILD_LABELS, BUILT_BY_LABEL, BUILT_BY_VALUE, HASH_LABEL, ID_LABEL
+from builder.lock.line import IMAGE_REPOSITORY as LINE_REPOSITORY
+from builder.render.labels import BUILD_LABELS, BUILT_BY_LABEL, BUILT_BY_VALUE, HASH_LABEL, ID_LABEL, LINE_LABEL
 from builder.util import fsio
 
 STAGE_LABEL = "io.builder.stage-of"  # build-stage images of older versions' two-stage Dockerfiles
@@ -187,7 +188,15 @@ class Scope:
 
 
 def clean(
-    engine: Engine, build_dir: Path, *, scope: Scope, repository: str, planned: Collection[str] | None, everything: bool, dry_run: bool
+    engine: Engine,
+    build_dir: Path,
+    *,
+    scope: Scope,
+    repository: str,
+    planned: Collection[str] | None,
+    everything: bool,
+    dry_run: bool,
+    planned_lines: Collection[str] | None = None,
 ) -> Removed:
     """Remove this workspace's leftovers: dead runs' containers and contexts, untagged images its
     builds left (unfinished steps, superseded images). With `planned` (the plan's tags) also its
@@ -206,6 +215,8 @@ def clean(
         _stages(sweep)
     for image in engine.images(HASH_LABEL):  # not the intermediates: a build's label steps but the last are no image of their own
         _finished(sweep, image, known, repository, planned, everything)
+    if everything or planned_lines is not None:
+        _lines(sweep, None if everything else planned_lines)
     if everything:
         _bases(sweep)
     if not dry_run:
@@ -311,6 +322,18 @@ def _wanted(tag: str, whose: str, image: ImageInfo, repository: str, planned: Co
     if whose == "orphan":  # a gone checkout's: only the names builds give (<repository>:<its id>), never another's tag
         return tag.rsplit(":", 1)[1] == image.labels.get(ID_LABEL)
     return tag.rsplit(":", 1)[0] == repository and (everything or (planned is not None and tag not in planned))
+
+
+def _lines(sweep: _Sweep, planned: Collection[str] | None) -> None:
+    """The CUDA lines' NVIDIA images (engine/line_image.py) the plan no longer names (`planned`: the
+    plan's line images), or all of them (None), when nothing else is built on them: like the bases,
+    they are this host's, shared by every workspace, so the engine's refusal while any image is built
+    on one is what keeps another workspace's."""
+    for image in sweep.engine.images(LINE_LABEL):
+        tags = [t for t in image.repo_tags if t.startswith(f"{LINE_REPOSITORY}/") and (planned is None or t not in planned)]
+        for tag in tags:  # by name: the engine refuses to delete an image another one is built on
+            if sweep.dry_run or sweep.engine.remove_image(tag):
+                sweep.removed.images.append(f"{tag} (if nothing else is built on it)" if sweep.dry_run else tag)
 
 
 def _bases(sweep: _Sweep) -> None:

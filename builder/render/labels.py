@@ -12,6 +12,7 @@ from builder.spec import grammar
 # the untagged intermediate images of a failed or interrupted build can be found and removed.
 BUILT_BY_LABEL = "io.builder.built-by"
 BUILT_BY_VALUE = "builder"
+LINE_LABEL = "io.builder.line"  # a CUDA line's NVIDIA image (engine/line_image.py): the line it holds the NVIDIA wheels of
 HASH_LABEL = "io.builder.content-hash"  # what incremental builds, publish and the smoke checks compare
 WORKSPACE_LABEL = "io.builder.workspace"  # which checkout built it (engine/ownership.py): what `builder clean` may remove
 OCI_PREFIX = "org.opencontainers.image."

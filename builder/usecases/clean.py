@@ -45,6 +45,7 @@ def clean(ws: Workspace, options: CleanOptions, connect: Connect | None = None) 
             repository=ws.matrix.registry,
             planned=planned,
             everything=options.everything,
+            planned_lines={s.line_image for s in ws.decided.images if s.line_image} if options.stale else None,
             dry_run=options.dry_run,
         )
     finally:
