@@ -62,8 +62,11 @@ def layer_tar(files: dict[str, bytes], mtime: int) -> bytes:
 BASE_LAYER = layer_tar({"usr/bin/python3": b"base"}, 1_600_000_000)
 
 
-def write_archive(out: Path, image: str, tags: list[str], labels: dict[str, str], layers: list[bytes], now: int) -> None:
-    """`docker save`'s docker-archive of a fake image: its config carries the save's clock and a container ID, as a build's does."""
+def write_archive(
+    out: Path, image: str, tags: list[str], labels: dict[str, str], layers: list[bytes], now: int, body: bytes | None = None
+) -> None:
+    """`docker save`'s docker-archive of a fake image: its config `body` (a loaded image's, as loaded), else one that
+    carries the save's clock and a container ID, as a build's does."""
     stamp = f"2023-11-{now % 28 + 1:02d}T00:00:00.{now}Z"
     config = {
         "architecture": "amd64",
@@ -76,7 +79,7 @@ def write_archive(out: Path, image: str, tags: list[str], labels: dict[str, str]
         "history": [{"created": stamp, "created_by": f"step {i}"} for i in range(len(layers))],
         "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(layer).hexdigest() for layer in layers]},
     }
-    body = json.dumps(config).encode()
+    body = json.dumps(config).encode() if body is None else body
     names = [f"{hashlib.sha256(layer).hexdigest()}/layer.tar" for layer in layers]
     manifest = json.dumps([{"Config": image.removeprefix("sha256:") + ".json", "RepoTags": tags, "Layers": names}]).encode()
     with tarfile.open(out, "w") as tar:
@@ -196,6 +199,7 @@ class FakeEngine:
         self.clock = 1_700_000_000
         self.saves: list[str] = []  # every ref save_image saved
         self.loads: list[str] = []  # the image id of every load
+        self.configs: dict[str, bytes] = {}  # image id -> the config bytes it was loaded with (a save gives them back)
         self.before_push: Callable[[str], None] = lambda name: None
         self.fail_push: Callable[[str], str | None] = lambda name: None
         self.fail_pull: Callable[[str], str | None] = lambda reference: None
@@ -323,9 +327,8 @@ class FakeEngine:
         image = self.resolve(ref)
         self.saves.append(ref)
         self.clock += 1
-        write_archive(
-            out, image, [n for n, i in self.names.items() if i == image], self.labels.get(image, {}), self._layers(image), self.clock
-        )
+        tags = [n for n, i in self.names.items() if i == image]
+        write_archive(out, image, tags, self.labels.get(image, {}), self._layers(image), self.clock, self.configs.get(image))
 
     def load_image(self, archive: Path) -> None:
         with tarfile.open(archive) as tar:
@@ -342,6 +345,7 @@ class FakeEngine:
         if config.get("architecture"):
             self.architectures[image] = config["architecture"]
         self.layers[image] = layers
+        self.configs[image] = body
         self.loads.append(image)
 
     def _layers(self, image: str) -> list[bytes]:
