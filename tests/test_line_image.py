@@ -23,7 +23,7 @@ from builder.engine.reproducible import NotAnArchive
 from builder.engine.settings import BuildSettings
 from builder.lock.layer import NVIDIA_LAYER_NAME
 from builder.model.plan import Accelerator, Base, ImageSpec
-from builder.render.labels import BUILT_BY_LABEL
+from builder.render.labels import BUILT_BY_LABEL, LINE_LABEL
 from tests.fake_engine import BASE_LAYER, FakeEngine, layer_tar
 
 LINE = "cuda13-debian12-py3.11-amd64"
@@ -109,7 +109,7 @@ def test_the_config_is_the_bases_with_one_layer_more(tmp_path: Path) -> None:
     nvidia = "sha256:" + hashlib.sha256(NVIDIA).hexdigest()
     assert info.diff_ids == (*base["rootfs"]["diff_ids"], nvidia), "the layer's diff ID is the tar's sha256"
     base_labels = base["config"]["Labels"]
-    assert info.labels == {**base_labels, BUILT_BY_LABEL: "builder", line_image.LINE_LABEL: LINE}
+    assert info.labels == {**base_labels, BUILT_BY_LABEL: "builder", LINE_LABEL: LINE}
     assert config["created"] == base["created"] == "2026-07-11T10:16:37Z", "the base's own date"
     assert config["history"] == [
         *base["history"],
@@ -125,7 +125,7 @@ def test_a_base_without_a_date_gives_the_epoch_floor() -> None:
     config = line_image.line_config({"rootfs": {"type": "layers", "diff_ids": ["sha256:a"]}}, LINE, "sha256:b")
     assert config["created"] == "2000-01-01T00:00:00Z" == config["history"][-1]["created"]
     assert config["rootfs"]["diff_ids"] == ["sha256:a", "sha256:b"]
-    assert config["config"]["Labels"] == {BUILT_BY_LABEL: "builder", line_image.LINE_LABEL: LINE}
+    assert config["config"]["Labels"] == {BUILT_BY_LABEL: "builder", LINE_LABEL: LINE}
 
 
 def test_an_engine_that_loads_another_id_is_refused(tmp_path: Path) -> None:

@@ -38,13 +38,12 @@ from builder.engine.port import Engine, EngineFault
 from builder.engine.reproducible import NotAnArchive
 from builder.lock.layer import EPOCH_FLOOR, NVIDIA_LAYER_NAME
 from builder.model.plan import ImageSpec
-from builder.render.labels import BUILT_BY_LABEL, BUILT_BY_VALUE
+from builder.render.labels import BUILT_BY_LABEL, BUILT_BY_VALUE, LINE_LABEL
 from builder.util.text import utc_stamp
 
 if TYPE_CHECKING:
     from _typeshed import SupportsRead
 
-LINE_LABEL = "io.builder.line"
 BASE_ARCHIVE = "base.tar"  # the base as `docker save` wrote it, in the staging folder
 IMAGE_ARCHIVE = "image.tar"  # what is loaded
 COPY_BUFFER = 4 << 20  # the archive's copies of the layers, 4 MiB at a time (tarfile's default is 16 KiB)
