@@ -195,7 +195,10 @@ class LockArgs:
 class CleanArgs:
     stale: bool = option("--stale", is_flag=True, help="also remove this workspace's images of this matrix that the plan no longer lists")
     everything: bool = option(
-        "--all", "everything", is_flag=True, help="also remove its current images, the CUDA line images and the bootstrapped bases nothing else is built on"
+        "--all",
+        "everything",
+        is_flag=True,
+        help="also remove its current images, the CUDA line images and the bootstrapped bases nothing else is built on",
     )
     orphans: bool = option(
         "--orphans",
