@@ -7,8 +7,9 @@ once per line lock. A member then sends no NVIDIA bytes in its context and extra
 installs the rest of its lock and finds the NVIDIA wheels installed.
 
 The image is loaded, not built: a build (`ADD nvidia.tar /`) uploaded the 3.6 GB tar as a context,
-extracted it, and had the engine tar the layer again to commit it (~70 s), and its config carried the
-build's clock, so its image ID changed with every build. Here the layer is the tar the host makes
+extracted it, and had the engine tar the layer again to commit it (38-43 s here, against 33-34 s
+loaded: docs/reproducible.md), and its config carried the build's clock, so its image ID changed with
+every build. Here the layer is the tar the host makes
 from the wheels (lock/layer.py `make_nvidia_layer`: sorted, mtimes EPOCH_FLOOR, 0:0, kept in
 build/layers/ by the wheels' sha256s), and the image is a `docker load` archive of the base's own
 layers (from a `docker save` of the base: the archive is whole on its own) and that tar, with a
@@ -17,7 +18,9 @@ history entry, the builder's labels, and the base's own `created` for both dates
 fixed date: the mirror state of a bootstrapped base; EPOCH_FLOOR, 2000-01-01, would date the image
 and its history before its own base). Written as sorted compact JSON, the config's sha256 is the image
 ID: the same line lock on the same base gives the same image ID on any engine, and the layer's diff
-ID is computable from the lock's wheels without Docker.
+ID is computable from the lock's wheels without Docker. The archive is written in the run's staging
+folder and loaded under the final tag only once whole (an engine tags a load when it is complete);
+an engine that names the image otherwise is refused and the tag taken off it.
 """
 
 from __future__ import annotations
