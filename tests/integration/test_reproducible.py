@@ -25,6 +25,12 @@ import pytest
 from docker import DockerClient
 
 from builder.engine import client as engine
+from builder.engine import line_image, settings, staging
+from builder.engine.image_build import Run
+from builder.lock import layer
+from builder.model.sources import Sources
+from builder.usecases.layers import layer_maker
+from builder.workspace import Workspace
 from tests.integration.conftest import copy_repository
 
 pytestmark = pytest.mark.docker
@@ -35,6 +41,7 @@ REGISTRY = "reproducible.test/gpu-images"
 TAG = f"{REGISTRY}:{IMAGE}"
 BASE = "builder-base/debian12:latest"
 CUDA_IMAGE = "numba0.68.0-cu130-py3.11-debian12"
+LINE_MEMBER = "cupy14.0.0-cu130-py3.11-debian12"  # on the cuda13 line (matrix.yaml line_layers)
 BUILT: dict[str, list[str]] = {}  # image id -> the layer diff IDs `builder build` gave it on this lane's engine
 
 
@@ -108,6 +115,39 @@ def test_two_engines_build_one_image_id(docker_client: DockerClient, workspace: 
         for _, client in dict.fromkeys(engines):
             engine.remove_image_quietly(client, TAG)
             if client is not docker_client:
+                client.close()
+
+
+def test_two_engines_make_one_line_image(docker_client: DockerClient, workspace: Path) -> None:
+    """The cuda13 line's NVIDIA image (matrix.yaml line_layers; engine/line_image.py) made from clean on
+    both engines, as `builder build` makes it before the line's members: one image ID, and its NVIDIA
+    layer's diff ID the sha256 of the tar the host made from the line lock's wheels."""
+    ws = Workspace(workspace / "matrix.yaml")
+    spec = next(s for s in ws.decided.images if s.id == LINE_MEMBER)
+    assert spec.line_image is not None and layer.line_layer(spec)
+    engines = _engines(docker_client)
+    made: list[tuple[str, list[str]]] = []
+    build_dir = workspace / "build"
+    try:
+        for n, (_, client) in enumerate(engines):
+            if n:
+                _same_base(engines[0][1], client)
+            engine.remove_image_quietly(client, spec.line_image)
+            chosen = settings.for_sources(os.environ, Sources(), ws.matrix.ca_bundle)
+            run = Run(settings=chosen, build_dir=build_dir, lock_dir=build_dir / f"locks-{n}")
+            run.layers = layer_maker([spec], chosen, build_dir / "wheels")
+            line_image.ensure(run, engine.DockerEngine(client), spec)
+            attrs = client.api.inspect_image(spec.line_image)
+            made.append((attrs["Id"], attrs["RootFS"]["Layers"]))
+        assert made[0] == made[1], f"two engines made two line images: {made[0][0]} and {made[1][0]}"
+        base = docker_client.api.inspect_image(BASE)["RootFS"]["Layers"]
+        assert made[0][1][:-1] == base, "the line image is its base plus one layer"
+        [kept] = (build_dir / "layers").glob("nvidia-*.tar")
+        assert made[0][1][-1] == "sha256:" + staging.sha256_of(kept)
+    finally:  # this lane's engine keeps it for the wheels slice (test_wheels_slice.py builds the line's members on it, then removes it)
+        for _, client in dict.fromkeys(engines):
+            if client is not docker_client:
+                engine.remove_image_quietly(client, str(spec.line_image))
                 client.close()
 
 
