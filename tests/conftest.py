@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -358,3 +359,17 @@ def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Work from tmp_path, so messages name files relative to it (`matrix.yaml:12: ...`)."""
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+ERROR = re.compile(r"^error: (?P<file>[^:\n]+):(?P<line>[0-9]+): (?P<what>.+)$")  # a one-line error naming file and line
+
+
+def one_line_error(result: Result) -> re.Match[str]:
+    """The one stderr line of a command refused with exit 2: `error: FILE:LINE: what`."""
+    assert result.exit_code == 2, (result.exit_code, result.output)
+    assert "Traceback" not in result.output
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    match = ERROR.match(lines[0])
+    assert match, lines[0]
+    return match

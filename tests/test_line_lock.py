@@ -9,12 +9,10 @@ line's NVIDIA set. No network, no Docker.
 from __future__ import annotations
 
 import hashlib
-import re
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 import pytest
 from click.testing import Result
@@ -30,11 +28,11 @@ from builder.spec.matrix import load_matrix
 from builder.usecases import lock as locking
 from builder.util.errors import UserError
 from builder.workspace import Workspace
-from tests.usecase_fixtures import OFFLINE, Resolver
+from tests.conftest import one_line_error
+from tests.usecase_fixtures import OFFLINE, InOrder, Resolver
 
 ROOT = Path(__file__).resolve().parents[1]
 RunCli = Callable[..., Result]
-ERROR = re.compile(r"^error: (?P<file>[^:\n]+):(?P<line>[0-9]+): (?P<what>.+)$")
 
 AMD = "cuda13-debian12-py3.11-amd64"
 ARM = "cuda13-debian12-py3.11-arm64"
@@ -244,16 +242,6 @@ def test_differs_says_how_a_member_lock_leaves_its_lines_set() -> None:
 
 
 # ---------------------------------------------------------------- matrix.yaml `line_layers`, errors at their line
-
-
-def one_line_error(result: Result) -> re.Match[str]:
-    assert result.exit_code == 2, (result.exit_code, result.output)
-    assert "Traceback" not in result.output
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1, result.stderr
-    match = ERROR.match(lines[0])
-    assert match, lines[0]
-    return match
 
 
 def line_number(text: str, needle: str) -> int:
@@ -542,35 +530,6 @@ def test_an_upgrade_that_moves_a_line_pin_relocks_the_line_and_its_members(locks
         assert results[image].status == "locked" and member is not None and line.differs(member, found) is None, image
     arm = locks.line_lock(ARM)
     assert arm is not None and dict(arm.pins)["nvidia-cublas"] == CUBLAS, "the other line is left as it was"
-
-
-class Deferred:
-    """A future that runs its work when its result is asked for, and can be cancelled until then."""
-
-    def __init__(self, work: Callable[[], Any]) -> None:
-        self.work = work
-
-    def cancel(self) -> bool:
-        return True
-
-    def result(self) -> Any:
-        return self.work()
-
-
-class InOrder:
-    """A ThreadPoolExecutor that runs each job only when the caller waits for it (as in
-    tests/test_usecase_lock.py): which locks are cancelled after a failure is the same on every machine."""
-
-    def __init__(self, max_workers: int) -> None:
-        self.max_workers = max_workers
-
-    def __enter__(self) -> InOrder:
-        return self
-
-    def __exit__(self, *exc: object) -> None: ...
-
-    def submit(self, fn: Callable[..., Any], *args: Any) -> Deferred:
-        return Deferred(lambda: fn(*args))
 
 
 @pytest.mark.parametrize("keep_going", [False, True])

@@ -23,11 +23,11 @@ from builder.lock import files
 from builder.lock.target import LockTarget, target_for
 from builder.util.errors import UserError
 from builder.workspace import Workspace, read_lock
+from tests.conftest import one_line_error
 
 ROOT = Path(__file__).resolve().parents[1]
 IMAGE = "jax0.10.2-cu128-py3.12-ubuntu24.04"  # requires jax[cuda12]==0.10.2 and jaxlib==0.10.2; pins cuDNN (a label)
 LOCK = f"images/{IMAGE}/requirements.lock"
-ERROR = re.compile(r"^error: (?P<file>[^:\n]+):(?P<line>[0-9]+): (?P<what>.+)$")
 RunCli = Callable[..., Result]
 H = "f" * 64
 
@@ -54,16 +54,6 @@ def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def tree(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
-def one_line_error(result: Result) -> re.Match[str]:
-    assert result.exit_code == 2, (result.exit_code, result.output)
-    assert "Traceback" not in result.output
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1, result.stderr
-    match = ERROR.match(lines[0])
-    assert match, lines[0]
-    return match
 
 
 # ---------------------------------------------------------------- the committed locks

@@ -6,10 +6,8 @@ images/ (and only then), what a refused or failed lock leaves (the old lock, or 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -17,7 +15,7 @@ from builder.lock.resolve import LockFailed
 from builder.lock.target import LockTarget
 from builder.usecases import lock as locking
 from builder.workspace import Workspace
-from tests.usecase_fixtures import JAX, MATRIX, NUMBA, OFFLINE, Resolver, uv_output
+from tests.usecase_fixtures import JAX, MATRIX, NUMBA, OFFLINE, InOrder, Resolver, uv_output
 
 LOCAL = locking.LockOptions(sources=OFFLINE)
 UNLOCKED_JAX = MATRIX + 'unlocked:\n  - select: "stack=jax"\n    reason: "jax\'s index is not reachable from the machines that lock"\n'
@@ -146,37 +144,6 @@ def test_an_unlocked_image_is_left_as_it_is_unless_asked_for(tmp_path: Path, mon
     assert locks.resolver.asked == [NUMBA] and locks.text(JAX) is None
     included = statuses(locks.run(locking.LockOptions(sources=OFFLINE, include_unlocked=True), select="stack=jax"))
     assert included == {JAX: "locked"} and locks.resolver.asked == [JAX]
-
-
-class Deferred:
-    """A future that runs its work when its result is asked for, and can be cancelled until then."""
-
-    def __init__(self, work: Callable[[], Any]) -> None:
-        self.work = work
-        self.cancelled = False
-
-    def cancel(self) -> bool:
-        self.cancelled = True
-        return True
-
-    def result(self) -> Any:
-        return self.work()
-
-
-class InOrder:
-    """A ThreadPoolExecutor whose single worker takes each job only when the caller waits for it, so
-    which locks are cancelled after a failure is the same on every machine."""
-
-    def __init__(self, max_workers: int) -> None:
-        self.max_workers = max_workers
-
-    def __enter__(self) -> InOrder:
-        return self
-
-    def __exit__(self, *exc: object) -> None: ...
-
-    def submit(self, fn: Callable[..., Any], *args: Any) -> Deferred:
-        return Deferred(lambda: fn(*args))
 
 
 def test_after_a_failure_the_rest_are_not_locked_unless_keep_going(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

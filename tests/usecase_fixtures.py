@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -203,3 +203,34 @@ def locations(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
 
     monkeypatch.setattr(Workspace, "locate", staticmethod(counted))
     return located
+
+
+class Deferred:
+    """A future that runs its work when its result is asked for, and can be cancelled until then."""
+
+    def __init__(self, work: Callable[[], Any]) -> None:
+        self.work = work
+        self.cancelled = False
+
+    def cancel(self) -> bool:
+        self.cancelled = True
+        return True
+
+    def result(self) -> Any:
+        return self.work()
+
+
+class InOrder:
+    """A ThreadPoolExecutor whose single worker takes each job only when the caller waits for it, so
+    which locks are cancelled after a failure is the same on every machine."""
+
+    def __init__(self, max_workers: int) -> None:
+        self.max_workers = max_workers
+
+    def __enter__(self) -> InOrder:
+        return self
+
+    def __exit__(self, *exc: object) -> None: ...
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Deferred:
+        return Deferred(lambda: fn(*args))
