@@ -572,3 +572,15 @@ def test_the_callers_pytest_settings_stay_out_of_the_smoke_checks(tmp_path: Path
     done = subprocess.run([*pytest_argv(spec, work), "--collect-only"], env=env, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "test_versions_equal_the_plan" in done.stdout and "no_such_plugin" not in done.stdout + done.stderr
+
+
+def test_the_logs_installer_note_is_never_the_builds_cause() -> None:
+    """A build that fell back to pip notes why atop its log, quoting pip's "No matching distribution
+    found for uv==..."; seen in a CI run: the build's own failure (pip's, further down) was then
+    reported as "no index offers uv". The note is not the build's failure."""
+    note = "# installer: pip (could not download uv-0.13.9-py3-none-musllinux_1_1_x86_64.whl (ERROR: No matching distribution found for uv==0.13.9); put that file into a local wheel folder)\n"
+    assert diagnose_build(note + "Step 1/2 : FROM base\n", "ca.pem") is None
+    found = diagnose_build(note + "ERROR: No matching distribution found for numba==0.68.0\n", "ca.pem")
+    assert found is not None and "offers numba==0.68.0" in found[0], found
+    found = diagnose_build(note + "ERROR: THESE PACKAGES DO NOT MATCH THE HASHES FROM THE REQUIREMENTS FILE.\n", "ca.pem")
+    assert found is not None and "does not match the hash pinned for it" in found[0], found

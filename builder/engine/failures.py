@@ -94,8 +94,14 @@ BUILD_DIAGNOSES: tuple[tuple[str, str, str], ...] = (
 )
 
 
+_OWN_NOTES = re.compile(r"^# installer: .*$", re.MULTILINE)  # builder's note atop a build log: why not uv, never the build's failure
+
+
 def diagnose_build(text: str, ca_bundle: str) -> tuple[str, str] | None:
-    """(cause, fix) of the first BUILD_DIAGNOSES row found in a failed build's log, or None."""
+    """(cause, fix) of the first BUILD_DIAGNOSES row found in a failed build's log, or None. The
+    log's own note of which installer ran (a failed uv download quotes pip's "No matching
+    distribution" for uv) is not read: the failure is the build's."""
+    text = _OWN_NOTES.sub("", text)
     for pattern, cause, fix in BUILD_DIAGNOSES:
         match = re.search(pattern, text, re.IGNORECASE)
         if match:
