@@ -141,7 +141,7 @@ class Workspace:
         (images/<id>/requirements.lock, as `builder lock` wrote it), matrix.yaml's policies for it
         (`unlocked`, `cuda_exceptions`, `keep_older_gpus`, `canonical_layers`, each with its reason) and the claims its
         lock makes (builder.lock.claims)."""
-        plan = make_plan(self.matrix)
+        plan = self._planned
         recover(self.images_dir)  # a render killed mid-swap: its previous tree (and locks) back before they are read
         policy = [(parse_select(expr), reason) for expr, reason, _ in self.matrix.unlocked]
         exceptions = [(parse_select(expr), reason) for expr, reason, _ in self.matrix.cuda_exceptions]
@@ -149,10 +149,9 @@ class Workspace:
         canonical = [(parse_select(expr), reason) for expr, reason, _ in self.matrix.canonical_layers]
         overrides = dict(self.lock_overrides)
         fits = dict(self.fit_overrides)
-        lined = self._lines(plan.images)
-        line_locks = self._line_locks(lined)
+        line_locks = {key: found for key, (target, found) in self.line_locks().items() if found and found.inputs == target.inputs}
         images = []
-        for spec in lined:
+        for spec in self._lines(plan.images):
             spec = lines.joined(spec, line_locks)
             fields = fields_of(spec)
             exception = next((reason for selector, reason in exceptions if matches(selector, fields)), None)
@@ -191,18 +190,6 @@ class Workspace:
             out.append(replace(spec, line=lines.key_of(spec)) if entry is not None else spec)
         return tuple(out)
 
-    def _line_locks(self, images: tuple[ImageSpec, ...]) -> dict[str, Lock]:
-        """The current lock of each line (images/lines/<line>.lock, or the one `builder lock` is about to
-        write); a line whose lock is missing or stale is left out (its members then lock without its pins)."""
-        overrides = dict(self.lock_overrides)
-        out = {}
-        for key, members in lines.members(images).items():
-            target = lines.target_of(key, members, table())
-            found = overrides.get(target.image) or self._read_line_lock(key, target)
-            if found is not None and found.inputs == target.inputs:
-                out[key] = found
-        return out
-
     def _read_line_lock(self, key: str, target: LockTarget) -> Lock | None:
         path = lines.path_of(self.images_dir, key)
         found = read_lock(path)
@@ -211,10 +198,21 @@ class Workspace:
         return found
 
     def line_locks(self) -> dict[str, tuple[LockTarget, Lock | None]]:
-        """Every line of the plan: its joint target and its lock as on disk (or overridden), current or not."""
+        """Every CUDA line of the plan: its joint target and its lock as on disk (or the one `builder lock`
+        is about to write), current or not (a member joins only a current one's pins: `decided`)."""
+        return self._line_state
+
+    @functools.cached_property
+    def _planned(self) -> Plan:
+        """The matrix's plan as spec/ makes it: before locks, policies and lines."""
+        return make_plan(self.matrix)
+
+    @functools.cached_property
+    def _line_state(self) -> dict[str, tuple[LockTarget, Lock | None]]:
+        recover(self.images_dir)  # as `decided`: a render killed mid-swap has its previous tree back first
         overrides = dict(self.lock_overrides)
         out: dict[str, tuple[LockTarget, Lock | None]] = {}
-        for key, members in lines.members(self._lines(make_plan(self.matrix).images)).items():
+        for key, members in lines.members(self._lines(self._planned.images)).items():
             target = lines.target_of(key, members, table())
             out[key] = (target, overrides.get(target.image) or self._read_line_lock(key, target))
         return out
@@ -231,7 +229,7 @@ class Workspace:
         """Forget what was read of matrix.yaml and images/ (the plan, its locks and fits, the
         contexts): the next use reads them again. For a run that changes them itself and goes on
         with its one workspace (the nightly adds new releases to matrix.yaml, then writes new locks)."""
-        for name in ("matrix", "decided", "plan", "_contexts"):
+        for name in ("matrix", "_planned", "decided", "plan", "_contexts", "_line_state"):
             self.__dict__.pop(name, None)
 
     @functools.cached_property
