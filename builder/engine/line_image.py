@@ -38,7 +38,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from builder.engine.image_build import BuildFailed, Run, tag_lock
 from builder.engine.port import Engine, EngineFault
-from builder.engine.reproducible import NotAnArchive
+from builder.engine.reproducible import NotAnArchive, archive_json
 from builder.lock.layer import EPOCH_FLOOR, NVIDIA_LAYER_NAME
 from builder.model.plan import ImageSpec
 from builder.render.labels import BUILT_BY_LABEL, BUILT_BY_VALUE, LINE_LABEL
@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 
 BASE_ARCHIVE = "base.tar"  # the base as `docker save` wrote it, in the staging folder
 IMAGE_ARCHIVE = "image.tar"  # what is loaded
+SAVED_BASE = "the saved base"  # how its errors name the base's archive
 COPY_BUFFER = 4 << 20  # the archive's copies of the layers, 4 MiB at a time (tarfile's default is 16 KiB)
 
 
@@ -86,10 +87,10 @@ def config_bytes(config: dict[str, Any]) -> bytes:
 
 def read_saved(src: tarfile.TarFile) -> SavedImage:
     """The image of a `docker save` archive (docker-archive, or the OCI layout with its manifest.json)."""
-    manifest = _json(src, "manifest.json")
+    manifest = archive_json(src, "manifest.json", SAVED_BASE)
     if not isinstance(manifest, list) or len(manifest) != 1 or not isinstance(manifest[0], dict):
         raise NotAnArchive(f"the saved base's manifest.json names {len(manifest) if isinstance(manifest, list) else 'no'} images, not one")
-    config = _json(src, str(manifest[0].get("Config")))
+    config = archive_json(src, str(manifest[0].get("Config")), SAVED_BASE)
     layers = manifest[0].get("Layers")
     diff_ids = config.get("rootfs", {}).get("diff_ids") if isinstance(config, dict) else None
     if not isinstance(layers, list) or not isinstance(diff_ids, list) or len(layers) != len(diff_ids) or not layers:
@@ -208,19 +209,6 @@ class _Hashing:
         data = self._source.read(size)
         self.sha.update(data)
         return data
-
-
-def _json(src: tarfile.TarFile, name: str) -> Any:
-    try:
-        handle = src.extractfile(name)
-    except KeyError:
-        handle = None
-    if handle is None:
-        raise NotAnArchive(f"the saved base has no {name}")
-    try:
-        return json.loads(handle.read())
-    except ValueError as exc:
-        raise NotAnArchive(f"the saved base's {name} is not JSON ({exc})") from None
 
 
 def _copy(src: tarfile.TarFile, dst: tarfile.TarFile, name: str) -> None:

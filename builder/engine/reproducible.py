@@ -181,11 +181,11 @@ def normalize_archive(saved: Path, out: Path, epoch: int, keep: int, tags: list[
     are, the rest clamped (a layer left empty is left out), the config normalized, named by `tags`
     when given (else as saved). Returns the new image ID (sha256 of the config)."""
     with tarfile.open(saved) as src:
-        manifest = _json(src, "manifest.json")
+        manifest = archive_json(src, "manifest.json")
         if not isinstance(manifest, list) or len(manifest) != 1:
             raise NotAnArchive(f"{saved.name}: manifest.json names {len(manifest) if isinstance(manifest, list) else 'no'} images, not one")
         entry = manifest[0]
-        config = _json(src, entry["Config"])
+        config = archive_json(src, entry["Config"])
         layers: list[str] = list(entry["Layers"])
         diff_ids: list[str] = list(config["rootfs"]["diff_ids"])
         if len(layers) != len(diff_ids) or keep > len(layers):
@@ -221,11 +221,18 @@ def _members(src: tarfile.TarFile, layers: list[str]) -> Iterator[tarfile.TarInf
             yield from layer.getmembers()
 
 
-def _json(src: tarfile.TarFile, name: str) -> Any:
-    handle = src.extractfile(name)
+def archive_json(src: tarfile.TarFile, name: str, what: str = "the saved image") -> Any:
+    """A JSON member of a `docker save` archive (manifest.json, a config); NotAnArchive when it is missing or not JSON."""
+    try:
+        handle = src.extractfile(name)
+    except KeyError:
+        handle = None
     if handle is None:
-        raise NotAnArchive(f"the saved image has no {name}")
-    return json.loads(handle.read())
+        raise NotAnArchive(f"{what} has no {name}")
+    try:
+        return json.loads(handle.read())
+    except ValueError as exc:
+        raise NotAnArchive(f"{what}'s {name} is not JSON ({exc})") from None
 
 
 def _copy(src: tarfile.TarFile, dst: tarfile.TarFile, name: str) -> None:
