@@ -335,8 +335,14 @@ class FakeEngine:
             entry = json.loads(_read(tar, "manifest.json"))[0]
             body = _read(tar, entry["Config"])
             config = json.loads(body)
-            layers = [_read(tar, name) for name in entry["Layers"]]
-        if ["sha256:" + hashlib.sha256(layer).hexdigest() for layer in layers] != config["rootfs"]["diff_ids"]:
+            names = set(tar.getnames())
+            diff_ids = list(config["rootfs"]["diff_ids"])
+            # as Docker's load does: a layer's file is read only when no image has that chain of layers
+            layers = [
+                _read(tar, name) if name in names else self._chain(diff_ids[: index + 1], name)
+                for index, name in enumerate(entry["Layers"])
+            ]
+        if ["sha256:" + hashlib.sha256(layer).hexdigest() for layer in layers] != diff_ids:
             raise EngineFault("the layers' diff IDs are not the config's")
         image = "sha256:" + hashlib.sha256(body).hexdigest()
         for name in entry.get("RepoTags") or ():
@@ -347,6 +353,14 @@ class FakeEngine:
         self.layers[image] = layers
         self.configs[image] = body
         self.loads.append(image)
+
+    def _chain(self, diff_ids: list[str], name: str) -> bytes:
+        """The last layer of an image whose layers start with `diff_ids`; a load's missing file else."""
+        for layers in [*self.layers.values(), [BASE_LAYER]]:
+            ids = ["sha256:" + hashlib.sha256(layer).hexdigest() for layer in layers[: len(diff_ids)]]
+            if ids == diff_ids:
+                return layers[len(diff_ids) - 1]
+        raise EngineFault(f"open {name}: no such file or directory")
 
     def _layers(self, image: str) -> list[bytes]:
         return self.layers.get(image, [BASE_LAYER])

@@ -260,7 +260,7 @@ def test_a_canonical_build_is_offline_and_its_id_is_the_locks(tmp_path: Path) ->
 
     engine.build_output = output
 
-    def make(spec: ImageSpec, folder: Path) -> None:
+    def make(spec: ImageSpec, folder: Path, *, line: bool = False) -> None:
         (folder / LAYER_NAME).write_bytes(b"the venv of " + spec.id.encode())
 
     results = []
@@ -294,7 +294,7 @@ def test_a_base_that_moved_during_the_build_fails_it(tmp_path: Path) -> None:
 
     engine.build_output = output
 
-    def make(spec: ImageSpec, folder: Path) -> None:
+    def make(spec: ImageSpec, folder: Path, *, line: bool = False) -> None:
         (folder / LAYER_NAME).write_bytes(b"venv")
 
     run = Run(settings=BuildSettings(), build_dir=tmp_path, lock_dir=tmp_path, layers=make)
@@ -304,7 +304,7 @@ def test_a_base_that_moved_during_the_build_fails_it(tmp_path: Path) -> None:
 
 
 def test_a_layer_that_cannot_be_made_fails_the_build_in_one_line(tmp_path: Path) -> None:
-    def broken(spec: ImageSpec, folder: Path) -> None:
+    def broken(spec: ImageSpec, folder: Path, *, line: bool = False) -> None:
         raise LayerFailed("numba==0.68.0: no wheel for the target")
 
     run = Run(settings=BuildSettings(), build_dir=tmp_path, lock_dir=tmp_path, layers=broken)

@@ -57,7 +57,8 @@ def load_base(engine: FakeEngine, tmp_path: Path) -> str:
     return image_id
 
 
-def nvidia_layer(spec: ImageSpec, folder: Path) -> None:
+def nvidia_layer(spec: ImageSpec, folder: Path, *, line: bool = False) -> None:
+    assert line, "the line image asks for its line's layer"
     (folder / NVIDIA_LAYER_NAME).write_bytes(NVIDIA)
 
 
@@ -162,7 +163,7 @@ def test_an_existing_line_image_is_left_alone(tmp_path: Path) -> None:
 
 
 def test_a_layer_that_cannot_be_made_fails_in_one_line_and_leaves_nothing(tmp_path: Path) -> None:
-    def broken(spec: ImageSpec, folder: Path) -> None:
+    def broken(spec: ImageSpec, folder: Path, *, line: bool = False) -> None:
         (folder / NVIDIA_LAYER_NAME).write_bytes(b"half")
         raise RuntimeError("nvidia-cublas==13.1.1.3: no wheel\nfor the target")
 
@@ -182,8 +183,8 @@ def test_an_interrupt_loads_nothing(tmp_path: Path) -> None:
     load_base(engine, tmp_path)
     run = make_run(tmp_path)
 
-    def interrupted(spec: ImageSpec, folder: Path) -> None:
-        nvidia_layer(spec, folder)
+    def interrupted(spec: ImageSpec, folder: Path, *, line: bool = False) -> None:
+        nvidia_layer(spec, folder, line=line)
         run.stop.set()  # Ctrl-C while the layer was made
 
     run.layers = interrupted

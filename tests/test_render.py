@@ -112,7 +112,7 @@ def expected_sequence(spec: ImageSpec) -> list[str]:
         + (["ENV"] if spec.base.vendor != "cpu" else [])
         + (["COPY", "RUN"] if spec.python_packages else [])
         # a canonical CUDA image's NVIDIA wheels: their own layer right on the base, below the user's
-        + (["ADD"] if spec.canonical and spec.lock and layer.nvidia_layer(spec.lock) else [])
+        + (["ADD"] if layer.own_nvidia_layer(spec) else [])
         + ["RUN"]
     )
     # an unlocked image reads local.txt too; a locked one the served uv and its uv.toml
@@ -186,8 +186,8 @@ def test_parses_as_one_stage_in_the_expected_order(rendered: Rendered) -> None:
         assert [s for s in copied if s.startswith(".builder")] == ([APT_CA_COPY.decode()] if spec.python_packages else []), spec.id
         writes = [i.original for i in parsed if i.cmd.upper() == "RUN" and "/opt/venv" in i.original and "-m venv" in i.original]
         if spec.canonical:  # nothing fetches: no served setting, no install step, the venv ADDed layers
-            # a CUDA lock's NVIDIA wheels first (lock/layer.py), then the venv
-            added = [("nvidia.tar", "/")] if spec.lock and layer.nvidia_layer(spec.lock) else []
+            # a CUDA lock's NVIDIA wheels first (lock/layer.py), then the venv; a line's member has them in its FROM
+            added = [("nvidia.tar", "/")] if layer.own_nvidia_layer(spec) else []
             assert writes == [] and [i.value for i in parsed if i.cmd.upper() == "ADD"] == [*added, ("venv.tar", "/")], spec.id
             assert not any(word in text for word in ("BUILDER_CA_URL", "pip install", "fetch(")), spec.id
             continue

@@ -17,18 +17,22 @@ from typing import Any
 import pytest
 
 from builder.engine.image_build import build_tag
-from builder.lock.layer import LAYER_NAME
+from builder.lock.layer import LAYER_NAME, NVIDIA_LAYER_NAME, line_layer
 from builder.model.plan import ImageSpec
 from builder.render import bake
 from builder.render.context import PROBE_NAME
 from builder.render.labels import WORKSPACE_LABEL
 from builder.usecases import bake as baking
+from builder.usecases import layers
 from builder.util.errors import UserError
 from builder.workspace import Workspace
-from tests.fake_engine import BASE_LAYER, FakeEngine, connect_to, layer_tar
+from tests.fake_engine import FakeEngine, connect_to, layer_tar
+from tests.test_line_image import BASE as LINE_BASE
+from tests.test_line_image import NVIDIA, load_base
 
 ROOT = Path(__file__).resolve().parents[1]
 IMAGE = "numba0.68.0-cpu-py3.11-debian12"
+LINE_MEMBER = "cupy14.0.0-cu130-py3.11-debian12"
 
 
 class Buildx:
@@ -51,7 +55,10 @@ class Buildx:
         for name in argv[argv.index("plain") + 1 :]:
             target = self.doc["target"][name]
             venv = (cwd / target["context"] / LAYER_NAME).read_bytes()
-            layers = [BASE_LAYER, layer_tar({"etc/passwd": b"app:x:10001"}, 1_765_000_000), venv, layer_tar({}, 1_765_000_000)]
+            dockerfile = (cwd / target["context"] / "Dockerfile").read_text(encoding="utf-8").splitlines()
+            below = next(line.split()[-1] for line in dockerfile if line.startswith("FROM "))  # the base, or a CUDA line's image
+            layers = [*self.engine._layers(self.engine.names[below]), layer_tar({"etc/passwd": b"app:x:10001"}, 1_765_000_000), venv]
+            layers.append(layer_tar({}, 1_765_000_000))
             image = self.engine.add_image(
                 "sha256:" + hashlib.sha256(venv + name.encode()).hexdigest(), *target["tags"], labels=target["labels"]
             )
@@ -149,3 +156,27 @@ def test_no_docker_cli_is_one_line() -> None:
 
     with pytest.raises(UserError, match=r"^no docker CLI on PATH: `builder bake` runs `docker buildx bake`$"):
         baking._has_buildx(missing)
+
+
+def test_a_line_member_is_baked_on_its_line_image_made_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cuda13 line member (canonical on its line image): bake makes the line's NVIDIA image where the
+    engine has none (as `builder build` does), BuildKit builds FROM it, and the normalization keeps its
+    two layers (the base's and the NVIDIA layer) as they are."""
+    ws = _workspace(tmp_path / "repo")
+    (spec,) = baking.chosen(ws, f"id={LINE_MEMBER}")
+    assert spec.line_image is not None and line_layer(spec) and spec.base.from_ref == LINE_BASE.from_ref
+
+    def make(spec: ImageSpec, folder: Path, *, line: bool = False) -> None:
+        (folder / (NVIDIA_LAYER_NAME if line else LAYER_NAME)).write_bytes(NVIDIA if line else layer_tar({"opt/venv/pyvenv.cfg": b"x"}, 0))
+
+    monkeypatch.setattr(baking, "layer_maker", lambda *args: make)
+    monkeypatch.setattr(layers, "layer_maker", lambda *args: make)
+    engine = FakeEngine()
+    load_base(engine, tmp_path)
+    (result,) = baking.bake_images(ws, [spec], None, connect_to(engine), Buildx(engine))
+    assert result.error is None, result.error
+    made = engine.inspect_image(spec.line_image)
+    assert made is not None and made.diff_ids[-1] == "sha256:" + hashlib.sha256(NVIDIA).hexdigest()
+    assert list(result.diff_ids[:2]) == list(made.diff_ids), "the line image's layers, as they are"
+    assert len(result.diff_ids) == 4, "the line image's two, the RUN layer, the venv: the empty WORKDIR layer is left out"
+    assert not (ws.build_dir / "staging").exists() or not list((ws.build_dir / "staging").iterdir()), "no staging folder left"

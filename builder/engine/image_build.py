@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TextIO
+from typing import Protocol, TextIO
 
 import filelock
 from packaging.utils import parse_wheel_filename
@@ -39,7 +39,7 @@ from builder.engine.retry import GaveUp, retry_network
 from builder.engine.secrets import SecretServer, redact, serving
 from builder.engine.session import SESSION_ID
 from builder.engine.settings import BuildSettings
-from builder.lock.layer import is_nvidia, line_layer, source_date_epoch
+from builder.lock.layer import from_ref, is_nvidia, line_layer, source_date_epoch
 from builder.model.plan import ImageSpec, Lock
 from builder.render.labels import HASH_LABEL, build_labels
 
@@ -47,10 +47,15 @@ _STEP_ID = re.compile(r"^ ---> ([0-9a-f]{12})\s*$|^Successfully built ([0-9a-f]{
 _RUNNING_IN = re.compile(r"^ ---> Running in ([0-9a-f]{12,64})\s*$")  # the classic builder's container for a RUN step
 ENGINE_FAILED = "engine connection failed"
 Log = Callable[[str, str], None]  # (image id, line)
-# Writes a canonical image's venv layer(s) (builder/lock/layer.py: venv.tar, and nvidia.tar for a
-# lock with NVIDIA library wheels) into the context folder; raises LayerFailed.
-# The use-case supplies it: fetching the lock's wheels is the index's business, not the engine's.
-LayerMaker = Callable[[ImageSpec, Path], None]
+
+
+class LayerMaker(Protocol):
+    """Writes layer tars (builder/lock/layer.py) into `folder`; raises LayerFailed. For a canonical
+    image's context (`line` False): venv.tar, and nvidia.tar for a lock with NVIDIA library wheels on
+    no CUDA line; for its CUDA line's image (`line` True): the line's nvidia.tar. The use-case supplies
+    it: fetching the lock's wheels is the index's business, not the engine's."""
+
+    def __call__(self, spec: ImageSpec, folder: Path, *, line: bool = False) -> None: ...
 
 
 class LayerFailed(Exception):
@@ -175,7 +180,7 @@ def _build_locked(
     if secrets is None:
         raise RuntimeError("build settings to serve but no secret server")
     staged = staging.stage(spec, files, run.staging_root, run.settings)
-    base_before = engine.inspect_image(spec.base.from_ref) if spec.canonical else None  # the base the build asserts
+    base_before = engine.inspect_image(from_ref(spec)) if spec.canonical else None  # the FROM image the build asserts
     if line_layer(spec):  # its FROM holds the NVIDIA wheels: nothing serves them to the install
         staged = _without_nvidia(staged)
     if spec.canonical:
@@ -290,18 +295,20 @@ def reproducible_image(run: Run, engine: Engine, spec: ImageSpec, built: ImageIn
 
 
 def _normalized(run: Run, engine: Engine, spec: ImageSpec, built: ImageInfo, lock: Lock, base_id: str | None) -> str:
-    base = engine.inspect_image(spec.base.from_ref)
+    below = from_ref(spec)  # its base, or its CUDA line's image: kept as they are, shared
+    base = engine.inspect_image(below)
     if base is None or base.id != base_id:
-        raise BuildFailed(f"the base {spec.base.from_ref} is not the image the build started from ({base_id}); build again")
+        raise BuildFailed(f"the base {below} is not the image the build started from ({base_id}); build again")
     keep = len(base.diff_ids)
     if not keep or built.diff_ids[:keep] != base.diff_ids:
-        raise BuildFailed(f"the built image is not on the layers of its base {spec.base.from_ref}; build again")
+        raise BuildFailed(f"the built image is not on the layers of its base {below}; build again")
     run.staging_root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="reproducible-", dir=run.staging_root) as tmp:
         saved, out = Path(tmp) / "saved.tar", Path(tmp) / "normalized.tar"
         try:
             engine.save_image(build_tag(spec), saved)
-            image_id = reproducible.normalize_archive(saved, out, source_date_epoch(lock), keep, [spec.tag])
+            # loaded back into the engine that built it: the FROM image's layers are there (it is `built`'s)
+            image_id = reproducible.normalize_archive(saved, out, source_date_epoch(lock), keep, [spec.tag], kept_files=False)
             saved.unlink()
             engine.load_image(out)
         except (EngineFault, reproducible.NotAnArchive) as exc:

@@ -167,7 +167,7 @@ def _make(run: Run, engine: Engine, spec: ImageSpec, folder: Path, say: Callable
 
     started = step("the NVIDIA layer")
     layer = folder / NVIDIA_LAYER_NAME
-    run.layers(spec, folder)
+    run.layers(spec, folder, line=True)
     say(f"the NVIDIA layer: {layer.stat().st_size / 1e6:.0f} MB ({time.monotonic() - started:.1f}s)")
     started = step("saving the base")
     saved = folder / BASE_ARCHIVE

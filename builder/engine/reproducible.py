@@ -176,10 +176,15 @@ class _Hashing(io.RawIOBase):
         return self._sha.hexdigest()
 
 
-def normalize_archive(saved: Path, out: Path, epoch: int, keep: int, tags: list[str] | None = None) -> str:
+def normalize_archive(saved: Path, out: Path, epoch: int, keep: int, tags: list[str] | None = None, *, kept_files: bool = True) -> str:
     """Rewrite the docker-archive `saved` into `out`: the first `keep` layers (the base's) as they
     are, the rest clamped (a layer left empty is left out), the config normalized, named by `tags`
-    when given (else as saved). Returns the new image ID (sha256 of the config)."""
+    when given (else as saved). Returns the new image ID (sha256 of the config).
+
+    Without `kept_files`, the base's layers are named by the manifest but their files are left out
+    of `out`: an engine that has those layers (the one the image was built on) loads it all the same
+    (a load reads a layer's file only when no layer of that chain is there), and a line member's
+    archive is then its own GBs, not its base's and its line's too."""
     with tarfile.open(saved) as src:
         manifest = archive_json(src, "manifest.json")
         if not isinstance(manifest, list) or len(manifest) != 1:
@@ -195,7 +200,7 @@ def normalize_archive(saved: Path, out: Path, epoch: int, keep: int, tags: list[
         with tarfile.open(out, "w") as dst:
             for index, name in enumerate(layers):
                 diff_id = diff_ids[index] if index < keep else _clamped(src, dst, name, epoch, out.parent, beneath)
-                if index < keep:
+                if index < keep and kept_files:
                     _copy(src, dst, name)
                 if diff_id is None:
                     dropped.append(index)

@@ -100,16 +100,28 @@ def nvidia_layer(lock: Lock) -> bool:
 
 
 def line_layer(spec: ImageSpec) -> bool:
-    """Whether an image builds FROM its CUDA line's NVIDIA image and installs the rest with RUN
-    (matrix.yaml `line_layers`, lock/line.py, engine/line_image.py): a member whose line has a current
-    lock, that pins NVIDIA wheels and is not canonical (a canonical one makes both its layers on the
-    host). Render, build and the layer maker ask this one question."""
-    return spec.line_image is not None and spec.canonical is None and spec.lock is not None and nvidia_layer(spec.lock)
+    """Whether an image builds FROM its CUDA line's NVIDIA image (matrix.yaml `line_layers`,
+    lock/line.py, engine/line_image.py): a member whose line has a current lock and that pins NVIDIA
+    wheels. The rest of its lock is then a RUN install, or, when it is canonical too, venv.tar alone
+    (the line image holds its nvidia.tar). Render, build and the layer maker ask this one question."""
+    return spec.line_image is not None and spec.lock is not None and nvidia_layer(spec.lock)
+
+
+def own_nvidia_layer(spec: ImageSpec) -> bool:
+    """Whether a canonical image adds its own nvidia.tar below its venv.tar: it pins NVIDIA wheels and
+    is on no CUDA line (a line's member finds them in its FROM)."""
+    return spec.canonical is not None and spec.lock is not None and nvidia_layer(spec.lock) and not line_layer(spec)
+
+
+def from_ref(spec: ImageSpec) -> str:
+    """What the image's FROM names: its CUDA line's NVIDIA image, else its base."""
+    return spec.line_image if line_layer(spec) and spec.line_image else spec.base.from_ref
 
 
 def takes_layers(spec: ImageSpec) -> bool:
     """Whether the layer maker makes tars for it: a canonical image (venv.tar, and nvidia.tar where it
-    pins NVIDIA wheels, in its context) or a CUDA line's member (nvidia.tar, for its line's image)."""
+    pins NVIDIA wheels and is on no line, in its context) or a CUDA line's member (nvidia.tar, for its
+    line's image)."""
     return (spec.canonical is not None and spec.lock is not None) or line_layer(spec)
 
 
@@ -246,6 +258,26 @@ def make_layers(scratch: Path, layout: Layout, wheels: Sequence[Path], epoch: in
     _check(upper, scratch)  # both checked before either is written: a refusal leaves neither
     write_tar(lower, folder / NVIDIA_LAYER_NAME, EPOCH_FLOOR)
     write_tar(upper, folder / LAYER_NAME, epoch)
+
+
+def make_upper_layer(scratch: Path, layout: Layout, wheels: Sequence[Path], epoch: int, out: Path) -> None:
+    """Just the venv layer of `wheels` above an NVIDIA layer made elsewhere (a canonical member of a
+    CUDA line, whose FROM holds the NVIDIA wheels): the same bytes `make_layers` writes in LAYER_NAME.
+    The NVIDIA wheels are checked as there, and the venv against the files they install (read from
+    each wheel's list of files, not installed: GBs the line image holds already)."""
+    libraries, rest = split(wheels)
+    site = layout.site_packages.relative_to("/")
+    below: set[PurePosixPath] = set()
+    for wheel in libraries:
+        check_nvidia_wheel(wheel)
+        with zipfile.ZipFile(wheel) as whl:
+            below.update(site / name for name in whl.namelist() if not name.endswith("/"))
+    upper = scratch / "root"
+    assemble(upper, layout, rest)
+    both = sorted(p.relative_to(upper).as_posix() for p in entries(upper) if PurePosixPath(p.relative_to(upper).as_posix()) in below)
+    if both:
+        raise LayerError(f"{both[0]} is installed by an NVIDIA wheel and by another wheel of the lock; the layers would overlap")
+    _checked_tar(upper, scratch, out, epoch)
 
 
 def make_nvidia_layer(scratch: Path, layout: Layout, wheels: Sequence[Path], out: Path) -> None:

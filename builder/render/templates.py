@@ -15,7 +15,7 @@ import jinja2
 from packaging.version import Version
 
 from builder.lock.files import libraries
-from builder.lock.layer import line_layer, nvidia_layer
+from builder.lock.layer import from_ref, line_layer, own_nvidia_layer
 from builder.model.locked_fit import variant_properties
 from builder.model.plan import AMD64, ImageSpec
 from builder.render import labels as lb
@@ -75,7 +75,7 @@ def dockerfile(spec: ImageSpec, env: jinja2.Environment, source: str, matrix_nam
     context: dict[str, Any] = {
         "spec": spec,
         "matrix_name": matrix_name,
-        "base_ref": spec.line_image if line_layer(spec) and spec.line_image else spec.base.from_ref,
+        "base_ref": from_ref(spec),
         "from_platform": "" if spec.platform == AMD64 else f"--platform={spec.platform} ",
         "vendor": spec.base.vendor,
         "accelerator": spec.accelerator,
@@ -86,7 +86,7 @@ def dockerfile(spec: ImageSpec, env: jinja2.Environment, source: str, matrix_nam
         "locked": spec.lock is not None,
         "canonical": spec.canonical is not None and spec.lock is not None,
         # a canonical CUDA image's NVIDIA library wheels, in their own layer below the venv's
-        "nvidia_layer": spec.canonical is not None and spec.lock is not None and nvidia_layer(spec.lock),
+        "nvidia_layer": own_nvidia_layer(spec),
         "line": spec.line if line_layer(spec) else None,
         # what `python -m venv` would seed the venv with (ensurepip: setuptools too up to 3.11); a
         # locked image's venv is made without pip, and the served uv installs these natively

@@ -21,7 +21,8 @@ import os
 import ssl
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urljoin, urlsplit
@@ -114,6 +115,7 @@ class WheelFiles:
         self._context = ssl.create_default_context(cafile=str(ca_bundle) if ca_bundle else None)
         self._proxies = proxies
         self._pages: dict[str, list[IndexFile]] = {}
+        self._listed: dict[tuple[str, str], list[IndexFile]] = {}  # (source, project) -> its files
         self._auth: dict[transport.Origin, str] = {}  # an index's credentials, for its own origin only
         for index in self.indexes:
             if not index.startswith("file:"):
@@ -126,12 +128,34 @@ class WheelFiles:
         """Every file the sources list for the project (remote indexes, file:// trees, wheel folders)."""
         if project not in self._pages:
             found: list[IndexFile] = []
-            for folder in self.folders:
-                found += _folder_files(folder, project)
-            for index in self.indexes:
-                found += self._listing(index, project)
+            for listing in self._listings(project):
+                found += listing
             self._pages[project] = found
         return self._pages[project]
+
+    def first(self, project: str, choose: Callable[[list[IndexFile]], IndexFile | None]) -> IndexFile | None:
+        """The file `choose` picks from the first source (in order: local ones first) that lists one it
+        picks; the sources after it are not asked. A hash-pinned file is the same file wherever it is
+        listed, so an index that cannot be reached fails a run only when no source before it has the file."""
+        if project in self._pages:
+            return choose(self._pages[project])
+        for listing in self._listings(project):
+            chosen = choose(listing)
+            if chosen is not None:
+                return chosen
+        return None
+
+    def _listings(self, project: str) -> Iterator[list[IndexFile]]:
+        """Each source's files of the project, in order; each source asked once per run."""
+        for folder in self.folders:
+            yield self._once(str(folder), project, partial(_folder_files, folder, project))
+        for index in self.indexes:
+            yield self._once(index, project, partial(self._listing, index, project))
+
+    def _once(self, source: str, project: str, listing: Callable[[], list[IndexFile]]) -> list[IndexFile]:
+        if (source, project) not in self._listed:
+            self._listed[source, project] = listing()
+        return self._listed[source, project]
 
     def _listing(self, index: str, project: str) -> list[IndexFile]:
         if index.startswith("file:"):

@@ -19,18 +19,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder.engine import image_build
+from builder.engine import image_build, line_image
 from builder.engine.client import open_engine
 from builder.engine.image_build import BuildFailed, Run, build_tag, replaceable
 from builder.engine.ownership import Owner
 from builder.engine.port import Connect, Engine
 from builder.engine.settings import BuildSettings
+from builder.lock.layer import from_ref, line_layer
 from builder.model.plan import ImageSpec
 from builder.render.bake import target_name
 from builder.render.labels import WORKSPACE_LABEL
 from builder.usecases import plan as planning
-from builder.usecases.build import check_rendered
-from builder.usecases.layers import NETWORK_FILE, canonical
+from builder.usecases.build import BuildOptions, build_settings, check_rendered
+from builder.usecases.layers import NETWORK_FILE, canonical, layer_maker
 from builder.util import fsio
 from builder.util.errors import UserError
 from builder.workspace import Workspace
@@ -71,12 +72,13 @@ def bake_images(
     _has_buildx(runner)
     engine = connect(timeout=3600)
     try:
+        _lines(ws, engine, specs)
         bases = {}
         for spec in specs:
-            base = engine.inspect_image(spec.base.from_ref)
+            base = engine.inspect_image(from_ref(spec))  # a CUDA line's member is on its line image
             if base is None:
                 raise UserError(
-                    f"{spec.id}: its base {spec.base.from_ref} is not in the engine; `builder build --select id={spec.id}` makes it "
+                    f"{spec.id}: its base {from_ref(spec)} is not in the engine; `builder build --select id={spec.id}` makes it "
                     "(a bootstrapped base is in no registry), or pull it"
                 )
             bases[spec.id] = base.id
@@ -103,6 +105,28 @@ def bake_images(
         return [_normalized(run, engine, spec, bases[spec.id], owner) for spec in specs]
     finally:
         engine.close()
+
+
+def _lines(ws: Workspace, engine: Engine, specs: Sequence[ImageSpec]) -> None:
+    """The NVIDIA image of each CUDA line the members among `specs` build FROM, made as `builder build`
+    makes it (engine/line_image.py) where the engine has none: on the base, which must be there."""
+    members = {s.line_image: s for s in specs if line_layer(s) and s.line_image}
+    if not members:
+        return
+    settings = build_settings(ws, BuildOptions())
+    run = Run(
+        settings=settings,
+        build_dir=ws.build_dir,
+        lock_dir=fsio.lock_dir(),
+        layers=layer_maker(list(members.values()), settings, ws.build_dir / "wheels"),
+    )
+    for _, spec in sorted(members.items()):
+        if engine.inspect_image(spec.base.from_ref) is None:
+            continue  # said below, for each image on it
+        try:
+            line_image.ensure(run, engine, spec)
+        except BuildFailed as exc:
+            raise UserError(f"{spec.id}: {exc.message}") from None
 
 
 def _normalized(run: Run, engine: Engine, spec: ImageSpec, base_id: str, owner: Owner) -> Baked:

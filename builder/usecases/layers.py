@@ -15,6 +15,7 @@ import os
 import shutil
 import threading
 from collections.abc import Mapping, Sequence
+from functools import partial
 from pathlib import Path
 
 from builder.compat.rules import table
@@ -22,6 +23,7 @@ from builder.engine import staging
 from builder.engine.image_build import LayerFailed, LayerMaker
 from builder.lock import children
 from builder.lock.layer import (
+    LAYER_NAME,
     NVIDIA_LAYER_NAME,
     SEED,
     LayerError,
@@ -30,6 +32,7 @@ from builder.lock.layer import (
     line_layer,
     make_layers,
     make_nvidia_layer,
+    make_upper_layer,
     nvidia_layer,
     source_date_epoch,
     takes_layers,
@@ -82,7 +85,7 @@ def locked_wheels(spec: ImageSpec, cache: WheelCache, nvidia_only: bool = False)
     out = []
     chosen = [p for p in pins(spec.lock) if is_nvidia(p.name)] if nvidia_only else [*pins(spec.lock), Pin(SEED[0], SEED[1], (SEED[2],))]
     for pin in chosen:
-        file = pick(cache.files.files(pin.name), pin, tags)
+        file = cache.files.first(pin.name, partial(pick, pin=pin, tags=tags))
         if file is None or file.sha256 is None:
             raise LayerFailed(
                 f"{pin.name}=={pin.version}: no file the sources list with the lock's hashes is a wheel for {target.platform}, "
@@ -101,16 +104,20 @@ def layer_maker(specs: Sequence[ImageSpec], settings: BuildSettings, folder: Pat
     cache = WheelCache(wheel_files(specs, settings, takes_layers), folder)
     kept = LineLayers(folder.parent / "layers")
 
-    def make(spec: ImageSpec, folder: Path) -> None:
+    def make(spec: ImageSpec, folder: Path, *, line: bool = False) -> None:
         assert spec.lock is not None
+        layout = Layout(spec.python, spec.python_bin)
         try:
-            if line_layer(spec):
-                kept.link(Layout(spec.python, spec.python_bin), locked_wheels(spec, cache, nvidia_only=True), folder / NVIDIA_LAYER_NAME)
+            if line:
+                kept.link(layout, locked_wheels(spec, cache, nvidia_only=True), folder / NVIDIA_LAYER_NAME)
                 return
             wheels = locked_wheels(spec, cache)
             with children.work_folder() as scratch:
-                layout, epoch = Layout(spec.python, spec.python_bin), source_date_epoch(spec.lock)
-                make_layers(scratch, layout, wheels, epoch, folder, nvidia_layer(spec.lock))
+                epoch = source_date_epoch(spec.lock)
+                if line_layer(spec):  # its line's image holds the NVIDIA wheels: venv.tar is the rest
+                    make_upper_layer(scratch, layout, wheels, epoch, folder / LAYER_NAME)
+                else:
+                    make_layers(scratch, layout, wheels, epoch, folder, nvidia_layer(spec.lock))
         except (FetchFailed, LayerError) as exc:
             raise LayerFailed(str(exc)) from None
 

@@ -118,20 +118,24 @@ def test_two_engines_build_one_image_id(docker_client: DockerClient, workspace: 
                 client.close()
 
 
-def test_two_engines_make_one_line_image(docker_client: DockerClient, workspace: Path) -> None:
+def test_two_engines_make_one_line_image_and_member(docker_client: DockerClient, workspace: Path) -> None:
     """The cuda13 line's NVIDIA image (matrix.yaml line_layers; engine/line_image.py) made from clean on
     both engines, as `builder build` makes it before the line's members: one image ID, and its NVIDIA
-    layer's diff ID the sha256 of the tar the host made from the line lock's wheels."""
+    layer's diff ID the sha256 of the tar the host made from the line lock's wheels. Then a member
+    (cupy, canonical: its venv.tar above the line image) built by `builder build` on each: one image
+    ID, on the line image's layers."""
     ws = Workspace(workspace / "matrix.yaml")
     spec = next(s for s in ws.decided.images if s.id == LINE_MEMBER)
-    assert spec.line_image is not None and layer.line_layer(spec)
+    assert spec.line_image is not None and layer.line_layer(spec) and spec.canonical
     engines = _engines(docker_client)
     made: list[tuple[str, list[str]]] = []
+    members: list[tuple[str, list[str]]] = []
     build_dir = workspace / "build"
     try:
-        for n, (_, client) in enumerate(engines):
+        for n, (host, client) in enumerate(engines):
             if n:
                 _same_base(engines[0][1], client)
+            engine.remove_image_quietly(client, spec.tag)
             engine.remove_image_quietly(client, spec.line_image)
             chosen = settings.for_sources(os.environ, Sources(), ws.matrix.ca_bundle)
             run = Run(settings=chosen, build_dir=build_dir, lock_dir=build_dir / f"locks-{n}")
@@ -139,13 +143,20 @@ def test_two_engines_make_one_line_image(docker_client: DockerClient, workspace:
             line_image.ensure(run, engine.DockerEngine(client), spec)
             attrs = client.api.inspect_image(spec.line_image)
             made.append((attrs["Id"], attrs["RootFS"]["Layers"]))
+            done = builder(workspace, "build", "--select", f"id={LINE_MEMBER}", host=host)
+            assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+            member = client.api.inspect_image(spec.tag)
+            members.append((member["Id"], member["RootFS"]["Layers"]))
         assert made[0] == made[1], f"two engines made two line images: {made[0][0]} and {made[1][0]}"
         base = docker_client.api.inspect_image(BASE)["RootFS"]["Layers"]
         assert made[0][1][:-1] == base, "the line image is its base plus one layer"
         kept = {"sha256:" + staging.sha256_of(p) for p in (ROOT / "build" / "layers").glob("nvidia-*.tar")}
         assert made[0][1][-1] in kept, "the NVIDIA layer's diff ID is not the sha256 of the tar the host made"
-    finally:  # this lane's engine keeps it for the wheels slice (test_wheels_slice.py builds the line's members on it, then removes it)
+        assert members[0][1][: len(made[0][1])] == made[0][1], "the member is not on its line image's layers"
+        assert members[0] == members[1], f"two engines built two {LINE_MEMBER}: {members[0][0]} and {members[1][0]}"
+    finally:  # this lane's engine keeps the line image for the wheels slice (test_wheels_slice.py builds the members on it, then removes it)
         for _, client in dict.fromkeys(engines):
+            engine.remove_image_quietly(client, spec.tag)
             if client is not docker_client:
                 engine.remove_image_quietly(client, str(spec.line_image))
                 client.close()
