@@ -320,8 +320,41 @@ class FakeEngine:
                 self.architectures[made] = architecture_of(request.platform)
                 self.clock += 1
                 self.layers[made] = [BASE_LAYER, layer_tar({"etc/passwd": request.tag.encode()}, self.clock)]
+                dockerfile = request.path / "Dockerfile"
+                if dockerfile.is_file() and "LABEL io.builder.layer=" in dockerfile.read_text(encoding="utf-8"):
+                    self._stepwise(made, dockerfile.read_text(encoding="utf-8"), dict(request.labels))
 
         return self._opened(FakeStream(events))
+
+    def _stepwise(self, image: str, dockerfile: str, labels: dict[str, str]) -> None:
+        """A build of a Dockerfile whose layer tars are marked (engine/reproducible.py `marked`), as the
+        classic builder commits it: the FROM image's layers, a layer per RUN or COPY step (each with the
+        build's clock), an empty history entry per other step, the marker LABELs among them."""
+        layers: list[bytes] = []
+        history: list[dict[str, object]] = []
+        stamp = f"2023-11-{self.clock % 28 + 1:02d}T00:00:00.{self.clock}Z"
+        for line in (line.strip() for line in dockerfile.splitlines()):
+            word = line.split(" ", 1)[0].upper()
+            if word == "FROM":
+                below = line.split()[-1]
+                layers = list(self._layers(self.names[below])) if below in self.names else [BASE_LAYER]
+                history = [{"created": stamp, "created_by": f"base layer {i}"} for i in range(len(layers))]
+            elif word in ("RUN", "COPY", "ADD"):
+                layers.append(layer_tar({f"step/{len(layers)}": line.encode()}, self.clock))
+                history.append({"created": stamp, "created_by": f"/bin/sh -c {line}"})
+            elif word and not line.startswith("#"):
+                history.append({"created": stamp, "created_by": f"/bin/sh -c #(nop)  {line}", "empty_layer": True})
+        self.layers[image] = layers
+        config = {
+            "architecture": "amd64",
+            "os": "linux",
+            "config": {"Labels": {**labels, "io.builder.layer": "venv.tar"}, "Image": "sha256:" + "9" * 64},
+            "container": hashlib.sha256(stamp.encode()).hexdigest(),
+            "created": stamp,
+            "history": history,
+            "rootfs": {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(layer).hexdigest() for layer in layers]},
+        }
+        self.configs[image] = json.dumps(config).encode()
 
     def save_image(self, ref: str, out: Path) -> None:
         image = self.resolve(ref)

@@ -255,13 +255,14 @@ def test_a_canonical_build_is_offline_and_its_id_is_the_locks(tmp_path: Path) ->
     seen: list[bytes] = []
 
     def output(request: BuildRequest) -> list[Progress]:
-        seen.append((request.path / LAYER_NAME).read_bytes())
+        assert not (request.path / LAYER_NAME).exists(), "the tar is never sent as the build's context"
+        seen.append((request.path / "Dockerfile").read_bytes())
         return [Progress(text="Successfully built 0123456789ab\n")]
 
     engine.build_output = output
 
     def make(spec: ImageSpec, folder: Path, *, line: bool = False) -> None:
-        (folder / LAYER_NAME).write_bytes(b"the venv of " + spec.id.encode())
+        (folder / LAYER_NAME).write_bytes(layer_tar({"opt/venv/pyvenv.cfg": b"the venv of " + spec.id.encode()}, EPOCH))
 
     results = []
     for n in (1, 2):
@@ -269,14 +270,26 @@ def test_a_canonical_build_is_offline_and_its_id_is_the_locks(tmp_path: Path) ->
         # the second build's host has a proxy: a canonical build takes no build args (they change the history)
         settings = BuildSettings(proxies=(("HTTP_PROXY", "http://u:p@proxy.example:3128"),) if n == 2 else ())
         run = Run(settings=settings, build_dir=tmp_path / f"b{n}", lock_dir=tmp_path, revision="0" * 40, layers=make)
-        results.append(image_build.build_image(run, engine, SPEC, {"Dockerfile": b"FROM x\nADD venv.tar /\n"}, force=True))
+        dockerfile = b"FROM x\nADD venv.tar /\nRUN chmod 0755 /x\n"
+        results.append(image_build.build_image(run, engine, SPEC, {"Dockerfile": dockerfile}, force=True))
     assert [r.status for r in results] == ["built", "built"], results
     assert results[0].image_id == results[1].image_id
     assert {r.base_id for r in results} == {"sha256:base"}
     assert engine.resolve(SPEC.tag) == results[0].image_id
     assert {r.network_mode for r in engine.builds} == {"none"}
     assert [dict(r.buildargs) for r in engine.builds] == [{}, {}], "no proxy reaches a canonical build"
-    assert seen == [b"the venv of " + SPEC.id.encode()] * 2
+    assert seen == [b"FROM x\nLABEL io.builder.layer=venv.tar\nRUN chmod 0755 /x\n"] * 2, "the ADD step marked"
+    loaded = engine.inspect_image(SPEC.tag)
+    assert loaded is not None and loaded.id == results[0].image_id
+    venv = "sha256:" + hashlib.sha256(layer_tar({"opt/venv/pyvenv.cfg": b"the venv of " + SPEC.id.encode()}, EPOCH)).hexdigest()
+    assert list(loaded.diff_ids)[1:] == [venv, *list(loaded.diff_ids)[2:]], "the host's tar is the layer, in the ADD step's place"
+    config = json.loads(engine.configs[loaded.id])
+    assert [h["created_by"] for h in config["history"] if not h.get("empty_layer")][1:3] == [
+        "ADD venv.tar /",
+        "/bin/sh -c RUN chmod 0755 /x",
+    ]
+    assert "io.builder.layer" not in config["config"]["Labels"], "the marker label is not the image's"
+    assert not list((tmp_path / "b1").rglob("*.layers")), "the layer tars go with the build"
     assert {r.tag for r in engine.builds} == {image_build.build_tag(SPEC)} != {SPEC.tag}, "the tag moves only to the normalized image"
     built = {image_id_of(r.tag, dict(r.labels)) for r in engine.builds}
     assert not built & engine.image_ids, "the build's own image is removed once the normalized one is loaded"
@@ -295,10 +308,10 @@ def test_a_base_that_moved_during_the_build_fails_it(tmp_path: Path) -> None:
     engine.build_output = output
 
     def make(spec: ImageSpec, folder: Path, *, line: bool = False) -> None:
-        (folder / LAYER_NAME).write_bytes(b"venv")
+        (folder / LAYER_NAME).write_bytes(layer_tar({"opt/venv/pyvenv.cfg": b"venv"}, EPOCH))
 
     run = Run(settings=BuildSettings(), build_dir=tmp_path, lock_dir=tmp_path, layers=make)
-    result = image_build.build_image(run, engine, SPEC, {"Dockerfile": b"FROM x\n"}, force=True)
+    result = image_build.build_image(run, engine, SPEC, {"Dockerfile": b"FROM x\nADD venv.tar /\n"}, force=True)
     assert result.status == "failed" and "not the image the build started from (sha256:base)" in (result.error or ""), result
     assert SPEC.tag not in engine.names and image_build.build_tag(SPEC) not in engine.names
 

@@ -35,13 +35,16 @@ from builder.util.errors import RunFailure, UserError
 from builder.workspace import Store, Workspace
 from tests.catalog_fixtures import record
 from tests.conftest import RunCli
-from tests.fake_engine import FakeEngine, connect_to
+from tests.fake_engine import FakeEngine, connect_to, layer_tar
 from tests.fake_registry import FakeRegistry
 from tests.test_evidence import HOST, ROOT, TESTED, fake, make_key, needs_ssh_keygen, publish, spec
 
 __all__ = ["fake", "spec"]  # tests/test_evidence.py's fixtures: the torch CPU image, published through the in-memory engine
 
 NUMBA = "numba0.68.0-cpu-py3.11-debian12"
+VENV_TAR = layer_tar(
+    {"opt/venv/pyvenv.cfg": b"venv"}, 946_684_800
+)  # a rebuild's venv.tar (the layer's own tests are test_canonical_layer.py's)
 BASE = ("sha256:" + "1" * 64, "sha256:" + "2" * 64)
 OWN = ("sha256:" + "3" * 64, "sha256:" + "4" * 64, "sha256:" + "5" * 64, "sha256:" + "6" * 64)
 STEPS = ("RUN useradd app", "ADD venv.tar /", "COPY hello_gpu.py /usr/local/bin/hello-gpu", "RUN chmod 0755 /usr/local/bin/hello-gpu")
@@ -276,7 +279,9 @@ def offline_rebuild(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> tuple[An
     monkeypatch.setenv("BUILDER_LOCK_DIR", str(tmp_path / "locks"))
     monkeypatch.setattr(Builder, "ensure_bases", lambda self, specs: {})
     monkeypatch.setattr(
-        reproducing, "layer_maker", lambda specs, settings, folder: lambda spec, context: (context / LAYER_NAME).write_bytes(b"venv")
+        reproducing,
+        "layer_maker",
+        lambda specs, settings, folder: lambda spec, context, line=False: (context / LAYER_NAME).write_bytes(VENV_TAR),
     )
     real = Workspace.locate(str(ROOT / "matrix.yaml"))
     ws = Elsewhere(real, tmp_path)
@@ -308,11 +313,17 @@ def test_a_rebuild_is_compared_layer_by_layer_and_removed(offline_rebuild: tuple
         "(rebuilt with the published image's io.builder.workspace=0123456789abcdef, org.opencontainers.image.revision=ffffffffffffffffffffffffffffffffffffffff)"
     )
     assert note.startswith("rebuilt with the published image's io.builder.workspace=")
-    layers = (*base.diff_ids, _got(one_layer.line))
-    config, _ = rebuild(attestation.BuiltImage("sha256:" + "a" * 64, layers, True))
-    assert config.line.startswith("differs: the config (every one of the 2 layers is equal; image ID expected sha256:aaaa"), config.line
+    layers, config, lines = tuple(base.diff_ids), one_layer, []
+    while config.line.startswith("differs: layer "):  # each rebuild names the first layer the record lacks
+        lines.append(config.line)
+        layers = (*layers, _got(config.line))
+        config, _ = rebuild(attestation.BuiltImage("sha256:" + "a" * 64, layers, True))
+    venv = "sha256:" + hashlib.sha256(VENV_TAR).hexdigest()
+    assert lines[1].startswith(f"differs: layer 2 (the venv layer (ADD venv.tar /)): expected no layer, got {venv}"), lines
+    assert len(layers) == 5, "the base, useradd, the venv (the host's tar as it is), the probe's COPY and chmod"
+    assert config.line.startswith("differs: the config (every one of the 5 layers is equal; image ID expected sha256:aaaa"), config.line
     same, _ = rebuild(attestation.BuiltImage(_got(config.line), layers, True))
-    assert same.outcome == "reproduced" and same.line.startswith(f"reproduced: image ID {_got(config.line)} and its 2 layers")
+    assert same.outcome == "reproduced" and same.line.startswith(f"reproduced: image ID {_got(config.line)} and its 5 layers")
     assert {r.labels["io.builder.workspace"] for r in engine.builds} == {"0123456789abcdef"}, "the published label, not this checkout's"
     assert {r.network_mode for r in engine.builds} == {"none"}
     assert not [n for n in engine.names if n.endswith(("-reproduce", "-unnormalized"))], "the rebuilt image is given back"

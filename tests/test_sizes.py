@@ -42,6 +42,8 @@ def test_the_venv_is_the_layer_that_wrote_it() -> None:
         == 250_000_000
     )
     assert sizes.venv_bytes([Layer("ADD venv.tar / # buildkit", 7)]) == 7
+    # a canonical image normalized by builder: each host-made tar's history entry is its own step (engine/reproducible.py)
+    assert sizes.venv_bytes([Layer("ADD nvidia.tar /", 400), Layer("/bin/sh -c useradd app", 9), Layer("ADD venv.tar /", 300)]) == 700
 
 
 def layers(history: list[dict[str, object]]) -> list[Layer]:

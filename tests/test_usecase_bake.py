@@ -7,6 +7,7 @@ tests/integration/test_reproducible.py)."""
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import shutil
 import subprocess
@@ -57,12 +58,19 @@ class Buildx:
             venv = (cwd / target["context"] / LAYER_NAME).read_bytes()
             dockerfile = (cwd / target["context"] / "Dockerfile").read_text(encoding="utf-8").splitlines()
             below = next(line.split()[-1] for line in dockerfile if line.startswith("FROM "))  # the base, or a CUDA line's image
-            layers = [*self.engine._layers(self.engine.names[below]), layer_tar({"etc/passwd": b"app:x:10001"}, 1_765_000_000), venv]
-            layers.append(layer_tar({}, 1_765_000_000))
+            layers = [*self.engine._layers(self.engine.names[below]), layer_tar({"etc/passwd": b"app:x:10001"}, 1_765_000_000)]
+            with tarfile.open(fileobj=io.BytesIO(venv)) as added:
+                rebuilt = layer_tar({n.lstrip("./"): b"as BuildKit commits it" for n in added.getnames()}, 1_765_000_000)
+            layers += [rebuilt, layer_tar({}, 1_765_000_000)]  # its own tar of the venv, and WORKDIR's empty layer
             image = self.engine.add_image(
                 "sha256:" + hashlib.sha256(venv + name.encode()).hexdigest(), *target["tags"], labels=target["labels"]
             )
             self.engine.layers[image] = layers
+            steps = ["RUN /bin/sh -c useradd app # buildkit", "ADD venv.tar / # buildkit", "WORKDIR /home/app"]
+            history = [{"created_by": f"base layer {i}"} for i in range(len(layers) - 3)] + [{"created_by": step} for step in steps]
+            diff_ids = ["sha256:" + hashlib.sha256(layer).hexdigest() for layer in layers]
+            config = {"config": {"Labels": target["labels"]}, "history": history, "rootfs": {"type": "layers", "diff_ids": diff_ids}}
+            self.engine.configs[image] = json.dumps(config).encode()
         kwargs["stdout"].write("#12 naming to the tags done\n")
         return subprocess.CompletedProcess(argv, 0)
 
@@ -98,6 +106,8 @@ def test_bake_loads_each_image_normalized_under_its_tag(baked: tuple[Workspace, 
     assert engine.inspect_image(build_tag(spec)) is None, "the unnormalized tag is gone"
     assert engine.inspect_image("sha256:" + "0" * 64) is None, "the image the tag named before is removed"
     assert len(result.diff_ids) == 3, "the base, the RUN layer, the venv: the empty WORKDIR layer is left out"
+    venv = (ws.build_dir / "bake-canonical" / spec.id / LAYER_NAME).read_bytes()
+    assert result.diff_ids[2] == "sha256:" + hashlib.sha256(venv).hexdigest(), "BuildKit's venv layer is the host's tar, as builder build's"
     name = bake.target_name(spec.id)
     bake_call = buildx.calls[-1]
     assert bake_call[:3] == ["docker", "buildx", "bake"] and "--load" in bake_call and bake_call[-1] == name

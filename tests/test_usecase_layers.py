@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import tarfile
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -32,6 +33,9 @@ class FakeFiles:
 
     def files(self, name: str) -> list[IndexFile]:
         return self.listed.get(name, [])
+
+    def first(self, name: str, choose: Callable[[list[IndexFile]], IndexFile | None]) -> IndexFile | None:
+        return choose(self.files(name))  # one source here
 
     def fetch(self, file: IndexFile, sha256: str, folder: Path) -> Path:
         self.fetches.append(file.url)

@@ -183,12 +183,33 @@ def _build_locked(
     base_before = engine.inspect_image(from_ref(spec)) if spec.canonical else None  # the FROM image the build asserts
     if line_layer(spec):  # its FROM holds the NVIDIA wheels: nothing serves them to the install
         staged = _without_nvidia(staged)
+    layers: dict[str, Path] = {}  # a canonical image's layer tars (venv.tar, nvidia.tar), made on the host
     if spec.canonical:
         try:
-            staged = _with_layer(run, spec, staged)
+            staged, layers = _with_layer(run, spec, staged)
         except BuildFailed as exc:
             shutil.rmtree(staged.path, ignore_errors=True)
+            shutil.rmtree(layers_dir(run, spec), ignore_errors=True)
             return _failed(run, spec, started, 0, log_path, exc.message)
+    try:
+        return _build_staged(run, engine, spec, staged, layers, started, replaced, base_before, log_path)
+    finally:
+        shutil.rmtree(layers_dir(run, spec), ignore_errors=True)
+
+
+def _build_staged(
+    run: Run,
+    engine: Engine,
+    spec: ImageSpec,
+    staged: staging.Staged,
+    layers: Mapping[str, Path],
+    started: float,
+    replaced: str | None,
+    base_before: ImageInfo | None,
+    log_path: Path,
+) -> BuildResult:
+    secrets = run.secrets
+    assert secrets is not None  # _build_locked checked it
     uv, no_uv = None, None
     try:
         uv = native_uv.binary(run.settings, run.tools_dir) if staged.uv else None
@@ -239,7 +260,7 @@ def _build_locked(
         return _failed(run, spec, started, attempts, log_path, f"the build finished but the engine has no image {build_tag(spec)}")
     if spec.canonical:
         try:
-            built = reproducible_image(run, engine, spec, built, base_before.id if base_before else None)
+            built = reproducible_image(run, engine, spec, built, base_before.id if base_before else None, layers)
         except BuildFailed as exc:
             return _failed(run, spec, started, attempts, log_path, exc.message)
     if replaced and replaced != built.id:  # the old image is garbage now; nightly rebuilds would fill the disk
@@ -262,28 +283,50 @@ def _without_nvidia(staged: staging.Staged) -> staging.Staged:
     return replace(staged, wheels=tuple(path.name for path in rest), wheel_files=rest)
 
 
-def _with_layer(run: Run, spec: ImageSpec, staged: staging.Staged) -> staging.Staged:
-    """The context with the venv layer made from the lock, and nothing to serve: the Dockerfile
-    fetches nothing (it is built with the network off)."""
+def layers_dir(run: Run, spec: ImageSpec) -> Path:
+    """Where a canonical build keeps its layer tars, beside its context (not in it: never sent to the
+    engine) until the normalization has put them in the image; swept with the run's staging folder."""
+    return run.staging_root / f"{spec.id}.layers"
+
+
+def _with_layer(run: Run, spec: ImageSpec, staged: staging.Staged) -> tuple[staging.Staged, dict[str, Path]]:
+    """The layer tars made from the lock (venv.tar, and nvidia.tar where the lock pins NVIDIA wheels
+    and is on no CUDA line) in `layers_dir`, the context's Dockerfile with each `ADD <tar> /` step
+    marked instead (engine/reproducible.py `marked`: the build commits only the small steps, the
+    normalization puts the tars in their places), and nothing to serve: the Dockerfile fetches
+    nothing (it is built with the network off)."""
     if run.layers is None:
         raise BuildFailed(f"{spec.id} is a canonical image but this build cannot make its venv layer")
+    folder = layers_dir(run, spec)
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
     try:
-        run.layers(spec, staged.path)
+        run.layers(spec, folder)
     except LayerFailed as exc:
         raise BuildFailed(f"its venv layer: {exc}") from None
-    return replace(
+    made = {path.name: path for path in sorted(folder.glob("*.tar"))}
+    dockerfile = staged.path / "Dockerfile"
+    try:
+        dockerfile.write_text(reproducible.marked(dockerfile.read_text(encoding="utf-8"), made), encoding="utf-8")
+    except reproducible.NotAnArchive as exc:
+        raise BuildFailed(f"its Dockerfile does not add the layers made from its lock: {exc}") from None
+    served = replace(
         staged, wheels=(), wheel_files=(), extra_index_urls=(), pip_conf_to_serve=None, served_ca=None, served_local=None, uv=False
     )
+    return served, made
 
 
-def reproducible_image(run: Run, engine: Engine, spec: ImageSpec, built: ImageInfo, base_id: str | None) -> ImageInfo:
+def reproducible_image(
+    run: Run, engine: Engine, spec: ImageSpec, built: ImageInfo, base_id: str | None, layers: Mapping[str, Path]
+) -> ImageInfo:
     """The built image saved, its timestamps and build-only fields normalized to the lock's epoch,
+    each of `layers` (the tars made from the lock) put in the place of the step that stands for it,
     loaded back under its tag (engine/reproducible.py); the intermediate image this build made is
     removed. Refused when the base is not `base_id` (the one the build started from) or the image is
     not on its layers: the FROM line names the base by tag, so the build asserts its ID."""
     assert spec.lock is not None
     try:
-        image_id = _normalized(run, engine, spec, built, spec.lock, base_id)
+        image_id = _normalized(run, engine, spec, built, spec.lock, base_id, layers)
     finally:
         engine.remove_image(build_tag(spec))  # the tag only: the image goes with it unless the load made it the final one
     loaded = engine.inspect_image(spec.tag)
@@ -294,7 +337,9 @@ def reproducible_image(run: Run, engine: Engine, spec: ImageSpec, built: ImageIn
     return loaded
 
 
-def _normalized(run: Run, engine: Engine, spec: ImageSpec, built: ImageInfo, lock: Lock, base_id: str | None) -> str:
+def _normalized(
+    run: Run, engine: Engine, spec: ImageSpec, built: ImageInfo, lock: Lock, base_id: str | None, layers: Mapping[str, Path]
+) -> str:
     below = from_ref(spec)  # its base, or its CUDA line's image: kept as they are, shared
     base = engine.inspect_image(below)
     if base is None or base.id != base_id:
@@ -308,7 +353,8 @@ def _normalized(run: Run, engine: Engine, spec: ImageSpec, built: ImageInfo, loc
         try:
             engine.save_image(build_tag(spec), saved)
             # loaded back into the engine that built it: the FROM image's layers are there (it is `built`'s)
-            image_id = reproducible.normalize_archive(saved, out, source_date_epoch(lock), keep, [spec.tag], kept_files=False)
+            epoch = source_date_epoch(lock)
+            image_id = reproducible.normalize_archive(saved, out, epoch, keep, [spec.tag], kept_files=False, files=layers)
             saved.unlink()
             engine.load_image(out)
         except (EngineFault, reproducible.NotAnArchive) as exc:

@@ -30,8 +30,9 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import re
 import tarfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -48,14 +49,24 @@ class NotAnArchive(Exception):
     """The saved file is not the docker-archive this rewrites (one line)."""
 
 
-def normalize_config(config: dict[str, Any], epoch: int, diff_ids: list[str], dropped: Iterable[int] = ()) -> bytes:
+def normalize_config(
+    config: dict[str, Any], epoch: int, diff_ids: list[str], dropped: Iterable[int] = (), history: list[dict[str, Any]] | None = None
+) -> bytes:
     """The config with the epoch's timestamps, without the build's container and engine, and these diff IDs;
-    `dropped`: the indexes (among the layers as saved) of layers left out, whose history entries become empty."""
+    `dropped`: the indexes (among the layers as saved) of layers left out, whose history entries become
+    empty; `history`: the entries as they are to be (then `dropped` is not read). The marker label of
+    `marked` goes."""
     out = {k: v for k, v in config.items() if k not in DROPPED}
-    if isinstance(config.get("config"), dict) and "Image" in config["config"]:
-        out["config"] = {**config["config"], "Image": ""}  # the classic builder's last step image: an ID of this build's
+    inner = config.get("config")
+    if isinstance(inner, dict):
+        labels = inner.get("Labels")
+        out["config"] = {
+            **inner,
+            **({"Image": ""} if "Image" in inner else {}),  # the classic builder's last step image: an ID of this build's
+            **({"Labels": {k: v for k, v in labels.items() if k != MARKER_LABEL}} if isinstance(labels, dict) else {}),
+        }
     out["created"] = utc_stamp(epoch)
-    out["history"] = list(_history(config.get("history") or [], epoch, set(dropped)))
+    out["history"] = history if history is not None else list(_history(config.get("history") or [], epoch, set(dropped)))
     out["rootfs"] = {**(config.get("rootfs") or {"type": "layers"}), "diff_ids": diff_ids}
     return json.dumps(out, sort_keys=True, separators=(",", ":")).encode()
 
@@ -176,15 +187,55 @@ class _Hashing(io.RawIOBase):
         return self._sha.hexdigest()
 
 
-def normalize_archive(saved: Path, out: Path, epoch: int, keep: int, tags: list[str] | None = None, *, kept_files: bool = True) -> str:
+MARKER_LABEL = "io.builder.layer"  # `builder build`'s stand-in for a step that ADDs a layer tar made on the host
+_MARKER = re.compile(r"\bLABEL " + re.escape(MARKER_LABEL) + r'="?([\w.-]+)"?')
+_BUILDKIT_ADD = re.compile(r"^ADD ([\w.-]+) / # buildkit$")  # BuildKit's history of `ADD venv.tar /`
+
+
+def marked(dockerfile: str, names: Iterable[str]) -> str:
+    """The Dockerfile with each `ADD <name> /` step (a layer tar made on the host) replaced by a
+    LABEL step naming it: the build commits no layer for it and sends no tar as its context;
+    `normalize_archive` puts the tar in that place. NotAnArchive unless each is there once."""
+    lines = dockerfile.split("\n")
+    for name in names:
+        at = [i for i, line in enumerate(lines) if line.strip() == f"ADD {name} /"]
+        if len(at) != 1:
+            raise NotAnArchive(f"the Dockerfile has {len(at)} steps `ADD {name} /`, not one")
+        lines[at[0]] = f"LABEL {MARKER_LABEL}={name}"
+    return "\n".join(lines)
+
+
+def added_by(entry: dict[str, Any], files: Mapping[str, Path]) -> str | None:
+    """The layer tar of `files` this history entry stands for: `marked`'s LABEL (the classic builder),
+    or BuildKit's own `ADD <name> /` (bake builds the Dockerfile as it is)."""
+    text = str(entry.get("created_by") or "")
+    found = _MARKER.search(text) if entry.get("empty_layer") else _BUILDKIT_ADD.match(text)
+    return found.group(1) if found and found.group(1) in files else None
+
+
+def normalize_archive(
+    saved: Path,
+    out: Path,
+    epoch: int,
+    keep: int,
+    tags: list[str] | None = None,
+    *,
+    kept_files: bool = True,
+    files: Mapping[str, Path] | None = None,
+) -> str:
     """Rewrite the docker-archive `saved` into `out`: the first `keep` layers (the base's) as they
     are, the rest clamped (a layer left empty is left out), the config normalized, named by `tags`
     when given (else as saved). Returns the new image ID (sha256 of the config).
+
+    `files`: layer tars made on the host (venv.tar, nvidia.tar), each the layer of the step that
+    stands for it (`added_by`): the tar as it is, its diff ID its sha256, its history entry
+    `ADD <name> /`. Where the build committed a layer for it (BuildKit), that layer is left out.
 
     Without `kept_files`, the base's layers are named by the manifest but their files are left out
     of `out`: an engine that has those layers (the one the image was built on) loads it all the same
     (a load reads a layer's file only when no layer of that chain is there), and a line member's
     archive is then its own GBs, not its base's and its line's too."""
+    files = dict(files or {})
     with tarfile.open(saved) as src:
         manifest = archive_json(src, "manifest.json")
         if not isinstance(manifest, list) or len(manifest) != 1:
@@ -195,25 +246,96 @@ def normalize_archive(saved: Path, out: Path, epoch: int, keep: int, tags: list[
         diff_ids: list[str] = list(config["rootfs"]["diff_ids"])
         if len(layers) != len(diff_ids) or keep > len(layers):
             raise NotAnArchive(f"{saved.name}: {len(layers)} layers for {len(diff_ids)} diff IDs, {keep} of them the base's")
+        steps = _steps(config.get("history") or [], len(layers), files)
         beneath = Beneath(lambda: _members(src, layers[:keep]))
-        kept_layers, kept_ids, dropped = [], [], []
+        kept_layers, kept_ids, history = [], [], []
         with tarfile.open(out, "w") as dst:
-            for index, name in enumerate(layers):
-                diff_id = diff_ids[index] if index < keep else _clamped(src, dst, name, epoch, out.parent, beneath)
-                if index < keep and kept_files:
-                    _copy(src, dst, name)
-                if diff_id is None:
-                    dropped.append(index)
+            for entry_in, index, name in steps:
+                if name is not None:
+                    kept_layers.append(f"{name}/layer.tar")
+                    kept_ids.append(_file_layer(dst, files[name], f"{name}/layer.tar", beneath))
+                    history.append({**entry_in, "created": utc_stamp(epoch), "created_by": f"ADD {name} /"} | {"empty_layer": False})
                     continue
-                kept_layers.append(name)
-                kept_ids.append(diff_id)
-            body = normalize_config(config, epoch, kept_ids, dropped)
+                if index is None:
+                    history.append({**entry_in, "created": utc_stamp(epoch)})
+                    continue
+                if index < keep:
+                    diff_id: str | None = diff_ids[index]
+                    if kept_files:
+                        _copy(src, dst, layers[index])
+                else:
+                    diff_id = _clamped(src, dst, layers[index], epoch, out.parent, beneath)
+                history.append({**entry_in, "created": utc_stamp(epoch)} | ({"empty_layer": True} if diff_id is None else {}))
+                if diff_id is not None:
+                    kept_layers.append(layers[index])
+                    kept_ids.append(diff_id)
+            written = [{k: v for k, v in h.items() if k != "empty_layer" or v} for h in history] if config.get("history") else []
+            body = normalize_config(config, epoch, kept_ids, history=written)
             image_id = "sha256:" + hashlib.sha256(body).hexdigest()
             config_name = image_id.removeprefix("sha256:") + ".json"
             _add(dst, config_name, body)
             named = {**entry, "Config": config_name, "Layers": kept_layers, **({"RepoTags": tags} if tags is not None else {})}
             _add(dst, "manifest.json", json.dumps([named], separators=(",", ":")).encode())
     return image_id
+
+
+Step = tuple[dict[str, Any], int | None, str | None]  # (history entry, the saved layer it made or None, the host tar it stands for)
+
+
+def _steps(history: list[dict[str, Any]], count: int, files: Mapping[str, Path]) -> list[Step]:
+    """The history entries with the saved layer each made and the host tar each stands for; a layer
+    whose step stands for a host tar is replaced by it. NotAnArchive when the history does not
+    account for every saved layer once, or a host tar for no step or for two."""
+    out: list[Step] = []
+    layer = 0
+    for entry in history:
+        name = added_by(entry, files)
+        made = None if entry.get("empty_layer") else layer
+        layer += made is not None
+        out.append((entry, None if name is not None else made, name))
+    if not history:
+        out = [({}, index, None) for index in range(count)]  # an archive with no history: its layers as they are
+    elif layer != count:
+        raise NotAnArchive(f"the saved image's history makes {layer} layers, its manifest names {count}")
+    placed = [name for _, _, name in out if name is not None]
+    missing = sorted(set(files) - set(placed)) or sorted({n for n in placed if placed.count(n) > 1})
+    if missing:
+        raise NotAnArchive(f"the saved image has {placed.count(missing[0])} steps that add {missing[0]}, not one")
+    return out
+
+
+def _file_layer(dst: tarfile.TarFile, path: Path, name: str, beneath: Beneath) -> str:
+    """A host-made layer tar into the archive as it is; its sha256 (the diff ID)."""
+    try:
+        with tarfile.open(path) as layer:
+            beneath.add(layer.getmembers())
+    except tarfile.TarError as exc:
+        raise NotAnArchive(f"{path.name} is not a tar ({exc})") from None
+    info = tarfile.TarInfo(name)
+    info.size, info.mode = path.stat().st_size, 0o644
+    with path.open("rb") as data:
+        hashing = _HashingReader(data)
+        dst.addfile(info, hashing)
+    return "sha256:" + hashing.hexdigest()
+
+
+class _HashingReader(io.RawIOBase):
+    """A read-only stream that hashes what is read through it."""
+
+    def __init__(self, source: IO[bytes]) -> None:
+        self._source = source
+        self._sha = hashlib.sha256()
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1, /) -> bytes:
+        data = self._source.read(size)
+        self._sha.update(data)
+        return data
+
+    def hexdigest(self) -> str:
+        return self._sha.hexdigest()
 
 
 def _members(src: tarfile.TarFile, layers: list[str]) -> Iterator[tarfile.TarInfo]:

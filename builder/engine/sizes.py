@@ -25,7 +25,7 @@ from builder.engine.port import ContainerSpec, Engine, EngineFault, Layer
 VENV_LAYER = re.compile(
     r"-m venv /opt/venv(?=[;\s]|$)"  # the install step (templates/Dockerfile.j2)
     r"|COPY .*(?: in |\s)/opt/venv\s*(?:# buildkit)?\s*$"  # older versions' final COPY, classic builder and BuildKit
-    r"|ADD (?:file:[0-9a-f]+ in /|venv\.tar /)\s*(?:# buildkit)?\s*$"  # a canonical image's venv.tar (docs/reproducible.md)
+    r"|ADD (?:file:[0-9a-f]+ in /|(?:venv|nvidia)\.tar /)\s*(?:# buildkit)?\s*$"  # a canonical image's venv.tar and nvidia.tar (docs/reproducible.md)
     r"|^ADD nvidia\.tar / \(builder: the NVIDIA wheels of CUDA line \S+\)$"  # a CUDA line's NVIDIA layer (engine/line_image.py)
 )
 MB = 1e6

@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import html.parser
 import json
-import os
 import ssl
 import urllib.error
 import urllib.request
@@ -29,10 +28,12 @@ from urllib.parse import quote, urljoin, urlsplit
 from urllib.request import url2pathname
 
 from builder import __version__
+from builder.engine import staging
 from builder.engine.retry import GaveUp, retry_network
 from builder.lock.wheels import IndexFile
 from builder.updates import transport
 from builder.updates.index import _LOOPBACK, _split_url
+from builder.util.errors import UserError
 from builder.util.text import printable, redact
 
 MAX_LISTING = 64 * 2**20  # a project page with every file of every release (torch's is a few MB)
@@ -267,11 +268,9 @@ def _folder_files(folder: Path, project: str) -> list[IndexFile]:
 
 
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    with os.fdopen(fd, "rb") as handle:
-        if not os.path.isfile(path):
-            raise FetchFailed(f"{path} is not a regular file")
-        while chunk := handle.read(CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+    """A local file's sha256, read once per run for an unchanged file (staging.sha256_of: a CUDA line's
+    members and its image ask for the same GBs of wheels); FetchFailed for what is not a regular file."""
+    try:
+        return staging.sha256_of(path)
+    except UserError as exc:
+        raise FetchFailed(exc.message) from None

@@ -136,7 +136,9 @@ def _normalized(run: Run, engine: Engine, spec: ImageSpec, base_id: str, owner: 
             return Baked(spec.id, spec.tag, None, error=f"bake finished but the engine has no image {build_tag(spec)}")
         current = engine.inspect_image(spec.tag)
         try:
-            loaded = image_build.reproducible_image(run, engine, spec, built, base_id)
+            context = run.build_dir / "bake-canonical" / spec.id  # BuildKit added its tars: the normalization puts these in their place
+            tars = {path.name: path for path in sorted(context.glob("*.tar"))}
+            loaded = image_build.reproducible_image(run, engine, spec, built, base_id, tars)
         except BuildFailed as exc:
             return Baked(spec.id, spec.tag, None, error=exc.message)
         if current is not None and current.id != loaded.id and replaceable(current, owner):

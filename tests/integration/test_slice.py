@@ -252,9 +252,9 @@ def test_ctrl_c_during_a_build_leaves_no_container_and_no_half_tag(slice_build: 
         preexec_fn=_default_sigint,
     )
     try:
-        # the install step: pip's, or a canonical image's ADD of its venv layer (matrix.yaml canonical_layers), whose
+        # the install step: pip's, or the marked step of a canonical image's venv layer (matrix.yaml canonical_layers), whose
         # finished build would give the same image ID anyway (docs/reproducible.md)
-        step = "ADD venv.tar" if numba.canonical else "pip install"
+        step = "LABEL io.builder.layer=venv.tar" if numba.canonical else "pip install"  # engine/reproducible.py `marked`
         _wait_for(lambda: log.exists() and step in log.read_text(errors="replace"), 300, "the install step")
         time.sleep(2)
         proc.send_signal(signal.SIGINT)
