@@ -414,3 +414,94 @@ def test_a_folder_a_layer_below_removed_is_kept(tmp_path: Path) -> None:
     plain, _ = _normalized(tmp_path, "plain", [_tar([(".wh.etc", 0o644, b"")], 1), _tar(CHMOD, 1)])
     again, _ = _normalized(tmp_path, "again", [_tar([(".wh.etc", 0o644, b"")], 1), _tar([("etc", 0o755, None), *CHMOD], 1)])
     assert again[2] != plain[2]
+
+
+# -- the host's tars put in place of their marked steps (engine/reproducible.py `marked`, `normalize_archive(files=)`) ------
+
+
+def test_each_add_of_a_host_tar_is_marked_once_or_refused() -> None:
+    dockerfile = "FROM b\nADD nvidia.tar /\nRUN useradd app\nADD venv.tar /\nCOPY x /x\n"
+    marked = reproducible.marked(dockerfile, ["nvidia.tar", "venv.tar"])
+    assert marked == "FROM b\nLABEL io.builder.layer=nvidia.tar\nRUN useradd app\nLABEL io.builder.layer=venv.tar\nCOPY x /x\n"
+    with pytest.raises(reproducible.NotAnArchive, match=r"^the Dockerfile has 0 steps `ADD venv.tar /`, not one$"):
+        reproducible.marked("FROM b\nRUN true\n", ["venv.tar"])
+    with pytest.raises(reproducible.NotAnArchive, match="has 2 steps"):
+        reproducible.marked("FROM b\nADD venv.tar /\nADD venv.tar /\n", ["venv.tar"])
+
+
+def _marked_archive(tmp_path: Path, history: list[dict[str, object]], layers: list[bytes]) -> Path:
+    saved = tmp_path / "saved.tar"
+    diff_ids = ["sha256:" + hashlib.sha256(data).hexdigest() for data in layers]
+    config = {
+        "config": {"Labels": {"io.builder.layer": "venv.tar", "keep": "1"}},
+        "history": history,
+        "rootfs": {"type": "layers", "diff_ids": diff_ids},
+    }
+    write_archive(saved, "sha256:" + "1" * 64, [SPEC.tag], {}, layers, 1_700_000_000, json.dumps(config).encode())
+    return saved
+
+
+def test_the_host_tar_is_the_layer_of_its_marked_step(tmp_path: Path) -> None:
+    venv = tmp_path / "venv.tar"
+    venv.write_bytes(layer_tar({"opt/venv/pyvenv.cfg": b"home = /usr/bin\n"}, EPOCH))
+    history: list[dict[str, object]] = [
+        {"created_by": "base"},
+        {"created_by": "/bin/sh -c useradd app"},
+        {"created_by": "/bin/sh -c #(nop)  LABEL io.builder.layer=venv.tar", "empty_layer": True},
+        {"created_by": "/bin/sh -c #(nop)  USER app", "empty_layer": True},
+    ]
+    saved = _marked_archive(tmp_path, history, [BASE_DIRS, _tar(USERADD, 1_765_000_000)])
+    out = tmp_path / "out.tar"
+    image_id = reproducible.normalize_archive(saved, out, EPOCH, keep=1, files={"venv.tar": venv}, kept_files=False)
+    with tarfile.open(out) as tar:
+        manifest = json.loads(tar.extractfile("manifest.json").read())  # type: ignore[union-attr]
+        config = json.loads(tar.extractfile(manifest[0]["Config"]).read())  # type: ignore[union-attr]
+        names = tar.getnames()
+        assert tar.extractfile(manifest[0]["Layers"][2]).read() == venv.read_bytes()  # type: ignore[union-attr]
+    assert image_id == "sha256:" + hashlib.sha256(tar_member(out, manifest[0]["Config"])).hexdigest()
+    assert config["rootfs"]["diff_ids"][2] == "sha256:" + hashlib.sha256(venv.read_bytes()).hexdigest()
+    assert [h["created_by"] for h in config["history"]] == [
+        "base",
+        "/bin/sh -c useradd app",
+        "ADD venv.tar /",
+        "/bin/sh -c #(nop)  USER app",
+    ]
+    assert [bool(h.get("empty_layer")) for h in config["history"]] == [False, False, False, True]
+    assert config["config"]["Labels"] == {"keep": "1"}, "the marker label goes, the others stay"
+    assert manifest[0]["Layers"][0] not in names, "the base's layer is named, not carried: the engine has it"
+
+
+@pytest.mark.parametrize(
+    ("history", "error"),
+    [
+        ([{"created_by": "base"}, {"created_by": "/bin/sh -c useradd app"}], "has 0 steps that add venv.tar, not one"),
+        (
+            [{"created_by": "base"}, {"created_by": "LABEL io.builder.layer=venv.tar", "empty_layer": True}] * 2,
+            "makes 2 layers, its manifest names 1",
+        ),
+        ([{"created_by": "base"}], "history makes 1 layers, its manifest names 2"),
+    ],
+    ids=["no marked step", "a history that is not the layers'", "a layer no step made"],
+)
+def test_a_saved_image_that_does_not_place_the_tar_is_refused(tmp_path: Path, history: list[dict[str, object]], error: str) -> None:
+    venv = tmp_path / "venv.tar"
+    venv.write_bytes(layer_tar({"opt/venv/pyvenv.cfg": b"x"}, EPOCH))
+    layers = [BASE_DIRS] if "manifest names 1" in error else [BASE_DIRS, _tar(USERADD, 1)]
+    saved = _marked_archive(tmp_path, history, layers)
+    with pytest.raises(reproducible.NotAnArchive, match=error):
+        reproducible.normalize_archive(saved, tmp_path / "out.tar", EPOCH, keep=1, files={"venv.tar": venv})
+
+
+def test_a_host_tar_that_is_not_a_tar_is_refused_in_one_line(tmp_path: Path) -> None:
+    venv = tmp_path / "venv.tar"
+    venv.write_bytes(b"not a tar")
+    history: list[dict[str, object]] = [{"created_by": "base"}, {"created_by": "LABEL io.builder.layer=venv.tar", "empty_layer": True}]
+    saved = _marked_archive(tmp_path, history, [BASE_DIRS])
+    with pytest.raises(reproducible.NotAnArchive, match=r"^venv.tar is not a tar \(") as caught:
+        reproducible.normalize_archive(saved, tmp_path / "out.tar", EPOCH, keep=1, files={"venv.tar": venv})
+    assert "\n" not in str(caught.value)
+
+
+def tar_member(archive: Path, name: str) -> bytes:
+    with tarfile.open(archive) as tar:
+        return tar.extractfile(name).read()  # type: ignore[union-attr]

@@ -307,10 +307,10 @@ def _steps(history: list[dict[str, Any]], count: int, files: Mapping[str, Path])
 def _file_layer(dst: tarfile.TarFile, path: Path, name: str, beneath: Beneath) -> str:
     """A host-made layer tar into the archive as it is; its sha256 (the diff ID)."""
     try:
-        with tarfile.open(path) as layer:
+        with tarfile.open(path, mode="r:") as layer:  # a layer is a plain tar
             beneath.add(layer.getmembers())
     except tarfile.TarError as exc:
-        raise NotAnArchive(f"{path.name} is not a tar ({exc})") from None
+        raise NotAnArchive(f"{path.name} is not a tar ({' '.join(str(exc).split())})") from None
     info = tarfile.TarInfo(name)
     info.size, info.mode = path.stat().st_size, 0o644
     with path.open("rb") as data:
