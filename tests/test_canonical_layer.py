@@ -505,3 +505,26 @@ def test_a_host_tar_that_is_not_a_tar_is_refused_in_one_line(tmp_path: Path) -> 
 def tar_member(archive: Path, name: str) -> bytes:
     with tarfile.open(archive) as tar:
         return tar.extractfile(name).read()  # type: ignore[union-attr]
+
+
+def test_a_build_the_engine_finished_as_the_run_was_stopped_leaves_no_unnormalized_tag(tmp_path: Path) -> None:
+    """SIGTERM as the engine tagged the last step (seen by hand: the tag `...-unnormalized` stayed)."""
+    engine = FakeEngine()
+    engine.add_image("sha256:base", SPEC.base.from_ref)
+
+    def make(spec: ImageSpec, folder: Path, *, line: bool = False) -> None:
+        (folder / LAYER_NAME).write_bytes(layer_tar({"opt/venv/pyvenv.cfg": b"venv"}, EPOCH))
+
+    run = Run(settings=BuildSettings(), build_dir=tmp_path, lock_dir=tmp_path, layers=make)
+
+    def output(request: BuildRequest) -> list[Progress]:
+        engine.add_image("sha256:" + "7" * 64, request.tag)  # the engine finished the build and tagged it ...
+        run.stop.set()  # ... as the run was stopped
+        return [Progress(text="Successfully built 0123456789ab\n")]
+
+    engine.build_output = output
+    result = image_build.build_image(run, engine, SPEC, {"Dockerfile": b"FROM x\nADD venv.tar /\n"}, force=True)
+    assert result.status != "built", result
+    assert image_build.build_tag(SPEC) not in engine.names, "the unnormalized tag is removed"
+    assert SPEC.tag not in engine.names
+    assert not list(tmp_path.rglob("*.layers")), "the layer tars go too"

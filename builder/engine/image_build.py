@@ -191,10 +191,17 @@ def _build_locked(
             shutil.rmtree(staged.path, ignore_errors=True)
             shutil.rmtree(layers_dir(run, spec), ignore_errors=True)
             return _failed(run, spec, started, 0, log_path, exc.message)
+    done: BuildResult | None = None
     try:
-        return _build_staged(run, engine, spec, staged, layers, started, replaced, base_before, log_path)
+        done = _build_staged(run, engine, spec, staged, layers, started, replaced, base_before, log_path)
+        return done
     finally:
         shutil.rmtree(layers_dir(run, spec), ignore_errors=True)
+        if spec.canonical and (done is None or done.status != "built"):
+            # a build the engine finished as this run was stopped (or whose normalization failed) tagged its
+            # unnormalized image: that tag is only ever this build's, never the image's (build_tag)
+            with contextlib.suppress(EngineFault):
+                engine.remove_image(build_tag(spec))
 
 
 def _build_staged(
