@@ -316,12 +316,14 @@ def assert_fit_equals_cuobjdump(docker_client: DockerClient, spec: ImageSpec, fi
         with ThreadPoolExecutor(max_workers=2) as pool:
             todo = {key: path for key, path in zip(keys, paths, strict=True) if key not in READ_BY_CUOBJDUMP}
             READ_BY_CUOBJDUMP.update(pool.map(lambda item: read(*item), todo.items()))
-        for key, lib in zip(keys, fit.libraries, strict=True):
+        for key, path, lib in zip(keys, paths, fit.libraries, strict=True):
             theirs = READ_BY_CUOBJDUMP[key]
             if theirs is None:
                 continue
             ours = embedded_of(lib)
-            if theirs != ours:
+            if theirs != ours:  # read once more: once, in a loaded CI run, cuobjdump listed one architecture fewer of a
+                theirs = READ_BY_CUOBJDUMP[key] = read(key, path)[1]  # file it reads whole on the host every time
+            if theirs is not None and theirs != ours:
                 differ.append(f"{root}/{lib.path}: cuobjdump {theirs.label} ({theirs.ptx_isa}), measured {ours.label} ({ours.ptx_isa})")
     assert differ == [], f"{spec.id}: " + "; ".join(differ)
 
