@@ -55,12 +55,6 @@ def build(select: str, host: str | None, lock_dir: str | None) -> float:
     return time.monotonic() - started
 
 
-def remove(client: Engine, refs: list[str]) -> None:
-    for ref in refs:
-        if client.inspect_image(ref) is not None:
-            client.remove_image(ref)
-
-
 def held(client: Engine, specs: list[ImageSpec]) -> dict[str, tuple[str, tuple[str, ...]]]:
     out = {}
     for spec in specs:
@@ -86,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         lines = sorted({s.line_image for s in specs if s.line_image})
         found, seconds = [], []
         for host, lock_dir, client in engines:
-            remove(client, [s.tag for s in specs] + lines)
+            for ref in [s.tag for s in specs] + lines:
+                client.remove_image(ref)  # False where the engine has none
             seconds.append(build(select, host, lock_dir))
             found.append(held(client, specs))
         out += [

@@ -193,7 +193,7 @@ def _build_locked(
             return _failed(run, spec, started, 0, log_path, exc.message)
     done: BuildResult | None = None
     try:
-        done = _build_staged(run, engine, spec, staged, layers, started, replaced, base_before, log_path)
+        done = _build_staged(run, engine, secrets, spec, staged, layers, started, replaced, base_before, log_path)
         return done
     finally:
         shutil.rmtree(layers_dir(run, spec), ignore_errors=True)
@@ -207,6 +207,7 @@ def _build_locked(
 def _build_staged(
     run: Run,
     engine: Engine,
+    secrets: SecretServer,
     spec: ImageSpec,
     staged: staging.Staged,
     layers: Mapping[str, Path],
@@ -215,8 +216,6 @@ def _build_staged(
     base_before: ImageInfo | None,
     log_path: Path,
 ) -> BuildResult:
-    secrets = run.secrets
-    assert secrets is not None  # _build_locked checked it
     uv, no_uv = None, None
     try:
         uv = native_uv.binary(run.settings, run.tools_dir) if staged.uv else None
