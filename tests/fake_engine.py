@@ -26,6 +26,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from builder.engine import session
 from builder.engine.port import (
@@ -285,6 +286,9 @@ class FakeEngine:
         image = self.resolve(ref)
         if image in self.histories:
             return list(self.histories[image])
+        config = json.loads(self.configs[image]) if image in self.configs else {}
+        if config.get("history"):  # newest first, as the engine lists them
+            return [Layer(str(h.get("created_by") or ""), 0 if h.get("empty_layer") else 1) for h in reversed(config["history"])]
         labels = " ".join(f"{k}={v}" for k, v in sorted(self.labels.get(image, {}).items()))
         return [
             Layer(f"LABEL {labels}", 0),
@@ -331,7 +335,8 @@ class FakeEngine:
         classic builder commits it: the FROM image's layers, a layer per RUN or COPY step (each with the
         build's clock), an empty history entry per other step, the marker LABELs among them."""
         layers: list[bytes] = []
-        history: list[dict[str, object]] = []
+        history: list[dict[str, Any]] = []
+        inherited = 0  # the FROM image's history entries
         stamp = f"2023-11-{self.clock % 28 + 1:02d}T00:00:00.{self.clock}Z"
         for line in (line.strip() for line in dockerfile.splitlines()):
             word = line.split(" ", 1)[0].upper()
@@ -339,8 +344,13 @@ class FakeEngine:
                 below = line.split()[-1]
                 layers = list(self._layers(self.names[below])) if below in self.names else [BASE_LAYER]
                 history = [{"created": stamp, "created_by": f"base layer {i}"} for i in range(len(layers))]
+                config: dict[str, Any] = json.loads(self.configs.get(self.names.get(below, ""), b"{}"))
+                if config.get("history"):  # the FROM image's own history and labels, as the engine inherits them
+                    history, inherited = list(config["history"]), len(config["history"])
+                    labels = {**(config.get("config", {}).get("Labels") or {}), **labels}
             elif word in ("RUN", "COPY", "ADD"):
-                layers.append(layer_tar({f"step/{len(layers)}": line.encode()}, self.clock))
+                steps = sum(1 for h in history[inherited:] if not h.get("empty_layer"))
+                layers.append(layer_tar({f"step/{steps}": line.encode()}, self.clock))  # what a step writes, not where it lands
                 history.append({"created": stamp, "created_by": f"/bin/sh -c {line}"})
             elif word and not line.startswith("#"):
                 history.append({"created": stamp, "created_by": f"/bin/sh -c #(nop)  {line}", "empty_layer": True})

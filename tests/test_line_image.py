@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from builder.engine import bootstrap, line_image
+from builder.engine import bootstrap, line_config, line_image
 from builder.engine.image_build import BuildFailed, Run
 from builder.engine.reproducible import NotAnArchive
 from builder.engine.settings import BuildSettings
@@ -123,7 +123,7 @@ def test_the_config_is_the_bases_with_one_layer_more(tmp_path: Path) -> None:
 
 
 def test_a_base_without_a_date_gives_the_epoch_floor() -> None:
-    config = line_image.line_config({"rootfs": {"type": "layers", "diff_ids": ["sha256:a"]}}, LINE, "sha256:b")
+    config = line_config.line_config({"rootfs": {"type": "layers", "diff_ids": ["sha256:a"]}}, LINE, "sha256:b")
     assert config["created"] == "2000-01-01T00:00:00Z" == config["history"][-1]["created"]
     assert config["rootfs"]["diff_ids"] == ["sha256:a", "sha256:b"]
     assert config["config"]["Labels"] == {BUILT_BY_LABEL: "builder", LINE_LABEL: LINE}

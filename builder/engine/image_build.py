@@ -19,6 +19,7 @@ import contextlib
 import hashlib
 import re
 import shutil
+import tarfile
 import tempfile
 import threading
 import time
@@ -33,13 +34,14 @@ from packaging.utils import parse_wheel_filename
 from builder.engine import native_uv, reproducible, sizes, staging
 from builder.engine.diagnose import diagnose_text
 from builder.engine.failures import diagnose_build, is_network_build_failure, is_tls_failure
+from builder.engine.line_config import line_splice
 from builder.engine.ownership import Owner, owner_of
 from builder.engine.port import BuildRequest, Engine, EngineFault, ImageInfo
 from builder.engine.retry import GaveUp, retry_network
 from builder.engine.secrets import SecretServer, redact, serving
 from builder.engine.session import SESSION_ID
 from builder.engine.settings import BuildSettings
-from builder.lock.layer import from_ref, is_nvidia, line_layer, source_date_epoch
+from builder.lock.layer import NVIDIA_LAYER_NAME, from_ref, is_nvidia, line_layer, source_date_epoch
 from builder.model.plan import ImageSpec, Lock
 from builder.render.labels import HASH_LABEL, build_labels
 
@@ -181,19 +183,20 @@ def _build_locked(
         raise RuntimeError("build settings to serve but no secret server")
     staged = staging.stage(spec, files, run.staging_root, run.settings)
     base_before = engine.inspect_image(from_ref(spec)) if spec.canonical else None  # the FROM image the build asserts
+    from_base = _base_below(engine, spec, base_before)  # a canonical line member: built FROM the base, its line's layer spliced in
     if line_layer(spec):  # its FROM holds the NVIDIA wheels: nothing serves them to the install
         staged = _without_nvidia(staged)
     layers: dict[str, Path] = {}  # a canonical image's layer tars (venv.tar, nvidia.tar), made on the host
     if spec.canonical:
         try:
-            staged, layers = _with_layer(run, spec, staged)
+            staged, layers = _with_layer(run, spec, staged, from_base)
         except BuildFailed as exc:
             shutil.rmtree(staged.path, ignore_errors=True)
             shutil.rmtree(layers_dir(run, spec), ignore_errors=True)
             return _failed(run, spec, started, 0, log_path, exc.message)
     done: BuildResult | None = None
     try:
-        done = _build_staged(run, engine, secrets, spec, staged, layers, started, replaced, base_before, log_path)
+        done = _build_staged(run, engine, secrets, spec, staged, layers, started, replaced, (base_before, from_base), log_path)
         return done
     finally:
         shutil.rmtree(layers_dir(run, spec), ignore_errors=True)
@@ -213,9 +216,12 @@ def _build_staged(
     layers: Mapping[str, Path],
     started: float,
     replaced: str | None,
-    base_before: ImageInfo | None,
+    below: tuple[ImageInfo | None, ImageInfo | None],
     log_path: Path,
 ) -> BuildResult:
+    """`below`: a canonical image's FROM image as the build began, and the base it was built FROM
+    instead where that is not its FROM (`_base_below`)."""
+    base_before, from_base = below
     uv, no_uv = None, None
     try:
         uv = native_uv.binary(run.settings, run.tools_dir) if staged.uv else None
@@ -266,7 +272,7 @@ def _build_staged(
         return _failed(run, spec, started, attempts, log_path, f"the build finished but the engine has no image {build_tag(spec)}")
     if spec.canonical:
         try:
-            built = reproducible_image(run, engine, spec, built, base_before.id if base_before else None, layers)
+            built = reproducible_image(run, engine, spec, built, base_before.id if base_before else None, layers, from_base)
         except BuildFailed as exc:
             return _failed(run, spec, started, attempts, log_path, exc.message)
     if replaced and replaced != built.id:  # the old image is garbage now; nightly rebuilds would fill the disk
@@ -295,12 +301,27 @@ def layers_dir(run: Run, spec: ImageSpec) -> Path:
     return run.staging_root / f"{spec.id}.layers"
 
 
-def _with_layer(run: Run, spec: ImageSpec, staged: staging.Staged) -> tuple[staging.Staged, dict[str, Path]]:
+def _base_below(engine: Engine, spec: ImageSpec, line: ImageInfo | None) -> ImageInfo | None:
+    """The base a canonical member of a CUDA line is built FROM instead of its line's image `line`,
+    when that image is the base plus one layer (the line's NVIDIA layer, as engine/line_image.py makes
+    it): the normalization splices that layer back in (`_line_splice`), so `docker save` streams the
+    base and the small steps, not the line's gigabytes too. None where the build is FROM its FROM."""
+    if line is None or not spec.canonical or not line_layer(spec):
+        return None
+    base = engine.inspect_image(spec.base.from_ref)
+    if base is None or not base.diff_ids or line.diff_ids[:-1] != base.diff_ids:
+        return None
+    return base
+
+
+def _with_layer(
+    run: Run, spec: ImageSpec, staged: staging.Staged, from_base: ImageInfo | None = None
+) -> tuple[staging.Staged, dict[str, Path]]:
     """The layer tars made from the lock (venv.tar, and nvidia.tar where the lock pins NVIDIA wheels
     and is on no CUDA line) in `layers_dir`, the context's Dockerfile with each `ADD <tar> /` step
     marked instead (engine/reproducible.py `marked`: the build commits only the small steps, the
-    normalization puts the tars in their places), and nothing to serve: the Dockerfile fetches
-    nothing (it is built with the network off)."""
+    normalization puts the tars in their places) and FROM the base where `from_base` says so, and
+    nothing to serve: the Dockerfile fetches nothing (it is built with the network off)."""
     if run.layers is None:
         raise BuildFailed(f"{spec.id} is a canonical image but this build cannot make its venv layer")
     folder = layers_dir(run, spec)
@@ -313,7 +334,10 @@ def _with_layer(run: Run, spec: ImageSpec, staged: staging.Staged) -> tuple[stag
     made = {path.name: path for path in sorted(folder.glob("*.tar"))}
     dockerfile = staged.path / "Dockerfile"
     try:
-        dockerfile.write_text(reproducible.marked(dockerfile.read_text(encoding="utf-8"), made), encoding="utf-8")
+        text = reproducible.marked(dockerfile.read_text(encoding="utf-8"), made)
+        if from_base is not None:
+            text = reproducible.from_base(text, from_ref(spec), spec.base.from_ref)
+        dockerfile.write_text(text, encoding="utf-8")
     except reproducible.NotAnArchive as exc:
         raise BuildFailed(f"its Dockerfile does not add the layers made from its lock: {exc}") from None
     served = replace(
@@ -323,16 +347,23 @@ def _with_layer(run: Run, spec: ImageSpec, staged: staging.Staged) -> tuple[stag
 
 
 def reproducible_image(
-    run: Run, engine: Engine, spec: ImageSpec, built: ImageInfo, base_id: str | None, layers: Mapping[str, Path]
+    run: Run,
+    engine: Engine,
+    spec: ImageSpec,
+    built: ImageInfo,
+    base_id: str | None,
+    layers: Mapping[str, Path],
+    from_base: ImageInfo | None = None,
 ) -> ImageInfo:
     """The built image saved, its timestamps and build-only fields normalized to the lock's epoch,
     each of `layers` (the tars made from the lock) put in the place of the step that stands for it,
     loaded back under its tag (engine/reproducible.py); the intermediate image this build made is
     removed. Refused when the base is not `base_id` (the one the build started from) or the image is
-    not on its layers: the FROM line names the base by tag, so the build asserts its ID."""
+    not on its layers: the FROM line names the base by tag, so the build asserts its ID. `from_base`:
+    the base a line member was built FROM instead of its line's image (`_base_below`)."""
     assert spec.lock is not None
     try:
-        image_id = _normalized(run, engine, spec, built, spec.lock, base_id, layers)
+        image_id = _normalized(run, engine, spec, built, spec.lock, (base_id, from_base), layers)
     finally:
         engine.remove_image(build_tag(spec))  # the tag only: the image goes with it unless the load made it the final one
     loaded = engine.inspect_image(spec.tag)
@@ -344,15 +375,29 @@ def reproducible_image(
 
 
 def _normalized(
-    run: Run, engine: Engine, spec: ImageSpec, built: ImageInfo, lock: Lock, base_id: str | None, layers: Mapping[str, Path]
+    run: Run,
+    engine: Engine,
+    spec: ImageSpec,
+    built: ImageInfo,
+    lock: Lock,
+    below: tuple[str | None, ImageInfo | None],
+    layers: Mapping[str, Path],
 ) -> str:
-    below = from_ref(spec)  # its base, or its CUDA line's image: kept as they are, shared
-    base = engine.inspect_image(below)
+    base_id, from_base = below
+    ref = from_ref(spec)  # its base, or its CUDA line's image: kept as they are, shared
+    base = engine.inspect_image(ref)
     if base is None or base.id != base_id:
-        raise BuildFailed(f"the base {below} is not the image the build started from ({base_id}); build again")
+        raise BuildFailed(f"the base {ref} is not the image the build started from ({base_id}); build again")
+    splice = None
+    if from_base is not None:  # built FROM the base: the line's layer goes back in above it
+        line, ref = base, spec.base.from_ref
+        base = engine.inspect_image(ref)
+        if base is None or base.id != from_base.id or line.diff_ids[:-1] != base.diff_ids:
+            raise BuildFailed(f"the base {ref} is not the image the build started from ({from_base.id}); build again")
+        splice = _line_splice(run, engine, spec, line, base)
     keep = len(base.diff_ids)
     if not keep or built.diff_ids[:keep] != base.diff_ids:
-        raise BuildFailed(f"the built image is not on the layers of its base {below}; build again")
+        raise BuildFailed(f"the built image is not on the layers of its base {ref}; build again")
     run.staging_root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="reproducible-", dir=run.staging_root) as tmp:
         saved, out = Path(tmp) / "saved.tar", Path(tmp) / "normalized.tar"
@@ -360,12 +405,37 @@ def _normalized(
             engine.save_image(build_tag(spec), saved)
             # loaded back into the engine that built it: the FROM image's layers are there (it is `built`'s)
             epoch = source_date_epoch(lock)
-            image_id = reproducible.normalize_archive(saved, out, epoch, keep, [spec.tag], kept_files=False, files=layers)
+            image_id = reproducible.normalize_archive(saved, out, epoch, keep, [spec.tag], kept_files=False, files=layers, splice=splice)
             saved.unlink()
             engine.load_image(out)
-        except (EngineFault, reproducible.NotAnArchive) as exc:
+        except (EngineFault, reproducible.NotAnArchive, LayerFailed) as exc:
             raise BuildFailed(f"cannot make the image reproducible: {exc}") from None
     return image_id
+
+
+def _line_splice(run: Run, engine: Engine, spec: ImageSpec, line: ImageInfo, base: ImageInfo) -> reproducible.Splice:
+    """The line's NVIDIA layer as its image has it on `base` (engine/line_config.py), for a member
+    built FROM the base; its entries are read from the line's tar (build/layers/ keeps it) only if
+    the normalization needs to know a directory beneath."""
+    assert spec.line is not None and spec.line_image is not None and run.layers is not None  # line_layer(spec) and canonical
+    history = len(engine.history(base.id))
+    if len(engine.history(line.id)) != history + 1:
+        raise BuildFailed(
+            f"the line image {spec.line_image} is not its base and one layer; remove it (`builder clean --stale`) and build again"
+        )
+    maker = run.layers
+
+    def members() -> list[tarfile.TarInfo]:
+        folder = layers_dir(run, spec) / "line"
+        folder.mkdir(parents=True, exist_ok=True)
+        maker(spec, folder, line=True)
+        try:
+            with tarfile.open(folder / NVIDIA_LAYER_NAME, mode="r:") as tar:
+                return tar.getmembers()
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    return line_splice(spec.line, line.diff_ids[-1], len(base.diff_ids), history, members)
 
 
 def measured(engine: Engine, spec: ImageSpec) -> dict[str, float] | None:

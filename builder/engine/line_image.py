@@ -37,12 +37,11 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from builder.engine.image_build import BuildFailed, Run, tag_lock
+from builder.engine.line_config import config_bytes, line_config
 from builder.engine.port import Engine, EngineFault
 from builder.engine.reproducible import NotAnArchive, archive_json
 from builder.lock.layer import EPOCH_FLOOR, NVIDIA_LAYER_NAME
 from builder.model.plan import ImageSpec
-from builder.render.labels import BUILT_BY_LABEL, BUILT_BY_VALUE, LINE_LABEL
-from builder.util.text import utc_stamp
 
 if TYPE_CHECKING:
     from _typeshed import SupportsRead
@@ -59,30 +58,6 @@ class SavedImage:
 
     config: dict[str, Any]
     layers: tuple[str, ...]  # member names of the archive, in the order of the config's diff IDs
-
-
-def created_by(line: str) -> str:
-    return f"ADD {NVIDIA_LAYER_NAME} / (builder: the NVIDIA wheels of CUDA line {line})"
-
-
-def line_config(base: dict[str, Any], line: str, diff_id: str) -> dict[str, Any]:
-    """The line image's config: the base's, with the NVIDIA layer's diff ID and history entry added,
-    the builder's labels, and the base's `created` (EPOCH_FLOOR's for a base that has none)."""
-    stamp = base.get("created") if isinstance(base.get("created"), str) and base.get("created") else utc_stamp(EPOCH_FLOOR)
-    inner = dict(base.get("config") or {})
-    inner["Labels"] = {**(inner.get("Labels") or {}), BUILT_BY_LABEL: BUILT_BY_VALUE, LINE_LABEL: line}
-    rootfs = dict(base.get("rootfs") or {})
-    return {
-        **base,
-        "created": stamp,
-        "config": inner,
-        "rootfs": {**rootfs, "type": "layers", "diff_ids": [*(rootfs.get("diff_ids") or []), diff_id]},
-        "history": [*(base.get("history") or []), {"created": stamp, "created_by": created_by(line)}],
-    }
-
-
-def config_bytes(config: dict[str, Any]) -> bytes:
-    return json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
 
 
 def read_saved(src: tarfile.TarFile) -> SavedImage:

@@ -29,10 +29,12 @@ from __future__ import annotations
 
 import hashlib
 import io
+import itertools
 import json
 import re
 import tarfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -205,6 +207,56 @@ def marked(dockerfile: str, names: Iterable[str]) -> str:
     return "\n".join(lines)
 
 
+def from_base(dockerfile: str, below: str, base: str) -> str:
+    """The Dockerfile built FROM `base` instead of `below` (a CUDA line's image: the base plus one
+    layer): `normalize_archive` splices that layer back in (`Splice`). NotAnArchive unless the
+    Dockerfile has one FROM and it names `below`."""
+    lines = dockerfile.split("\n")
+    at = [i for i, line in enumerate(lines) if line.strip().upper().startswith("FROM ")]
+    if len(at) != 1 or lines[at[0]].split() != ["FROM", below]:
+        raise NotAnArchive(f"the Dockerfile does not say `FROM {below}` once (its FROM steps: {len(at)})")
+    lines[at[0]] = f"FROM {base}"
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Splice:
+    """One layer the engine has but the saved image was built without (`from_base`): a CUDA line's
+    NVIDIA layer, put back where the line's image has it, so the normalized image is the one a build
+    FROM the line's image gives, bit for bit, without `docker save` streaming the line's gigabytes.
+    `at_layer`: the base's layer count (the layer goes above them); `at_history`: the base's history
+    entries (its entry goes after them); `labels`: what the line image's config adds to the base's;
+    `members`: the layer's entries (headers), read only when the normalization has to know a
+    directory beneath (`Beneath`)."""
+
+    diff_id: str
+    at_layer: int
+    at_history: int
+    entry: Mapping[str, Any]
+    labels: Mapping[str, str]
+    members: Callable[[], Iterable[tarfile.TarInfo]]
+
+    def into(self, config: dict[str, Any], layers: list[str]) -> tuple[dict[str, Any], list[str]]:
+        """The saved config and manifest layers with this layer spliced in (its file is not in the archive)."""
+        history = list(config.get("history") or [])
+        made = sum(1 for entry in history[: self.at_history] if not entry.get("empty_layer"))
+        if len(history) < self.at_history or made != self.at_layer or len(layers) < self.at_layer:
+            raise NotAnArchive(
+                f"the saved image does not start with its base's {self.at_layer} layers and {self.at_history} history entries"
+            )
+        inner = dict(config.get("config") or {})
+        inner["Labels"] = {**(inner.get("Labels") or {}), **self.labels}
+        rootfs = dict(config.get("rootfs") or {})
+        diff_ids = list(rootfs.get("diff_ids") or [])
+        spliced = {
+            **config,
+            "config": inner,
+            "history": [*history[: self.at_history], dict(self.entry), *history[self.at_history :]],
+            "rootfs": {**rootfs, "diff_ids": [*diff_ids[: self.at_layer], self.diff_id, *diff_ids[self.at_layer :]]},
+        }
+        return spliced, [*layers[: self.at_layer], self.diff_id.removeprefix("sha256:") + "/layer.tar", *layers[self.at_layer :]]
+
+
 def added_by(entry: dict[str, Any], files: Mapping[str, Path]) -> str | None:
     """The layer tar of `files` this history entry stands for: `marked`'s LABEL (the classic builder),
     or BuildKit's own `ADD <name> /` (bake builds the Dockerfile as it is)."""
@@ -222,6 +274,7 @@ def normalize_archive(
     *,
     kept_files: bool = True,
     files: Mapping[str, Path] | None = None,
+    splice: Splice | None = None,
 ) -> str:
     """Rewrite the docker-archive `saved` into `out`: the first `keep` layers (the base's) as they
     are, the rest clamped (a layer left empty is left out), the config normalized, named by `tags`
@@ -234,7 +287,13 @@ def normalize_archive(
     Without `kept_files`, the base's layers are named by the manifest but their files are left out
     of `out`: an engine that has those layers (the one the image was built on) loads it all the same
     (a load reads a layer's file only when no layer of that chain is there), and a line member's
-    archive is then its own GBs, not its base's and its line's too."""
+    archive is then its own GBs, not its base's and its line's too.
+
+    `splice`: a layer the image was built without, put in above the first `keep` layers (which
+    then include it): the archive names it, and an engine that has it (the line's image) loads the
+    image on it; needs `kept_files` off."""
+    if splice is not None and kept_files:
+        raise ValueError("a spliced layer's file is not in the archive: kept_files must be off")
     files = dict(files or {})
     with tarfile.open(saved) as src:
         manifest = archive_json(src, "manifest.json")
@@ -243,11 +302,15 @@ def normalize_archive(
         entry = manifest[0]
         config = archive_json(src, entry["Config"])
         layers: list[str] = list(entry["Layers"])
+        below = layers[:keep]  # the base's layer files (of the archive `docker save` wrote)
+        if splice is not None:
+            config, layers = splice.into(config, layers)
+            keep += 1
         diff_ids: list[str] = list(config["rootfs"]["diff_ids"])
         if len(layers) != len(diff_ids) or keep > len(layers):
             raise NotAnArchive(f"{saved.name}: {len(layers)} layers for {len(diff_ids)} diff IDs, {keep} of them the base's")
         steps = _steps(config.get("history") or [], len(layers), files)
-        beneath = Beneath(lambda: _members(src, layers[:keep]))
+        beneath = Beneath(lambda: itertools.chain(_members(src, below), splice.members() if splice is not None else ()))
         kept_layers, kept_ids, history = [], [], []
         with tarfile.open(out, "w") as dst:
             for entry_in, index, name in steps:
