@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import tarfile
+import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -72,6 +74,26 @@ def test_a_remote_wheel_is_fetched_once_and_kept_by_its_sha256(tmp_path: Path) -
     first.write_bytes(b"changed on disk")  # a kept file that is no longer the lock's is fetched again
     assert cache.get(file, _sha(data)).read_bytes() == data and cache.fetched == 2
     assert not list((tmp_path / "wheels").rglob("*.part"))
+
+
+def test_two_builds_that_need_one_remote_wheel_at_once_fetch_it_once(tmp_path: Path) -> None:
+    """`build -j 2` of two arm64 images that both pin numpy (seen: the second rename found no .part)."""
+    data = b"numpy wheel"
+    file = IndexFile("numpy-2.4.6-cp311-cp311-manylinux_2_28_aarch64.whl", "https://index.example/numpy.whl", _sha(data))
+    fake = FakeFiles({}, {file.url: data})
+    slow = fake.fetch
+
+    def fetch(file: IndexFile, sha256: str, folder: Path) -> Path:
+        time.sleep(0.2)  # both threads are in get() while the first downloads
+        return slow(file, sha256, folder)
+
+    fake.fetch = fetch  # type: ignore[method-assign]
+    cache = layers.WheelCache(fake, tmp_path / "wheels")  # type: ignore[arg-type]
+    with ThreadPoolExecutor(2) as pool:
+        got = list(pool.map(lambda _: cache.get(file, _sha(data)), range(2)))
+    assert got == [tmp_path / "wheels" / _sha(data) / file.filename] * 2 and got[0].read_bytes() == data
+    assert fake.fetches == [file.url] and cache.fetched == 1
+    assert not [p for p in (tmp_path / "wheels").rglob("*") if p.name.endswith(".part")]
 
 
 def test_a_local_wheel_is_read_where_it_lies(tmp_path: Path) -> None:

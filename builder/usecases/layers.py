@@ -54,26 +54,33 @@ def canonical(spec: ImageSpec) -> bool:
 
 
 class WheelCache:
-    """Wheels by sha256 in one folder: a local file is read where it is, a remote one downloaded once."""
+    """Wheels by sha256 in one folder: a local file is read where it is, a remote one downloaded once,
+    also when two images of a `build -j N` need it at once (one waits for the other's download); a
+    download is renamed into place from a name of this process's own (another run may fetch it too)."""
 
     def __init__(self, files: WheelFiles, folder: Path) -> None:
         self.files = files
         self.folder = folder
         self.fetched = 0
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
 
     def get(self, file: IndexFile, sha256: str) -> Path:
         if file.url.startswith("file:"):
             return self.files.fetch(file, sha256, self.folder)  # checked against the sha256 where it lies
-        kept = self.folder / sha256 / file.filename
-        if kept.is_file() and staging.sha256_of(kept) == sha256:
+        with self._guard:
+            lock = self._locks.setdefault(sha256, threading.Lock())
+        with lock:
+            kept = self.folder / sha256 / file.filename
+            if kept.is_file() and staging.sha256_of(kept) == sha256:
+                return kept
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            part = kept.with_name(f".{kept.name}.{os.getpid()}.part")
+            with children.work_folder() as scratch:
+                os.replace(self.files.fetch(file, sha256, scratch), part)
+            os.replace(part, kept)
+            self.fetched += 1
             return kept
-        kept.parent.mkdir(parents=True, exist_ok=True)
-        with children.work_folder() as scratch:
-            fetched = self.files.fetch(file, sha256, scratch)
-            os.replace(fetched, kept.with_suffix(".part"))
-        os.replace(kept.with_suffix(".part"), kept)
-        self.fetched += 1
-        return kept
 
 
 def locked_wheels(spec: ImageSpec, cache: WheelCache, nvidia_only: bool = False) -> list[Path]:
