@@ -22,11 +22,12 @@ import hashlib
 import io
 import json
 import tarfile
+import tempfile
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from builder.engine import session
 from builder.engine.port import (
@@ -397,6 +398,13 @@ class FakeEngine:
         self.configs[image] = body
         self.loads.append(image)
 
+    def load_stream(self, write: Callable[[IO[bytes]], None]) -> None:
+        with tempfile.TemporaryDirectory(prefix="fake-load-") as tmp:
+            archive = Path(tmp) / "archive.tar"
+            with archive.open("wb") as out, io.BufferedWriter(_Unseekable(out)) as stream:
+                write(stream)
+            self.load_image(archive)
+
     def _chain(self, diff_ids: list[str], name: str) -> bytes:
         """The last layer of an image whose layers start with `diff_ids`; a load's missing file else."""
         for layers in [*self.layers.values(), [BASE_LAYER]]:
@@ -525,3 +533,16 @@ def connect_to(engine: FakeEngine) -> Connect:
         return engine
 
     return connect
+
+
+class _Unseekable(io.RawIOBase):
+    """A file written in order only, as a pipe is: a writer that seeks or asks where it is fails."""
+
+    def __init__(self, out: IO[bytes]) -> None:
+        self._out = out
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        return self._out.write(bytes(data))

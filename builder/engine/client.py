@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any, cast
+from typing import IO, Any, cast
 
 import docker
 from docker.context import ContextAPI
@@ -476,6 +476,15 @@ def _image_info(attrs: Mapping[str, Any]) -> port.ImageInfo:
     )
 
 
+LOAD_CHUNK = 4 << 20  # a streamed load's reads and writes
+
+
+def _load_errors(messages: list[Any]) -> None:
+    for message in messages:
+        if isinstance(message, dict) and "error" in message:
+            raise port.EngineFault(" ".join(str(message["error"]).split()))
+
+
 class DockerEngine:
     """The engine port over a connected docker SDK client (see port.Engine for each operation)."""
 
@@ -549,9 +558,45 @@ class DockerEngine:
     def load_image(self, archive: Path) -> None:
         with _faults(), archive.open("rb") as data:
             messages = list(self._sdk.api.load_image(data))
-        for message in messages:
-            if isinstance(message, dict) and "error" in message:
-                raise port.EngineFault(" ".join(str(message["error"]).split()))
+        _load_errors(messages)
+
+    def load_stream(self, write: Callable[[IO[bytes]], None]) -> None:
+        """`write` runs in a thread of its own, into a pipe the load reads from (a chunked upload):
+        the archive is never a file. Its error wins over the engine's (a cut archive is refused)."""
+        read_fd, write_fd = os.pipe()
+        failed: list[BaseException] = []
+
+        def writer() -> None:
+            try:
+                with open(write_fd, "wb", buffering=LOAD_CHUNK) as out:
+                    write(out)
+            except BaseException as exc:  # noqa: BLE001 - handed to the loading thread
+                failed.append(exc)
+
+        thread = threading.Thread(target=writer, name="builder-load", daemon=True)
+        refused: port.EngineFault | None = None
+        with open(read_fd, "rb", buffering=LOAD_CHUNK) as source:
+            thread.start()
+
+            def chunks() -> Iterator[bytes]:
+                while data := source.read(LOAD_CHUNK):
+                    yield data
+
+            try:
+                with _faults():
+                    messages = list(self._sdk.api.load_image(chunks()))
+            except port.EngineFault as exc:
+                refused = exc
+            finally:
+                source.close()  # a writer still writing gets a broken pipe and ends
+                thread.join()
+        if failed and not isinstance(failed[0], BrokenPipeError):
+            raise failed[0]
+        if refused is not None:
+            raise refused
+        if failed:
+            raise port.EngineFault("the engine stopped reading the image archive before its end")
+        _load_errors(messages)
 
     def push(self, repository: str, tag: str) -> _DockerStream:
         return _DockerStream(self._sdk, lambda: self._sdk.api.push(repository, tag=tag, stream=True, decode=True))

@@ -400,16 +400,21 @@ def _normalized(
         raise BuildFailed(f"the built image is not on the layers of its base {ref}; build again")
     run.staging_root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="reproducible-", dir=run.staging_root) as tmp:
-        saved, out = Path(tmp) / "saved.tar", Path(tmp) / "normalized.tar"
+        saved = Path(tmp) / "saved.tar"
+        made: list[str] = []
         try:
             engine.save_image(build_tag(spec), saved)
-            # loaded back into the engine that built it: the FROM image's layers are there (it is `built`'s)
+            # loaded back into the engine that built it (streamed: the archive is never a file): the
+            # FROM image's layers are there (it is `built`'s), and the line's where it was spliced
             epoch = source_date_epoch(lock)
-            image_id = reproducible.normalize_archive(saved, out, epoch, keep, [spec.tag], kept_files=False, files=layers, splice=splice)
-            saved.unlink()
-            engine.load_image(out)
+            engine.load_stream(
+                lambda out: made.append(
+                    reproducible.normalize_archive(saved, out, epoch, keep, [spec.tag], kept_files=False, files=layers, splice=splice)
+                )
+            )
         except (EngineFault, reproducible.NotAnArchive, LayerFailed) as exc:
             raise BuildFailed(f"cannot make the image reproducible: {exc}") from None
+    (image_id,) = made
     return image_id
 
 

@@ -39,7 +39,7 @@ from typing import IO, TYPE_CHECKING, Any
 from builder.engine.image_build import BuildFailed, Run, tag_lock
 from builder.engine.line_config import config_bytes, line_config
 from builder.engine.port import Engine, EngineFault
-from builder.engine.reproducible import NotAnArchive, archive_json
+from builder.engine.reproducible import NotAnArchive, archive_json, writing
 from builder.lock.layer import EPOCH_FLOOR, NVIDIA_LAYER_NAME
 from builder.model.plan import ImageSpec
 
@@ -47,9 +47,7 @@ if TYPE_CHECKING:
     from _typeshed import SupportsRead
 
 BASE_ARCHIVE = "base.tar"  # the base as `docker save` wrote it, in the staging folder
-IMAGE_ARCHIVE = "image.tar"  # what is loaded
 SAVED_BASE = "the saved base"  # how its errors name the base's archive
-COPY_BUFFER = 4 << 20  # the archive's copies of the layers, 4 MiB at a time (tarfile's default is 16 KiB)
 
 
 @dataclass(frozen=True)
@@ -73,11 +71,12 @@ def read_saved(src: tarfile.TarFile) -> SavedImage:
     return SavedImage(config, tuple(str(name) for name in layers))
 
 
-def line_archive(saved_base: Path, layer: Path, out: Path, tag: str, line: str) -> str:
-    """`out`: a `docker load` archive of the base's layers, `layer` on top and the line's config,
-    named `tag`; returns the image ID it loads as (the sha256 of the config bytes). The layer is
-    hashed as it is copied: its diff ID costs no second read of its gigabytes."""
-    with tarfile.open(saved_base) as src, tarfile.TarFile(out, "w", format=tarfile.GNU_FORMAT, copybufsize=COPY_BUFFER) as dst:
+def line_archive(saved_base: Path, layer: Path, out: Path | IO[bytes], tag: str, line: str) -> str:
+    """`out` (a file, or a load's stream): a `docker load` archive of the base's layers, `layer` on
+    top and the line's config, named `tag`; returns the image ID it loads as (the sha256 of the
+    config bytes). The layer is hashed as it is copied: its diff ID costs no second read of its
+    gigabytes."""
+    with tarfile.open(saved_base) as src, writing(out, tarfile.GNU_FORMAT) as dst:
         base = read_saved(src)
         if NVIDIA_LAYER_NAME in base.layers:
             raise NotAnArchive(f"the saved base has a file {NVIDIA_LAYER_NAME} among its layers")
@@ -151,20 +150,19 @@ def _make(run: Run, engine: Engine, spec: ImageSpec, folder: Path, say: Callable
     except EngineFault as exc:
         raise BuildFailed(f"saving its base {spec.base.from_ref} failed: {exc.message}") from None
     say(f"saved the base {spec.base.from_ref}: {saved.stat().st_size / 1e6:.0f} MB ({time.monotonic() - started:.1f}s)")
-    started = step("writing the archive")
-    archive = folder / IMAGE_ARCHIVE
+    started = step("loading the image")
+    made: list[str] = []
+    line = spec.line
     try:
-        expected = line_archive(saved, layer, archive, tag, spec.line)
+        engine.load_stream(lambda out: made.append(line_archive(saved, layer, out, tag, line)))
     except NotAnArchive as exc:
         raise BuildFailed(f"its base {spec.base.from_ref}: {exc}") from None
-    saved.unlink()
-    layer.unlink()  # a link to build/layers/: the archive holds the bytes now
-    say(f"wrote {archive.stat().st_size / 1e6:.0f} MB for image {expected} ({time.monotonic() - started:.1f}s)")
-    started = step("loading the image")
-    try:
-        engine.load_image(archive)
     except EngineFault as exc:
         raise BuildFailed(f"loading it into the engine failed: {exc.message}") from None
+    finally:
+        saved.unlink()
+        layer.unlink()  # a link to build/layers/: the cache keeps the tar
+    (expected,) = made
     info = engine.inspect_image(tag)
     if info is None or info.id != expected:
         engine.remove_image(tag)  # the tag names only an image of the config made here

@@ -12,11 +12,11 @@ stream, an API error), each with a one-line message.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import IO, Protocol
 
 
 class EngineFault(Exception):
@@ -179,6 +179,12 @@ class Engine(Protocol):
 
     def load_image(self, archive: Path) -> None:
         """A docker-archive loaded (`docker load`), tagged as its manifest says; EngineFault on an error."""
+        ...
+
+    def load_stream(self, write: Callable[[IO[bytes]], None]) -> None:
+        """The docker-archive `write` writes into the stream it is given loaded as `load_image` loads
+        a file, without the archive being a file: written in order (a pipe: no seek, no tell). What
+        `write` raises is raised here (the engine loads nothing of a cut archive)."""
         ...
 
     # -- registries

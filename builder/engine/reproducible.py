@@ -267,7 +267,7 @@ def added_by(entry: dict[str, Any], files: Mapping[str, Path]) -> str | None:
 
 def normalize_archive(
     saved: Path,
-    out: Path,
+    out: Path | IO[bytes],
     epoch: int,
     keep: int,
     tags: list[str] | None = None,
@@ -276,7 +276,8 @@ def normalize_archive(
     files: Mapping[str, Path] | None = None,
     splice: Splice | None = None,
 ) -> str:
-    """Rewrite the docker-archive `saved` into `out`: the first `keep` layers (the base's) as they
+    """Rewrite the docker-archive `saved` into `out` (a file, or a stream written in order: a
+    load's pipe, engine port `load_stream`): the first `keep` layers (the base's) as they
     are, the rest clamped (a layer left empty is left out), the config normalized, named by `tags`
     when given (else as saved). Returns the new image ID (sha256 of the config).
 
@@ -312,7 +313,7 @@ def normalize_archive(
         steps = _steps(config.get("history") or [], len(layers), files)
         beneath = Beneath(lambda: itertools.chain(_members(src, below), splice.members() if splice is not None else ()))
         kept_layers, kept_ids, history = [], [], []
-        with tarfile.open(out, "w") as dst:
+        with writing(out) as dst:
             for entry_in, index, name in steps:
                 if name is not None:
                     kept_layers.append(f"{name}/layer.tar")
@@ -327,7 +328,7 @@ def normalize_archive(
                     if kept_files:
                         _copy(src, dst, layers[index])
                 else:
-                    diff_id = _clamped(src, dst, layers[index], epoch, out.parent, beneath)
+                    diff_id = _clamped(src, dst, layers[index], epoch, saved.parent, beneath)
                 history.append({**entry_in, "created": utc_stamp(epoch)} | ({"empty_layer": True} if diff_id is None else {}))
                 if diff_id is not None:
                     kept_layers.append(layers[index])
@@ -399,6 +400,16 @@ class _HashingReader(io.RawIOBase):
 
     def hexdigest(self) -> str:
         return self._sha.hexdigest()
+
+
+COPY_BUFFER = 4 << 20  # an archive's copies of layer files, 4 MiB at a time (tarfile's default is 16 KiB)
+
+
+def writing(out: Path | IO[bytes], format: int = tarfile.PAX_FORMAT) -> tarfile.TarFile:
+    """A tar written to a file, or in order to a stream (no seek, no tell: a pipe)."""
+    if isinstance(out, Path):
+        return tarfile.TarFile(out, "w", format=format, copybufsize=COPY_BUFFER)
+    return tarfile.open(fileobj=out, mode="w|", format=format, bufsize=COPY_BUFFER)
 
 
 def _members(src: tarfile.TarFile, layers: list[str]) -> Iterator[tarfile.TarInfo]:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
+import io
+import json
 import os
 import signal
 import subprocess
 import sys
+import tarfile
 import textwrap
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import docker
 import pytest
@@ -17,7 +21,7 @@ from docker import DockerClient
 from docker.errors import DockerException, NotFound
 
 from builder.engine import client as engine
-from builder.engine.port import ContainerEntry
+from builder.engine.port import ContainerEntry, EngineFault
 from builder.util.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -187,3 +191,53 @@ def test_no_builder_container_is_left_on_the_engine(docker_client: DockerClient)
     # Runs last in this module (file order): every container the tests above made is gone. Scoped
     # to this process's session label, since other processes may share the engine.
     assert _session_leftovers(docker_client) == []
+
+
+def _streamed_archive(out: IO[bytes], tag: str, made: list[str], *, diff_id: str | None = None, cut: bool = False) -> None:
+    """A one-layer image's docker-archive written in order into `out` (a load's pipe); its image ID into `made`.
+    `cut`: the writer fails after the layer; `diff_id`: a config that names another layer."""
+    layer = io.BytesIO()
+    with tarfile.open(fileobj=layer, mode="w") as tar:
+        info = tarfile.TarInfo("hello")
+        info.size = 5
+        tar.addfile(info, io.BytesIO(b"hello"))
+    data = layer.getvalue()
+    config = {
+        "architecture": "amd64",
+        "os": "linux",
+        "config": {"Labels": {"io.builder.test": "streamed-load"}},
+        "rootfs": {"type": "layers", "diff_ids": [diff_id or "sha256:" + hashlib.sha256(data).hexdigest()]},
+    }
+    body = json.dumps(config).encode()
+    image_id = hashlib.sha256(body).hexdigest()
+    manifest = json.dumps([{"Config": f"{image_id}.json", "RepoTags": [tag], "Layers": ["l/layer.tar"]}]).encode()
+    made.append(f"sha256:{image_id}")
+    with tarfile.open(fileobj=out, mode="w|") as tar:
+        for name, content in (("l/layer.tar", data), (f"{image_id}.json", body), ("manifest.json", manifest)):
+            info = tarfile.TarInfo(name)
+            info.size = len(content)
+            tar.addfile(info, io.BytesIO(content))
+            if cut:
+                raise RuntimeError("the writer failed half-way")
+
+
+@pytest.mark.docker
+def test_a_streamed_load_loads_the_archive_and_a_cut_or_refused_one_nothing(docker_client: DockerClient) -> None:
+    """DockerEngine.load_stream: the archive goes through a pipe (never a file); a writer's error is
+    the load's, and the engine then holds no image of the cut archive; the engine's refusal is an
+    EngineFault."""
+    port = engine.DockerEngine(docker_client)
+    tag = f"builder-test/streamed-{uuid.uuid4().hex[:8]}:1"
+    try:
+        with pytest.raises(RuntimeError, match="half-way"):
+            port.load_stream(lambda out: _streamed_archive(out, tag, [], cut=True))
+        assert port.inspect_image(tag) is None
+        with pytest.raises(EngineFault):
+            port.load_stream(lambda out: _streamed_archive(out, tag, [], diff_id="sha256:" + "0" * 64))
+        assert port.inspect_image(tag) is None
+        made: list[str] = []
+        port.load_stream(lambda out: _streamed_archive(out, tag, made))
+        loaded = port.inspect_image(tag)
+        assert loaded is not None and [loaded.id] == made
+    finally:
+        engine.remove_image_quietly(docker_client, tag)
