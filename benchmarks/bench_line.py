@@ -1,6 +1,6 @@
 """A CUDA line's shared NVIDIA layer, measured side by side in one run (never a timed test):
 
-    python benchmarks/bench_line.py [--select EXPR] [--before REV] [--out FILE]
+    python benchmarks/bench_line.py [--select EXPR] [--before REV] [--previous REV] [--out FILE]
 
 The images of `--select` (default: the cuda13-debian12 amd64 images: torch, jax, cupy, numba) are built
 three ways on this engine, one after the other, each with `builder build -j 2`:
@@ -9,7 +9,9 @@ three ways on this engine, one after the other, each with `builder build -j 2`:
    `line_layers`: every image installs all its wheels, NVIDIA's too, with one RUN), from no image of
    theirs in the engine (the bootstrapped base stays);
 2. `line, cold`: as this checkout builds them, from no image of theirs, no line image and no kept
-   NVIDIA layer tar (build/layers/): the line's NVIDIA image is made first, then the members;
+   NVIDIA layer tar (build/layers/): the line's NVIDIA image is made first, then the members
+   (with `--previous REV`, first also as the checkout at REV builds them, cold the same way: two
+   versions of the canonical path side by side);
 3. `line, warm`: again, with the line image kept (what a second framework, or a nightly rebuild of
    one member, costs).
 
@@ -119,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--select", default=SELECT, help=f"the images (default: {SELECT})")
     parser.add_argument("--before", default=BEFORE, help=f"the revision to compare with (default: {BEFORE})")
+    parser.add_argument("--previous", help="also build cold as the checkout at this revision does (e.g. an earlier canonical path)")
     parser.add_argument("--out", type=Path, help="also write the report to this file")
     args = parser.parse_args(argv)
     client = engine.open_engine()
@@ -127,14 +130,20 @@ def main(argv: list[str] | None = None) -> int:
     line_images = sorted({s.line_image for s in specs if s.line_image})
     tags = [s.tag for s in specs]
     ways = []
-    with tempfile.TemporaryDirectory(prefix="bench-line-") as scratch:
-        before = Path(scratch) / "before"
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(before), args.before], check=True, capture_output=True)
-        try:
-            remove(client, tags)
-            ways.append(build(before, f"before ({args.before}: RUN installs)", client, specs, args.select))
-        finally:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(before)], check=False, capture_output=True)
+    revisions = [(args.before, f"before ({args.before}: RUN installs)")]
+    if args.previous:
+        revisions.append((args.previous, f"line, cold, as {args.previous} builds it"))
+    for revision, name in revisions:
+        with tempfile.TemporaryDirectory(prefix="bench-line-") as scratch:
+            checkout = Path(scratch) / "checkout"  # its own build/: no kept NVIDIA layer tar
+            subprocess.run(
+                ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(checkout), revision], check=True, capture_output=True
+            )
+            try:
+                remove(client, tags + line_images)
+                ways.append(build(checkout, name, client, specs, args.select))
+            finally:
+                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(checkout)], check=False, capture_output=True)
     remove(client, tags + line_images)
     shutil.rmtree(ROOT / "build" / "layers", ignore_errors=True)
     ways.append(build(ROOT, "line, cold (the line image made first)", client, specs, args.select))

@@ -277,6 +277,7 @@ def test_a_canonical_build_is_offline_and_its_id_is_the_locks(tmp_path: Path) ->
     assert {r.base_id for r in results} == {"sha256:base"}
     assert engine.resolve(SPEC.tag) == results[0].image_id
     assert {r.network_mode for r in engine.builds} == {"none"}
+    assert {r.no_cache for r in engine.builds} == {True}, "no cached step image another build's cleanup may remove"
     assert [dict(r.buildargs) for r in engine.builds] == [{}, {}], "no proxy reaches a canonical build"
     assert seen == [b"FROM x\nLABEL io.builder.layer=venv.tar\nRUN chmod 0755 /x\n"] * 2, "the ADD step marked"
     loaded = engine.inspect_image(SPEC.tag)

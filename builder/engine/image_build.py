@@ -527,9 +527,19 @@ def _attempt(
         error = stream_into(
             run,
             engine,
-            # a canonical image fetches nothing: the network off proves it
+            # a canonical image fetches nothing: the network off proves it; and it builds without the
+            # engine's cache: its build image is removed once normalized, and with it each step image
+            # no other image has as a parent, which another build of the run may be using as its cache
+            # that moment (seen: the cuda13 members' common steps, "failed to get digest"); its steps
+            # are the small ones (useradd, the probe's COPY and chmod)
             BuildRequest(
-                staged.path, build_tag(spec), buildargs, labels, run.no_cache, "none" if spec.canonical else "host", spec.platform
+                staged.path,
+                build_tag(spec),
+                buildargs,
+                labels,
+                run.no_cache or bool(spec.canonical),
+                "none" if spec.canonical else "host",
+                spec.platform,
             ),
             spec.id,
             log,

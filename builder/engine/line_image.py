@@ -13,14 +13,15 @@ every build. Here the layer is the tar the host makes
 from the wheels (lock/layer.py `make_nvidia_layer`: sorted, mtimes EPOCH_FLOOR, 0:0, kept in
 build/layers/ by the wheels' sha256s), and the image is a `docker load` archive of the base's own
 layers (from a `docker save` of the base: the archive is whole on its own) and that tar, with a
-config made here from the base's (`line_config`): one more diff ID, the sha256 of the tar, one more
+config made here from the base's (engine/line_config.py): one more diff ID, the sha256 of the tar, one more
 history entry, the builder's labels, and the base's own `created` for both dates (the base's is a
 fixed date: the mirror state of a bootstrapped base; EPOCH_FLOOR, 2000-01-01, would date the image
 and its history before its own base). Written as sorted compact JSON, the config's sha256 is the image
 ID: the same line lock on the same base gives the same image ID on any engine, and the layer's diff
-ID is computable from the lock's wheels without Docker. The archive is written in the run's staging
-folder and loaded under the final tag only once whole (an engine tags a load when it is complete);
-an engine that names the image otherwise is refused and the tag taken off it.
+ID is computable from the lock's wheels without Docker. The archive is streamed into the load as it
+is written (engine port `load_stream`: never a file) and tagged only once whole (an engine tags a load
+when it is complete; a cut archive loads nothing); an engine that names the image otherwise is
+refused and the tag taken off it.
 """
 
 from __future__ import annotations
