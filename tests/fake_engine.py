@@ -301,6 +301,10 @@ class FakeEngine:
         self.tags.append((image, f"{repository}:{tag}"))
 
     def remove_image(self, ref: str) -> bool:
+        short = [
+            i for i in self.image_ids if len(ref) == 12 and i.startswith(f"sha256:{ref}")
+        ]  # an ID's first 12 hex, as the engine takes it
+        ref = short[0] if len(short) == 1 else ref
         if ref in self.names:
             image = self.names.pop(ref)
         elif ref in self.image_ids and ref not in self.names.values():

@@ -7,12 +7,14 @@ and whose saves stamp the config, like the classic builder's.
 
 from __future__ import annotations
 
+import _thread
 import base64
 import hashlib
 import io
 import json
 import os
 import tarfile
+import time
 import zipfile
 from dataclasses import replace
 from pathlib import Path
@@ -20,8 +22,9 @@ from pathlib import Path
 import pytest
 
 from builder.engine import image_build, reproducible
+from builder.engine.build import Builder
 from builder.engine.image_build import LayerFailed, Run
-from builder.engine.port import BuildRequest, Progress
+from builder.engine.port import BuildRequest, EngineFault, Progress
 from builder.engine.settings import BuildSettings
 from builder.lock import layer
 from builder.lock.layer import LAYER_NAME, Layout, make_layer, source_date_epoch
@@ -529,3 +532,68 @@ def test_a_build_the_engine_finished_as_the_run_was_stopped_leaves_no_unnormaliz
     assert image_build.build_tag(SPEC) not in engine.names, "the unnormalized tag is removed"
     assert SPEC.tag not in engine.names
     assert not list(tmp_path.rglob("*.layers")), "the layer tars go too"
+
+
+def test_an_interrupted_canonical_build_removes_its_own_step_images(tmp_path: Path) -> None:
+    """It builds without the cache (no step image of another build's), so what it committed before
+    the stop is its own: the newest step image goes, and with it (in the engine) its parents."""
+    engine = FakeEngine()
+    engine.add_image("sha256:base", SPEC.base.from_ref)
+    run = Run(
+        settings=BuildSettings(),
+        build_dir=tmp_path,
+        lock_dir=tmp_path,
+        layers=lambda spec, folder, line=False: (folder / LAYER_NAME).write_bytes(b"x"),
+    )
+
+    def output(request: BuildRequest) -> list[Progress]:
+        engine.add_image("sha256:aaaaaaaaaaaa" + "0" * 52)
+        engine.add_image("sha256:bbbbbbbbbbbb" + "0" * 52)
+        return [
+            Progress(text="Step 2/3 : RUN useradd app\n"),
+            Progress(text=" ---> aaaaaaaaaaaa\n"),
+            Progress(text="Step 3/3 : COPY hello_gpu.py /usr/local/bin/hello-gpu\n"),
+            Progress(text=" ---> bbbbbbbbbbbb\n"),
+            Progress(error="interrupted"),
+        ]
+
+    engine.build_output = output
+    result = image_build.build_image(run, engine, SPEC, {"Dockerfile": b"FROM x\nADD venv.tar /\n"}, force=True)
+    assert result.status == "failed", result
+    assert "sha256:bbbbbbbbbbbb" + "0" * 52 in engine.removed_images, "the newest step image is removed"
+    assert not run.steps, "nothing is left to remove later"
+
+
+def test_a_step_image_the_cut_connection_could_not_remove_is_removed_by_the_interrupt(tmp_path: Path) -> None:
+    """SIGTERM mid-build cuts the build's connection, so its own removal fails (seen by hand: the
+    COPY step image stayed): the build hands the step to the interrupt, which removes it through a
+    fresh connection before the run exits."""
+
+    class Cut(FakeEngine):
+        def remove_image(self, ref: str) -> bool:
+            raise EngineFault("the connection was cut")
+
+    cut, fresh = Cut(), FakeEngine()
+    cut.add_image("sha256:base", SPEC.base.from_ref)
+    run = Run(
+        settings=BuildSettings(),
+        build_dir=tmp_path,
+        lock_dir=tmp_path,
+        layers=lambda spec, folder, line=False: (folder / LAYER_NAME).write_bytes(b"x"),
+    )
+    cut.build_output = lambda request: [Progress(text=" ---> cccccccccccc\n"), Progress(error="interrupted")]
+    result = image_build.build_image(run, cut, SPEC, {"Dockerfile": b"FROM x\nADD venv.tar /\n"}, force=True)
+    assert result.status == "failed" and run.unfinished_steps == ["cccccccccccc"]
+
+    fresh.add_image("sha256:cccccccccccc" + "0" * 52)
+
+    def interrupted(spec: ImageSpec, force: bool = True) -> image_build.BuildResult:
+        _thread.interrupt_main()  # the Ctrl-C the main thread gets while this build runs
+        time.sleep(0.5)
+        return image_build.BuildResult(spec.id, "interrupted")
+
+    builder = Builder(make_engine=lambda: fresh, run=run, contexts={SPEC.id: {}})
+    builder.build_one = interrupted  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        builder.build_all([replace(SPEC, base=replace(SPEC.base, bootstrap=None))], jobs=1, force=True, keep_going=False)
+    assert "sha256:cccccccccccc" + "0" * 52 in fresh.removed_images

@@ -225,6 +225,10 @@ class Builder:
                     spec, result = finished.get(timeout=max(0.01, deadline - time.monotonic()))
                     running.discard(spec.id)
                     done[spec.id] = result
+            if self.run.unfinished_steps:  # a cancelled canonical build's own step images (image_build.py)
+                remover = threading.Thread(target=_remove_images, args=(self.make_engine, list(self.run.unfinished_steps)), daemon=True)
+                remover.start()
+                remover.join(STOP_GRACE_S)
             raise
 
     def _work(self, spec: ImageSpec, force: bool, finished: queue.Queue[tuple[ImageSpec, BuildResult]]) -> None:
@@ -244,3 +248,12 @@ def _remove_all(make_engine: EngineFactory, containers: Sequence[str]) -> None:
         engine = make_engine()
         for container_id in containers:
             engine.remove_container(container_id)
+
+
+def _remove_images(make_engine: EngineFactory, images: Sequence[str]) -> None:
+    """Remove the step images of cancelled canonical builds, each with the parents only it has (a
+    fresh connection: the builds' ones are cut)."""
+    with contextlib.suppress(Exception):  # the engine may be gone: `builder clean` finds them by the ledger
+        engine = make_engine()
+        for image in images:
+            engine.remove_image(image)

@@ -111,6 +111,12 @@ class Run:
     stop: threading.Event = field(default_factory=threading.Event)
     # image id -> the container of the build step running now, so an interrupt can remove it
     step_containers: dict[str, str] = field(default_factory=dict)
+    # image id -> the newest step image its build committed (12 hex): a canonical build's own (it
+    # builds without the cache), removed with its parents when the build ends unfinished
+    steps: dict[str, str] = field(default_factory=dict)
+    # those an unfinished canonical build could not remove (the interrupt cut its connection): the
+    # interrupt removes them through a fresh one (engine/build.py)
+    unfinished_steps: list[str] = field(default_factory=list)
     layers: LayerMaker | None = None  # makes a canonical image's venv layer (matrix.yaml canonical_layers)
     # the workspace label to write instead of the owner's identity ("": none), for `builder reproduce`,
     # which rebuilds a published image with the labels its config carries (usecases/reproduce.py)
@@ -200,11 +206,23 @@ def _build_locked(
         return done
     finally:
         shutil.rmtree(layers_dir(run, spec), ignore_errors=True)
+        step = run.steps.pop(spec.id, None)
         if spec.canonical and (done is None or done.status != "built"):
             # a build the engine finished as this run was stopped (or whose normalization failed) tagged its
-            # unnormalized image: that tag is only ever this build's, never the image's (build_tag)
+            # unnormalized image: that tag is only ever this build's, never the image's (build_tag); an
+            # unfinished one leaves its step images, which (no cache) no other build shares: the newest
+            # goes with the parents only it has (one committed after it was read stays for `builder clean`)
             with contextlib.suppress(EngineFault):
                 engine.remove_image(build_tag(spec))
+            if step is not None and not _removed(engine, step):
+                run.unfinished_steps.append(step)
+
+
+def _removed(engine: Engine, image: str) -> bool:
+    try:
+        return engine.remove_image(image)
+    except EngineFault:
+        return False
 
 
 def _build_staged(
@@ -565,6 +583,7 @@ def stream_into(run: Run, engine: Engine, request: BuildRequest, image: str, log
                 step = _STEP_ID.match(text.rstrip("\n"))
                 if step:
                     run.step_containers.pop(image, None)  # the step is done; the engine removed its container
+                    run.steps[image] = step.group(1) or step.group(2)
                     if run.owner is not None:
                         run.owner.note_step(step.group(1) or step.group(2))  # this workspace's, should the build stop here
                 running = _RUNNING_IN.match(text.rstrip("\n"))
