@@ -211,6 +211,31 @@ def test_an_nvidia_wheel_with_files_outside_nvidia_or_an_overlap_is_refused(tmp_
     assert not (tmp_path / layer.NVIDIA_LAYER_NAME).exists() and not (tmp_path / LAYER_NAME).exists(), "nothing half-written"
 
 
+def test_a_file_two_wheels_ship_alike_is_installed_once_and_other_bytes_are_refused(tmp_path: Path) -> None:
+    """NVIDIA's CUDA 12 wheels each ship the empty namespace `nvidia/__init__.py` (found making
+    tensorflow cu125's layer: installer refused the second copy, pip and uv overwrite it)."""
+    cupti = library_wheel(
+        tmp_path, "nvidia-cuda-cupti-cu12", "12.5.82", {"nvidia/__init__.py": b"", "nvidia/cuda_cupti/lib/libcupti.so.12": b"c"}
+    )
+    cublas = library_wheel(
+        tmp_path, "nvidia-cublas-cu12", "12.5.3.2", {"nvidia/__init__.py": b"", "nvidia/cublas/lib/libcublas.so.12": b"b"}
+    )
+    layouts = []
+    for order, wheels in (("ab", [cupti, cublas]), ("ba", [cublas, cupti])):
+        (tmp_path / order).mkdir()
+        layer.make_layers(tmp_path / order / "scratch", Layout("3.11", "python3.11"), wheels, EPOCH, tmp_path / order, nvidia=True)
+        layouts.append((tmp_path / order / layer.NVIDIA_LAYER_NAME).read_bytes())
+    assert layouts[0] == layouts[1], "the same layer whatever the order"
+    with tarfile.open(fileobj=io.BytesIO(layouts[0])) as tar:
+        assert tar.getnames().count("opt/venv/lib/python3.11/site-packages/nvidia/__init__.py") == 1
+    other = library_wheel(tmp_path, "nvidia-odd-cu12", "1.0", {"nvidia/__init__.py": b"# not empty\n", "nvidia/odd/lib/libodd.so": b"o"})
+    (tmp_path / "clash").mkdir()
+    with pytest.raises(layer.LayerError, match=r"nvidia/__init__.py is installed by another wheel with other content"):
+        layer.make_layers(
+            tmp_path / "clash" / "scratch", Layout("3.11", "python3.11"), [cupti, other], EPOCH, tmp_path / "clash", nvidia=True
+        )
+
+
 # -- the image: the config and the layers above the base normalized --------------------------------
 LOCK = Lock("numba==0.68.0 \\\n    --hash=sha256:aa\n", "sha256:inputs", (("numba", "0.68.0"),), (("numba", ("aa",)),))
 SPEC = ImageSpec(
@@ -534,17 +559,22 @@ def test_a_build_the_engine_finished_as_the_run_was_stopped_leaves_no_unnormaliz
     assert not list(tmp_path.rglob("*.layers")), "the layer tars go too"
 
 
-def test_an_interrupted_canonical_build_removes_its_own_step_images(tmp_path: Path) -> None:
-    """It builds without the cache (no step image of another build's), so what it committed before
-    the stop is its own: the newest step image goes, and with it (in the engine) its parents."""
-    engine = FakeEngine()
-    engine.add_image("sha256:base", SPEC.base.from_ref)
-    run = Run(
+def _tiny_run(tmp_path: Path) -> Run:
+    """A run whose layer maker writes a one-byte venv.tar."""
+    return Run(
         settings=BuildSettings(),
         build_dir=tmp_path,
         lock_dir=tmp_path,
         layers=lambda spec, folder, line=False: (folder / LAYER_NAME).write_bytes(b"x"),
     )
+
+
+def test_an_interrupted_canonical_build_removes_its_own_step_images(tmp_path: Path) -> None:
+    """It builds without the cache (no step image of another build's), so what it committed before
+    the stop is its own: the newest step image goes, and with it (in the engine) its parents."""
+    engine = FakeEngine()
+    engine.add_image("sha256:base", SPEC.base.from_ref)
+    run = _tiny_run(tmp_path)
 
     def output(request: BuildRequest) -> list[Progress]:
         engine.add_image("sha256:aaaaaaaaaaaa" + "0" * 52)
@@ -575,12 +605,7 @@ def test_a_step_image_the_cut_connection_could_not_remove_is_removed_by_the_inte
 
     cut, fresh = Cut(), FakeEngine()
     cut.add_image("sha256:base", SPEC.base.from_ref)
-    run = Run(
-        settings=BuildSettings(),
-        build_dir=tmp_path,
-        lock_dir=tmp_path,
-        layers=lambda spec, folder, line=False: (folder / LAYER_NAME).write_bytes(b"x"),
-    )
+    run = _tiny_run(tmp_path)
     cut.build_output = lambda request: [Progress(text=" ---> cccccccccccc\n"), Progress(error="interrupted")]
     result = image_build.build_image(run, cut, SPEC, {"Dockerfile": b"FROM x\nADD venv.tar /\n"}, force=True)
     assert result.status == "failed" and run.unfinished_steps == ["cccccccccccc"]

@@ -31,10 +31,13 @@ import zipfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 
 from installer import install
 from installer.destinations import SchemeDictionaryDestination
+from installer.records import Hash, RecordEntry
 from installer.sources import WheelFile
+from installer.utils import Scheme, copyfileobj_with_hashing
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from builder.model.plan import ImageSpec, Lock
@@ -164,10 +167,28 @@ def assemble(root: Path, layout: Layout, wheels: Sequence[Path]) -> None:
     _install(root, layout, wheels)
 
 
+class _Destination(SchemeDictionaryDestination):
+    """installer's destination, but a file a wheel installed before may be installed again by another
+    wheel when its bytes are the same: NVIDIA's CUDA 12 wheels each ship the namespace's empty
+    `nvidia/__init__.py` (tensorflow cu125's eleven of them), which pip and uv overwrite, the last
+    wheel's winning. Bytes that differ are refused (the venv would depend on the order of the
+    installs); executable where either says so."""
+
+    def write_to_fs(self, scheme: Scheme, path: str, stream: BinaryIO, is_executable: bool) -> RecordEntry:
+        target = Path(self._path_with_destdir(scheme, path))
+        if not target.exists() and not target.is_symlink():
+            return super().write_to_fs(scheme, path, stream, is_executable)
+        data = stream.read()
+        if target.is_symlink() or not target.is_file() or target.read_bytes() != data:
+            raise FileExistsError(f"{path} is installed by another wheel with other content")
+        if is_executable:
+            target.chmod(target.stat().st_mode | 0o111)
+        digest, size = copyfileobj_with_hashing(io.BytesIO(data), io.BytesIO(), self.hash_algorithm)
+        return RecordEntry(path, Hash(self.hash_algorithm, digest), size)
+
+
 def _install(root: Path, layout: Layout, wheels: Sequence[Path]) -> None:
-    destination = SchemeDictionaryDestination(
-        layout.scheme(), interpreter=str(layout.venv / "bin" / "python"), script_kind="posix", destdir=str(root)
-    )
+    destination = _Destination(layout.scheme(), interpreter=str(layout.venv / "bin" / "python"), script_kind="posix", destdir=str(root))
     for wheel in sorted(wheels, key=lambda p: p.name):
         try:
             with WheelFile.open(wheel) as source:
