@@ -43,13 +43,8 @@ def make(spec: ImageSpec, folder: Path, *, line: bool = False) -> None:
     (folder / (NVIDIA_LAYER_NAME if line else LAYER_NAME)).write_bytes(NVIDIA if line else VENV)
 
 
-def built(engine: FakeEngine, tmp_path: Path) -> tuple[image_build.BuildResult, list[str], list[int]]:
-    """The member built on its line image (made first); the Dockerfile the engine was given, and the
-    number of layers each `docker save` wrote."""
-    tmp_path.mkdir()
-    load_base(engine, tmp_path)
-    run = make_run(tmp_path, make)
-    line_image.ensure(run, engine, MEMBER)
+def recording(engine: FakeEngine) -> list[str]:
+    """The Dockerfiles the engine is given to build, as it builds them (each build succeeds)."""
     seen: list[str] = []
 
     def output(request: BuildRequest) -> list[Progress]:
@@ -57,6 +52,17 @@ def built(engine: FakeEngine, tmp_path: Path) -> tuple[image_build.BuildResult, 
         return [Progress(text="Successfully built 0123456789ab\n")]
 
     engine.build_output = output
+    return seen
+
+
+def built(engine: FakeEngine, tmp_path: Path) -> tuple[image_build.BuildResult, list[str], list[int]]:
+    """The member built on its line image (made first); the Dockerfile the engine was given, and the
+    number of layers each `docker save` wrote."""
+    tmp_path.mkdir()
+    load_base(engine, tmp_path)
+    run = make_run(tmp_path, make)
+    line_image.ensure(run, engine, MEMBER)
+    seen = recording(engine)
     saved: list[int] = []
     save = engine.save_image
 
@@ -111,13 +117,7 @@ def test_a_line_image_that_is_not_its_base_and_one_layer_is_built_from(tmp_path:
     made = engine.add_image("sha256:" + "e" * 64, str(MEMBER.line_image))
     engine.layers[made] = [layer_tar({"other/base": b"x"}, 0), NVIDIA]
     run = make_run(tmp_path, make)
-    seen: list[str] = []
-
-    def output(request: BuildRequest) -> list[Progress]:
-        seen.append((request.path / "Dockerfile").read_text(encoding="utf-8"))
-        return [Progress(text="Successfully built 0123456789ab\n")]
-
-    engine.build_output = output
+    seen = recording(engine)
     result = image_build.build_image(run, engine, MEMBER, {"Dockerfile": DOCKERFILE.encode(), "hello_gpu.py": b""}, force=True)
     assert result.status == "built", result.error
     assert seen[0].startswith(f"FROM {MEMBER.line_image}\n") and result.base_id == made

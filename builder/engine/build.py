@@ -95,9 +95,7 @@ class Builder:
             engine.cut_streams()
         containers = list(self.run.step_containers.values())
         if containers and engines:
-            remover = threading.Thread(target=_remove_all, args=(self.make_engine, containers), daemon=True)
-            remover.start()
-            remover.join(STOP_GRACE_S)
+            _remove_all(self.make_engine, containers=containers)
 
     # -- bases ---------------------------------------------------------------------------
     def ensure_bases(self, specs: Sequence[ImageSpec]) -> dict[str, str]:
@@ -226,9 +224,7 @@ class Builder:
                     running.discard(spec.id)
                     done[spec.id] = result
             if self.run.unfinished_steps:  # a cancelled canonical build's own step images (image_build.py)
-                remover = threading.Thread(target=_remove_images, args=(self.make_engine, list(self.run.unfinished_steps)), daemon=True)
-                remover.start()
-                remover.join(STOP_GRACE_S)
+                _remove_all(self.make_engine, images=list(self.run.unfinished_steps))
             raise
 
     def _work(self, spec: ImageSpec, force: bool, finished: queue.Queue[tuple[ImageSpec, BuildResult]]) -> None:
@@ -242,18 +238,19 @@ class Builder:
         finished.put((spec, result))
 
 
-def _remove_all(make_engine: EngineFactory, containers: Sequence[str]) -> None:
-    """Remove the containers of cancelled build steps (a fresh connection: the builds' ones are cut)."""
-    with contextlib.suppress(Exception):  # the engine may be gone: it then cancels the builds itself
-        engine = make_engine()
-        for container_id in containers:
-            engine.remove_container(container_id)
+def _remove_all(make_engine: EngineFactory, containers: Sequence[str] = (), images: Sequence[str] = ()) -> None:
+    """Remove the containers of cancelled build steps, and the step images of cancelled canonical
+    builds (each with the parents only it has), through a fresh connection (the builds' ones are cut),
+    from a daemon thread given STOP_GRACE_S, so a wedged engine cannot hold the interrupt."""
 
+    def remove() -> None:
+        with contextlib.suppress(Exception):  # the engine may be gone: it cancels the builds, `builder clean` finds the images
+            engine = make_engine()
+            for container_id in containers:
+                engine.remove_container(container_id)
+            for image in images:
+                engine.remove_image(image)
 
-def _remove_images(make_engine: EngineFactory, images: Sequence[str]) -> None:
-    """Remove the step images of cancelled canonical builds, each with the parents only it has (a
-    fresh connection: the builds' ones are cut)."""
-    with contextlib.suppress(Exception):  # the engine may be gone: `builder clean` finds them by the ledger
-        engine = make_engine()
-        for image in images:
-            engine.remove_image(image)
+    remover = threading.Thread(target=remove, daemon=True)
+    remover.start()
+    remover.join(STOP_GRACE_S)

@@ -585,7 +585,7 @@ def stream_into(run: Run, engine: Engine, request: BuildRequest, image: str, log
                     run.step_containers.pop(image, None)  # the step is done; the engine removed its container
                     run.steps[image] = step.group(1) or step.group(2)
                     if run.owner is not None:
-                        run.owner.note_step(step.group(1) or step.group(2))  # this workspace's, should the build stop here
+                        run.owner.note_step(run.steps[image])  # this workspace's, should the build stop here
                 running = _RUNNING_IN.match(text.rstrip("\n"))
                 if running:
                     run.step_containers[image] = running.group(1)

@@ -40,7 +40,7 @@ from typing import IO, TYPE_CHECKING, Any
 from builder.engine.image_build import BuildFailed, Run, tag_lock
 from builder.engine.line_config import config_bytes, line_config
 from builder.engine.port import Engine, EngineFault
-from builder.engine.reproducible import NotAnArchive, archive_json, writing
+from builder.engine.reproducible import HashingReader, NotAnArchive, archive_json, writing
 from builder.lock.layer import EPOCH_FLOOR, NVIDIA_LAYER_NAME
 from builder.model.plan import ImageSpec
 
@@ -84,9 +84,9 @@ def line_archive(saved_base: Path, layer: Path, out: Path | IO[bytes], tag: str,
         for name in dict.fromkeys(base.layers):  # a layer listed twice is one file
             _copy(src, dst, name)
         with layer.open("rb") as data:
-            hashing = _Hashing(data)
+            hashing = HashingReader(data)
             _add(dst, NVIDIA_LAYER_NAME, hashing, layer.stat().st_size)
-        body = config_bytes(line_config(base.config, line, "sha256:" + hashing.sha.hexdigest()))
+        body = config_bytes(line_config(base.config, line, "sha256:" + hashing.hexdigest()))
         image_id = hashlib.sha256(body).hexdigest()
         _add(dst, f"{image_id}.json", io.BytesIO(body), len(body))
         manifest = [{"Config": f"{image_id}.json", "RepoTags": [tag], "Layers": [*base.layers, NVIDIA_LAYER_NAME]}]
@@ -170,19 +170,6 @@ def _make(run: Run, engine: Engine, spec: ImageSpec, folder: Path, say: Callable
         loaded = "no image" if info is None else info.id
         raise BuildFailed(f"the engine loaded {loaded} as {tag}, not the {expected} its config names: the engine rewrote it")
     say(f"loaded {tag} as {expected} ({time.monotonic() - started:.1f}s)")
-
-
-class _Hashing:
-    """A reader that hashes what is read through it."""
-
-    def __init__(self, source: IO[bytes]) -> None:
-        self._source = source
-        self.sha = hashlib.sha256()
-
-    def read(self, size: int = -1, /) -> bytes:
-        data = self._source.read(size)
-        self.sha.update(data)
-        return data
 
 
 def _copy(src: tarfile.TarFile, dst: tarfile.TarFile, name: str) -> None:

@@ -378,12 +378,12 @@ def _file_layer(dst: tarfile.TarFile, path: Path, name: str, beneath: Beneath) -
     info = tarfile.TarInfo(name)
     info.size, info.mode = path.stat().st_size, 0o644
     with path.open("rb") as data:
-        hashing = _HashingReader(data)
+        hashing = HashingReader(data)
         dst.addfile(info, hashing)
     return "sha256:" + hashing.hexdigest()
 
 
-class _HashingReader(io.RawIOBase):
+class HashingReader(io.RawIOBase):
     """A read-only stream that hashes what is read through it."""
 
     def __init__(self, source: IO[bytes]) -> None:
