@@ -3,8 +3,18 @@
 # with a local registry (host networking only; see .ci/docker-up.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The venv runs the newest Python 3 the machine has from 3.13 down (python3 otherwise, >= 3.11): on
+# 3.12+ coverage measures through sys.monitoring (scripts/test.sh), a third less CPU than the C tracer
+# on the offline tier (docs/benchmarks.md). An existing .venv is kept; `rm -rf .venv` to remake it.
 if [ ! -x .venv/bin/python ]; then
-    python3 -m venv .venv
+    pyenv_versions="${PYENV_ROOT:-$HOME/.pyenv}/versions"  # pyenv's shims answer only for its global version
+    for python in python3.13 "$pyenv_versions"/3.13*/bin/python3 python3.12 "$pyenv_versions"/3.12*/bin/python3 python3; do
+        if command -v "$python" >/dev/null 2>&1 && "$python" -c 'import sys, venv; assert sys.version_info >= (3, 11)' 2>/dev/null; then
+            "$python" -m venv .venv
+            break
+        fi
+    done
+    [ -x .venv/bin/python ] || { echo "setup: no Python >= 3.11 with its venv module (python3.13, python3.12, python3); fix: apt-get install python3-venv" >&2; exit 1; }
 fi
 # The venv's install runs beside the system packages and the engine's start below (both mostly
 # downloads and unpacking); its exit status is collected before this script ends.
