@@ -201,8 +201,16 @@ def test_a_saved_image_not_on_the_base_it_names_is_refused(tmp_path: Path) -> No
         reproducible.normalize_archive(tmp_path / "s.tar", tmp_path / "o.tar", 5, 1, splice=splice)
 
 
-@pytest.mark.parametrize("dockerfile", ["FROM other\nRUN x\n", "RUN x\n", "FROM line:1\nFROM line:1\n"])
+@pytest.mark.parametrize(
+    "dockerfile", ["FROM other\nRUN x\n", "RUN x\n", "FROM line:1\nFROM line:1\n", "FROM line:1 AS x\n", "FROM platform=y line:1\n"]
+)
 def test_a_dockerfile_not_from_its_line_image_once_is_refused(dockerfile: str) -> None:
     with pytest.raises(reproducible.NotAnArchive, match=r"does not say `FROM line:1` once"):
         reproducible.from_base(dockerfile, "line:1", "base:latest")
     assert reproducible.from_base("# x\nFROM line:1\nRUN y\n", "line:1", "base:latest") == "# x\nFROM base:latest\nRUN y\n"
+
+
+def test_an_arm64_members_platform_flag_stays() -> None:
+    """An arm64 member's Dockerfile says `FROM --platform=linux/arm64 <line image>` (rendered so)."""
+    dockerfile = "FROM --platform=linux/arm64 line:1\nRUN y\n"
+    assert reproducible.from_base(dockerfile, "line:1", "base:latest") == "FROM --platform=linux/arm64 base:latest\nRUN y\n"

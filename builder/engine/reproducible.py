@@ -210,12 +210,15 @@ def marked(dockerfile: str, names: Iterable[str]) -> str:
 def from_base(dockerfile: str, below: str, base: str) -> str:
     """The Dockerfile built FROM `base` instead of `below` (a CUDA line's image: the base plus one
     layer): `normalize_archive` splices that layer back in (`Splice`). NotAnArchive unless the
-    Dockerfile has one FROM and it names `below`."""
+    Dockerfile has one FROM and it names `below` (after flags such as an arm64 image's
+    `--platform=linux/arm64`, which stay)."""
     lines = dockerfile.split("\n")
     at = [i for i, line in enumerate(lines) if line.strip().upper().startswith("FROM ")]
-    if len(at) != 1 or lines[at[0]].split() != ["FROM", below]:
+    words = lines[at[0]].split() if len(at) == 1 else []
+    flags = words[1:-1]
+    if not words or words[0] != "FROM" or words[-1] != below or not all(flag.startswith("--") for flag in flags):
         raise NotAnArchive(f"the Dockerfile does not say `FROM {below}` once (its FROM steps: {len(at)})")
-    lines[at[0]] = f"FROM {base}"
+    lines[at[0]] = " ".join(["FROM", *flags, base])
     return "\n".join(lines)
 
 
