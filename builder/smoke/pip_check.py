@@ -29,8 +29,7 @@ ALIASES: dict[str, str] = {
     "sbsa": "aarch64",  # NVIDIA's aarch64 server builds: nvidia-cusparselt-cu13 0.8.1's WHEEL file
 }
 
-UNSUPPORTED = re.compile(r"(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*) (?P<version>\S+) is not supported on this platform")
-TAG = re.compile(r"[A-Za-z0-9_.]+-[A-Za-z0-9_.]+-[A-Za-z0-9_.]+")
+UNSUPPORTED = re.compile(r"(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*) \S+ is not supported on this platform")
 
 
 @dataclass(frozen=True)
@@ -62,9 +61,9 @@ def supported_tags(debug_output: str) -> frozenset[str]:
     for line in debug_output.splitlines():
         if line.startswith("Compatible tags"):
             listing = True
-        elif listing and line.startswith(" ") and TAG.fullmatch(line.strip()):
-            tags.add(line.strip())
-        elif listing and not line.startswith(" "):
+        elif listing and line.startswith(" "):
+            tags |= _tags(line)
+        elif listing:
             listing = False
     return frozenset(tags)
 
@@ -74,9 +73,15 @@ def wheel_tags(wheel_file: str) -> tuple[str, ...]:
     sorted; a line that is no tag is left out (it cannot make a line acceptable)."""
     out: set[str] = set()
     for value in Parser().parsestr(wheel_file).get_all("Tag", []):
-        with contextlib.suppress(ValueError):
-            out |= {str(tag) for tag in parse_tag(str(value).strip())}
+        out |= _tags(str(value))
     return tuple(sorted(out))
+
+
+def _tags(text: str) -> set[str]:
+    """The tags `text` spells (packaging's parse_tag expands a compressed set); none if it is no tag."""
+    with contextlib.suppress(ValueError):
+        return {str(tag) for tag in parse_tag(text.strip())}
+    return set()
 
 
 def aliased(tag: str) -> str | None:
