@@ -20,6 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from installer.utils import Scheme
 
 from builder.engine import image_build, reproducible
 from builder.engine.build import Builder
@@ -121,11 +122,38 @@ def test_the_layer_names_no_host_path_and_is_canonical(tmp_path: Path) -> None:
         assert not [n for n in names if n.endswith(".pyc")], "no byte-compiled files"
 
 
-def test_a_host_path_in_a_file_is_refused(tmp_path: Path) -> None:
-    root = tmp_path / "root"
+@pytest.mark.parametrize("where", ["in a file", "across two reads", "in a link"])
+def test_a_host_path_is_refused_as_the_tar_is_written_and_no_tar_is_left(tmp_path: Path, where: str) -> None:
+    scratch = tmp_path / "scratch"
+    root = scratch / "root"
     (root / "opt").mkdir(parents=True)
-    (root / "opt" / "leak.txt").write_text(f"built in {tmp_path}\n")
-    assert layer.host_paths(root, {str(tmp_path)}) == ["opt/leak.txt"]
+    (root / "opt" / "clean.txt").write_text("nothing of the host\n")
+    leak, mark = root / "opt" / "leak.txt", str(scratch).encode()
+    if where == "in a file":
+        leak.write_bytes(b"built in " + mark + b"\n")
+    elif where == "across two reads":  # the mark straddles the first MiB read's end
+        leak.write_bytes(b"x" * (layer.COPY_BUFFER - len(mark) // 2) + mark + b"y" * 10)
+    else:
+        leak.symlink_to(root / "opt" / "clean.txt")
+    out = tmp_path / "layer.tar"
+    with pytest.raises(layer.LayerError, match="^opt/leak.txt names the build host's scratch folder"):
+        layer.write_tar(root, out, EPOCH, scratch)
+    assert not out.exists(), "a refused layer's tar was left"
+    leak.unlink()
+    layer.write_tar(root, out, EPOCH, scratch)
+    with tarfile.open(out) as tar:
+        assert tar.getnames() == ["opt", "opt/clean.txt"]
+
+
+def test_installer_refuses_a_wheel_path_outside_its_scheme_folder(tmp_path: Path) -> None:
+    """The layer's destination names paths in strings (not pathlib, for speed), with installer's refusal kept."""
+    layout = Layout("3.11", "python3.11")
+    dest = layer._Destination(layout.scheme(), interpreter="/opt/venv/bin/python", script_kind="posix", destdir=str(tmp_path))
+    inside = dest._path_with_destdir(Scheme("purelib"), "toy/__init__.py")
+    assert inside == tmp_path / "opt/venv/lib/python3.11/site-packages/toy/__init__.py"
+    for outside in ("../../../../../etc/passwd", "/etc/passwd", "../site-packages-evil/x.py"):
+        with pytest.raises(ValueError, match="outside of the target directory"):
+            dest._path_with_destdir(Scheme("purelib"), outside)
 
 
 def test_the_epoch_is_the_locks() -> None:
