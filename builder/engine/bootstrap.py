@@ -28,6 +28,7 @@ import platform
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import tarfile
 import tempfile
@@ -44,6 +45,7 @@ from builder.engine.failures import any_network
 from builder.engine.port import Engine, EngineFault
 from builder.engine.retry import GaveUp, retry_network
 from builder.engine.staging import sha256_of
+from builder.lock.children import process_start
 from builder.model import jsonfields as jf
 from builder.model.plan import PLATFORM_ARCH, Base
 from builder.util import fsio
@@ -75,6 +77,8 @@ BOOTSTRAP_LABEL = "io.builder.bootstrap"
 MIRROR_DATE_LABEL = "io.builder.mirror-date"  # the mirror's InRelease Date: the SOURCE_DATE_EPOCH of the tree
 
 SCRATCH_DIR = Path(os.environ.get("BUILDER_SCRATCH_DIR", "/var/tmp"))
+SCRATCH_PREFIX = "builder-bootstrap-"  # then the run's pid and start time: sweep_scratch tells a dead run's folder
+_SCRATCH_NAME = re.compile(rf"{SCRATCH_PREFIX}(\d+)-(\d+)-[a-z0-9_]{{8}}")
 DEBOOTSTRAP_ATTEMPTS = 3
 DEBOOTSTRAP_WAIT_MIN_S = 2.0
 DEBOOTSTRAP_WAIT_MAX_S = 30.0
@@ -254,7 +258,10 @@ def _image_id(engine: Engine, ref: str) -> str | None:
 
 def _build(engine: Engine, tag: str, recipe: Recipe, digest: str, log: Log) -> None:
     SCRATCH_DIR.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix="builder-bootstrap-", dir=SCRATCH_DIR))
+    for left in sweep_scratch(SCRATCH_DIR):
+        log(f"removed {left}: the scratch folder of a bootstrap whose run was killed")
+    me = f"{os.getpid()}-{process_start(os.getpid()) or 0}-"
+    scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX + me, dir=SCRATCH_DIR))
     repository = tag.rsplit(":", 1)[0]
     temp_ref = f"{repository}:tmp-{uuid.uuid4().hex[:12]}"
     try:
@@ -478,6 +485,57 @@ def _load(engine: Engine, archive: Path, ref: str, digest: str, expected: str) -
         raise UserError(f"loading the base into the engine produced no image {ref} with its labels")
     if info.id != expected:
         raise UserError(f"the engine loaded the base as {info.id}, not the {expected} its config names: the engine rewrote it")
+
+
+def sweep_scratch(root: Path) -> list[Path]:
+    """Remove the scratch folders under `root` of bootstraps whose run is gone (a SIGKILL leaves the
+    rootfs, GBs for a ROCm base) and that no process still works in: a killed run's mmdebstrap goes
+    on (its own session), so a folder that a process names on its command line, or has as its root
+    (dpkg chrooted into it) or working folder, is left for a later run. Never a link, never another
+    user's; mounts under it are unmounted first (_remove_tree). Returns what was removed."""
+    removed: list[Path] = []
+    if not os.path.isdir("/proc/self"):
+        return removed  # no telling a dead run from a live one: nothing is removed
+    try:
+        names = sorted(os.listdir(root))
+    except OSError:
+        return removed
+    for name in names:
+        found = _SCRATCH_NAME.fullmatch(name)
+        path = root / name
+        try:
+            st = path.lstat()
+        except OSError:
+            continue
+        if found is None or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+            continue
+        if process_start(int(found.group(1))) == found.group(2) or _in_use(path):
+            continue
+        try:
+            _remove_tree(path)
+        except (OSError, RuntimeError):
+            continue  # a mount that would not go: left as it is, named again by the next run
+        removed.append(path)
+    return removed
+
+
+def _in_use(path: Path) -> bool:
+    """Whether a process names `path` on its command line, or has its root or working folder in it."""
+    inside = str(path.resolve())
+    marks = (inside.encode() + b"\0", inside.encode() + b"/")
+    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                argv = handle.read() + b"\0"
+            if any(mark in argv for mark in marks):
+                return True
+            for link in ("root", "cwd"):
+                target = os.readlink(f"/proc/{pid}/{link}")
+                if target == inside or target.startswith(inside + "/"):
+                    return True
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+    return False
 
 
 def _mounts_under(path: Path) -> list[str]:
