@@ -75,3 +75,35 @@ def test_a_folder_whose_name_only_begins_like_another_is_not_taken_for_it(tmp_pa
     finally:
         worker.kill()
         worker.wait()
+
+
+def test_a_sigkilled_runs_bootstrap_tool_is_told_to_stop(tmp_path: Path) -> None:
+    """The run cannot stop its mmdebstrap when it is SIGKILLed; the kernel then sends the tool SIGTERM
+    (PR_SET_PDEATHSIG), on which mmdebstrap cleans up and exits. A stand-in tool records the signal."""
+    fake = tmp_path / "mmdebstrap"
+    fake.write_text(
+        '#!/bin/sh\ntrap \'echo stopped > "$5.term"; exit 143\' TERM\necho started > "$5.started"\nwhile :; do sleep 0.05; done\n'
+    )
+    fake.chmod(0o755)
+    rootfs = tmp_path / "rootfs"
+    run = (
+        "import sys\nfrom pathlib import Path\nfrom builder.engine import bootstrap\n"
+        "bootstrap._tool_binary = lambda: sys.argv[1]\n"
+        "recipe = bootstrap.Recipe(arch='amd64', release='bookworm', mirror='http://mirror.invalid', include=('python3',))\n"
+        "bootstrap.run_bootstrap(recipe, Path(sys.argv[2]), 0, print)\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    builder = subprocess.Popen([sys.executable, "-c", run, str(fake), str(rootfs)], cwd=root, env=env, stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while not Path(f"{rootfs}.started").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert Path(f"{rootfs}.started").exists(), "the stand-in tool did not start"
+    finally:
+        builder.kill()
+        builder.wait()
+    deadline = time.monotonic() + 10
+    while not Path(f"{rootfs}.term").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert Path(f"{rootfs}.term").read_text() == "stopped\n", "the tool of a SIGKILLed run was not told to stop"

@@ -45,7 +45,7 @@ from builder.engine.failures import any_network
 from builder.engine.port import Engine, EngineFault
 from builder.engine.retry import GaveUp, retry_network
 from builder.engine.staging import sha256_of
-from builder.lock.children import process_start
+from builder.lock.children import die_with_parent, process_start
 from builder.model import jsonfields as jf
 from builder.model.plan import PLATFORM_ARCH, Base
 from builder.util import fsio
@@ -367,6 +367,9 @@ def run_bootstrap(recipe: Recipe, rootfs: Path, epoch: int, log: Log) -> None:
         errors="replace",
         env=env,
         start_new_session=True,  # its own process group: _stop ends the tool's children (apt, dpkg) too
+        # a SIGKILLed run cannot _stop it: the kernel sends it SIGTERM, on which mmdebstrap cleans up
+        # (unmounts, ends its children) and exits; sweep_scratch then removes the folder
+        preexec_fn=die_with_parent(signal.SIGTERM),
     )
     try:
         assert proc.stdout is not None

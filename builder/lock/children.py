@@ -105,7 +105,7 @@ def run(argv: list[str], env: dict[str, str], timeout: float) -> subprocess.Comp
         raise Stopped
     proc = subprocess.Popen(
         argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True, preexec_fn=_die_with_parent(),
+        start_new_session=True, preexec_fn=die_with_parent(),
     )  # fmt: skip
     with _guard:
         _running.add(proc)
@@ -150,8 +150,9 @@ def stopped_on_exit() -> Iterator[None]:
         raise
 
 
-def _die_with_parent() -> Callable[[], None] | None:
-    """A preexec_fn arming PR_SET_PDEATHSIG (Linux); None elsewhere."""
+def die_with_parent(sig: int = signal.SIGKILL) -> Callable[[], None] | None:
+    """A preexec_fn arming PR_SET_PDEATHSIG with `sig` (Linux): the kernel signals the child when the
+    thread that started it dies, SIGKILL included. None elsewhere."""
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -161,7 +162,7 @@ def _die_with_parent() -> Callable[[], None] | None:
     parent = os.getpid()
 
     def arm() -> None:  # runs in the child between fork and exec: no locks, no imports
-        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
         if os.getppid() != parent:  # the parent died before the line above: die now
             os._exit(1)
 
