@@ -28,7 +28,6 @@ import platform
 import re
 import shutil
 import signal
-import stat
 import subprocess
 import tarfile
 import tempfile
@@ -45,7 +44,7 @@ from builder.engine.failures import any_network
 from builder.engine.port import Engine, EngineFault
 from builder.engine.retry import GaveUp, retry_network
 from builder.engine.staging import sha256_of
-from builder.lock.children import die_with_parent, process_start
+from builder.lock.children import die_with_parent, left_by_dead_runs, run_mark
 from builder.model import jsonfields as jf
 from builder.model.plan import PLATFORM_ARCH, Base
 from builder.util import fsio
@@ -260,8 +259,7 @@ def _build(engine: Engine, tag: str, recipe: Recipe, digest: str, log: Log) -> N
     SCRATCH_DIR.mkdir(parents=True, exist_ok=True)
     for left in sweep_scratch(SCRATCH_DIR):
         log(f"removed {left}: the scratch folder of a bootstrap whose run was killed")
-    me = f"{os.getpid()}-{process_start(os.getpid()) or 0}-"
-    scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX + me, dir=SCRATCH_DIR))
+    scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX + run_mark(), dir=SCRATCH_DIR))
     repository = tag.rsplit(":", 1)[0]
     temp_ref = f"{repository}:tmp-{uuid.uuid4().hex[:12]}"
     try:
@@ -492,27 +490,15 @@ def _load(engine: Engine, archive: Path, ref: str, digest: str, expected: str) -
 
 def sweep_scratch(root: Path) -> list[Path]:
     """Remove the scratch folders under `root` of bootstraps whose run is gone (a SIGKILL leaves the
-    rootfs, GBs for a ROCm base) and that no process still works in: a killed run's mmdebstrap goes
-    on (its own session), so a folder that a process names on its command line, or has as its root
-    (dpkg chrooted into it) or working folder, is left for a later run. Never a link, never another
-    user's; mounts under it are unmounted first (_remove_tree). Returns what was removed."""
+    rootfs, GBs for a ROCm base; children.left_by_dead_runs) and that no process still works in: a
+    folder that a process names on its command line (a killed run's mmdebstrap on its way out), or
+    has as its root (dpkg chrooted into it) or working folder, is left for a later run. Mounts under
+    it are unmounted first (_remove_tree). Returns what was removed."""
     removed: list[Path] = []
     if not os.path.isdir("/proc/self"):
         return removed  # no telling a dead run from a live one: nothing is removed
-    try:
-        names = sorted(os.listdir(root))
-    except OSError:
-        return removed
-    for name in names:
-        found = _SCRATCH_NAME.fullmatch(name)
-        path = root / name
-        try:
-            st = path.lstat()
-        except OSError:
-            continue
-        if found is None or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
-            continue
-        if process_start(int(found.group(1))) == found.group(2) or _in_use(path):
+    for path in left_by_dead_runs(root, _SCRATCH_NAME):
+        if _in_use(path):
             continue
         try:
             _remove_tree(path)

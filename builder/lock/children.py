@@ -57,26 +57,38 @@ def work_folder() -> Iterator[Path]:
     if not _swept.is_set():
         _swept.set()
         sweep()
-    me = f"{os.getpid()}-{process_start(os.getpid()) or 0}-"
-    folder = Path(tempfile.mkdtemp(prefix=PREFIX + me))
+    folder = Path(tempfile.mkdtemp(prefix=PREFIX + run_mark()))
     try:
         yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def run_mark() -> str:
+    """`<pid>-<start time>-`: what a temp folder's name says of the run that made it (left_by_dead_runs)."""
+    return f"{os.getpid()}-{process_start(os.getpid()) or 0}-"
+
+
 def sweep(root: Path | None = None) -> list[Path]:
     """Delete this user's lock temp folders whose process is gone; returns them."""
-    root = root or Path(tempfile.gettempdir())
-    can_tell = os.path.isdir("/proc/self")
     removed = []
+    for path in left_by_dead_runs(root or Path(tempfile.gettempdir()), _NAME):
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
+def left_by_dead_runs(root: Path, name: re.Pattern[str]) -> Iterator[Path]:
+    """The folders under `root` named by `name` (groups 1 and 2: a run_mark's pid and start time,
+    or neither for an old naming, judged by age) whose run is gone: never a link, never another user's."""
+    can_tell = os.path.isdir("/proc/self")
     try:
-        names = os.listdir(root)
+        names = sorted(os.listdir(root))
     except OSError:
-        return []
-    for name in names:
-        found = _NAME.fullmatch(name)
-        path = root / name
+        return
+    for entry in names:
+        found = name.fullmatch(entry)
+        path = root / entry
         if found is None:
             continue
         try:
@@ -85,11 +97,8 @@ def sweep(root: Path | None = None) -> list[Path]:
             continue
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
             continue  # never a link, never another user's
-        pid, start = found.group(1), found.group(2)
-        if _gone(pid, start, st.st_mtime, can_tell):
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
-    return removed
+        if _gone(found.group(1), found.group(2), st.st_mtime, can_tell):
+            yield path
 
 
 def _gone(pid: str | None, start: str | None, mtime: float, can_tell: bool) -> bool:

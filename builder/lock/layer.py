@@ -244,7 +244,8 @@ def write_tar(root: Path, out: Path, epoch: int, scratch: Path) -> None:
                 info.mtime, info.uid, info.gid, info.uname, info.gname = epoch, 0, 0, "", ""
                 if stat.S_ISLNK(found.st_mode):
                     info.type, info.linkname, info.mode = tarfile.SYMTYPE, os.readlink(path), 0o777
-                    bad += [name] if any(mark in info.linkname.encode() for mark in marks) else []
+                    if any(mark in info.linkname.encode() for mark in marks):
+                        bad.append(name)
                     tar.addfile(info)
                 elif stat.S_ISDIR(found.st_mode):
                     info.type, info.mode = tarfile.DIRTYPE, 0o755
@@ -254,7 +255,8 @@ def write_tar(root: Path, out: Path, epoch: int, scratch: Path) -> None:
                     with path.open("rb", buffering=0) as data:
                         searched = Searching(data, marks)
                         tar.addfile(info, searched)
-                    bad += [name] if searched.found else []
+                    if searched.found:
+                        bad.append(name)
                 else:
                     raise LayerError(f"{name} is neither a file, a folder nor a link; a venv has no other kind")
         if bad:
