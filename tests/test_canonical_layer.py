@@ -27,8 +27,9 @@ from builder.engine.build import Builder
 from builder.engine.image_build import LayerFailed, Run
 from builder.engine.port import BuildRequest, EngineFault, Progress
 from builder.engine.settings import BuildSettings
-from builder.lock import layer
-from builder.lock.layer import LAYER_NAME, Layout, make_layer, source_date_epoch
+from builder.lock import layer, wheel_tar
+from builder.lock.layer import LAYER_NAME, Layout, source_date_epoch
+from builder.lock.wheel_tar import make_layer
 from builder.model.plan import Accelerator, Base, ImageSpec, Lock
 from builder.spec.matrix import load_matrix
 from builder.util.errors import UserError
@@ -132,15 +133,15 @@ def test_a_host_path_is_refused_as_the_tar_is_written_and_no_tar_is_left(tmp_pat
     if where == "in a file":
         leak.write_bytes(b"built in " + mark + b"\n")
     elif where == "across two reads":  # the mark straddles the first MiB read's end
-        leak.write_bytes(b"x" * (layer.COPY_BUFFER - len(mark) // 2) + mark + b"y" * 10)
+        leak.write_bytes(b"x" * (wheel_tar.COPY_BUFFER - len(mark) // 2) + mark + b"y" * 10)
     else:
         leak.symlink_to(root / "opt" / "clean.txt")
     out = tmp_path / "layer.tar"
     with pytest.raises(layer.LayerError, match="^opt/leak.txt names the build host's scratch folder"):
-        layer.write_tar(root, out, EPOCH, scratch)
+        wheel_tar.write_tar(root, out, EPOCH, scratch)
     assert not out.exists(), "a refused layer's tar was left"
     leak.unlink()
-    layer.write_tar(root, out, EPOCH, scratch)
+    wheel_tar.write_tar(root, out, EPOCH, scratch)
     with tarfile.open(out) as tar:
         assert tar.getnames() == ["opt", "opt/clean.txt"]
 
@@ -148,7 +149,7 @@ def test_a_host_path_is_refused_as_the_tar_is_written_and_no_tar_is_left(tmp_pat
 def test_installer_refuses_a_wheel_path_outside_its_scheme_folder(tmp_path: Path) -> None:
     """The layer's destination names paths in strings (not pathlib, for speed), with installer's refusal kept."""
     layout = Layout("3.11", "python3.11")
-    dest = layer._Destination(layout.scheme(), interpreter="/opt/venv/bin/python", script_kind="posix", destdir=str(tmp_path))
+    dest = wheel_tar._Destination(layout.scheme(), interpreter="/opt/venv/bin/python", script_kind="posix", destdir=str(tmp_path))
     inside = dest._path_with_destdir(Scheme("purelib"), "toy/__init__.py")
     assert inside == tmp_path / "opt/venv/lib/python3.11/site-packages/toy/__init__.py"
     for outside in ("../../../../../etc/passwd", "/etc/passwd", "../site-packages-evil/x.py"):
@@ -187,7 +188,7 @@ def _split(tmp_path: Path, label: str, epoch: int, other: str) -> Path:
         library_wheel(work / "wheels", "nvidia-cuda-runtime", "13.0.96", {"nvidia/cu13/lib/libcudart.so.13": b"\x7fELF cudart"}),
         make_wheel(work / "wheels", other),  # the framework's own: another per image
     ]
-    layer.make_layers(work / "scratch", Layout("3.11", "python3.11"), wheels, epoch, work, nvidia=True)
+    wheel_tar.make_layers(work / "scratch", Layout("3.11", "python3.11"), wheels, epoch, work, nvidia=True)
     return work
 
 
@@ -228,14 +229,14 @@ def test_an_nvidia_wheel_with_files_outside_nvidia_or_an_overlap_is_refused(tmp_
     with pytest.raises(
         layer.LayerError, match=r"^nvidia_odd-1.0-py3-none-manylinux_2_17_x86_64.whl installs odd_helper.py, outside nvidia/"
     ):
-        layer.make_layers(tmp_path / "scratch", Layout("3.11", "python3.11"), [odd], EPOCH, tmp_path, nvidia=True)
+        wheel_tar.make_layers(tmp_path / "scratch", Layout("3.11", "python3.11"), [odd], EPOCH, tmp_path, nvidia=True)
     (tmp_path / "scratch2").mkdir()
     lib = library_wheel(tmp_path, "nvidia-lib", "1.0", {"nvidia/lib/libx.so": b"x"})
     clash = library_wheel(tmp_path, "framework", "1.0", {"nvidia/lib/libx.so": b"y", "framework/__init__.py": b""})
     with pytest.raises(
         layer.LayerError, match=r"^opt/venv/lib/python3.11/site-packages/nvidia/lib/libx.so is installed by an NVIDIA wheel and"
     ):
-        layer.make_layers(tmp_path / "scratch2", Layout("3.11", "python3.11"), [lib, clash], EPOCH, tmp_path, nvidia=True)
+        wheel_tar.make_layers(tmp_path / "scratch2", Layout("3.11", "python3.11"), [lib, clash], EPOCH, tmp_path, nvidia=True)
     assert not (tmp_path / layer.NVIDIA_LAYER_NAME).exists() and not (tmp_path / LAYER_NAME).exists(), "nothing half-written"
 
 
@@ -251,7 +252,7 @@ def test_a_file_two_wheels_ship_alike_is_installed_once_and_other_bytes_are_refu
     layouts = []
     for order, wheels in (("ab", [cupti, cublas]), ("ba", [cublas, cupti])):
         (tmp_path / order).mkdir()
-        layer.make_layers(tmp_path / order / "scratch", Layout("3.11", "python3.11"), wheels, EPOCH, tmp_path / order, nvidia=True)
+        wheel_tar.make_layers(tmp_path / order / "scratch", Layout("3.11", "python3.11"), wheels, EPOCH, tmp_path / order, nvidia=True)
         layouts.append((tmp_path / order / layer.NVIDIA_LAYER_NAME).read_bytes())
     assert layouts[0] == layouts[1], "the same layer whatever the order"
     with tarfile.open(fileobj=io.BytesIO(layouts[0])) as tar:
@@ -259,7 +260,7 @@ def test_a_file_two_wheels_ship_alike_is_installed_once_and_other_bytes_are_refu
     other = library_wheel(tmp_path, "nvidia-odd-cu12", "1.0", {"nvidia/__init__.py": b"# not empty\n", "nvidia/odd/lib/libodd.so": b"o"})
     (tmp_path / "clash").mkdir()
     with pytest.raises(layer.LayerError, match=r"nvidia/__init__.py is installed by another wheel with other content"):
-        layer.make_layers(
+        wheel_tar.make_layers(
             tmp_path / "clash" / "scratch", Layout("3.11", "python3.11"), [cupti, other], EPOCH, tmp_path / "clash", nvidia=True
         )
 

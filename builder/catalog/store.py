@@ -12,13 +12,15 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-
-import filelock
+from typing import TYPE_CHECKING
 
 from builder.catalog.indexes import INDEX_FILE, IndexError_, IndexRecord, index_from_json, render_indexes
 from builder.catalog.records import SCHEMA, KnownGood, RecordError, from_json
 from builder.util.errors import UserError
 from builder.util.fsio import MiB, dump_json, read_json, write_atomic
+
+if TYPE_CHECKING:
+    import filelock
 
 CATALOG_FILE = "known-good.json"
 MANIFESTS = "manifests"
@@ -49,6 +51,8 @@ class Catalog:
         return self.root / INDEX_FILE
 
     def _lock(self) -> filelock.FileLock:
+        import filelock  # noqa: PLC0415 - only a command that writes the catalog takes the lock: the others start without it
+
         self.root.mkdir(parents=True, exist_ok=True)
         return filelock.FileLock(str(self.root / f".{CATALOG_FILE}.lock"), timeout=LOCK_WAIT_S)
 

@@ -10,7 +10,7 @@ The image is loaded, not built: a build (`ADD nvidia.tar /`) uploaded the 3.6 GB
 extracted it, and had the engine tar the layer again to commit it (38-43 s here, against 33-34 s
 loaded: docs/reproducible.md), and its config carried the build's clock, so its image ID changed with
 every build. Here the layer is the tar the host makes
-from the wheels (lock/layer.py `make_nvidia_layer`: sorted, mtimes EPOCH_FLOOR, 0:0, kept in
+from the wheels (lock/wheel_tar.py `make_nvidia_layer`: sorted, mtimes EPOCH_FLOOR, 0:0, kept in
 build/layers/ by the wheels' sha256s), and the image is a `docker load` archive of the base's own
 layers (from a `docker save` of the base: the archive is whole on its own) and that tar, with a
 config made here from the base's (engine/line_config.py): one more diff ID, the sha256 of the tar, one more

@@ -234,7 +234,7 @@ def _packages(body: str, where: str, offset: int) -> tuple[Package, ...]:
             out.append(Package(name, version, tuple(hashes), tuple(via or ()), line_of))
 
     for number, line in enumerate(body.split("\n")[:-1], offset + 1):
-        pin = _PIN.fullmatch(line)
+        pin = None if line.startswith(" ") else _PIN.fullmatch(line)  # a pin starts with its name; the rest are indented
         digest = None if pin else _HASH.fullmatch(line)
         if pin:
             flush()
@@ -340,6 +340,9 @@ def verify(lock: Lock, target: LockTarget, where: str, tool: str = LOCK_TOOL) ->
         raise UserError(f"is for python {contents.python}, {contents.platform}, not {target.python}, {target.platform}; re-lock", where, 4)
     wanted = {str(canonicalize_name(r.name)): r for r in _requirements(target.requirements, target, where)}
     limits = _requirements(target.constraints, target, where)
+    limits_of: dict[str, list[Requirement]] = {}  # by canonical name: each package is checked against its own, not every line
+    for limit in limits:
+        limits_of.setdefault(str(canonicalize_name(limit.name)), []).append(limit)
     by_name = {p.name: p for p in contents.packages}
     for package in contents.packages:
         if REQUIREMENTS in package.via and package.name not in wanted:
@@ -348,8 +351,8 @@ def verify(lock: Lock, target: LockTarget, where: str, tool: str = LOCK_TOOL) ->
             )
         if CONSTRAINTS in package.via and not limits:
             raise UserError(f"{package.name} names constraints.txt, which this image does not have; re-lock", where, package.line)
-        for limit in limits:
-            if str(canonicalize_name(limit.name)) == package.name and not limit.specifier.contains(package.version, prereleases=True):
+        for limit in limits_of.get(package.name, ()):
+            if not limit.specifier.contains(package.version, prereleases=True):
                 raise UserError(f"{package.name}=={package.version} breaks the image's constraint {limit}; re-lock", where, package.line)
     for name, requirement in sorted(wanted.items()):
         pinned = by_name.get(name)

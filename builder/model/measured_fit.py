@@ -56,6 +56,7 @@ SASS = re.compile(r"^sm_\d{2,3}[af]?$")
 PTX = re.compile(r"^compute_\d{2,3}[af]?$")
 CC = re.compile(r"^\d{1,2}\.\d$")
 VERSION = re.compile(r"^\d{1,4}(\.\d{1,4}){0,3}$")
+_CONTROL = re.compile(r"[\x00-\x1f]")  # a control character: the text is not one line
 MAX_LIBRARIES = 5000
 MAX_ITEMS = 256  # targets of one library, CCs, folders, archs
 MAX_TEXT = 1024
@@ -238,7 +239,7 @@ def _list(value: Any, key: str, limit: int, bad: jf.Fail) -> list[Any]:
 
 def _text(value: Any, key: str, bad: jf.Fail) -> str:
     found = jf.text(value, key, bad)
-    if len(found) > MAX_TEXT or not found or any(ord(c) < 32 for c in found):
+    if len(found) > MAX_TEXT or not found or _CONTROL.search(found):
         raise bad(f"{key!r} must be one line of 1 to {MAX_TEXT} characters")
     return found
 

@@ -21,8 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import filelock
-
 from builder.util.errors import UserError
 from builder.util.fsio import MiB, dump_json, read_json, write_atomic
 
@@ -168,6 +166,8 @@ def current(verdicts: Mapping[str, Verdict], image_id: str, digest: str) -> Verd
 
 def record(path: Path, verdict: Verdict) -> None:
     """Add or replace one record's verdict (read-modify-write under a file lock, written whole)."""
+    import filelock  # noqa: PLC0415 - only `builder reproduce` writes verdicts: the other commands start without it
+
     path.parent.mkdir(parents=True, exist_ok=True)
     with filelock.FileLock(str(path.parent / f".{path.name}.lock"), timeout=120):
         known = load(path)

@@ -10,6 +10,7 @@ version spells.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Literal
@@ -188,6 +189,7 @@ def release_major(version: str) -> str:
     return release_parts(version)[0]
 
 
+@functools.lru_cache(maxsize=4096)  # pure: the fits and tables name a few dozen capabilities thousands of times
 def cc_tuple(cc: str) -> MajorMinor:
     """A compute capability as the tables write it: '9.0' -> (9, 0), '12' -> (12, 0)."""
     major, dot, minor = cc.strip().partition(".")

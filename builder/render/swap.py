@@ -19,7 +19,6 @@ in the repository and none is planted in a shared /tmp.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import fcntl
 import os
@@ -183,6 +182,8 @@ def exchange(a: Path, b: Path) -> bool:
         return False
     if call(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
         return True
+    import ctypes  # noqa: PLC0415 - loaded by _renameat2 already; every command that does not render starts without it
+
     code = ctypes.get_errno()
     if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EPERM):
         return False
@@ -196,6 +197,8 @@ def _renameat2() -> Callable[..., int] | None:
     if not sys.platform.startswith("linux"):
         return None
     if not _libc:
+        import ctypes  # noqa: PLC0415 - see exchange
+
         try:
             _libc.append(ctypes.CDLL(None, use_errno=True).renameat2)  # glibc >= 2.28
         except (OSError, AttributeError):

@@ -30,14 +30,12 @@ from builder.lock.layer import (
     Layout,
     is_nvidia,
     line_layer,
-    make_layers,
-    make_nvidia_layer,
-    make_upper_layer,
     nvidia_layer,
     source_date_epoch,
     takes_layers,
 )
 from builder.lock.target import target_for
+from builder.lock.wheel_tar import make_layers, make_nvidia_layer, make_upper_layer
 from builder.lock.wheels import IndexFile, Pin, pick, pins, target_tags
 from builder.model.plan import ImageSpec
 from builder.model.sources import BuildSettings
