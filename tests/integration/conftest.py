@@ -29,6 +29,7 @@ if str(ROOT) not in sys.path:  # so `pytest tests/integration` works without an 
     sys.path.insert(0, str(ROOT))
 
 from builder.engine import client as engine  # noqa: E402
+from builder.engine.ownership import ledger_of, steps_in  # noqa: E402
 from builder.util.errors import UserError  # noqa: E402
 
 NO_ENGINE = "no Docker engine: start one with bash .ci/docker-up.sh (the second lane's: BUILDER_SECOND_ENGINE=1 bash .ci/docker-up.sh)"
@@ -151,6 +152,21 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def remove_failed_steps(repo: Path, client: DockerClient) -> frozenset[str]:
+    """After builds a test failed on purpose in its checkout: the step images they committed (its
+    ledger, build/steps.txt) removed from the engine, each an untagged leaf with the untagged parents
+    only it used (the engine keeps a parent another image uses). Without it they stayed for good:
+    pytest keeps a run's temporary checkouts, so the `clean --orphans` at the end of .ci/run counts
+    them as a live workspace's. (`builder clean` would leave them too while another lane builds on
+    this engine: it keeps unfinished images while any run is active.) Returns the steps the ledger listed."""
+    steps = steps_in(ledger_of(repo / "build"))
+    for step in sorted(steps):
+        with contextlib.suppress(docker.errors.APIError):
+            if not client.api.inspect_image(step).get("RepoTags"):
+                client.api.remove_image(step, noprune=False)
+    return steps
 
 
 def copy_repository(folder: Path) -> Path:

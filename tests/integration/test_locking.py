@@ -20,7 +20,9 @@ import pytest
 from docker import DockerClient
 
 from builder.engine import client as engine
+from builder.engine.ownership import ledger_of, steps_in
 from builder.lock.files import parse
+from tests.integration.conftest import remove_failed_steps
 
 ROOT = Path(__file__).resolve().parents[2]
 NUMBA = "numba0.68.0-cpu-py3.11-debian12"
@@ -107,8 +109,13 @@ def test_a_mirror_serving_other_bytes_fails_the_build_on_the_hash(
         assert done.returncode == 1, done.stdout[-3000:]
         _refused_on_the_hash(repo, venv)
         assert engine.image_id(docker_client, tag) is None
+        # pip's build committed its steps up to the failing RUN (the ledger lists them for `builder clean`);
+        # the canonical build was refused on the build host before any build
+        steps = steps_in(ledger_of(repo / "build"))
+        assert bool(steps) == (venv == "pip"), f"the {venv} build's ledger lists {len(steps)} step images"
     finally:
         _forget(docker_client, tag)
+        remove_failed_steps(repo, docker_client)
 
 
 def _retag(repo: Path, registry: str, canonical: bool = True) -> None:
@@ -184,5 +191,10 @@ def test_a_build_from_a_tampered_lock_fails_on_the_hash(repo: Path, docker_clien
         assert done.returncode == 1, done.stdout[-3000:]
         _refused_on_the_hash(repo, venv)
         assert engine.image_id(docker_client, tag) is None
+        # pip's build committed its steps up to the failing RUN (the ledger lists them for `builder clean`);
+        # the canonical build was refused on the build host before any build
+        steps = steps_in(ledger_of(repo / "build"))
+        assert bool(steps) == (venv == "pip"), f"the {venv} build's ledger lists {len(steps)} step images"
     finally:
         _forget(docker_client, tag)
+        remove_failed_steps(repo, docker_client)

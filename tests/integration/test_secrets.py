@@ -35,6 +35,7 @@ from docker import DockerClient
 from builder.engine import client as engine
 from builder.engine import native_uv
 from builder.engine.settings import BuildSettings, host_ca_bundle
+from tests.integration.conftest import remove_failed_steps
 
 pytestmark = pytest.mark.docker
 
@@ -309,8 +310,10 @@ def test_the_served_pip_conf_is_dead_after_the_build(builds: dict[str, Any], doc
             urllib.request.build_opener(urllib.request.ProxyHandler({})).open(url, timeout=5)
 
 
-def test_cleanup(docker_client: DockerClient) -> None:
-    """Remove what this module built (the tag; and build-stage images older versions left of it)."""
+def test_cleanup(docker_client: DockerClient, repo: Path) -> None:
+    """Remove what this module built (the tag; the step images of its failed and SIGTERMed builds;
+    build-stage images older versions left of it)."""
+    remove_failed_steps(repo, docker_client)
     for image in docker_client.api.images(all=True, filters={"label": f"io.builder.stage-of={TAG}"}):
         engine.remove_image_quietly(docker_client, image["Id"])
     engine.remove_image_quietly(docker_client, TAG)
