@@ -10,17 +10,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from builder.catalog.indexes import INDEX_FILE, IndexError_, IndexRecord, index_from_json, render_indexes
 from builder.catalog.records import SCHEMA, KnownGood, RecordError, from_json
 from builder.util.errors import UserError
-from builder.util.fsio import MiB, dump_json, read_json, write_atomic
-
-if TYPE_CHECKING:
-    import filelock
+from builder.util.fsio import MiB, dump_json, file_lock, read_json, write_atomic
 
 CATALOG_FILE = "known-good.json"
 MANIFESTS = "manifests"
@@ -50,11 +47,9 @@ class Catalog:
     def index_file(self) -> Path:
         return self.root / INDEX_FILE
 
-    def _lock(self) -> filelock.FileLock:
-        import filelock  # noqa: PLC0415 - only a command that writes the catalog takes the lock: the others start without it
-
+    def _lock(self) -> AbstractContextManager[object]:
         self.root.mkdir(parents=True, exist_ok=True)
-        return filelock.FileLock(str(self.root / f".{CATALOG_FILE}.lock"), timeout=LOCK_WAIT_S)
+        return file_lock(self.root / f".{CATALOG_FILE}.lock", timeout=LOCK_WAIT_S)
 
     def load(self) -> tuple[KnownGood, ...]:
         """The records, sorted by id. An absent known-good.json is an empty catalog; an absent

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from builder.util.errors import UserError
-from builder.util.fsio import MiB, dump_json, read_json, write_atomic
+from builder.util.fsio import MiB, dump_json, file_lock, read_json, write_atomic
 
 SCHEMA = 1
 MAX_BYTES = 8 * MiB
@@ -166,10 +166,8 @@ def current(verdicts: Mapping[str, Verdict], image_id: str, digest: str) -> Verd
 
 def record(path: Path, verdict: Verdict) -> None:
     """Add or replace one record's verdict (read-modify-write under a file lock, written whole)."""
-    import filelock  # noqa: PLC0415 - only `builder reproduce` writes verdicts: the other commands start without it
-
     path.parent.mkdir(parents=True, exist_ok=True)
-    with filelock.FileLock(str(path.parent / f".{path.name}.lock"), timeout=120):
+    with file_lock(path.parent / f".{path.name}.lock", timeout=120):
         known = load(path)
         known[verdict.id] = verdict
         doc = {"schema": SCHEMA, "records": {k: v.to_json() for k, v in sorted(known.items())}}

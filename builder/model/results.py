@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, cast, get_args
+from typing import Any, Literal, cast, get_args
 
 from builder.model import amd_fit, measured_fit, probe_report
 from builder.model import jsonfields as jf
@@ -24,10 +25,7 @@ from builder.model.measured_fit import MeasuredFit
 from builder.model.plan import AMD64, PLATFORMS, VENDORS, Vendor
 from builder.model.probe_report import ProbeReport
 from builder.util.errors import UserError
-from builder.util.fsio import MiB, dump_json, parse_json, read_bytes, read_json, write_atomic
-
-if TYPE_CHECKING:
-    import filelock
+from builder.util.fsio import MiB, dump_json, file_lock, parse_json, read_bytes, read_json, write_atomic
 
 Verdict = Literal["passed", "gpu-skipped", "failed", "not-built"]
 VERDICTS: tuple[Verdict, ...] = get_args(Verdict)
@@ -193,10 +191,8 @@ def path_of(results_dir: Path, image_id: str) -> Path:
     return results_dir / f"{image_id}.json"
 
 
-def _lock(results_dir: Path) -> filelock.FileLock:
-    import filelock  # noqa: PLC0415 - only a command that writes results takes the lock: the others start without it
-
-    return filelock.FileLock(str(results_dir / f"{INDEX}.lock"), timeout=120)
+def _lock(results_dir: Path) -> AbstractContextManager[object]:
+    return file_lock(results_dir / f"{INDEX}.lock", timeout=120)
 
 
 def _read_index(results_dir: Path) -> dict[str, str]:

@@ -14,9 +14,12 @@ import stat
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from builder.util.errors import UserError
+
+if TYPE_CHECKING:
+    import filelock
 
 MiB = 2**20
 
@@ -26,6 +29,15 @@ def lock_dir() -> Path:
     clean` respects): $BUILDER_LOCK_DIR, read at each use, so a test or a second engine's test lane
     that sets its own is obeyed, else the temp dir."""
     return Path(os.environ.get("BUILDER_LOCK_DIR") or tempfile.gettempdir())
+
+
+def file_lock(path: Path, timeout: float = -1) -> filelock.FileLock:
+    """A lock file beside what a read-modify-write guards (the results index, the catalog, reproduce's
+    verdicts). filelock is imported here, at the first lock: the commands that only read start without
+    it (it brings logging, secrets and decimal along)."""
+    import filelock  # noqa: PLC0415 - see the docstring
+
+    return filelock.FileLock(str(path), timeout=timeout)
 
 
 def read_bytes(path: Path, limit: int, what: str = "file") -> bytes:

@@ -163,9 +163,9 @@ def remove_failed_steps(repo: Path, client: DockerClient) -> frozenset[str]:
     this engine: it keeps unfinished images while any run is active.) Returns the steps the ledger listed."""
     steps = steps_in(ledger_of(repo / "build"))
     for step in sorted(steps):
-        with contextlib.suppress(docker.errors.APIError):
-            if not client.api.inspect_image(step).get("RepoTags"):
-                client.api.remove_image(step, noprune=False)
+        with contextlib.suppress(docker.errors.NotFound):
+            if not client.api.inspect_image(step).get("RepoTags"):  # by id, a tagged image would go too
+                engine.remove_image_quietly(client, step)
     return steps
 
 
