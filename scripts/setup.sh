@@ -19,7 +19,7 @@ fi
 # The venv's install runs beside the system packages and the engine's start below (both mostly
 # downloads and unpacking); its exit status is collected before this script ends.
 pip_pid=""
-if ! .venv/bin/python -c 'import builder, hypothesis, dockerfile, selenium, jsonschema, xdist, cyclonedx, radon; from builder.fit.cuobjdump import find_binary; find_binary(); import importlib.metadata as m; m.version("types-docker")' 2>/dev/null || [ ! -x .venv/bin/actionlint ]; then
+if ! .venv/bin/python -c 'import builder, isal, hypothesis, dockerfile, selenium, jsonschema, xdist, cyclonedx, radon; from builder.fit.cuobjdump import find_binary; find_binary(); import importlib.metadata as m; m.version("types-docker")' 2>/dev/null || [ ! -x .venv/bin/actionlint ]; then
     .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]' &
     pip_pid=$!
 fi

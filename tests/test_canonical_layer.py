@@ -72,11 +72,10 @@ def _zip_wheel(path: Path, files: dict[str, bytes], info: str) -> Path:
 def _layer(tmp_path: Path, label: str, umask: int) -> tuple[bytes, Path]:
     work = tmp_path / label
     (work / "wheels").mkdir(parents=True)
-    (work / "scratch").mkdir()
     wheel = make_wheel(work / "wheels")
     old = os.umask(umask)
     try:
-        make_layer(work / "scratch", Layout("3.11", "python3.11"), [wheel], EPOCH, work / LAYER_NAME)
+        make_layer(Layout("3.11", "python3.11"), [wheel], EPOCH, work / LAYER_NAME)
     finally:
         os.umask(old)
     return (work / LAYER_NAME).read_bytes(), work
@@ -123,38 +122,79 @@ def test_the_layer_names_no_host_path_and_is_canonical(tmp_path: Path) -> None:
         assert not [n for n in names if n.endswith(".pyc")], "no byte-compiled files"
 
 
-@pytest.mark.parametrize("where", ["in a file", "across two reads", "in a link"])
-def test_a_host_path_is_refused_as_the_tar_is_written_and_no_tar_is_left(tmp_path: Path, where: str) -> None:
-    scratch = tmp_path / "scratch"
-    root = scratch / "root"
-    (root / "opt").mkdir(parents=True)
-    (root / "opt" / "clean.txt").write_text("nothing of the host\n")
-    leak, mark = root / "opt" / "leak.txt", str(scratch).encode()
-    if where == "in a file":
-        leak.write_bytes(b"built in " + mark + b"\n")
-    elif where == "across two reads":  # the mark straddles the first MiB read's end
-        leak.write_bytes(b"x" * (wheel_tar.COPY_BUFFER - len(mark) // 2) + mark + b"y" * 10)
-    else:
-        leak.symlink_to(root / "opt" / "clean.txt")
-    out = tmp_path / "layer.tar"
-    with pytest.raises(layer.LayerError, match="^opt/leak.txt names the build host's scratch folder"):
-        wheel_tar.write_tar(root, out, EPOCH, scratch)
+def test_the_layer_is_made_from_the_wheels_with_nothing_written_but_its_tar(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No tree is installed on the build host (so no host path can reach a file): the wheels' members
+    are read into the tar as it is written, and nothing else is written, not even in the temp folder."""
+    for folder in ("wheels", "temp", "cwd", "out"):
+        (tmp_path / folder).mkdir()
+    wheel = make_wheel(tmp_path / "wheels")
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "temp"))
+    monkeypatch.chdir(tmp_path / "cwd")
+    make_layer(Layout("3.11", "python3.11"), [wheel], EPOCH, tmp_path / "out" / LAYER_NAME)
+    assert [p.name for p in (tmp_path / "out").iterdir()] == [LAYER_NAME]
+    assert not [*(tmp_path / "temp").iterdir()] and not [*(tmp_path / "cwd").iterdir()]
+    assert [p.name for p in (tmp_path / "wheels").iterdir()] == [wheel.name]
+
+
+def _lying_wheel(folder: Path, body: bytes, listed: bytes | None) -> Path:
+    """A wheel whose RECORD lists `toy/data.bin` with the sha256 of `listed` (not at all with None)."""
+    info = "toy-1.0.dist-info"
+    files = {
+        "toy/data.bin": body,
+        f"{info}/METADATA": b"Metadata-Version: 2.1\nName: toy\nVersion: 1.0\n",
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    lines = [_record_line(n, d) for n, d in files.items() if n != "toy/data.bin"]
+    if listed is not None:
+        lines.append(_record_line("toy/data.bin", listed))
+    record = "\n".join([*lines, f"{info}/RECORD,,"]) + "\n"
+    path = folder / "toy-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as whl:
+        for entry, data in [*files.items(), (f"{info}/RECORD", record.encode())]:
+            whl.writestr(zipfile.ZipInfo(entry, (2024, 1, 1, 0, 0, 0)), data)
+    return path
+
+
+def test_a_file_whose_bytes_are_not_the_ones_its_record_lists_refuses_the_layer_and_leaves_no_tar(tmp_path: Path) -> None:
+    """The layer's RECORD takes each file's sha256 from the wheel's RECORD (the member is not inflated
+    twice), so the bytes are checked against it as they pass into the tar: a wheel that lies fails."""
+    body = b"x" * (3 * wheel_tar.COPY_BUFFER + 7)  # read in several pieces
+    out = tmp_path / LAYER_NAME
+    with pytest.raises(
+        layer.LayerError, match=r"^opt/venv/lib/python3.11/site-packages/toy/data.bin: its bytes in .*toy-1.0-py3-none-any.whl"
+    ):
+        make_layer(Layout("3.11", "python3.11"), [_lying_wheel(tmp_path, body, body[:-1] + b"y")], EPOCH, out)
     assert not out.exists(), "a refused layer's tar was left"
-    leak.unlink()
-    wheel_tar.write_tar(root, out, EPOCH, scratch)
-    with tarfile.open(out) as tar:
-        assert tar.getnames() == ["opt", "opt/clean.txt"]
+    for listed in (body, None):  # the truth, or not listed: then its bytes are hashed here
+        make_layer(Layout("3.11", "python3.11"), [_lying_wheel(tmp_path, body, listed)], EPOCH, out)
+        with tarfile.open(out) as tar:
+            data = tar.extractfile("opt/venv/lib/python3.11/site-packages/toy/data.bin")
+            record = tar.extractfile("opt/venv/lib/python3.11/site-packages/toy-1.0.dist-info/RECORD")
+            assert data is not None and data.read() == body
+            assert record is not None and _record_line("toy/data.bin", body).encode() in record.read()
+
+
+def test_a_wheel_whose_member_is_damaged_refuses_the_layer_in_one_line(tmp_path: Path) -> None:
+    """A member that does not inflate to its zip CRC (the wheel changed after its sha256 was checked)."""
+    body = b"0123456789abcdef" * 4096
+    wheel = _lying_wheel(tmp_path, body, body)
+    data = wheel.read_bytes()
+    at = data.index(body[:64])  # stored, not deflated: the member's bytes are in the file as they are
+    wheel.write_bytes(data[:at] + b"X" + data[at + 1 :])
+    out = tmp_path / LAYER_NAME
+    with pytest.raises(layer.LayerError, match=r"^opt/venv/lib/python3.11/site-packages/toy/data.bin: .*whl cannot be read \(Bad CRC-32"):
+        make_layer(Layout("3.11", "python3.11"), [wheel], EPOCH, out)
+    assert not out.exists()
 
 
 def test_installer_refuses_a_wheel_path_outside_its_scheme_folder(tmp_path: Path) -> None:
     """The layer's destination names paths in strings (not pathlib, for speed), with installer's refusal kept."""
     layout = Layout("3.11", "python3.11")
-    dest = wheel_tar._Destination(layout.scheme(), interpreter="/opt/venv/bin/python", script_kind="posix", destdir=str(tmp_path))
-    inside = dest._path_with_destdir(Scheme("purelib"), "toy/__init__.py")
-    assert inside == tmp_path / "opt/venv/lib/python3.11/site-packages/toy/__init__.py"
+    dest = wheel_tar._Destination(wheel_tar._Tree(), layout)
+    assert dest.name_of(Scheme("purelib"), "toy/__init__.py") == "opt/venv/lib/python3.11/site-packages/toy/__init__.py"
     for outside in ("../../../../../etc/passwd", "/etc/passwd", "../site-packages-evil/x.py"):
         with pytest.raises(ValueError, match="outside of the target directory"):
-            dest._path_with_destdir(Scheme("purelib"), outside)
+            dest.name_of(Scheme("purelib"), outside)
 
 
 def test_the_epoch_is_the_locks() -> None:
@@ -182,13 +222,12 @@ def library_wheel(folder: Path, name: str, version: str, files: dict[str, bytes]
 def _split(tmp_path: Path, label: str, epoch: int, other: str) -> Path:
     work = tmp_path / label
     (work / "wheels").mkdir(parents=True)
-    (work / "scratch").mkdir()
     wheels = [
         library_wheel(work / "wheels", "nvidia-cublas", "13.1.1.3", {"nvidia/cu13/lib/libcublas.so.13": b"\x7fELF cublas"}),
         library_wheel(work / "wheels", "nvidia-cuda-runtime", "13.0.96", {"nvidia/cu13/lib/libcudart.so.13": b"\x7fELF cudart"}),
         make_wheel(work / "wheels", other),  # the framework's own: another per image
     ]
-    wheel_tar.make_layers(work / "scratch", Layout("3.11", "python3.11"), wheels, epoch, work, nvidia=True)
+    wheel_tar.make_layers(Layout("3.11", "python3.11"), wheels, epoch, work, nvidia=True)
     return work
 
 
@@ -224,19 +263,17 @@ def test_only_a_lock_with_nvidia_wheels_is_two_layers() -> None:
 
 
 def test_an_nvidia_wheel_with_files_outside_nvidia_or_an_overlap_is_refused(tmp_path: Path) -> None:
-    (tmp_path / "scratch").mkdir()
     odd = library_wheel(tmp_path, "nvidia-odd", "1.0", {"nvidia/lib/libodd.so": b"x", "odd_helper.py": b"print(1)\n"})
     with pytest.raises(
         layer.LayerError, match=r"^nvidia_odd-1.0-py3-none-manylinux_2_17_x86_64.whl installs odd_helper.py, outside nvidia/"
     ):
-        wheel_tar.make_layers(tmp_path / "scratch", Layout("3.11", "python3.11"), [odd], EPOCH, tmp_path, nvidia=True)
-    (tmp_path / "scratch2").mkdir()
+        wheel_tar.make_layers(Layout("3.11", "python3.11"), [odd], EPOCH, tmp_path, nvidia=True)
     lib = library_wheel(tmp_path, "nvidia-lib", "1.0", {"nvidia/lib/libx.so": b"x"})
     clash = library_wheel(tmp_path, "framework", "1.0", {"nvidia/lib/libx.so": b"y", "framework/__init__.py": b""})
     with pytest.raises(
         layer.LayerError, match=r"^opt/venv/lib/python3.11/site-packages/nvidia/lib/libx.so is installed by an NVIDIA wheel and"
     ):
-        wheel_tar.make_layers(tmp_path / "scratch2", Layout("3.11", "python3.11"), [lib, clash], EPOCH, tmp_path, nvidia=True)
+        wheel_tar.make_layers(Layout("3.11", "python3.11"), [lib, clash], EPOCH, tmp_path, nvidia=True)
     assert not (tmp_path / layer.NVIDIA_LAYER_NAME).exists() and not (tmp_path / LAYER_NAME).exists(), "nothing half-written"
 
 
@@ -252,7 +289,7 @@ def test_a_file_two_wheels_ship_alike_is_installed_once_and_other_bytes_are_refu
     layouts = []
     for order, wheels in (("ab", [cupti, cublas]), ("ba", [cublas, cupti])):
         (tmp_path / order).mkdir()
-        wheel_tar.make_layers(tmp_path / order / "scratch", Layout("3.11", "python3.11"), wheels, EPOCH, tmp_path / order, nvidia=True)
+        wheel_tar.make_layers(Layout("3.11", "python3.11"), wheels, EPOCH, tmp_path / order, nvidia=True)
         layouts.append((tmp_path / order / layer.NVIDIA_LAYER_NAME).read_bytes())
     assert layouts[0] == layouts[1], "the same layer whatever the order"
     with tarfile.open(fileobj=io.BytesIO(layouts[0])) as tar:
@@ -260,9 +297,7 @@ def test_a_file_two_wheels_ship_alike_is_installed_once_and_other_bytes_are_refu
     other = library_wheel(tmp_path, "nvidia-odd-cu12", "1.0", {"nvidia/__init__.py": b"# not empty\n", "nvidia/odd/lib/libodd.so": b"o"})
     (tmp_path / "clash").mkdir()
     with pytest.raises(layer.LayerError, match=r"nvidia/__init__.py is installed by another wheel with other content"):
-        wheel_tar.make_layers(
-            tmp_path / "clash" / "scratch", Layout("3.11", "python3.11"), [cupti, other], EPOCH, tmp_path / "clash", nvidia=True
-        )
+        wheel_tar.make_layers(Layout("3.11", "python3.11"), [cupti, other], EPOCH, tmp_path / "clash", nvidia=True)
 
 
 # -- the image: the config and the layers above the base normalized --------------------------------

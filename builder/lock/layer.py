@@ -2,7 +2,7 @@
 
 The same lock gives the same bytes, on any host, in any folder, under any umask: the wheels are
 installed by PyPA's `installer` (what pip does, without running the image's Python) into the
-image's venv layout under a scratch root, and the tree is written as a tar whose entries are sorted,
+image's venv layout, kept in memory, and written as a tar straight from the wheels, entries sorted,
 whose mtimes are the lock's SOURCE_DATE_EPOCH, owned by 0:0 with no user or group names, and whose
 modes are normalized (0755 for directories and anything executable, 0644 otherwise). No file is
 byte-compiled: the image runs with PYTHONDONTWRITEBYTECODE and a read-only root, so the first
@@ -60,7 +60,7 @@ class Layout:
         return self.venv / "lib" / f"python{self.python}" / "site-packages"
 
     def scheme(self) -> dict[str, str]:
-        """installer's scheme: the image's own paths (the scratch root is its destdir)."""
+        """installer's scheme: the image's own paths (nothing is installed on the host: lock/wheel_tar.py)."""
         site = str(self.site_packages)
         return {
             "purelib": site,

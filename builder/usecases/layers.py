@@ -116,13 +116,11 @@ def layer_maker(specs: Sequence[ImageSpec], settings: BuildSettings, folder: Pat
             if line:
                 kept.link(layout, locked_wheels(spec, cache, nvidia_only=True), folder / NVIDIA_LAYER_NAME)
                 return
-            wheels = locked_wheels(spec, cache)
-            with children.work_folder() as scratch:
-                epoch = source_date_epoch(spec.lock)
-                if line_layer(spec):  # its line's image holds the NVIDIA wheels: venv.tar is the rest
-                    make_upper_layer(scratch, layout, wheels, epoch, folder / LAYER_NAME)
-                else:
-                    make_layers(scratch, layout, wheels, epoch, folder, nvidia_layer(spec.lock))
+            wheels, epoch = locked_wheels(spec, cache), source_date_epoch(spec.lock)
+            if line_layer(spec):  # its line's image holds the NVIDIA wheels: venv.tar is the rest
+                make_upper_layer(layout, wheels, epoch, folder / LAYER_NAME)
+            else:
+                make_layers(layout, wheels, epoch, folder, nvidia_layer(spec.lock))
         except (FetchFailed, LayerError) as exc:
             raise LayerFailed(str(exc)) from None
 
@@ -149,8 +147,7 @@ class LineLayers:
             if not kept.is_file():
                 self.folder.mkdir(parents=True, exist_ok=True)
                 part = kept.with_name(f".{kept.name}.{os.getpid()}.part")
-                with children.work_folder() as scratch:
-                    make_nvidia_layer(scratch, layout, wheels, part)
+                make_nvidia_layer(layout, wheels, part)
                 os.replace(part, kept)
         try:
             os.link(kept, out)
