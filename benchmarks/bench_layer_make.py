@@ -6,9 +6,10 @@ side by side in one run (never a timed test):
 For each canonical image of `--select` (default: the Debian 12 amd64 CUDA-from-wheels slice, the suite's
 wheels slice), and for the cuda13 line's NVIDIA layer, a child process of each checkout makes its layer
 tars from the lock's wheels (usecases/layers.py `layer_maker`, as `builder build` calls it; the wheels
-are read where they lie, their sha256 checked), rounds interleaved (before, after, before, ...): the
-child's CPU-s (user + system), its wall time and the bytes it wrote (/proc/self/io), best of the
-rounds. The tars of both checkouts must be the same bytes (their sha256 are compared: a difference
+are read where they lie, their sha256 checked) and reads their bytes once, as the build's load does (a
+maker that writes tar files: the files; one that hands back layers: their bytes made as they are read),
+rounds interleaved (before, after, before, ...): the child's CPU-s (user + system), its wall time and
+the bytes it wrote (/proc/self/io), best of the rounds. The tars of both checkouts must be the same bytes (their sha256 are compared: a difference
 exits 1), so a faster maker is the same layers made faster.
 """
 
@@ -25,6 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import IO, Any
 
 ROOT = Path(__file__).resolve().parents[1]
 SELECT = "base=cuda1*-debian12,platform=linux/amd64"
@@ -36,30 +38,43 @@ def written() -> int:
         return next(int(line.split()[1]) for line in io if line.startswith("write_bytes:"))
 
 
+def _sha256(data: IO[bytes]) -> str:
+    digest = hashlib.sha256()
+    while chunk := data.read(1 << 20):
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
 def child(image: str, line: bool, out: Path) -> None:
-    """In the checkout on PYTHONPATH: make `image`'s layers (its line's NVIDIA layer with `line`) into `out`;
-    print JSON: cpu, wall, written, and each tar's sha256."""
+    """In the checkout on PYTHONPATH: make `image`'s layers (its line's NVIDIA layer with `line`) and
+    read their bytes once, as a build's load does (a maker that writes tars into a folder: those files;
+    one that hands back layers: their bytes made as they are read); print JSON: cpu, wall, written,
+    and each tar's sha256."""
     from builder.model.sources import BuildSettings
     from builder.usecases.layers import layer_maker
     from builder.workspace import Workspace
 
     ws = Workspace.locate(str(Path.cwd() / "matrix.yaml"))
     spec = next(s for s in ws.selected(f"id={image}", use_default=False))
-    make = layer_maker([spec], BuildSettings(), ROOT / "build" / "wheels")
+    make: Any = layer_maker([spec], BuildSettings(), ROOT / "build" / "wheels")
     assert make is not None, f"{image} takes no layers"
     folder = out / "context"
     folder.mkdir(parents=True)
     before, io_before, started = resource.getrusage(resource.RUSAGE_SELF), written(), time.monotonic()
-    make(spec, folder, line=line)
+    try:
+        made = make(spec, line=line)
+    except TypeError:  # a maker before 2026-12-07's second change: it writes the tars into a folder
+        make(spec, folder, line=line)
+        made = None
+    sums = {}
+    for name, layer in sorted(made.items()) if made is not None else ():
+        with layer.reader() as data:
+            sums[name] = _sha256(data)
+    for tar in sorted(folder.iterdir()):
+        with tar.open("rb") as data:
+            sums[tar.name] = _sha256(data)
     after, io_after = resource.getrusage(resource.RUSAGE_SELF), written()
     wall = time.monotonic() - started
-    sums = {}
-    for tar in sorted(folder.iterdir()):
-        digest = hashlib.sha256()
-        with tar.open("rb") as data:
-            while chunk := data.read(1 << 20):
-                digest.update(chunk)
-        sums[tar.name] = digest.hexdigest()
     cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     print(json.dumps({"cpu": cpu, "wall": wall, "written": io_after - io_before, "sha256": sums}))
 

@@ -8,8 +8,8 @@ three ways on this engine, one after the other, each with `builder build -j 2`:
 1. `before`: as the checkout at REV builds them (default: the last commit without matrix.yaml
    `line_layers`: every image installs all its wheels, NVIDIA's too, with one RUN), from no image of
    theirs in the engine (the bootstrapped base stays);
-2. `line, cold`: as this checkout builds them, from no image of theirs, no line image and no kept
-   NVIDIA layer tar (build/layers/): the line's NVIDIA image is made first, then the members
+2. `line, cold`: as this checkout builds them, from no image of theirs and no line image: the line's
+   NVIDIA image is made first, then the members
    (with `--previous REV`, first also as the checkout at REV builds them, cold the same way: two
    versions of the canonical path side by side);
 3. `line, warm`: again, with the line image kept (what a second framework, or a nightly rebuild of
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -145,7 +144,6 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(checkout)], check=False, capture_output=True)
     remove(client, tags + line_images)
-    shutil.rmtree(ROOT / "build" / "layers", ignore_errors=True)
     ways.append(build(ROOT, "line, cold (the line image made first)", client, specs, args.select))
     remove(client, tags)
     ways.append(build(ROOT, "line, warm (the line image kept)", client, specs, args.select))

@@ -27,7 +27,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, BinaryIO
 
 from builder.engine import session
 from builder.engine.port import (
@@ -59,6 +59,30 @@ def layer_tar(files: dict[str, bytes], mtime: int) -> bytes:
             info.size, info.mtime, info.uname, info.gname = len(data), mtime, "root", "root"
             tar.addfile(info, io.BytesIO(data))
     return out.getvalue()
+
+
+@dataclass
+class BytesLayer:
+    """A layer tar in memory as the engine's LayerSource (what the layer maker hands a build); `reads`
+    counts the copies made of its bytes."""
+
+    data: bytes
+    reads: int = 0
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+    def members(self) -> list[tarfile.TarInfo]:
+        with tarfile.open(fileobj=io.BytesIO(self.data), mode="r:") as tar:
+            return tar.getmembers()
+
+    def reader(self) -> BinaryIO:
+        self.reads += 1
+        return io.BytesIO(self.data)
+
+    def write(self, out: Path) -> None:
+        out.write_bytes(self.data)
 
 
 BASE_LAYER = layer_tar({"usr/bin/python3": b"base"}, 1_600_000_000)

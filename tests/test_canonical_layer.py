@@ -29,14 +29,23 @@ from builder.engine.port import BuildRequest, EngineFault, Progress
 from builder.engine.settings import BuildSettings
 from builder.lock import layer, wheel_tar
 from builder.lock.layer import LAYER_NAME, Layout, source_date_epoch
-from builder.lock.wheel_tar import make_layer
 from builder.model.plan import Accelerator, Base, ImageSpec, Lock
 from builder.spec.matrix import load_matrix
 from builder.util.errors import UserError
 from builder.util.text import utc_stamp
-from tests.fake_engine import BASE_LAYER, FakeEngine, image_id_of, layer_tar, write_archive
+from tests.fake_engine import BASE_LAYER, BytesLayer, FakeEngine, image_id_of, layer_tar, write_archive
 
 EPOCH = 1_000_000_000
+
+
+def make_layer(layout: Layout, wheels: list[Path], epoch: int, out: Path) -> None:
+    wheel_tar.venv_layer(layout, wheels, epoch).write(out)
+
+
+def make_layers(layout: Layout, wheels: list[Path], epoch: int, folder: Path, nvidia: bool) -> None:
+    """The layers as `builder build` makes them, each written to `folder` (as bake's contexts have them)."""
+    for name, made in wheel_tar.venv_layers(layout, wheels, epoch, nvidia).items():
+        made.write(folder / name)
 
 
 def _record_line(name: str, data: bytes) -> str:
@@ -227,7 +236,7 @@ def _split(tmp_path: Path, label: str, epoch: int, other: str) -> Path:
         library_wheel(work / "wheels", "nvidia-cuda-runtime", "13.0.96", {"nvidia/cu13/lib/libcudart.so.13": b"\x7fELF cudart"}),
         make_wheel(work / "wheels", other),  # the framework's own: another per image
     ]
-    wheel_tar.make_layers(Layout("3.11", "python3.11"), wheels, epoch, work, nvidia=True)
+    make_layers(Layout("3.11", "python3.11"), wheels, epoch, work, nvidia=True)
     return work
 
 
@@ -267,13 +276,13 @@ def test_an_nvidia_wheel_with_files_outside_nvidia_or_an_overlap_is_refused(tmp_
     with pytest.raises(
         layer.LayerError, match=r"^nvidia_odd-1.0-py3-none-manylinux_2_17_x86_64.whl installs odd_helper.py, outside nvidia/"
     ):
-        wheel_tar.make_layers(Layout("3.11", "python3.11"), [odd], EPOCH, tmp_path, nvidia=True)
+        make_layers(Layout("3.11", "python3.11"), [odd], EPOCH, tmp_path, nvidia=True)
     lib = library_wheel(tmp_path, "nvidia-lib", "1.0", {"nvidia/lib/libx.so": b"x"})
     clash = library_wheel(tmp_path, "framework", "1.0", {"nvidia/lib/libx.so": b"y", "framework/__init__.py": b""})
     with pytest.raises(
         layer.LayerError, match=r"^opt/venv/lib/python3.11/site-packages/nvidia/lib/libx.so is installed by an NVIDIA wheel and"
     ):
-        wheel_tar.make_layers(Layout("3.11", "python3.11"), [lib, clash], EPOCH, tmp_path, nvidia=True)
+        make_layers(Layout("3.11", "python3.11"), [lib, clash], EPOCH, tmp_path, nvidia=True)
     assert not (tmp_path / layer.NVIDIA_LAYER_NAME).exists() and not (tmp_path / LAYER_NAME).exists(), "nothing half-written"
 
 
@@ -289,7 +298,7 @@ def test_a_file_two_wheels_ship_alike_is_installed_once_and_other_bytes_are_refu
     layouts = []
     for order, wheels in (("ab", [cupti, cublas]), ("ba", [cublas, cupti])):
         (tmp_path / order).mkdir()
-        wheel_tar.make_layers(Layout("3.11", "python3.11"), wheels, EPOCH, tmp_path / order, nvidia=True)
+        make_layers(Layout("3.11", "python3.11"), wheels, EPOCH, tmp_path / order, nvidia=True)
         layouts.append((tmp_path / order / layer.NVIDIA_LAYER_NAME).read_bytes())
     assert layouts[0] == layouts[1], "the same layer whatever the order"
     with tarfile.open(fileobj=io.BytesIO(layouts[0])) as tar:
@@ -297,7 +306,7 @@ def test_a_file_two_wheels_ship_alike_is_installed_once_and_other_bytes_are_refu
     other = library_wheel(tmp_path, "nvidia-odd-cu12", "1.0", {"nvidia/__init__.py": b"# not empty\n", "nvidia/odd/lib/libodd.so": b"o"})
     (tmp_path / "clash").mkdir()
     with pytest.raises(layer.LayerError, match=r"nvidia/__init__.py is installed by another wheel with other content"):
-        wheel_tar.make_layers(Layout("3.11", "python3.11"), [cupti, other], EPOCH, tmp_path / "clash", nvidia=True)
+        make_layers(Layout("3.11", "python3.11"), [cupti, other], EPOCH, tmp_path / "clash", nvidia=True)
 
 
 # -- the image: the config and the layers above the base normalized --------------------------------
@@ -353,8 +362,11 @@ def test_a_canonical_build_is_offline_and_its_id_is_the_locks(tmp_path: Path) ->
 
     engine.build_output = output
 
-    def make(spec: ImageSpec, folder: Path, *, line: bool = False) -> None:
-        (folder / LAYER_NAME).write_bytes(layer_tar({"opt/venv/pyvenv.cfg": b"the venv of " + spec.id.encode()}, EPOCH))
+    made: list[BytesLayer] = []
+
+    def make(spec: ImageSpec, *, line: bool = False) -> dict[str, BytesLayer]:
+        made.append(BytesLayer(layer_tar({"opt/venv/pyvenv.cfg": b"the venv of " + spec.id.encode()}, EPOCH)))
+        return {LAYER_NAME: made[-1]}
 
     results = []
     for n in (1, 2):
@@ -382,7 +394,7 @@ def test_a_canonical_build_is_offline_and_its_id_is_the_locks(tmp_path: Path) ->
         "/bin/sh -c RUN chmod 0755 /x",
     ]
     assert "io.builder.layer" not in config["config"]["Labels"], "the marker label is not the image's"
-    assert not list((tmp_path / "b1").rglob("*.layers")), "the layer tars go with the build"
+    assert [layer.reads for layer in made] == [1, 1], "each build's layer bytes made once, as the load copies them"
     assert {r.tag for r in engine.builds} == {image_build.build_tag(SPEC)} != {SPEC.tag}, "the tag moves only to the normalized image"
     built = {image_id_of(r.tag, dict(r.labels)) for r in engine.builds}
     assert not built & engine.image_ids, "the build's own image is removed once the normalized one is loaded"
@@ -400,8 +412,8 @@ def test_a_base_that_moved_during_the_build_fails_it(tmp_path: Path) -> None:
 
     engine.build_output = output
 
-    def make(spec: ImageSpec, folder: Path, *, line: bool = False) -> None:
-        (folder / LAYER_NAME).write_bytes(layer_tar({"opt/venv/pyvenv.cfg": b"venv"}, EPOCH))
+    def make(spec: ImageSpec, *, line: bool = False) -> dict[str, BytesLayer]:
+        return {LAYER_NAME: BytesLayer(layer_tar({"opt/venv/pyvenv.cfg": b"venv"}, EPOCH))}
 
     run = Run(settings=BuildSettings(), build_dir=tmp_path, lock_dir=tmp_path, layers=make)
     result = image_build.build_image(run, engine, SPEC, {"Dockerfile": b"FROM x\nADD venv.tar /\n"}, force=True)
@@ -410,7 +422,7 @@ def test_a_base_that_moved_during_the_build_fails_it(tmp_path: Path) -> None:
 
 
 def test_a_layer_that_cannot_be_made_fails_the_build_in_one_line(tmp_path: Path) -> None:
-    def broken(spec: ImageSpec, folder: Path, *, line: bool = False) -> None:
+    def broken(spec: ImageSpec, *, line: bool = False) -> dict[str, BytesLayer]:
         raise LayerFailed("numba==0.68.0: no wheel for the target")
 
     run = Run(settings=BuildSettings(), build_dir=tmp_path, lock_dir=tmp_path, layers=broken)
@@ -545,7 +557,7 @@ def test_the_host_tar_is_the_layer_of_its_marked_step(tmp_path: Path) -> None:
     ]
     saved = _marked_archive(tmp_path, history, [BASE_DIRS, _tar(USERADD, 1_765_000_000)])
     out = tmp_path / "out.tar"
-    image_id = reproducible.normalize_archive(saved, out, EPOCH, keep=1, files={"venv.tar": venv}, kept_files=False)
+    image_id = reproducible.normalize_archive(saved, out, EPOCH, keep=1, files={"venv.tar": reproducible.FileLayer(venv)}, kept_files=False)
     with tarfile.open(out) as tar:
         manifest = json.loads(tar.extractfile("manifest.json").read())  # type: ignore[union-attr]
         config = json.loads(tar.extractfile(manifest[0]["Config"]).read())  # type: ignore[union-attr]
@@ -582,7 +594,7 @@ def test_a_saved_image_that_does_not_place_the_tar_is_refused(tmp_path: Path, hi
     layers = [BASE_DIRS] if "manifest names 1" in error else [BASE_DIRS, _tar(USERADD, 1)]
     saved = _marked_archive(tmp_path, history, layers)
     with pytest.raises(reproducible.NotAnArchive, match=error):
-        reproducible.normalize_archive(saved, tmp_path / "out.tar", EPOCH, keep=1, files={"venv.tar": venv})
+        reproducible.normalize_archive(saved, tmp_path / "out.tar", EPOCH, keep=1, files={"venv.tar": reproducible.FileLayer(venv)})
 
 
 def test_a_host_tar_that_is_not_a_tar_is_refused_in_one_line(tmp_path: Path) -> None:
@@ -591,7 +603,7 @@ def test_a_host_tar_that_is_not_a_tar_is_refused_in_one_line(tmp_path: Path) -> 
     history: list[dict[str, object]] = [{"created_by": "base"}, {"created_by": "LABEL io.builder.layer=venv.tar", "empty_layer": True}]
     saved = _marked_archive(tmp_path, history, [BASE_DIRS])
     with pytest.raises(reproducible.NotAnArchive, match=r"^venv.tar is not a tar \(") as caught:
-        reproducible.normalize_archive(saved, tmp_path / "out.tar", EPOCH, keep=1, files={"venv.tar": venv})
+        reproducible.normalize_archive(saved, tmp_path / "out.tar", EPOCH, keep=1, files={"venv.tar": reproducible.FileLayer(venv)})
     assert "\n" not in str(caught.value)
 
 
@@ -605,8 +617,8 @@ def test_a_build_the_engine_finished_as_the_run_was_stopped_leaves_no_unnormaliz
     engine = FakeEngine()
     engine.add_image("sha256:base", SPEC.base.from_ref)
 
-    def make(spec: ImageSpec, folder: Path, *, line: bool = False) -> None:
-        (folder / LAYER_NAME).write_bytes(layer_tar({"opt/venv/pyvenv.cfg": b"venv"}, EPOCH))
+    def make(spec: ImageSpec, *, line: bool = False) -> dict[str, BytesLayer]:
+        return {LAYER_NAME: BytesLayer(layer_tar({"opt/venv/pyvenv.cfg": b"venv"}, EPOCH))}
 
     run = Run(settings=BuildSettings(), build_dir=tmp_path, lock_dir=tmp_path, layers=make)
 
@@ -620,16 +632,12 @@ def test_a_build_the_engine_finished_as_the_run_was_stopped_leaves_no_unnormaliz
     assert result.status != "built", result
     assert image_build.build_tag(SPEC) not in engine.names, "the unnormalized tag is removed"
     assert SPEC.tag not in engine.names
-    assert not list(tmp_path.rglob("*.layers")), "the layer tars go too"
 
 
 def _tiny_run(tmp_path: Path) -> Run:
-    """A run whose layer maker writes a one-byte venv.tar."""
+    """A run whose layer maker gives a one-byte venv.tar."""
     return Run(
-        settings=BuildSettings(),
-        build_dir=tmp_path,
-        lock_dir=tmp_path,
-        layers=lambda spec, folder, line=False: (folder / LAYER_NAME).write_bytes(b"x"),
+        settings=BuildSettings(), build_dir=tmp_path, lock_dir=tmp_path, layers=lambda spec, line=False: {LAYER_NAME: BytesLayer(b"x")}
     )
 
 
@@ -686,3 +694,67 @@ def test_a_step_image_the_cut_connection_could_not_remove_is_removed_by_the_inte
     with pytest.raises(KeyboardInterrupt):
         builder.build_all([replace(SPEC, base=replace(SPEC.base, bootstrap=None))], jobs=1, force=True, keep_going=False)
     assert "sha256:cccccccccccc" + "0" * 52 in fresh.removed_images
+
+
+# -- a layer is made when it is copied: its size and members known before any byte is -----------------
+def _odd_wheel(folder: Path) -> Path:
+    """A wheel whose names need PAX headers (over 100 bytes, not ASCII) and a file over one copy buffer."""
+    info = "odd-1.0.dist-info"
+    files = {
+        "odd/" + "a-long-folder-name/" * 6 + "module.py": b"LONG = 1\n",
+        "odd/données/ünïcode.txt": "é".encode() * 100,
+        "odd/big.bin": bytes(range(256)) * (wheel_tar.COPY_BUFFER // 256 * 2 + 3),
+        "odd/blocks.bin": b"b" * 4096,  # a whole number of blocks: no padding after it (an empty piece is no end)
+        "odd/empty.py": b"",
+        f"{info}/METADATA": b"Metadata-Version: 2.1\nName: odd\nVersion: 1.0\n",
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    return _zip_wheel(folder / "odd-1.0-py3-none-any.whl", files, info)
+
+
+def test_a_layers_size_members_and_bytes_agree_however_it_is_read(tmp_path: Path) -> None:
+    wheels = [make_wheel(tmp_path), _odd_wheel(tmp_path)]
+    made = wheel_tar.venv_layer(Layout("3.11", "python3.11"), wheels, EPOCH)
+    made.write(tmp_path / LAYER_NAME)
+    data = (tmp_path / LAYER_NAME).read_bytes()
+    assert made.size == len(data) and len(data) % tarfile.RECORDSIZE == 0
+    for size in (512, 16 * 1024, wheel_tar.COPY_BUFFER, 3 * wheel_tar.COPY_BUFFER + 1):  # tarfile's stream reads 16 KiB
+        with made.reader() as reader:
+            pieces = []
+            while piece := reader.read(size):
+                pieces.append(piece)
+        assert b"".join(pieces) == data, size
+    with tarfile.open(tmp_path / LAYER_NAME) as tar:
+        written = [(m.name, m.type, m.size, m.mode, m.linkname, m.mtime) for m in tar.getmembers()]
+        assert tar.extractfile("opt/venv/lib/python3.11/site-packages/odd/données/ünïcode.txt").read() == "é".encode() * 100  # type: ignore[union-attr]
+    assert [(m.name, m.type, m.size, m.mode, m.linkname, m.mtime) for m in made.members()] == written
+
+
+def test_a_layer_read_halfway_and_closed_leaves_no_wheel_open(tmp_path: Path) -> None:
+    made = wheel_tar.venv_layer(Layout("3.11", "python3.11"), [_odd_wheel(tmp_path)], EPOCH)
+    before = len(os.listdir("/proc/self/fd"))
+    reader = made.reader()
+    reader.read(wheel_tar.COPY_BUFFER)  # into the big file: its wheel is open
+    assert len(os.listdir("/proc/self/fd")) > before
+    reader.close()
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_a_wheel_that_lies_fails_the_build_as_its_layer_is_loaded_and_loads_nothing(tmp_path: Path) -> None:
+    """The layer's bytes are checked as they pass into the load: the archive is cut, the build fails
+    in one line, and the engine holds neither the image nor the build's own."""
+    body = b"x" * 5000
+    lying = _lying_wheel(tmp_path, body, body[:-1] + b"y")
+    engine = FakeEngine()
+    engine.add_image("sha256:base", SPEC.base.from_ref)
+
+    def make(spec: ImageSpec, *, line: bool = False) -> dict[str, wheel_tar.Layer]:
+        return {LAYER_NAME: wheel_tar.venv_layer(Layout("3.11", "python3.11"), [lying], EPOCH)}
+
+    run = Run(settings=BuildSettings(), build_dir=tmp_path / "b", lock_dir=tmp_path, layers=make)
+    result = image_build.build_image(run, engine, SPEC, {"Dockerfile": b"FROM x\nADD venv.tar /\n"}, force=True)
+    assert result.status == "failed", result
+    assert "cannot make the image reproducible: opt/venv/lib/python3.11/site-packages/toy/data.bin: its bytes in" in (result.error or "")
+    assert "\n" not in (result.error or "")
+    assert SPEC.tag not in engine.names and image_build.build_tag(SPEC) not in engine.names
+    assert engine.image_ids == {"sha256:base"}, "nothing of the build is left"

@@ -19,12 +19,12 @@ import pytest
 
 from builder.engine import bootstrap, line_config, line_image
 from builder.engine.image_build import BuildFailed, Run
-from builder.engine.reproducible import NotAnArchive
+from builder.engine.reproducible import FileLayer, NotAnArchive
 from builder.engine.settings import BuildSettings
 from builder.lock.layer import NVIDIA_LAYER_NAME
 from builder.model.plan import Accelerator, Base, ImageSpec
 from builder.render.labels import BUILT_BY_LABEL, LINE_LABEL
-from tests.fake_engine import BASE_LAYER, FakeEngine, layer_tar
+from tests.fake_engine import BASE_LAYER, BytesLayer, FakeEngine, layer_tar
 
 LINE = "cuda13-debian12-py3.11-amd64"
 BASE = Base("local-cuda13-debian12", "cuda", "debian12", bootstrap="debootstrap")
@@ -57,9 +57,9 @@ def load_base(engine: FakeEngine, tmp_path: Path) -> str:
     return image_id
 
 
-def nvidia_layer(spec: ImageSpec, folder: Path, *, line: bool = False) -> None:
+def nvidia_layer(spec: ImageSpec, *, line: bool = False) -> dict[str, BytesLayer]:
     assert line, "the line image asks for its line's layer"
-    (folder / NVIDIA_LAYER_NAME).write_bytes(NVIDIA)
+    return {NVIDIA_LAYER_NAME: BytesLayer(NVIDIA)}
 
 
 def make_run(tmp_path: Path, layers: object = nvidia_layer) -> Run:
@@ -163,8 +163,7 @@ def test_an_existing_line_image_is_left_alone(tmp_path: Path) -> None:
 
 
 def test_a_layer_that_cannot_be_made_fails_in_one_line_and_leaves_nothing(tmp_path: Path) -> None:
-    def broken(spec: ImageSpec, folder: Path, *, line: bool = False) -> None:
-        (folder / NVIDIA_LAYER_NAME).write_bytes(b"half")
+    def broken(spec: ImageSpec, *, line: bool = False) -> dict[str, BytesLayer]:
         raise RuntimeError("nvidia-cublas==13.1.1.3: no wheel\nfor the target")
 
     engine = FakeEngine()
@@ -183,9 +182,9 @@ def test_an_interrupt_loads_nothing(tmp_path: Path) -> None:
     load_base(engine, tmp_path)
     run = make_run(tmp_path)
 
-    def interrupted(spec: ImageSpec, folder: Path, *, line: bool = False) -> None:
-        nvidia_layer(spec, folder, line=line)
+    def interrupted(spec: ImageSpec, *, line: bool = False) -> dict[str, BytesLayer]:
         run.stop.set()  # Ctrl-C while the layer was made
+        return nvidia_layer(spec, line=line)
 
     run.layers = interrupted
     with pytest.raises(BuildFailed, match="interrupted before saving the base"):
@@ -209,7 +208,7 @@ def test_a_saved_layer_that_is_a_link_is_written_as_a_file(tmp_path: Path) -> No
         link.type, link.linkname = tarfile.SYMTYPE, "../a/layer.tar"
         tar.addfile(link)
     (tmp_path / "nvidia.tar").write_bytes(NVIDIA)
-    image_id = line_image.line_archive(saved, tmp_path / "nvidia.tar", tmp_path / "image.tar", "builder-line/x:1", LINE)
+    image_id = line_image.line_archive(saved, FileLayer(tmp_path / "nvidia.tar"), tmp_path / "image.tar", "builder-line/x:1", LINE)
     with tarfile.open(tmp_path / "image.tar") as tar:
         assert all(member.isfile() for member in tar.getmembers())
         assert tar.extractfile("b/layer.tar").read() == BASE_LAYER  # type: ignore[union-attr]
@@ -227,7 +226,7 @@ def test_a_save_of_two_images_is_refused(tmp_path: Path) -> None:
         tar.addfile(info, io.BytesIO(manifest))
     (tmp_path / "nvidia.tar").write_bytes(NVIDIA)
     with pytest.raises(NotAnArchive, match="names 2 images, not one"):
-        line_image.line_archive(saved, tmp_path / "nvidia.tar", tmp_path / "image.tar", "builder-line/x:1", LINE)
+        line_image.line_archive(saved, FileLayer(tmp_path / "nvidia.tar"), tmp_path / "image.tar", "builder-line/x:1", LINE)
 
 
 def test_not_a_line_member_is_refused(tmp_path: Path) -> None:

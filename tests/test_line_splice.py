@@ -22,7 +22,7 @@ from builder.engine.port import BuildRequest, Progress
 from builder.lock.layer import LAYER_NAME, NVIDIA_LAYER_NAME
 from builder.model.plan import ImageSpec, Lock
 from builder.render.labels import LINE_LABEL
-from tests.fake_engine import BASE_LAYER, FakeEngine, layer_tar
+from tests.fake_engine import BASE_LAYER, BytesLayer, FakeEngine, layer_tar
 from tests.test_line_image import LINE, NVIDIA, SPEC, load_base, make_run
 
 LOCK = Lock(
@@ -39,8 +39,8 @@ DOCKERFILE = (
 )
 
 
-def make(spec: ImageSpec, folder: Path, *, line: bool = False) -> None:
-    (folder / (NVIDIA_LAYER_NAME if line else LAYER_NAME)).write_bytes(NVIDIA if line else VENV)
+def make(spec: ImageSpec, *, line: bool = False) -> dict[str, BytesLayer]:
+    return {NVIDIA_LAYER_NAME: BytesLayer(NVIDIA)} if line else {LAYER_NAME: BytesLayer(VENV)}
 
 
 def recording(engine: FakeEngine) -> list[str]:

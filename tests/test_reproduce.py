@@ -35,7 +35,7 @@ from builder.util.errors import RunFailure, UserError
 from builder.workspace import Store, Workspace
 from tests.catalog_fixtures import record
 from tests.conftest import RunCli
-from tests.fake_engine import FakeEngine, connect_to, layer_tar
+from tests.fake_engine import BytesLayer, FakeEngine, connect_to, layer_tar
 from tests.fake_registry import FakeRegistry
 from tests.test_evidence import HOST, ROOT, TESTED, fake, make_key, needs_ssh_keygen, publish, spec
 
@@ -281,7 +281,7 @@ def offline_rebuild(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> tuple[An
     monkeypatch.setattr(
         reproducing,
         "layer_maker",
-        lambda specs, settings, folder: lambda spec, context, line=False: (context / LAYER_NAME).write_bytes(VENV_TAR),
+        lambda specs, settings, folder: lambda spec, line=False: {LAYER_NAME: BytesLayer(VENV_TAR)},
     )
     real = Workspace.locate(str(ROOT / "matrix.yaml"))
     ws = Elsewhere(real, tmp_path)

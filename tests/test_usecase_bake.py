@@ -27,7 +27,7 @@ from builder.usecases import bake as baking
 from builder.usecases import layers
 from builder.util.errors import UserError
 from builder.workspace import Workspace
-from tests.fake_engine import FakeEngine, connect_to, layer_tar
+from tests.fake_engine import BytesLayer, FakeEngine, connect_to, layer_tar
 from tests.test_line_image import BASE as LINE_BASE
 from tests.test_line_image import NVIDIA, load_base
 
@@ -176,8 +176,8 @@ def test_a_line_member_is_baked_on_its_line_image_made_first(tmp_path: Path, mon
     (spec,) = baking.chosen(ws, f"id={LINE_MEMBER}")
     assert spec.line_image is not None and line_layer(spec) and spec.base.from_ref == LINE_BASE.from_ref
 
-    def make(spec: ImageSpec, folder: Path, *, line: bool = False) -> None:
-        (folder / (NVIDIA_LAYER_NAME if line else LAYER_NAME)).write_bytes(NVIDIA if line else layer_tar({"opt/venv/pyvenv.cfg": b"x"}, 0))
+    def make(spec: ImageSpec, *, line: bool = False) -> dict[str, BytesLayer]:
+        return {NVIDIA_LAYER_NAME: BytesLayer(NVIDIA)} if line else {LAYER_NAME: BytesLayer(layer_tar({"opt/venv/pyvenv.cfg": b"x"}, 0))}
 
     monkeypatch.setattr(baking, "layer_maker", lambda *args: make)
     monkeypatch.setattr(layers, "layer_maker", lambda *args: make)

@@ -131,25 +131,27 @@ def test_no_canonical_image_no_layer_maker() -> None:
     assert layers.layer_maker([replace(SPEC, canonical=None)], BuildSettings(), Path("/nonexistent")) is None
 
 
-def test_the_layer_maker_writes_the_layer_and_names_a_fetch_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_layer_maker_gives_the_layer_unwritten_and_names_a_fetch_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     wheel = make_wheel(tmp_path)
     monkeypatch.setattr(layers, "locked_wheels", lambda spec, cache: [wheel])
     make = layers.layer_maker([SPEC], BuildSettings(), tmp_path / "wheels")
     assert make is not None
-    make(SPEC, tmp_path)
-    assert not (tmp_path / "nvidia.tar").exists(), "a lock with no NVIDIA wheels is one layer"
+    before = sorted(tmp_path.rglob("*"))
+    made = make(SPEC)
+    assert list(made) == ["venv.tar"], "a lock with no NVIDIA wheels is one layer"
+    assert sorted(tmp_path.rglob("*")) == before, "nothing is written until the layer is read"
+    made["venv.tar"].write(tmp_path / "venv.tar")
     with tarfile.open(tmp_path / "venv.tar") as tar:
         names = tar.getnames()
     assert "opt/venv/pyvenv.cfg" in names and any(n.endswith("site-packages/toy/__init__.py") for n in names)
+    assert [m.name for m in made["venv.tar"].members()] == names
 
     def refused(spec: object, cache: object) -> list[Path]:
         raise FetchFailed("https://i/numba.whl is not the file the lock pins (its sha256 differs); check the index or mirror")
 
     monkeypatch.setattr(layers, "locked_wheels", refused)
-    (tmp_path / "other").mkdir()
     with pytest.raises(LayerFailed, match="sha256 differs"):
-        make(SPEC, tmp_path / "other")
-    assert not list((tmp_path / "other").iterdir())
+        make(SPEC)
 
 
 def test_the_build_results_say_what_each_image_shares_with_its_line() -> None:

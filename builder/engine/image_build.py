@@ -41,7 +41,7 @@ from builder.engine.retry import GaveUp, retry_network
 from builder.engine.secrets import SecretServer, redact, serving
 from builder.engine.session import SESSION_ID
 from builder.engine.settings import BuildSettings
-from builder.lock.layer import NVIDIA_LAYER_NAME, from_ref, is_nvidia, line_layer, source_date_epoch
+from builder.lock.layer import NVIDIA_LAYER_NAME, LayerError, from_ref, is_nvidia, line_layer, source_date_epoch
 from builder.model.plan import ImageSpec, Lock
 from builder.render.labels import HASH_LABEL, build_labels
 
@@ -52,12 +52,13 @@ Log = Callable[[str, str], None]  # (image id, line)
 
 
 class LayerMaker(Protocol):
-    """Writes layer tars (builder/lock/layer.py) into `folder`; raises LayerFailed. For a canonical
-    image's context (`line` False): venv.tar, and nvidia.tar for a lock with NVIDIA library wheels on
-    no CUDA line; for its CUDA line's image (`line` True): the line's nvidia.tar. The use-case supplies
-    it: fetching the lock's wheels is the index's business, not the engine's."""
+    """The layer tars of an image (builder/lock/layer.py) by name, not written: their bytes are made
+    as the normalization copies them into the load's archive; raises LayerFailed. For a canonical
+    image (`line` False): venv.tar, and nvidia.tar for a lock with NVIDIA library wheels on no CUDA
+    line; for its CUDA line's image (`line` True): the line's nvidia.tar. The use-case supplies it:
+    fetching the lock's wheels is the index's business, not the engine's."""
 
-    def __call__(self, spec: ImageSpec, folder: Path, *, line: bool = False) -> None: ...
+    def __call__(self, spec: ImageSpec, *, line: bool = False) -> Mapping[str, reproducible.LayerSource]: ...
 
 
 class LayerFailed(Exception):
@@ -192,20 +193,18 @@ def _build_locked(
     from_base = _base_below(engine, spec, base_before)  # a canonical line member: built FROM the base, its line's layer spliced in
     if line_layer(spec):  # its FROM holds the NVIDIA wheels: nothing serves them to the install
         staged = _without_nvidia(staged)
-    layers: dict[str, Path] = {}  # a canonical image's layer tars (venv.tar, nvidia.tar), made on the host
+    layers: Mapping[str, reproducible.LayerSource] = {}  # a canonical image's layer tars (venv.tar, nvidia.tar), made on the host
     if spec.canonical:
         try:
             staged, layers = _with_layer(run, spec, staged, from_base)
         except BuildFailed as exc:
             shutil.rmtree(staged.path, ignore_errors=True)
-            shutil.rmtree(layers_dir(run, spec), ignore_errors=True)
             return _failed(run, spec, started, 0, log_path, exc.message)
     done: BuildResult | None = None
     try:
         done = _build_staged(run, engine, secrets, spec, staged, layers, started, replaced, (base_before, from_base), log_path)
         return done
     finally:
-        shutil.rmtree(layers_dir(run, spec), ignore_errors=True)
         step = run.steps.pop(spec.id, None)
         if spec.canonical and (done is None or done.status != "built"):
             # a build the engine finished as this run was stopped (or whose normalization failed) tagged its
@@ -231,7 +230,7 @@ def _build_staged(
     secrets: SecretServer,
     spec: ImageSpec,
     staged: staging.Staged,
-    layers: Mapping[str, Path],
+    layers: Mapping[str, reproducible.LayerSource],
     started: float,
     replaced: str | None,
     below: tuple[ImageInfo | None, ImageInfo | None],
@@ -313,12 +312,6 @@ def _without_nvidia(staged: staging.Staged) -> staging.Staged:
     return replace(staged, wheels=tuple(path.name for path in rest), wheel_files=rest)
 
 
-def layers_dir(run: Run, spec: ImageSpec) -> Path:
-    """Where a canonical build keeps its layer tars, beside its context (not in it: never sent to the
-    engine) until the normalization has put them in the image; swept with the run's staging folder."""
-    return run.staging_root / f"{spec.id}.layers"
-
-
 def _base_below(engine: Engine, spec: ImageSpec, line: ImageInfo | None) -> ImageInfo | None:
     """The base a canonical member of a CUDA line is built FROM instead of its line's image `line`,
     when that image is the base plus one layer (the line's NVIDIA layer, as engine/line_image.py makes
@@ -334,22 +327,19 @@ def _base_below(engine: Engine, spec: ImageSpec, line: ImageInfo | None) -> Imag
 
 def _with_layer(
     run: Run, spec: ImageSpec, staged: staging.Staged, from_base: ImageInfo | None = None
-) -> tuple[staging.Staged, dict[str, Path]]:
-    """The layer tars made from the lock (venv.tar, and nvidia.tar where the lock pins NVIDIA wheels
-    and is on no CUDA line) in `layers_dir`, the context's Dockerfile with each `ADD <tar> /` step
-    marked instead (engine/reproducible.py `marked`: the build commits only the small steps, the
-    normalization puts the tars in their places) and FROM the base where `from_base` says so, and
-    nothing to serve: the Dockerfile fetches nothing (it is built with the network off)."""
+) -> tuple[staging.Staged, Mapping[str, reproducible.LayerSource]]:
+    """The layer tars of the lock (venv.tar, and nvidia.tar where the lock pins NVIDIA wheels and is
+    on no CUDA line: their entries, their bytes made when the normalization copies them), the
+    context's Dockerfile with each `ADD <tar> /` step marked instead (engine/reproducible.py `marked`:
+    the build commits only the small steps, the normalization puts the tars in their places) and FROM
+    the base where `from_base` says so, and nothing to serve: the Dockerfile fetches nothing (it is
+    built with the network off)."""
     if run.layers is None:
         raise BuildFailed(f"{spec.id} is a canonical image but this build cannot make its venv layer")
-    folder = layers_dir(run, spec)
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
     try:
-        run.layers(spec, folder)
+        made = dict(sorted(run.layers(spec).items()))
     except LayerFailed as exc:
         raise BuildFailed(f"its venv layer: {exc}") from None
-    made = {path.name: path for path in sorted(folder.glob("*.tar"))}
     dockerfile = staged.path / "Dockerfile"
     try:
         text = reproducible.marked(dockerfile.read_text(encoding="utf-8"), made)
@@ -370,7 +360,7 @@ def reproducible_image(
     spec: ImageSpec,
     built: ImageInfo,
     base_id: str | None,
-    layers: Mapping[str, Path],
+    layers: Mapping[str, reproducible.LayerSource],
     from_base: ImageInfo | None = None,
 ) -> ImageInfo:
     """The built image saved, its timestamps and build-only fields normalized to the lock's epoch,
@@ -399,7 +389,7 @@ def _normalized(
     built: ImageInfo,
     lock: Lock,
     below: tuple[str | None, ImageInfo | None],
-    layers: Mapping[str, Path],
+    layers: Mapping[str, reproducible.LayerSource],
 ) -> str:
     base_id, from_base = below
     ref = from_ref(spec)  # its base, or its CUDA line's image: kept as they are, shared
@@ -430,7 +420,7 @@ def _normalized(
                     reproducible.normalize_archive(saved, out, epoch, keep, [spec.tag], kept_files=False, files=layers, splice=splice)
                 )
             )
-        except (EngineFault, reproducible.NotAnArchive, LayerFailed) as exc:
+        except (EngineFault, reproducible.NotAnArchive, LayerFailed, LayerError) as exc:
             raise BuildFailed(f"cannot make the image reproducible: {exc}") from None
     (image_id,) = made
     return image_id
@@ -438,8 +428,8 @@ def _normalized(
 
 def _line_splice(run: Run, engine: Engine, spec: ImageSpec, line: ImageInfo, base: ImageInfo) -> reproducible.Splice:
     """The line's NVIDIA layer as its image has it on `base` (engine/line_config.py), for a member
-    built FROM the base; its entries are read from the line's tar (build/layers/ keeps it) only if
-    the normalization needs to know a directory beneath."""
+    built FROM the base; its entries are the line's layer's (from its wheels' lists: no byte of it is
+    read) if the normalization needs to know a directory beneath."""
     assert spec.line is not None and spec.line_image is not None and run.layers is not None  # line_layer(spec) and canonical
     history = len(engine.history(base.id))
     if len(engine.history(line.id)) != history + 1:
@@ -449,14 +439,7 @@ def _line_splice(run: Run, engine: Engine, spec: ImageSpec, line: ImageInfo, bas
     maker = run.layers
 
     def members() -> list[tarfile.TarInfo]:
-        folder = layers_dir(run, spec) / "line"
-        folder.mkdir(parents=True, exist_ok=True)
-        maker(spec, folder, line=True)
-        try:
-            with tarfile.open(folder / NVIDIA_LAYER_NAME, mode="r:") as tar:
-                return tar.getmembers()
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
+        return maker(spec, line=True)[NVIDIA_LAYER_NAME].members()  # LayerFailed: the normalization's failure
 
     return line_splice(spec.line, line.diff_ids[-1], len(base.diff_ids), history, members)
 

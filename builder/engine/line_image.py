@@ -10,8 +10,8 @@ The image is loaded, not built: a build (`ADD nvidia.tar /`) uploaded the 3.6 GB
 extracted it, and had the engine tar the layer again to commit it (38-43 s here, against 33-34 s
 loaded: docs/reproducible.md), and its config carried the build's clock, so its image ID changed with
 every build. Here the layer is the tar the host makes
-from the wheels (lock/wheel_tar.py `make_nvidia_layer`: sorted, mtimes EPOCH_FLOOR, 0:0, kept in
-build/layers/ by the wheels' sha256s), and the image is a `docker load` archive of the base's own
+from the wheels (lock/wheel_tar.py `line_nvidia_layer`: sorted, mtimes EPOCH_FLOOR, 0:0; its bytes
+made from the wheels as the archive copies them, never a file), and the image is a `docker load` archive of the base's own
 layers (from a `docker save` of the base: the archive is whole on its own) and that tar, with a
 config made here from the base's (engine/line_config.py): one more diff ID, the sha256 of the tar, one more
 history entry, the builder's labels, and the base's own `created` for both dates (the base's is a
@@ -40,7 +40,7 @@ from typing import IO, TYPE_CHECKING, Any
 from builder.engine.image_build import BuildFailed, Run, tag_lock
 from builder.engine.line_config import config_bytes, line_config
 from builder.engine.port import Engine, EngineFault
-from builder.engine.reproducible import HashingReader, NotAnArchive, archive_json, writing
+from builder.engine.reproducible import HashingReader, LayerSource, NotAnArchive, archive_json, writing
 from builder.lock.layer import EPOCH_FLOOR, NVIDIA_LAYER_NAME
 from builder.model.plan import ImageSpec
 
@@ -72,20 +72,20 @@ def read_saved(src: tarfile.TarFile) -> SavedImage:
     return SavedImage(config, tuple(str(name) for name in layers))
 
 
-def line_archive(saved_base: Path, layer: Path, out: Path | IO[bytes], tag: str, line: str) -> str:
+def line_archive(saved_base: Path, layer: LayerSource, out: Path | IO[bytes], tag: str, line: str) -> str:
     """`out` (a file, or a load's stream): a `docker load` archive of the base's layers, `layer` on
     top and the line's config, named `tag`; returns the image ID it loads as (the sha256 of the
-    config bytes). The layer is hashed as it is copied: its diff ID costs no second read of its
-    gigabytes."""
+    config bytes). The layer is hashed as it is copied (its bytes made from the wheels as they go):
+    its diff ID costs no second read of its gigabytes."""
     with tarfile.open(saved_base) as src, writing(out, tarfile.GNU_FORMAT) as dst:
         base = read_saved(src)
         if NVIDIA_LAYER_NAME in base.layers:
             raise NotAnArchive(f"the saved base has a file {NVIDIA_LAYER_NAME} among its layers")
         for name in dict.fromkeys(base.layers):  # a layer listed twice is one file
             _copy(src, dst, name)
-        with layer.open("rb") as data:
+        with layer.reader() as data:
             hashing = HashingReader(data)
-            _add(dst, NVIDIA_LAYER_NAME, hashing, layer.stat().st_size)
+            _add(dst, NVIDIA_LAYER_NAME, hashing, layer.size)
         body = config_bytes(line_config(base.config, line, "sha256:" + hashing.hexdigest()))
         image_id = hashlib.sha256(body).hexdigest()
         _add(dst, f"{image_id}.json", io.BytesIO(body), len(body))
@@ -131,7 +131,7 @@ def ensure(run: Run, engine: Engine, spec: ImageSpec) -> None:
 
 
 def _make(run: Run, engine: Engine, spec: ImageSpec, folder: Path, say: Callable[[str], None]) -> None:
-    """The archive made in `folder` and loaded as the line image, its ID checked; BuildFailed says why not."""
+    """The base saved in `folder`, the archive streamed into the load as the line image, its ID checked; BuildFailed says why not."""
     assert run.layers is not None and spec.line_image is not None and spec.line is not None  # ensure checked them
     tag = spec.line_image
 
@@ -141,9 +141,8 @@ def _make(run: Run, engine: Engine, spec: ImageSpec, folder: Path, say: Callable
         return time.monotonic()
 
     started = step("the NVIDIA layer")
-    layer = folder / NVIDIA_LAYER_NAME
-    run.layers(spec, folder, line=True)
-    say(f"the NVIDIA layer: {layer.stat().st_size / 1e6:.0f} MB ({time.monotonic() - started:.1f}s)")
+    layer = run.layers(spec, line=True)[NVIDIA_LAYER_NAME]
+    say(f"the NVIDIA layer: {layer.size / 1e6:.0f} MB, made as it is loaded ({time.monotonic() - started:.1f}s)")
     started = step("saving the base")
     saved = folder / BASE_ARCHIVE
     try:
@@ -162,7 +161,6 @@ def _make(run: Run, engine: Engine, spec: ImageSpec, folder: Path, say: Callable
         raise BuildFailed(f"loading it into the engine failed: {exc.message}") from None
     finally:
         saved.unlink()
-        layer.unlink()  # a link to build/layers/: the cache keeps the tar
     (expected,) = made
     info = engine.inspect_image(tag)
     if info is None or info.id != expected:

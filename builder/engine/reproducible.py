@@ -37,7 +37,7 @@ import tarfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, BinaryIO, Protocol
 
 from builder.util.text import utc_stamp
 
@@ -50,6 +50,40 @@ DirKey = tuple[int, int, int, tuple[tuple[str, str], ...]]  # a directory's perm
 
 class NotAnArchive(Exception):
     """The saved file is not the docker-archive this rewrites (one line)."""
+
+
+class LayerSource(Protocol):
+    """A layer tar made on the host, put into an archive as it is (its diff ID is its sha256): the
+    layer maker's (lock/wheel_tar.py `Layer`: its bytes made from the wheels as they are copied), or
+    a tar on disk (FileLayer)."""
+
+    @property
+    def size(self) -> int: ...
+
+    def members(self) -> list[tarfile.TarInfo]: ...
+
+    def reader(self) -> BinaryIO: ...
+
+
+@dataclass(frozen=True)
+class FileLayer:
+    """A layer tar on disk as a LayerSource."""
+
+    path: Path
+
+    @property
+    def size(self) -> int:
+        return self.path.stat().st_size
+
+    def members(self) -> list[tarfile.TarInfo]:
+        try:
+            with tarfile.open(self.path, mode="r:") as layer:  # a layer is a plain tar
+                return layer.getmembers()
+        except tarfile.TarError as exc:
+            raise NotAnArchive(f"{self.path.name} is not a tar ({' '.join(str(exc).split())})") from None
+
+    def reader(self) -> BinaryIO:
+        return self.path.open("rb")
 
 
 def normalize_config(
@@ -272,7 +306,7 @@ class Splice:
         return spliced, [*layers[: self.at_layer], self.diff_id.removeprefix("sha256:") + "/layer.tar", *layers[self.at_layer :]]
 
 
-def added_by(entry: dict[str, Any], files: Mapping[str, Path]) -> str | None:
+def added_by(entry: dict[str, Any], files: Mapping[str, LayerSource]) -> str | None:
     """The layer tar of `files` this history entry stands for: `marked`'s LABEL (the classic builder),
     or BuildKit's own `ADD <name> /` (bake builds the Dockerfile as it is)."""
     text = str(entry.get("created_by") or "")
@@ -288,7 +322,7 @@ def normalize_archive(
     tags: list[str] | None = None,
     *,
     kept_files: bool = True,
-    files: Mapping[str, Path] | None = None,
+    files: Mapping[str, LayerSource] | None = None,
     splice: Splice | None = None,
 ) -> str:
     """Rewrite the docker-archive `saved` into `out` (a file, or a stream written in order: a
@@ -361,7 +395,7 @@ def normalize_archive(
 Step = tuple[dict[str, Any], int | None, str | None]  # (history entry, the saved layer it made or None, the host tar it stands for)
 
 
-def _steps(history: list[dict[str, Any]], count: int, files: Mapping[str, Path]) -> list[Step]:
+def _steps(history: list[dict[str, Any]], count: int, files: Mapping[str, LayerSource]) -> list[Step]:
     """The history entries with the saved layer each made and the host tar each stands for; a layer
     whose step stands for a host tar is replaced by it. NotAnArchive when the history does not
     account for every saved layer once, or a host tar for no step or for two."""
@@ -383,16 +417,12 @@ def _steps(history: list[dict[str, Any]], count: int, files: Mapping[str, Path])
     return out
 
 
-def _file_layer(dst: tarfile.TarFile, path: Path, name: str, beneath: Beneath) -> str:
+def _file_layer(dst: tarfile.TarFile, source: LayerSource, name: str, beneath: Beneath) -> str:
     """A host-made layer tar into the archive as it is; its sha256 (the diff ID)."""
-    try:
-        with tarfile.open(path, mode="r:") as layer:  # a layer is a plain tar
-            beneath.add(layer.getmembers())
-    except tarfile.TarError as exc:
-        raise NotAnArchive(f"{path.name} is not a tar ({' '.join(str(exc).split())})") from None
+    beneath.add(source.members())
     info = tarfile.TarInfo(name)
-    info.size, info.mode = path.stat().st_size, 0o644
-    with path.open("rb") as data:
+    info.size, info.mode = source.size, 0o644
+    with source.reader() as data:
         hashing = HashingReader(data)
         dst.addfile(info, hashing)
     return "sha256:" + hashing.hexdigest()

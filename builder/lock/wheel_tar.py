@@ -4,16 +4,17 @@
 PyPA's `installer` installs the wheels (what pip does, without running the image's Python) into the
 image's venv layout, but into a tree kept in memory (`_Tree`), not the file system: a wheel's member
 is recorded by reference (its size from the zip, its sha256 from the wheel's RECORD), and what
-installer makes (scripts, RECORD, INSTALLER) as bytes. The tar is then written from that tree,
-each member inflated once, straight from its wheel into the tar, its bytes checked against the
-sha256 its RECORD lists on the way. Its entries are sorted, its mtimes the lock's SOURCE_DATE_EPOCH
-(EPOCH_FLOOR for the NVIDIA layer), owned by 0:0 with no user or group names, modes normalized.
+installer makes (scripts, RECORD, INSTALLER) as bytes. A `Layer` is that tree as a tar whose
+entries are sorted, whose mtimes are the lock's SOURCE_DATE_EPOCH (EPOCH_FLOOR for the NVIDIA layer),
+owned by 0:0 with no user or group names, modes normalized: its size and members are known at once,
+its bytes are made when asked, each member inflated once, straight from its wheel into where the tar
+goes (the engine's load, through the build's archive; a file only for bake's contexts), its bytes
+checked against the sha256 its RECORD lists on the way.
 
-Nothing of the host is written into the layer, nor onto the host's disk but the tar: no tree is
-installed anywhere, the scheme's paths are the image's (`/opt/venv`), scripts name the image's
-interpreter, pyvenv.cfg names the base's Python. (Before, the venv was installed under a scratch
-folder, read back into the tar and searched for that folder's path: a CUDA layer's bytes were
-written twice and read twice more; benchmarks/bench_layer_make.py compares the two, same bytes.)
+Nothing of the host is written into the layer, nor onto the host's disk: no tree is installed
+anywhere, the scheme's paths are the image's (`/opt/venv`), scripts name the image's interpreter,
+pyvenv.cfg names the base's Python. (Before, the venv was installed under a scratch folder, read
+back into a tar file and searched for that folder's path; benchmarks/bench_layer_make.py compares.)
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ import os
 import tarfile
 import zipfile
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO, cast
 
 from installer import install
 from installer.destinations import SchemeDictionaryDestination
@@ -62,36 +63,46 @@ def check_nvidia_wheel(wheel: Path) -> None:
         raise LayerError(f"{wheel.name} installs {outside[0]}, outside nvidia/: it is not a library wheel the NVIDIA layer may hold")
 
 
+class _Opened:
+    """The wheels a tar is being written from, each opened once (its zip directory read once)."""
+
+    def __init__(self) -> None:
+        self._stack = ExitStack()
+        self._wheels: dict[Path, tuple[zipfile.ZipFile, BinaryIO]] = {}
+
+    def __enter__(self) -> _Opened:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+    def member(self, wheel: Path, member: str) -> BinaryIO:
+        if wheel not in self._wheels:
+            opened: BinaryIO = self._stack.enter_context(wheel.open("rb"))
+            self._wheels[wheel] = (self._stack.enter_context(zipfile.ZipFile(opened)), opened)
+        whl, handle = self._wheels[wheel]
+        return open_member(whl, handle, member)
+
+
 class _File:
     """A file of a layer: a member of a wheel, read when the tar is written, or bytes installer made
     (a script, RECORD, INSTALLER); `digest` is its sha256 as RECORD writes it."""
 
-    __slots__ = ("data", "digest", "executable", "handle", "member", "size", "wheel")
+    __slots__ = ("data", "digest", "executable", "member", "size", "wheel")
 
-    def __init__(
-        self,
-        size: int,
-        digest: str,
-        *,
-        wheel: zipfile.ZipFile | None = None,
-        handle: BinaryIO | None = None,
-        member: str = "",
-        data: bytes = b"",
-    ) -> None:
-        self.size, self.digest, self.wheel, self.handle, self.member, self.data = size, digest, wheel, handle, member, data
+    def __init__(self, size: int, digest: str, *, wheel: Path | None = None, member: str = "", data: bytes = b"") -> None:
+        self.size, self.digest, self.wheel, self.member, self.data = size, digest, wheel, member, data
         self.executable = False
 
     @classmethod
     def made(cls, data: bytes) -> _File:
         return cls(len(data), base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode("ascii").rstrip("="), data=data)
 
-    def open(self) -> BinaryIO:
-        if self.wheel is None or self.handle is None:
-            return io.BytesIO(self.data)
-        return open_member(self.wheel, self.handle, self.member)
+    def open(self, opened: _Opened) -> BinaryIO:
+        return io.BytesIO(self.data) if self.wheel is None else opened.member(self.wheel, self.member)
 
     def read(self) -> bytes:
-        with self.open() as body:
+        with _Opened() as opened, self.open(opened) as body:
             return body.read()
 
 
@@ -154,12 +165,11 @@ class _Destination(SchemeDictionaryDestination):
     def __init__(self, tree: _Tree, layout: Layout) -> None:
         super().__init__(layout.scheme(), interpreter=str(layout.venv / "bin" / "python"), script_kind="posix")
         self.tree = tree
-        self.wheel: zipfile.ZipFile | None = None  # the wheel being installed
-        self.handle: BinaryIO | None = None  # its file, which its members are read from
+        self.wheel: tuple[Path, zipfile.ZipFile] | None = None  # the wheel being installed, and its directory
         self.digests: dict[str, str] = {}  # its RECORD's sha256 of each member
 
-    def start(self, wheel: zipfile.ZipFile, handle: BinaryIO, record: str) -> None:
-        self.wheel, self.handle, self.digests = wheel, handle, {}
+    def start(self, wheel: Path, whl: zipfile.ZipFile, record: str) -> None:
+        self.wheel, self.digests = (wheel, whl), {}
         for path, hashed, _ in parse_record_file(record.splitlines()):
             name, _, value = hashed.partition("=")
             if name == "sha256" and value:
@@ -176,7 +186,7 @@ class _Destination(SchemeDictionaryDestination):
 
     def _file(self, stream: BinaryIO) -> _File:
         member = stream.name if isinstance(stream, zipfile.ZipExtFile) else None
-        if self.wheel is None or self.handle is None or member is None or member not in self.wheel.NameToInfo:  # bytes installer made
+        if self.wheel is None or member is None or member not in self.wheel[1].NameToInfo:  # bytes installer made
             return _File.made(stream.read())
         digest = self.digests.get(member)
         if digest is None:  # RECORD gives it no sha256: hashed here, inflated again into the tar
@@ -184,7 +194,7 @@ class _Destination(SchemeDictionaryDestination):
             while hashing.read(COPY_BUFFER):
                 pass
             digest = hashing.digest()
-        return _File(self.wheel.getinfo(member).file_size, digest, wheel=self.wheel, handle=self.handle, member=member)
+        return _File(self.wheel[1].getinfo(member).file_size, digest, wheel=self.wheel[0], member=member)
 
     def write_script(self, name: str, module: str, attr: str, section: ScriptSection) -> RecordEntry:
         """installer's, less its chmod of the file it wrote (there is none: scripts are executable in the tar)."""
@@ -204,13 +214,12 @@ class _Destination(SchemeDictionaryDestination):
         return RecordEntry(path, Hash(self.hash_algorithm, file.digest), file.size)
 
 
-def _install(tree: _Tree, layout: Layout, wheels: Sequence[Path], opened: ExitStack) -> None:
+def _install(tree: _Tree, layout: Layout, wheels: Sequence[Path]) -> None:
     destination = _Destination(tree, layout)
     for wheel in sorted(wheels, key=lambda p: p.name):
         try:
-            with WheelFile.open(wheel) as source:
-                handle = opened.enter_context(wheel.open("rb"))
-                destination.start(opened.enter_context(zipfile.ZipFile(handle)), handle, source.read_dist_info("RECORD"))
+            with WheelFile.open(wheel) as source, zipfile.ZipFile(wheel) as whl:
+                destination.start(wheel, whl, source.read_dist_info("RECORD"))
                 install(source, destination, {"INSTALLER": INSTALLER})
         except LayerError:
             raise
@@ -218,59 +227,142 @@ def _install(tree: _Tree, layout: Layout, wheels: Sequence[Path], opened: ExitSt
             raise LayerError(f"{wheel.name} cannot be installed into {layout.venv}: {exc}") from None
 
 
-def venv_tree(layout: Layout, wheels: Sequence[Path], opened: ExitStack) -> _Tree:
-    """The venv of `wheels` (already checked against the lock), with its skeleton; the wheels stay
-    open on `opened` until the tar is written."""
+def venv_tree(layout: Layout, wheels: Sequence[Path]) -> _Tree:
+    """The venv of `wheels` (already checked against the lock), with its skeleton."""
     tree = _Tree()
     _skeleton(tree, layout)
-    _install(tree, layout, wheels, opened)
+    _install(tree, layout, wheels)
     return tree
 
 
-def site_tree(layout: Layout, wheels: Sequence[Path], opened: ExitStack) -> _Tree:
+def site_tree(layout: Layout, wheels: Sequence[Path]) -> _Tree:
     """`wheels` in the venv's site-packages with no skeleton (the NVIDIA layer: its wheels have no
     scripts and no data outside site-packages)."""
     tree = _Tree()
     tree.folder(str(layout.site_packages).lstrip("/"))
-    _install(tree, layout, wheels, opened)
+    _install(tree, layout, wheels)
     return tree
 
 
 COPY_BUFFER = 1 << 20  # a file's bytes pass into the tar in MiB reads (tarfile's default is 16 KiB)
 
 
-def write_tar(tree: _Tree, out: Path, epoch: int) -> None:
-    """The tree as a canonical tar at `out`: entries sorted by name (parents before children, the
-    parents of the top folders included, so extracting it sets their modes and mtimes too), each
-    file's bytes checked against the sha256 RECORD says as they pass. A failed tar is removed."""
-    try:
-        with tarfile.TarFile(out, "w", format=tarfile.PAX_FORMAT, copybufsize=COPY_BUFFER) as tar:
-            for name in sorted({*tree.dirs, *tree.links, *tree.files}, key=str.encode):
-                info = tarfile.TarInfo(name)
-                info.mtime, info.uid, info.gid, info.uname, info.gname = epoch, 0, 0, "", ""
-                file = tree.files.get(name)
+class Layer:
+    """A canonical layer tar, not written anywhere: its entries in order (sorted by name, parents
+    before children, the parents of the top folders included, so extracting it sets their modes and
+    mtimes too), its exact size and members, and its bytes made when asked, straight from the wheels
+    to where they go (a file, or the load's archive), each file checked on the way against the sha256
+    RECORD says. The bytes are tarfile's PAX archive of the same entries (headers by TarInfo.tobuf,
+    the data padded to 512 bytes, two zero blocks, the record padded to 10 KiB)."""
+
+    def __init__(self, tree: _Tree, epoch: int) -> None:
+        self._infos: list[tarfile.TarInfo] = []
+        self._entries: list[tuple[str, bytes, _File | None]] = []
+        offset = 0
+        for name in sorted({*tree.dirs, *tree.links, *tree.files}, key=str.encode):
+            info = tarfile.TarInfo(name)
+            info.mtime, info.uid, info.gid, info.uname, info.gname = epoch, 0, 0, "", ""
+            file = tree.files.get(name)
+            if file is not None:
+                info.size, info.mode = file.size, 0o755 if file.executable else 0o644
+            elif name in tree.links:
+                info.type, info.linkname, info.mode = tarfile.SYMTYPE, tree.links[name], 0o777
+            else:
+                info.type, info.mode = tarfile.DIRTYPE, 0o755
+            header = info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+            self._infos.append(info)
+            self._entries.append((name, header, file))
+            offset += len(header) + (_padded(file.size) if file is not None else 0)
+        offset += 2 * tarfile.BLOCKSIZE
+        self.size = offset + (-offset % tarfile.RECORDSIZE)
+
+    def members(self) -> list[tarfile.TarInfo]:
+        return list(self._infos)
+
+    def chunks(self) -> Iterator[bytes]:
+        """The tar's bytes, in pieces of at most COPY_BUFFER; LayerError where a wheel cannot be read or
+        its bytes are not the ones its RECORD lists."""
+        written = 0
+        with _Opened() as opened:
+            for name, header, file in self._entries:
+                yield header
+                written += len(header)
                 if file is not None:
-                    info.size, info.mode = file.size, 0o755 if file.executable else 0o644
-                    where = file.wheel.filename if file.wheel is not None else "the layer"
-                    try:
-                        with file.open() as body:
-                            hashing = Hashing(body)
-                            tar.addfile(info, hashing)
-                    except (OSError, zipfile.BadZipFile, zlib.error, EOFError) as exc:
-                        if isinstance(exc, OSError) and exc.errno is not None:  # the tar's own disk (full, gone)
-                            raise
-                        raise LayerError(f"{name}: {where} cannot be read ({' '.join(str(exc).split())}); fetch the wheel again") from None
-                    if hashing.digest() != file.digest:
-                        raise LayerError(f"{name}: its bytes in {where} are not the ones its RECORD lists")
-                elif name in tree.links:
-                    info.type, info.linkname, info.mode = tarfile.SYMTYPE, tree.links[name], 0o777
-                    tar.addfile(info)
-                else:
-                    info.type, info.mode = tarfile.DIRTYPE, 0o755
-                    tar.addfile(info)
-    except BaseException:
-        out.unlink(missing_ok=True)
-        raise
+                    yield from _body(name, file, opened)
+                    written += _padded(file.size)
+        yield bytes(self.size - written)
+
+    def reader(self) -> BinaryIO:
+        """The tar as a file to read from (what a load's archive copies); closing it closes the wheels."""
+        return cast(BinaryIO, _Reader(self.chunks()))  # it reads as a binary file reads: all tarfile's copy asks of it
+
+    def write(self, out: Path) -> None:
+        """The tar at `out`; a failed one is removed."""
+        try:
+            with out.open("wb") as tar:
+                for chunk in self.chunks():
+                    tar.write(chunk)
+        except BaseException:
+            out.unlink(missing_ok=True)
+            raise
+
+
+def _padded(size: int) -> int:
+    return size + (-size % tarfile.BLOCKSIZE)
+
+
+def _body(name: str, file: _File, opened: _Opened) -> Iterator[bytes]:
+    """A file's bytes in the tar, padded to its blocks."""
+    where = file.wheel or "the layer"
+    left = file.size
+    try:
+        with file.open(opened) as body:
+            hashing = Hashing(body)
+            while left:
+                piece = hashing.read(min(left, COPY_BUFFER))
+                if not piece:
+                    raise EOFError(f"{left} bytes short")
+                left -= len(piece)
+                yield piece
+    except (OSError, zipfile.BadZipFile, zlib.error, EOFError) as exc:
+        raise LayerError(f"{name}: {where} cannot be read ({' '.join(str(exc).split())}); fetch the wheel again") from None
+    if hashing.digest() != file.digest:
+        raise LayerError(f"{name}: its bytes in {where} are not the ones its RECORD lists")
+    yield bytes(-file.size % tarfile.BLOCKSIZE)
+
+
+class _Reader(io.RawIOBase):
+    """A layer's chunks as a file tarfile can copy from: `read(n)` gives n bytes until the end (each
+    byte sliced off its chunk once, whatever the read size)."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self._chunks = chunks
+        self._chunk = b""
+        self._at = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1, /) -> bytes:
+        pieces: list[bytes] = []
+        want = size if size >= 0 else None
+        while want is None or want > 0:
+            if self._at == len(self._chunk):
+                self._chunk, self._at = next((c for c in self._chunks if c), b""), 0  # an empty chunk is no end
+                if not self._chunk:
+                    break
+            take = len(self._chunk) - self._at if want is None else min(want, len(self._chunk) - self._at)
+            pieces.append(self._chunk[self._at : self._at + take] if take < len(self._chunk) else self._chunk)
+            self._at += take
+            if want is not None:
+                want -= take
+        return b"".join(pieces) if len(pieces) != 1 else pieces[0]
+
+    def close(self) -> None:
+        close = getattr(self._chunks, "close", None)
+        if close is not None:
+            close()  # the wheels it had open
+        super().close()
 
 
 class Hashing(io.RawIOBase):
@@ -292,12 +384,6 @@ class Hashing(io.RawIOBase):
         return base64.urlsafe_b64encode(self._sha256.digest()).decode("ascii").rstrip("=")
 
 
-def make_layer(layout: Layout, wheels: Sequence[Path], epoch: int, out: Path) -> None:
-    """The venv of `wheels` as a canonical tar at `out`."""
-    with ExitStack() as opened:
-        write_tar(venv_tree(layout, wheels, opened), out, epoch)
-
-
 def _overlap(upper: _Tree, below: set[str]) -> None:
     both = sorted(name for name in {*upper.dirs, *upper.leaves()} if name in below)
     if both:
@@ -311,46 +397,42 @@ def _libraries(wheels: Sequence[Path]) -> tuple[list[Path], list[Path]]:
     return libraries, rest
 
 
-def make_layers(layout: Layout, wheels: Sequence[Path], epoch: int, folder: Path, nvidia: bool) -> None:
-    """The venv of `wheels` as canonical tars in `folder`: with `nvidia`, its NVIDIA library wheels
-    in NVIDIA_LAYER_NAME (mtimes EPOCH_FLOOR: nothing of the lock but those wheels fixes it) and the
-    rest in LAYER_NAME (the lock's `epoch`); else all of them in LAYER_NAME. No file may be in both
-    (the upper layer would hide the lower's)."""
+def venv_layer(layout: Layout, wheels: Sequence[Path], epoch: int) -> Layer:
+    """The venv of `wheels` as one canonical layer."""
+    return Layer(venv_tree(layout, wheels), epoch)
+
+
+def venv_layers(layout: Layout, wheels: Sequence[Path], epoch: int, nvidia: bool) -> dict[str, Layer]:
+    """The venv of `wheels` as canonical layers by name: with `nvidia`, its NVIDIA library wheels in
+    NVIDIA_LAYER_NAME (mtimes EPOCH_FLOOR: nothing of the lock but those wheels fixes it) and the rest
+    in LAYER_NAME (the lock's `epoch`); else all of them in LAYER_NAME. No file may be in both (the
+    upper layer would hide the lower's)."""
     if not nvidia:
-        make_layer(layout, wheels, epoch, folder / LAYER_NAME)
-        return
+        return {LAYER_NAME: venv_layer(layout, wheels, epoch)}
     libraries, rest = _libraries(wheels)
-    with ExitStack() as opened:
-        lower, upper = site_tree(layout, libraries, opened), venv_tree(layout, rest, opened)
-        _overlap(upper, lower.leaves())
-        write_tar(lower, folder / NVIDIA_LAYER_NAME, EPOCH_FLOOR)
-        try:
-            write_tar(upper, folder / LAYER_NAME, epoch)
-        except BaseException:  # a refusal (or a failure) leaves neither
-            (folder / NVIDIA_LAYER_NAME).unlink(missing_ok=True)
-            raise
+    lower, upper = site_tree(layout, libraries), venv_tree(layout, rest)
+    _overlap(upper, lower.leaves())
+    return {NVIDIA_LAYER_NAME: Layer(lower, EPOCH_FLOOR), LAYER_NAME: Layer(upper, epoch)}
 
 
-def make_upper_layer(layout: Layout, wheels: Sequence[Path], epoch: int, out: Path) -> None:
+def upper_layer(layout: Layout, wheels: Sequence[Path], epoch: int) -> Layer:
     """Just the venv layer of `wheels` above an NVIDIA layer made elsewhere (a canonical member of a
-    CUDA line, whose FROM holds the NVIDIA wheels): the same bytes `make_layers` writes in LAYER_NAME.
-    The NVIDIA wheels are checked as there, and the venv against the files they install (read from
-    each wheel's list of files: GBs the line image holds already)."""
+    CUDA line, whose FROM holds the NVIDIA wheels): the same bytes as `venv_layers`' LAYER_NAME. The
+    NVIDIA wheels are checked as there, and the venv against the files they install (read from each
+    wheel's list of files: GBs the line image holds already)."""
     libraries, rest = _libraries(wheels)
     site = str(layout.site_packages).lstrip("/")
     below: set[str] = set()
     for wheel in libraries:
         with zipfile.ZipFile(wheel) as whl:
             below.update(f"{site}/{name}" for name in whl.namelist() if not name.endswith("/"))
-    with ExitStack() as opened:
-        upper = venv_tree(layout, rest, opened)
-        _overlap(upper, below)
-        write_tar(upper, out, epoch)
+    upper = venv_tree(layout, rest)
+    _overlap(upper, below)
+    return Layer(upper, epoch)
 
 
-def make_nvidia_layer(layout: Layout, wheels: Sequence[Path], out: Path) -> None:
-    """Just the NVIDIA layer of `wheels` (a CUDA line's member that installs the rest with RUN): the
-    same bytes `make_layers` writes for the same NVIDIA wheels."""
+def line_nvidia_layer(layout: Layout, wheels: Sequence[Path]) -> Layer:
+    """Just the NVIDIA layer of `wheels` (a CUDA line's image): the same bytes as `venv_layers`'
+    NVIDIA_LAYER_NAME for the same NVIDIA wheels."""
     libraries, _ = _libraries(wheels)
-    with ExitStack() as opened:
-        write_tar(site_tree(layout, libraries, opened), out, EPOCH_FLOOR)
+    return Layer(site_tree(layout, libraries), EPOCH_FLOOR)

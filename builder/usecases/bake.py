@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from builder.engine import image_build, line_image
+from builder.engine import image_build, line_image, reproducible
 from builder.engine.client import open_engine
 from builder.engine.image_build import BuildFailed, Run, build_tag, replaceable
 from builder.engine.ownership import Owner
@@ -137,7 +137,7 @@ def _normalized(run: Run, engine: Engine, spec: ImageSpec, base_id: str, owner: 
         current = engine.inspect_image(spec.tag)
         try:
             context = run.build_dir / "bake-canonical" / spec.id  # BuildKit added its tars: the normalization puts these in their place
-            tars = {path.name: path for path in sorted(context.glob("*.tar"))}
+            tars = {path.name: reproducible.FileLayer(path) for path in sorted(context.glob("*.tar"))}
             loaded = image_build.reproducible_image(run, engine, spec, built, base_id, tars)
         except BuildFailed as exc:
             return Baked(spec.id, spec.tag, None, error=exc.message)

@@ -9,7 +9,6 @@ library wheels: those below, the rest above).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -17,10 +16,11 @@ import threading
 from collections.abc import Mapping, Sequence
 from functools import partial
 from pathlib import Path
+from typing import Protocol
 
 from builder.compat.rules import table
 from builder.engine import staging
-from builder.engine.image_build import LayerFailed, LayerMaker
+from builder.engine.image_build import LayerFailed
 from builder.lock import children
 from builder.lock.layer import (
     LAYER_NAME,
@@ -35,7 +35,7 @@ from builder.lock.layer import (
     takes_layers,
 )
 from builder.lock.target import target_for
-from builder.lock.wheel_tar import make_layers, make_nvidia_layer, make_upper_layer
+from builder.lock.wheel_tar import Layer, line_nvidia_layer, upper_layer, venv_layers
 from builder.lock.wheels import IndexFile, Pin, pick, pins, target_tags
 from builder.model.plan import ImageSpec
 from builder.model.sources import BuildSettings
@@ -100,59 +100,35 @@ def locked_wheels(spec: ImageSpec, cache: WheelCache, nvidia_only: bool = False)
     return out
 
 
-def layer_maker(specs: Sequence[ImageSpec], settings: BuildSettings, folder: Path) -> LayerMaker | None:
+class Maker(Protocol):
+    """The engine's LayerMaker, whose layers are lock/wheel_tar.py's: they also write themselves to a
+    file (bake's contexts, `stage_contexts`)."""
+
+    def __call__(self, spec: ImageSpec, *, line: bool = False) -> dict[str, Layer]: ...
+
+
+def layer_maker(specs: Sequence[ImageSpec], settings: BuildSettings, folder: Path) -> Maker | None:
     """What `builder build` calls for each image it builds whose context takes layer tars (`takes_layers`);
-    None when the selection has none. A CUDA line's NVIDIA layer is made once per line and kept in
-    build/layers/ by the sha256s of its wheels: every member of the line links the same file."""
+    None when the selection has none. The layers come back unwritten (lock/wheel_tar.py `Layer`):
+    their bytes are made from the wheels in `folder` as the build's load copies them."""
     if not any(takes_layers(s) for s in specs):
         return None
     cache = WheelCache(wheel_files(specs, settings, takes_layers), folder)
-    kept = LineLayers(folder.parent / "layers")
 
-    def make(spec: ImageSpec, folder: Path, *, line: bool = False) -> None:
+    def make(spec: ImageSpec, *, line: bool = False) -> dict[str, Layer]:
         assert spec.lock is not None
         layout = Layout(spec.python, spec.python_bin)
         try:
             if line:
-                kept.link(layout, locked_wheels(spec, cache, nvidia_only=True), folder / NVIDIA_LAYER_NAME)
-                return
+                return {NVIDIA_LAYER_NAME: line_nvidia_layer(layout, locked_wheels(spec, cache, nvidia_only=True))}
             wheels, epoch = locked_wheels(spec, cache), source_date_epoch(spec.lock)
             if line_layer(spec):  # its line's image holds the NVIDIA wheels: venv.tar is the rest
-                make_upper_layer(layout, wheels, epoch, folder / LAYER_NAME)
-            else:
-                make_layers(layout, wheels, epoch, folder, nvidia_layer(spec.lock))
+                return {LAYER_NAME: upper_layer(layout, wheels, epoch)}
+            return venv_layers(layout, wheels, epoch, nvidia_layer(spec.lock))
         except (FetchFailed, LayerError) as exc:
             raise LayerFailed(str(exc)) from None
 
     return make
-
-
-class LineLayers:
-    """NVIDIA layers by the wheels they hold: made once (under a lock, so two builds of one line in
-    parallel make it once), written aside and renamed into place, then hard-linked into each context."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self._locks: dict[str, threading.Lock] = {}
-        self._guard = threading.Lock()
-
-    def link(self, layout: Layout, wheels: Sequence[Path], out: Path) -> None:
-        key = hashlib.sha256(
-            json.dumps([layout.python, layout.python_bin, sorted(staging.sha256_of(w) for w in wheels)]).encode()
-        ).hexdigest()
-        with self._guard:
-            lock = self._locks.setdefault(key, threading.Lock())
-        kept = self.folder / f"nvidia-{key[:32]}.tar"
-        with lock:
-            if not kept.is_file():
-                self.folder.mkdir(parents=True, exist_ok=True)
-                part = kept.with_name(f".{kept.name}.{os.getpid()}.part")
-                make_nvidia_layer(layout, wheels, part)
-                os.replace(part, kept)
-        try:
-            os.link(kept, out)
-        except OSError:  # another file system: a copy
-            shutil.copyfile(kept, out)
 
 
 def stage_contexts(specs: Sequence[ImageSpec], files: Mapping[str, Mapping[str, bytes]], settings: BuildSettings, build_dir: Path) -> Path:
@@ -174,8 +150,9 @@ def stage_contexts(specs: Sequence[ImageSpec], files: Mapping[str, Mapping[str, 
         for name, data in files[spec.id].items():
             (part / name).write_bytes(data)
         try:
-            make(spec, part)
-        except LayerFailed as exc:
+            for name, layer in make(spec).items():
+                layer.write(part / name)
+        except (LayerFailed, LayerError) as exc:
             shutil.rmtree(part, ignore_errors=True)
             raise UserError(f"{spec.id}: its venv layer cannot be made from images/{spec.id}/requirements.lock: {exc}") from None
         if final.exists():
