@@ -13,6 +13,7 @@ numba image, run once matrix.yaml's canonical_layers names it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -25,7 +26,7 @@ import pytest
 from docker import DockerClient
 
 from builder.engine import client as engine
-from builder.engine import line_image, settings, staging
+from builder.engine import line_image, settings
 from builder.engine.image_build import Run
 from builder.lock import layer
 from builder.model.sources import Sources
@@ -138,7 +139,7 @@ def test_two_engines_make_one_line_image_and_member(docker_client: DockerClient,
             engine.remove_image_quietly(client, spec.line_image)
             chosen = settings.for_sources(os.environ, Sources(), ws.matrix.ca_bundle)
             run = Run(settings=chosen, build_dir=build_dir, lock_dir=build_dir / f"locks-{n}")
-            run.layers = layer_maker([spec], chosen, ROOT / "build" / "wheels")  # the repository's: the wheels slice finds the tar made
+            run.layers = layer_maker([spec], chosen, ROOT / "build" / "wheels")  # the repository's wheels
             line_image.ensure(run, engine.DockerEngine(client), spec)
             attrs = client.api.inspect_image(spec.line_image)
             made.append((attrs["Id"], attrs["RootFS"]["Layers"]))
@@ -151,8 +152,13 @@ def test_two_engines_make_one_line_image_and_member(docker_client: DockerClient,
         assert made[0] == made[1], f"two engines made two line images: {made[0][0]} and {made[1][0]}"
         base = docker_client.api.inspect_image(BASE)["RootFS"]["Layers"]
         assert made[0][1][:-1] == base, "the line image is its base plus one layer"
-        kept = {"sha256:" + staging.sha256_of(p) for p in (ROOT / "build" / "layers").glob("nvidia-*.tar")}
-        assert made[0][1][-1] in kept, "the NVIDIA layer's diff ID is not the sha256 of the tar the host made"
+        line_layer = layer_maker([spec], chosen, ROOT / "build" / "wheels")
+        assert line_layer is not None
+        with line_layer(spec, line=True)[layer.NVIDIA_LAYER_NAME].reader() as tar:  # the tar the host makes, made again here
+            digest = hashlib.sha256()
+            while chunk := tar.read(1 << 20):
+                digest.update(chunk)
+        assert made[0][1][-1] == "sha256:" + digest.hexdigest(), "the NVIDIA layer's diff ID is not the sha256 of the tar the host made"
         assert members[0][1][: len(made[0][1])] == made[0][1], "the member is not on its line image's layers"
         assert members[0] == members[1], f"two engines built two {LINE_MEMBER}: {members[0][0]} and {members[1][0]}"
     finally:  # this lane's engine keeps the line image for the wheels slice (test_wheels_slice.py builds the members on it, then removes it)
