@@ -96,7 +96,7 @@ class _File:
 
     @classmethod
     def made(cls, data: bytes) -> _File:
-        return cls(len(data), base64.urlsafe_b64encode(hashlib.sha256(data).digest()).decode("ascii").rstrip("="), data=data)
+        return cls(len(data), _record_digest(hashlib.sha256(data).digest()), data=data)
 
     def open(self, opened: _Opened) -> BinaryIO:
         return io.BytesIO(self.data) if self.wheel is None else opened.member(self.wheel, self.member)
@@ -190,10 +190,10 @@ class _Destination(SchemeDictionaryDestination):
             return _File.made(stream.read())
         digest = self.digests.get(member)
         if digest is None:  # RECORD gives it no sha256: hashed here, inflated again into the tar
-            hashing = Hashing(stream)
-            while hashing.read(COPY_BUFFER):
-                pass
-            digest = hashing.digest()
+            sha256 = hashlib.sha256()
+            while chunk := stream.read(COPY_BUFFER):
+                sha256.update(chunk)
+            digest = _record_digest(sha256.digest())
         return _File(self.wheel[1].getinfo(member).file_size, digest, wheel=self.wheel[0], member=member)
 
     def write_script(self, name: str, module: str, attr: str, section: ScriptSection) -> RecordEntry:
@@ -314,19 +314,19 @@ def _padded(size: int) -> int:
 def _body(name: str, file: _File, opened: _Opened) -> Iterator[bytes]:
     """A file's bytes in the tar, padded to its blocks."""
     where = file.wheel or "the layer"
-    left = file.size
+    left, sha256 = file.size, hashlib.sha256()
     try:
         with file.open(opened) as body:
-            hashing = Hashing(body)
             while left:
-                piece = hashing.read(min(left, COPY_BUFFER))
+                piece = body.read(min(left, COPY_BUFFER))
                 if not piece:
                     raise EOFError(f"{left} bytes short")
                 left -= len(piece)
+                sha256.update(piece)
                 yield piece
     except (OSError, zipfile.BadZipFile, zlib.error, EOFError) as exc:
         raise LayerError(f"{name}: {where} cannot be read ({' '.join(str(exc).split())}); fetch the wheel again") from None
-    if hashing.digest() != file.digest:
+    if _record_digest(sha256.digest()) != file.digest:
         raise LayerError(f"{name}: its bytes in {where} are not the ones its RECORD lists")
     yield bytes(-file.size % tarfile.BLOCKSIZE)
 
@@ -365,23 +365,9 @@ class _Reader(io.RawIOBase):
         super().close()
 
 
-class Hashing(io.RawIOBase):
-    """A file read through, its sha256 taken on the way (RECORD's spelling: urlsafe base64, no padding)."""
-
-    def __init__(self, source: BinaryIO) -> None:
-        self._source = source
-        self._sha256 = hashlib.sha256()
-
-    def readable(self) -> bool:
-        return True
-
-    def read(self, size: int = -1, /) -> bytes:
-        data = self._source.read(size)
-        self._sha256.update(data)
-        return data
-
-    def digest(self) -> str:
-        return base64.urlsafe_b64encode(self._sha256.digest()).decode("ascii").rstrip("=")
+def _record_digest(digest: bytes) -> str:
+    """A sha256 digest as RECORD spells it: urlsafe base64, no padding."""
+    return base64.urlsafe_b64encode(digest).decode("ascii").rstrip("=")
 
 
 def _overlap(upper: _Tree, below: set[str]) -> None:
