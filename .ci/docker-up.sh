@@ -109,7 +109,8 @@ fi
 # The integration tier runs in two lanes, one per pytest worker, each against its own engine
 # (tests/conftest.py): a lane's tests count, clean and remove what is on *their* engine, so the
 # other lane's builds never show up in them. The second engine is a second dockerd with its own
-# data root, exec root (and so its own containerd) and socket; it shares the registry.
+# data root, exec root (and so its own containerd) and socket, and its containers their own cgroup parent
+# (the suite's CPU table tells the lanes' containers apart: tests/cpu_meter.py); it shares the registry.
 ENGINE2_ROOT="${BUILDER_ENGINE2_ROOT:-/var/lib/builder-engine2}"
 ENGINE2_RUN=/run/builder-engine2
 ENGINE2_HOST="unix://${ENGINE2_RUN}/docker.sock"
@@ -122,7 +123,7 @@ if [ "${BUILDER_SECOND_ENGINE:-0}" = 1 ]; then
         "${SUDO[@]}" mkdir -p "$ENGINE2_ROOT" "$ENGINE2_RUN"
         say "starting the second dockerd on $ENGINE2_HOST (data root $ENGINE2_ROOT), log $ENGINE2_LOG"
         "${SUDO[@]}" setsid dockerd --bridge=none --iptables=false --ip-masq=false --data-root "$ENGINE2_ROOT" \
-            --exec-root "$ENGINE2_RUN" --pidfile "$ENGINE2_RUN/docker.pid" -H "$ENGINE2_HOST" \
+            --exec-root "$ENGINE2_RUN" --pidfile "$ENGINE2_RUN/docker.pid" -H "$ENGINE2_HOST" --cgroup-parent builder-engine2 \
             >"$ENGINE2_LOG" 2>&1 < /dev/null &
         wait_for "the second dockerd" engine2_answers "$ENGINE2_LOG"
     fi

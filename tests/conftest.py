@@ -16,6 +16,7 @@ import signal
 import sys
 import tempfile
 import textwrap
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -160,26 +161,62 @@ class Rendered:
         return self.files[image_id][name].decode()
 
 
-_PHASES: list[tuple[str, str, float, float]] = []  # (worker, node id, start, stop): tests/lanes.py
+_PHASES: list[tuple[str, str, float, float, float | None]] = []  # (worker, node id, start, stop, its CPU-s): tests/lanes.py
+_READINGS: list[tuple[float, dict[str, float]]] = []  # (when, each consumer's CPU-s): tests/cpu_meter.py
+WORKER_CPU = "worker_cpu"  # the user property a report carries its worker's CPU-s in
+READING_EVERY_S = 1.0  # the integration tier's reports read the engines' counters at most this often
+
+
+def _read_machine() -> None:
+    from tests import cpu_meter
+
+    now = time.time()
+    if not _READINGS or now - _READINGS[-1][0] >= READING_EVERY_S:
+        _READINGS.append((now, cpu_meter.reading()))
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        _read_machine()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Each report carries its worker's CPU-s so far (tests/cpu_meter.py), for the lanes' CPU table."""
+    from tests import cpu_meter
+
+    report = yield
+    report.user_properties = [*report.user_properties, (WORKER_CPU, cpu_meter.worker_cpu())]
+    return report
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Each phase's clocks, in the process that prints the summary (xdist's controller, or a run
-    without workers); a worker's report reaches the controller with the worker it came from."""
+    """Each phase's clocks and its worker's CPU-s, in the process that prints the summary (xdist's
+    controller, or a run without workers); a worker's report reaches the controller with the worker
+    it came from. An integration test's report also reads what the engines have spent by now."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
         return
     gateway = getattr(getattr(report, "node", None), "gateway", None)
-    _PHASES.append((str(getattr(gateway, "id", "main")), report.nodeid, report.start, report.stop))
+    seconds = next((float(str(v)) for k, v in reversed(report.user_properties) if k == WORKER_CPU), None)
+    _PHASES.append((str(getattr(gateway, "id", "main")), report.nodeid, report.start, report.stop, seconds))
+    if report.nodeid.startswith(INTEGRATION):
+        _read_machine()
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """Where each lane's minutes went (tests/lanes.py), after any run that ran integration tests."""
-    from tests import lanes
+    """Where each lane's minutes went (tests/lanes.py), after any run that ran integration tests, and
+    who spent the CPU meanwhile (tests/cpu_meter.py)."""
+    from tests import cpu_meter, lanes
 
-    lines = lanes.summary(lanes.spans(_PHASES))
+    found = lanes.spans([(worker, nodeid, start, stop) for worker, nodeid, start, stop, _ in _PHASES])
+    lines = lanes.summary(found)
     if lines:
         terminalreporter.section("lanes: each module's seconds from the first test (tests/lanes.py)")
         for line in lines:
+            terminalreporter.write_line(line)
+        _READINGS.append((time.time(), cpu_meter.reading()))
+        terminalreporter.section("CPU-s by module: its worker, and its engine meanwhile (tests/lanes.py, tests/cpu_meter.py)")
+        for line in lanes.cpu_table(found, _PHASES, _READINGS):
             terminalreporter.write_line(line)
 
 
