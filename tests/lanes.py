@@ -86,6 +86,12 @@ def during(readings: list[tuple[float, Reading]], start: float, stop: float) -> 
     return {key: after[key] - before[key] for key in before if key in after}
 
 
+def _total(spent: Reading, keys: list[str]) -> float | None:
+    """The sum of the consumers that could be read; None (a blank, not a 0) when none could."""
+    found = [spent[key] for key in keys if key in spent]
+    return sum(found) if found else None
+
+
 def _figure(value: float | None) -> str:
     return "" if value is None else f"{value:,.0f}"
 
@@ -104,8 +110,8 @@ def cpu_table(found: list[Span], phases: Iterable[Phase], readings: list[tuple[f
         if span.module != OFFLINE:
             meanwhile = during(readings, span.start, span.stop)
             keys = [LANE_ENGINES[span.worker]] if span.worker in LANE_ENGINES else list(LANE_ENGINES.values())
-            engine = sum(meanwhile.get(e, 0.0) for e, _ in keys)
-            containers = sum(meanwhile.get(c, 0.0) for _, c in keys)
+            engine = _total(meanwhile, [e for e, _ in keys])
+            containers = _total(meanwhile, [c for _, c in keys])
         name = f"{span.worker} {span.module.removeprefix(INTEGRATION)}" + (
             "" if span.worker in LANE_ENGINES or span.module == OFFLINE else " (both engines)"
         )

@@ -81,3 +81,5 @@ def test_the_cpu_table_charges_a_lane_its_own_engine_and_another_worker_both() -
         "the rest 7 (pytest's controller, the kernel's threads, other processes)"
     )
     assert cpu_table(spans([("gw0", "tests/test_plan.py::test_x", 0.0, 1.0)]), [], readings) == []
+    unread = cpu_table(found, phases, [(0.0, {"machine": 0.0}), (21.0, {"machine": 40.0})])  # no engine could be read: blanks, not 0
+    assert unread[1].split() == ["gw0", "test_slice.py", "10", "4"]
