@@ -48,6 +48,11 @@ def parse_cpu(proc_stat: str) -> dict[str, int]:
     raise ValueError("no 'cpu' line in /proc/stat")
 
 
+def busy(cpu: dict[str, int]) -> int:
+    """The ticks of `cpu` (parse_cpu) spent working: user, nice, system, irq and softirq (not idle, iowait or steal)."""
+    return cpu["user"] + cpu["nice"] + cpu["system"] + cpu["irq"] + cpu["softirq"]
+
+
 def parse_disk(stat: str) -> tuple[int, int, int]:
     """A /sys/block/DEV/stat line: sectors read (field 3), sectors written (7), ms doing I/O (10)."""
     fields = [int(v) for v in stat.split()]
@@ -80,12 +85,12 @@ def report(before: Snapshot, after: Snapshot) -> list[str]:
     wall = after.clock - before.clock
     spent = {f: (after.cpu[f] - before.cpu[f]) / after.ticks_per_s for f in CPU_FIELDS}
     total = sum(spent.values()) or 1.0
-    busy = spent["user"] + spent["nice"] + spent["system"] + spent["irq"] + spent["softirq"]
+    worked = (busy(after.cpu) - busy(before.cpu)) / after.ticks_per_s
     lines = [
         f"wall {wall:,.0f} s on {after.cpus} CPUs ({wall * after.cpus:,.0f} CPU-s): "
-        f"work {busy:,.0f} (user {spent['user'] + spent['nice']:,.0f}, system {spent['system']:,.0f}), "
+        f"work {worked:,.0f} (user {spent['user'] + spent['nice']:,.0f}, system {spent['system']:,.0f}), "
         f"waiting on disk {spent['iowait']:,.0f}, stolen by the host {spent['steal']:,.0f}, idle {spent['idle']:,.0f}; "
-        f"work {100 * busy / total:.0f}%, steal {100 * spent['steal'] / total:.0f}%, iowait {100 * spent['iowait'] / total:.0f}%"
+        f"work {100 * worked / total:.0f}%, steal {100 * spent['steal'] / total:.0f}%, iowait {100 * spent['iowait'] / total:.0f}%"
     ]
     for name in sorted(set(before.disks) & set(after.disks)):
         read, written, busy_ms = (a - b for a, b in zip(after.disks[name], before.disks[name], strict=True))

@@ -9,7 +9,7 @@ counter it cannot read (no such engine, cgroup v2 with another layout) is left o
   `engine` for the default socket and `engine 2` for the one `-H` names (.ci/docker-up.sh);
 - an engine's containers (RUN steps, smoke tests): the CPU charged to its cgroup parent (`docker`,
   and `builder-engine2`, which docker-up.sh gives the second engine);
-- the registry (docker-registry), and the whole machine (/proc/stat, every core, busy time).
+- the registry (docker-registry), and the whole machine (bench_machine.py's busy time of /proc/stat).
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ import os
 import resource
 from collections.abc import Iterator
 from pathlib import Path
+
+from benchmarks import bench_machine
 
 PROC = Path("/proc")
 CGROUP = Path("/sys/fs/cgroup")
@@ -69,12 +71,11 @@ def _cgroup_cpu(parent: str) -> float | None:
 
 
 def _machine_busy() -> float | None:
+    """Every core's working CPU-s since boot (benchmarks/bench_machine.py's reading of /proc/stat)."""
     try:
-        values = [int(v) for v in (PROC / "stat").read_text().splitlines()[0].split()[1:]]
-    except (OSError, ValueError, IndexError):
+        return bench_machine.busy(bench_machine.parse_cpu((PROC / "stat").read_text())) / _HZ
+    except (OSError, ValueError):
         return None
-    user, nice, system, _idle, _iowait, irq, softirq = values[:7]
-    return (user + nice + system + irq + softirq) / _HZ
 
 
 def reading() -> Reading:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import NamedTuple
 
+from tests.cpu_meter import Reading
+
 INTEGRATION = "tests/integration/"
 OFFLINE = "offline tests"
 
@@ -22,12 +24,17 @@ class Span(NamedTuple):
     stop: float
 
 
+def _module(nodeid: str) -> str:
+    """A test's module when it is an integration test, else OFFLINE."""
+    path = nodeid.split("::", 1)[0]
+    return path if path.startswith(INTEGRATION) else OFFLINE
+
+
 def spans(reports: Iterable[tuple[str, str, float, float]]) -> list[Span]:
     """(worker, test node id, start, stop) of every phase report -> one span per worker and module."""
     found: dict[tuple[str, str], Span] = {}
     for worker, nodeid, start, stop in reports:
-        path = nodeid.split("::", 1)[0]
-        module = path if path.startswith(INTEGRATION) else OFFLINE
+        module = _module(nodeid)
         key = (worker, module)
         seen = found.get(key)
         found[key] = Span(worker, module, min(start, seen.start), max(stop, seen.stop)) if seen else Span(worker, module, start, stop)
@@ -50,13 +57,7 @@ def summary(found: list[Span]) -> list[str]:
 
 # --- CPU by module (tests/cpu_meter.py reads the counters) ------------------------------------
 Phase = tuple[str, str, float, float, float | None]  # (worker, node id, start, stop, the worker's CPU-s at its report)
-Reading = dict[str, float]  # consumer -> its CPU-s so far (tests/cpu_meter.py reading)
 LANE_ENGINES = {"gw0": ("engine", "containers"), "gw1": ("engine 2", "containers 2")}  # a lane's engine and its containers
-
-
-def _module(nodeid: str) -> str:
-    path = nodeid.split("::", 1)[0]
-    return path if path.startswith(INTEGRATION) else OFFLINE
 
 
 def worker_cpu(phases: Iterable[Phase]) -> dict[tuple[str, str], float]:

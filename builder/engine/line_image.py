@@ -40,7 +40,7 @@ from typing import IO, TYPE_CHECKING, Any
 from builder.engine.image_build import BuildFailed, Run, tag_lock
 from builder.engine.line_config import config_bytes, line_config
 from builder.engine.port import Engine, EngineFault
-from builder.engine.reproducible import HashingReader, LayerSource, NotAnArchive, archive_json, writing
+from builder.engine.reproducible import LayerSource, NotAnArchive, add_layer, archive_json, writing
 from builder.lock.layer import EPOCH_FLOOR, NVIDIA_LAYER_NAME
 from builder.model.plan import ImageSpec
 
@@ -83,10 +83,8 @@ def line_archive(saved_base: Path, layer: LayerSource, out: Path | IO[bytes], ta
             raise NotAnArchive(f"the saved base has a file {NVIDIA_LAYER_NAME} among its layers")
         for name in dict.fromkeys(base.layers):  # a layer listed twice is one file
             _copy(src, dst, name)
-        with layer.reader() as data:
-            hashing = HashingReader(data)
-            _add(dst, NVIDIA_LAYER_NAME, hashing, layer.size)
-        body = config_bytes(line_config(base.config, line, "sha256:" + hashing.hexdigest()))
+        diff_id = add_layer(dst, layer, NVIDIA_LAYER_NAME, EPOCH_FLOOR)
+        body = config_bytes(line_config(base.config, line, diff_id))
         image_id = hashlib.sha256(body).hexdigest()
         _add(dst, f"{image_id}.json", io.BytesIO(body), len(body))
         manifest = [{"Config": f"{image_id}.json", "RepoTags": [tag], "Layers": [*base.layers, NVIDIA_LAYER_NAME]}]

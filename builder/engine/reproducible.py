@@ -420,8 +420,14 @@ def _steps(history: list[dict[str, Any]], count: int, files: Mapping[str, LayerS
 def _file_layer(dst: tarfile.TarFile, source: LayerSource, name: str, beneath: Beneath) -> str:
     """A host-made layer tar into the archive as it is; its sha256 (the diff ID)."""
     beneath.add(source.members())
+    return add_layer(dst, source, name)
+
+
+def add_layer(dst: tarfile.TarFile, source: LayerSource, name: str, mtime: int = 0) -> str:
+    """`source`'s bytes into the archive as the file `name`, hashed as they are copied (its diff ID
+    costs no second read of its gigabytes); returns that diff ID."""
     info = tarfile.TarInfo(name)
-    info.size, info.mode = source.size, 0o644
+    info.size, info.mode, info.mtime = source.size, 0o644, mtime
     with source.reader() as data:
         hashing = HashingReader(data)
         dst.addfile(info, hashing)
