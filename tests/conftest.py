@@ -69,7 +69,6 @@ SECOND_LANE = tuple(
         "test_publish_races.py",
         "test_registry_index.py",
         "test_rocm_base.py",
-        "test_secrets.py",
     )
 )
 ENGINE2_ENV = "BUILDER_TEST_ENGINE2"

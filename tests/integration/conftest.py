@@ -48,11 +48,25 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     package index or uv but no engine (test_locking.py): `-m "not docker"` is the offline tier, and a
     75-second `builder lock --upgrade` against PyPI does not belong in it. (Under xdist they all run
     on one worker, in order: tests/conftest.py's scheduler.) test_bootstrap.py goes first: the base
-    its real debootstrap makes is the engine's local-debian12 base from then on, if it has none."""
+    its real debootstrap makes is the engine's local-debian12 base from then on, if it has none.
+    LAST goes last in its lane."""
     for item in items:
         if HERE in item.path.resolve().parents and item.get_closest_marker("docker") is None:
             item.add_marker(pytest.mark.docker)
-    items.sort(key=lambda item: item.path.resolve() != HERE / "test_bootstrap.py")  # stable: the rest keep their order
+    items.sort(key=_order)  # stable: the rest keep their order
+
+
+# test_secrets.py searches every image its engine keeps (and `docker save`s the new ones): in lane 1
+# (balancing the lanes: the second ran ~70 s longer, one core idle meanwhile), after that lane's
+# other modules and after the modules of any worker that use its engine too (test_reproducible.py,
+# test_probe_hermetic.py: both done in the run's first minutes), so no build of another module is
+# under way on the engine while it searches.
+LAST = (HERE / "test_secrets.py",)
+
+
+def _order(item: pytest.Item) -> int:
+    path = item.path.resolve()
+    return 0 if path == HERE / "test_bootstrap.py" else 2 if path in LAST else 1
 
 
 @pytest.fixture(scope="session")
