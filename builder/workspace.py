@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -141,7 +142,28 @@ class Workspace:
         (images/<id>/requirements.lock, as `builder lock` wrote it), matrix.yaml's policies for it
         (`unlocked`, `cuda_exceptions`, `keep_older_gpus`, `canonical_layers`, each with its reason) and the claims its
         lock makes (builder.lock.claims)."""
-        plan = self._planned
+        images = self.decide(self.lined)
+        warnings = tuple(sorted({w for spec in images for w in spec.warnings}))
+        return replace(self._planned, images=images, warnings=warnings)
+
+    @functools.cached_property
+    def lined(self) -> tuple[ImageSpec, ...]:
+        """The planned images with their CUDA lines, before any lock is read: what a selection matches
+        (spec/select.py `fields_of` reads nothing that deciding adds), so a command on a few images
+        decides those few (`decide`), not the whole matrix."""
+        return self._lines(self._planned.images)
+
+    def decide(self, specs: tuple[ImageSpec, ...]) -> tuple[ImageSpec, ...]:
+        """These images of `lined`, decided as `decided` has them (each once per workspace): its lock
+        read and checked, its fit, the policies that name it."""
+        decide, done = self._decider
+        missing = [spec for spec in specs if spec.id not in done]
+        done.update((spec.id, decide(spec)) for spec in missing)
+        return tuple(done[spec.id] for spec in specs)
+
+    @functools.cached_property
+    def _decider(self) -> tuple[Callable[[ImageSpec], ImageSpec], dict[str, ImageSpec]]:
+        """How one image is decided (matrix.yaml's policies parsed once), and the images decided so far by id."""
         recover(self.images_dir)  # a render killed mid-swap: its previous tree (and locks) back before they are read
         policy = [(parse_select(expr), reason) for expr, reason, _ in self.matrix.unlocked]
         exceptions = [(parse_select(expr), reason) for expr, reason, _ in self.matrix.cuda_exceptions]
@@ -150,8 +172,8 @@ class Workspace:
         overrides = dict(self.lock_overrides)
         fits = dict(self.fit_overrides)
         line_locks = {key: found for key, (target, found) in self.line_locks().items() if found and found.inputs == target.inputs}
-        images = []
-        for spec in self._lines(plan.images):
+
+        def decide(spec: ImageSpec) -> ImageSpec:
             spec = lines.joined(spec, line_locks)
             fields = fields_of(spec)
             exception = next((reason for selector, reason in exceptions if matches(selector, fields)), None)
@@ -169,9 +191,9 @@ class Workspace:
             )
             if any(matches(selector, fields) for selector in older_gpus):
                 spec = keep_older_gpus(spec, table())
-            images.append(with_lock_claims(spec, table()))
-        warnings = tuple(sorted({w for spec in images for w in spec.warnings}))
-        return replace(plan, images=tuple(images), warnings=warnings)
+            return with_lock_claims(spec, table())
+
+        return decide, {}
 
     def _lines(self, images: tuple[ImageSpec, ...]) -> tuple[ImageSpec, ...]:
         """Each image matrix.yaml's `line_layers` names, with its CUDA line (lock/line.py); naming an
@@ -212,7 +234,7 @@ class Workspace:
         recover(self.images_dir)  # as `decided`: a render killed mid-swap has its previous tree back first
         overrides = dict(self.lock_overrides)
         out: dict[str, tuple[LockTarget, Lock | None]] = {}
-        for key, members in lines.members(self._lines(self._planned.images)).items():
+        for key, members in lines.members(self.lined).items():
             target = lines.target_of(key, members, table())
             out[key] = (target, overrides.get(target.image) or self._read_line_lock(key, target))
         return out
@@ -229,7 +251,7 @@ class Workspace:
         """Forget what was read of matrix.yaml and images/ (the plan, its locks and fits, the
         contexts): the next use reads them again. For a run that changes them itself and goes on
         with its one workspace (the nightly adds new releases to matrix.yaml, then writes new locks)."""
-        for name in ("matrix", "_planned", "decided", "plan", "_contexts", "_line_state"):
+        for name in ("matrix", "_planned", "lined", "_decider", "decided", "plan", "_contexts", "_line_state"):
             self.__dict__.pop(name, None)
 
     @functools.cached_property
@@ -259,24 +281,24 @@ class Workspace:
         if expr is None and use_default and self.matrix.default_select:
             return self.hashed(self.default_selection())
         selector = parse_select(expr or "")
-        chosen = select(self.decided.images, selector)
+        chosen = select(self.lined, selector)
         if selector and not chosen:
-            raise UserError(no_match(selector, self.decided.images, "--select"))
-        return self.hashed(chosen)
+            raise UserError(no_match(selector, self.lined, "--select"))
+        return self.hashed(self.decide(chosen))
 
     def default_selection(self) -> tuple[ImageSpec, ...]:
         """The union of defaults.select's expressions, in plan order. An expression that matches
         nothing, or that selects an image without a lock that matrix.yaml's `unlocked:` says cannot be
         locked (its index is out of reach: a fresh machine's default job would fail there), is an error
         at its own line."""
-        images = self.decided.images
+        images = self.lined
         chosen: set[str] = set()
         for text, line in self.matrix.default_select:
             selector = parse_select(text)
             found = select(images, selector)
             if not found:
                 raise UserError(no_match(selector, images, "defaults.select"), self.matrix.path, line)
-            unlocked = next((spec for spec in found if spec.lock is None and spec.unlocked), None)
+            unlocked = next((spec for spec in self.decide(found) if spec.lock is None and spec.unlocked), None)
             if unlocked is not None:
                 raise UserError(
                     f"defaults.select {text!r} selects {unlocked.id}, which has no lock (matrix.yaml unlocked: {unlocked.unlocked}); "
@@ -285,7 +307,7 @@ class Workspace:
                     line,
                 )
             chosen.update(spec.id for spec in found)
-        return tuple(spec for spec in images if spec.id in chosen)
+        return self.decide(tuple(spec for spec in images if spec.id in chosen))
 
     def rendered_tree(self) -> Files:
         """Every file images/ should hold (see builder.render.tree.expected_tree)."""

@@ -21,6 +21,7 @@ from click.testing import Result
 from builder.compat.rules import table
 from builder.lock import files
 from builder.lock.target import LockTarget, target_for
+from builder.spec.select import parse_select, select
 from builder.util.errors import UserError
 from builder.workspace import Workspace, read_lock
 from tests.conftest import one_line_error
@@ -224,6 +225,29 @@ def test_a_lock_copied_from_another_image_is_refused_even_while_stale(repo: Path
     found = one_line_error(cli("--matrix", "matrix.yaml", "render"))
     assert (found["file"], found["line"]) == (LOCK, "1")
     assert "is the lock of jax0.10.2-cu130-py3.12-ubuntu24.04, not of " + IMAGE in found["what"]
+
+
+def test_a_selection_decides_only_its_images_and_refuses_a_tampered_lock_among_them(repo: Path) -> None:
+    """`--select` and the default selection read and check the locks of the images they name, not
+    the whole matrix's (workspace.py `decide`): the same specs as selecting from the decided plan,
+    another image's tampered lock does not stop them, and their own is refused at its line."""
+    whole = Workspace(repo / "matrix.yaml")
+    for expr in (f"id={IMAGE}", "stack=jax", "base=cuda13-debian12", "line=cuda13-debian12-py3.11-amd64", "os=debian13", "python=3.12"):
+        lazy = Workspace(repo / "matrix.yaml").selected(expr, use_default=False)
+        assert lazy, expr
+        assert lazy == whole.hashed(select(whole.decided.images, parse_select(expr))), expr
+    assert Workspace(repo / "matrix.yaml").selected(None, use_default=True) == whole.hashed(whole.default_selection())
+    path = repo / LOCK
+    path.write_bytes(_swap_hash_digit(path.read_text(encoding="utf-8")).encode("utf-8"))
+    other = next(s for s in whole.decided.images if s.id != IMAGE and s.lock is not None and s.line is None)
+    ws = Workspace(repo / "matrix.yaml")
+    assert [s.id for s in ws.selected(f"id={other.id}", use_default=False)] == [other.id]
+    assert ws.selected(f"id={other.id}", use_default=False)[0].lock == other.lock
+    with pytest.raises(UserError, match="do not match the body digest") as refused:
+        ws.selected(f"id={IMAGE}", use_default=False)
+    assert refused.value.file == LOCK
+    with pytest.raises(UserError, match="do not match the body digest"):
+        Workspace(repo / "matrix.yaml").decided  # noqa: B018 - render, lock --check and plan read every lock
 
 
 def test_the_untampered_copy_passes_both_gates(repo: Path, cli: RunCli) -> None:

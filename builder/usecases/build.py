@@ -106,7 +106,7 @@ def build_images(
         raise
     finally:
         events.end()
-    results = with_line_shares(connect, results, specs, ws.decided.images)
+    results = with_line_shares(connect, results, specs, ws.lined)  # base, Python, platform and tag: planned, not decided
     results_files.write_builds(ws.store.build_summary, [asdict(r) for r in results])
     return results
 
