@@ -140,3 +140,50 @@ def test_the_retry_helper_retries_flakes_only_and_reports_redacted() -> None:
     with pytest.raises(GaveUp) as gave_up:
         retry_network(flaky, flake=lambda e: True, attempts=5, wait_s=10.0, time_left=lambda: 5.0)
     assert gave_up.value.attempts == 1, "a wait past the deadline is not started"
+
+
+class _Refusing:
+    """A docker SDK client whose engine answers each removal with the next of `answers` (an
+    exception to raise, or None: removed)."""
+
+    def __init__(self, answers: list[Exception | None]) -> None:
+        self.answers = answers
+        self.calls = 0
+        self.api = self
+
+    def remove_container(self, container_id: str, force: bool, v: bool) -> None:
+        assert force and v
+        self.calls += 1
+        answer = self.answers.pop(0)
+        if answer is not None:
+            raise answer
+
+
+def _conflict() -> Exception:
+    from docker.errors import APIError
+
+    class Response:
+        status_code = 409
+        reason = "Conflict"
+        url = "http+docker://localhost/v1.41/containers/c1"
+
+    return APIError("removal of container c1 is already in progress", response=Response())  # type: ignore[arg-type]
+
+
+def test_a_removal_answered_409_is_asked_again_until_the_container_is_gone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 409 (its removal under way, or its start not yet done: a Ctrl-C that lands mid-start) is no
+    proof it is gone: removal is asked again until the engine removes it or answers 404, and only then
+    is the id forgotten; a 409 to the last try raises and leaves the id to cleanup_all."""
+    from docker.errors import NotFound as SdkNotFound
+
+    monkeypatch.setattr(client, "_live", {})
+    for answers, calls in (([_conflict(), _conflict(), None], 3), ([_conflict(), SdkNotFound("gone")], 2)):
+        sdk = _Refusing(list(answers))
+        client._live["c1"] = sdk  # type: ignore[assignment]
+        client._remove(sdk, "c1", tries=5, wait_s=0)  # type: ignore[arg-type]
+        assert sdk.calls == calls and "c1" not in client._live
+    sdk = _Refusing([_conflict() for _ in range(3)])
+    client._live["c1"] = sdk  # type: ignore[assignment]
+    with pytest.raises(Exception, match="409 Client Error"):
+        client._remove(sdk, "c1", tries=3, wait_s=0)  # type: ignore[arg-type]
+    assert sdk.calls == 3 and "c1" in client._live, "still registered: cleanup_all tries again at exit"

@@ -19,6 +19,7 @@ import shutil
 import signal
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import FrameType
@@ -267,15 +268,24 @@ def tracked_container(client: docker.DockerClient, **create_kwargs: Any) -> Iter
     _remove(client, container_id)
 
 
-def _remove(client: docker.DockerClient, container_id: str) -> None:
-    try:
-        client.api.remove_container(container_id, force=True, v=True)
-    except NotFound:
-        pass
-    except APIError as exc:
-        # 409: removal already in progress (another cleanup got there first).
-        if exc.status_code != 409:
-            raise
+REMOVE_TRIES, REMOVE_WAIT_S = 20, 0.25  # a 409 asked again for ~5 s
+
+
+def _remove(client: docker.DockerClient, container_id: str, tries: int = REMOVE_TRIES, wait_s: float = REMOVE_WAIT_S) -> None:
+    """Force-remove it; it counts as removed only once the engine says it is gone. A 409 (its removal
+    already under way, or a start or stop of it not yet finished) is not that: asked again until the
+    engine answers 404 or removes it; the last 409 raises, and the id stays registered for cleanup_all."""
+    for attempt in range(1, tries + 1):
+        try:
+            client.api.remove_container(container_id, force=True, v=True)
+        except NotFound:
+            pass
+        except APIError as exc:
+            if exc.status_code != 409 or attempt == tries:
+                raise
+            time.sleep(wait_s)
+            continue
+        break
     _live.pop(container_id, None)
 
 
