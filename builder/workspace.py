@@ -138,7 +138,8 @@ class Workspace:
 
     @functools.cached_property
     def decided(self) -> Plan:
-        """The plan without content hashes: enough to select from. Each image carries its lock
+        """The plan without content hashes, every image decided (render, `lock --check` and `plan` read
+        them all; a selection decides only its own: `selected`). Each image carries its lock
         (images/<id>/requirements.lock, as `builder lock` wrote it), matrix.yaml's policies for it
         (`unlocked`, `cuda_exceptions`, `keep_older_gpus`, `canonical_layers`, each with its reason) and the claims its
         lock makes (builder.lock.claims)."""
@@ -277,7 +278,7 @@ class Workspace:
 
     def selected(self, expr: str | None, *, use_default: bool) -> tuple[ImageSpec, ...]:
         """Images matching --select, else the matrix's defaults.select when asked, else all;
-        only the chosen ones are rendered for their content hash."""
+        only the chosen ones are decided (their locks read and checked) and rendered for their content hash."""
         if expr is None and use_default and self.matrix.default_select:
             return self.hashed(self.default_selection())
         selector = parse_select(expr or "")
