@@ -157,14 +157,20 @@ class Workspace:
     def decide(self, specs: tuple[ImageSpec, ...]) -> tuple[ImageSpec, ...]:
         """These images of `lined`, decided as `decided` has them (each once per workspace): its lock
         read and checked, its fit, the policies that name it."""
-        decide, done = self._decider
-        missing = [spec for spec in specs if spec.id not in done]
-        done.update((spec.id, decide(spec)) for spec in missing)
+        done = self._decided_ids
+        for spec in specs:
+            if spec.id not in done:
+                done[spec.id] = self._decide_one(spec)
         return tuple(done[spec.id] for spec in specs)
 
     @functools.cached_property
-    def _decider(self) -> tuple[Callable[[ImageSpec], ImageSpec], dict[str, ImageSpec]]:
-        """How one image is decided (matrix.yaml's policies parsed once), and the images decided so far by id."""
+    def _decided_ids(self) -> dict[str, ImageSpec]:
+        """The images `decide` has decided so far, by id."""
+        return {}
+
+    @functools.cached_property
+    def _decide_one(self) -> Callable[[ImageSpec], ImageSpec]:
+        """How one image is decided, with matrix.yaml's policies parsed once."""
         recover(self.images_dir)  # a render killed mid-swap: its previous tree (and locks) back before they are read
         policy = [(parse_select(expr), reason) for expr, reason, _ in self.matrix.unlocked]
         exceptions = [(parse_select(expr), reason) for expr, reason, _ in self.matrix.cuda_exceptions]
@@ -194,7 +200,7 @@ class Workspace:
                 spec = keep_older_gpus(spec, table())
             return with_lock_claims(spec, table())
 
-        return decide, {}
+        return decide
 
     def _lines(self, images: tuple[ImageSpec, ...]) -> tuple[ImageSpec, ...]:
         """Each image matrix.yaml's `line_layers` names, with its CUDA line (lock/line.py); naming an
@@ -252,7 +258,7 @@ class Workspace:
         """Forget what was read of matrix.yaml and images/ (the plan, its locks and fits, the
         contexts): the next use reads them again. For a run that changes them itself and goes on
         with its one workspace (the nightly adds new releases to matrix.yaml, then writes new locks)."""
-        for name in ("matrix", "_planned", "lined", "_decider", "decided", "plan", "_contexts", "_line_state"):
+        for name in ("matrix", "_planned", "lined", "_decide_one", "_decided_ids", "decided", "plan", "_contexts", "_line_state"):
             self.__dict__.pop(name, None)
 
     @functools.cached_property

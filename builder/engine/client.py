@@ -278,14 +278,13 @@ def _remove(client: docker.DockerClient, container_id: str, tries: int = REMOVE_
     for attempt in range(1, tries + 1):
         try:
             client.api.remove_container(container_id, force=True, v=True)
+            break
         except NotFound:
-            pass
+            break
         except APIError as exc:
             if exc.status_code != 409 or attempt == tries:
                 raise
             time.sleep(wait_s)
-            continue
-        break
     _live.pop(container_id, None)
 
 
